@@ -1,0 +1,111 @@
+/* builder.h - the one interface every derivative rule is written against.
+ *
+ * A rule never calls kernels. It asks a builder for values: bx_mul(b, g, x),
+ * bx_sum_to(b, g, &meta), bx_matmul(b, g, w, false, true), ... Two builders implement it:
+ *  - the eager builder (builder_eager.c) runs each op at once; values are tensors;
+ *  - the tracing builder (compiled autograd) appends IR nodes; values are IR values.
+ * So eager and compiled backward run the same rule and cannot drift apart.
+ *
+ * Every op a rule can ask for is a row of the op table (internal.h), applied through one
+ * entry, vt->apply. The bx_ helpers below only fill in ca_attrs.
+ *
+ * Errors are sticky: the first failing call records its status in b->status and every
+ * later call returns NULL at once, so a rule is straight-line code with no checks. Every
+ * helper accepts NULL inputs (and returns NULL). The engine checks b->status after the
+ * rule returns.
+ *
+ * Sizes: a rule passes sizes through (from node->in_meta, node->out_meta, attrs) but does
+ * no arithmetic on them; arithmetic that involves sizes goes through a builder call
+ * (bx_scale_inv_numel), so a tracing builder can keep sizes symbolic.
+ */
+#ifndef CAGRAD_BUILDER_H
+#define CAGRAD_BUILDER_H
+
+#include "autograd/internal.h"
+
+typedef struct {
+    /* apply op `op` (a row of the op table) to n inputs */
+    ca_bval (*apply)(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a);
+    /* the k-th saved tensor of node n; fails if it was freed or changed in place */
+    ca_bval (*saved)(ca_builder *b, const ca_node *n, int k);
+    /* dtype and shape of a value (NULL for a NULL value) */
+    const ca_meta *(*meta)(ca_builder *b, ca_bval v);
+    /* x * (1 / prod of m's sizes at the dims set in dim_mask) */
+    ca_bval (*scale_inv_numel)(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
+} ca_builder_vtbl;
+
+struct ca_builder {
+    const ca_builder_vtbl *vt;
+    ca_status status; /* CA_OK until the first failure */
+};
+
+/* ---- generic ---- */
+ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a);
+ca_bval bx_saved(ca_builder *b, const ca_node *n, int k);
+const ca_meta *bx_meta(ca_builder *b, ca_bval v);
+/* Record a failure from inside a rule (e.g. an unsupported case). Returns NULL. */
+ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- pointwise (broadcasting; every kern_pw_op is reachable) ---- */
+ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z, double p0,
+              double p1);
+ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y);
+ca_bval bx_sub(ca_builder *b, ca_bval x, ca_bval y);
+ca_bval bx_mul(ca_builder *b, ca_bval x, ca_bval y);
+ca_bval bx_div(ca_builder *b, ca_bval x, ca_bval y);
+ca_bval bx_neg(ca_builder *b, ca_bval x);
+ca_bval bx_exp(ca_builder *b, ca_bval x);
+ca_bval bx_log(ca_builder *b, ca_bval x);
+ca_bval bx_mul_s(ca_builder *b, ca_bval x, double s);
+ca_bval bx_add_s(ca_builder *b, ca_bval x, double s);
+ca_bval bx_where(ca_builder *b, ca_bval cond, ca_bval x, ca_bval y);
+ca_bval bx_zeros_like(ca_builder *b, ca_bval x);
+
+/* ---- reductions and broadcasting ---- */
+/* sum over the dims in `dims` (n_dims == 0: all) */
+ca_bval bx_sum(ca_builder *b, ca_bval x, int n_dims, const int64_t *dims, bool keepdim);
+/* sum a broadcast value back down to `to`'s shape (identity when shapes are equal) */
+ca_bval bx_sum_to(ca_builder *b, ca_bval x, const ca_meta *to);
+/* broadcast x to `to`'s shape */
+ca_bval bx_expand(ca_builder *b, ca_bval x, const ca_meta *to);
+ca_bval bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
+
+/* ---- shape ---- */
+ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to);
+ca_bval bx_reshape_ints(ca_builder *b, ca_bval x, const ca_ints *shape);
+ca_bval bx_permute(ca_builder *b, ca_bval x, const ca_ints *perm);
+ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1);
+ca_bval bx_unsqueeze(ca_builder *b, ca_bval x, int dim);
+ca_bval bx_slice(ca_builder *b, ca_bval x, int dim, int64_t start, int64_t end, int64_t step);
+/* zeros of `full`'s shape with x placed at [start:end:step] along dim */
+ca_bval bx_slice_backward(ca_builder *b, ca_bval x, const ca_meta *full, int dim, int64_t start,
+                          int64_t end, int64_t step);
+ca_bval bx_contiguous(ca_builder *b, ca_bval x);
+
+/* ---- indexing ---- */
+/* zeros(full).index_add_(dim, index, src) */
+ca_bval bx_index_add(ca_builder *b, const ca_meta *full, int dim, ca_bval index, ca_bval src);
+/* zeros(full).scatter_add_(dim, index, src) */
+ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim, ca_bval index, ca_bval src);
+
+/* ---- linear algebra ---- */
+/* op(x) @ op(y) with batch broadcasting, op = transpose of the last two dims when set */
+ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bool ty);
+
+/* ---- the eager builder (builder_eager.c) ---- */
+typedef struct {
+    ca_builder base;
+    ca_tensor **temps; /* every value made in this scope, released by eager_scope_end */
+    int n_temps, cap_temps;
+    ca_meta metas[16]; /* ring of answers to meta(): each is valid for 16 more calls */
+    int next_meta;
+} ca_eager_builder;
+
+void eager_builder_init(ca_eager_builder *eb);
+/* Release every value made since init. A caller that keeps a value retains it first. */
+void eager_scope_end(ca_eager_builder *eb);
+static inline ca_tensor *bv_tensor(ca_bval v) { return (ca_tensor *)v; }
+static inline ca_bval bv_of(ca_tensor *t) { return (ca_bval)t; }
+
+#endif /* CAGRAD_BUILDER_H */

@@ -1,0 +1,103 @@
+/* builder_eager.c - the eager builder: each builder call runs its op at once.
+ *
+ * Values are tensors. Every tensor a rule makes is tracked in the scope and released by
+ * eager_scope_end, so rules never release anything. The engine runs rules with grad mode
+ * off, so the ops called here record no graph.
+ */
+#include "autograd/builder.h"
+
+#include <string.h>
+
+static bool track(ca_eager_builder *eb, ca_tensor *t) {
+    if (eb->n_temps == eb->cap_temps) {
+        int cap = eb->cap_temps ? eb->cap_temps * 2 : 16;
+        ca_tensor **grown = mem_alloc(sizeof(ca_tensor *) * (size_t)cap);
+        if (!grown)
+            return false;
+        if (eb->n_temps)
+            memcpy(grown, eb->temps, sizeof(ca_tensor *) * (size_t)eb->n_temps);
+        mem_free(eb->temps);
+        eb->temps = grown;
+        eb->cap_temps = cap;
+    }
+    eb->temps[eb->n_temps++] = t;
+    return true;
+}
+
+static ca_bval eager_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a) {
+    ca_tensor *out;
+    ca_status st = op_call(op, n, (ca_tensor *const *)in, a, &out, NULL);
+    if (st != CA_OK) {
+        b->status = st;
+        return NULL;
+    }
+    if (!track((ca_eager_builder *)b, out)) {
+        ca_tensor_release(out);
+        b->status = err_nomem("the backward's list of temporaries");
+        return NULL;
+    }
+    return bv_of(out);
+}
+
+static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
+    const ca_saved *s = &n->saved[k];
+    const ca_op_def *row = op_def(n->op);
+    const char *field = row->fields[s->field].name;
+    if (n->released) {
+        b->status = err_set(
+            CA_STATUS_AUTOGRAD,
+            "Trying to backward through the graph a second time (or to read saved tensors after "
+            "they were freed): %s's saved '%s' was freed by an earlier backward. Pass "
+            "retain_graph=true to the first backward if you need to backward twice.",
+            row->node_name, field);
+        return NULL;
+    }
+    if (!s->t) /* an optional input that was not given */
+        return NULL;
+    if (s->t->storage->version != s->version) {
+        char d[128];
+        b->status = err_set(
+            CA_STATUS_AUTOGRAD,
+            "one of the tensors needed for gradient computation has been modified by an in-place "
+            "operation: %s, saved as '%s' by %s, is at version %llu; expected version %llu. Do "
+            "not change it in place before backward(), or change a copy (ca_contiguous of a "
+            "clone) instead.",
+            ca_tensor_describe(s->t, d, sizeof d), field, row->node_name,
+            (unsigned long long)s->t->storage->version, (unsigned long long)s->version);
+        return NULL;
+    }
+    return bv_of(s->t);
+}
+
+static const ca_meta *eager_meta(ca_builder *b, ca_bval v) {
+    ca_eager_builder *eb = (ca_eager_builder *)b;
+    ca_meta *m = &eb->metas[eb->next_meta++ % 16];
+    tensor_meta(bv_tensor(v), m);
+    return m;
+}
+
+static ca_bval eager_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
+                                     uint32_t dim_mask) {
+    double count = 1;
+    for (int d = 0; d < m->ndim; d++)
+        if (dim_mask & (1u << d))
+            count *= (double)m->shape[d];
+    return bx_mul_s(b, x, 1.0 / count);
+}
+
+static const ca_builder_vtbl eager_vtbl = {eager_apply, eager_saved, eager_meta,
+                                           eager_scale_inv_numel};
+
+void eager_builder_init(ca_eager_builder *eb) {
+    memset(eb, 0, sizeof *eb);
+    eb->base.vt = &eager_vtbl;
+    eb->base.status = CA_OK;
+}
+
+void eager_scope_end(ca_eager_builder *eb) {
+    for (int i = 0; i < eb->n_temps; i++)
+        ca_tensor_release(eb->temps[i]);
+    mem_free(eb->temps);
+    eb->temps = NULL;
+    eb->n_temps = eb->cap_temps = 0;
+}

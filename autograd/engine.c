@@ -1,0 +1,515 @@
+/* engine.c - the eager backward: ca_backward (loss.backward) and ca_grad (autograd.grad).
+ *
+ * A backward is four passes over the nodes reachable from the roots:
+ *  1. discover: depth-first walk, counting for each node how many edges point at it;
+ *  2. order: Kahn's algorithm, picking the most recently created ready node first (as
+ *     PyTorch does), which gives one deterministic topological order;
+ *  3. prune: for autograd.grad, keep only nodes on a path to a requested input;
+ *  4. run: each node's incoming gradient (summed over fan-in) goes through its tensor
+ *     hooks, then its derivative rule (eager builder), and on to its next edges.
+ * A later issue's compiled backward reuses passes 1-2 to walk the graph for its cache key.
+ */
+#include "autograd/builder.h"
+
+#include <string.h>
+
+typedef enum { RUN_ACCUMULATE, RUN_CAPTURE } run_mode;
+
+typedef struct {
+    ca_node **v;
+    int n, cap;
+} node_vec;
+
+typedef struct {
+    run_mode mode;
+    bool retain_graph;
+    uint64_t epoch;
+    node_vec nodes; /* discovery order */
+    node_vec order; /* execution order */
+    /* autograd.grad: gradient captured at each requested input's node */
+    int n_cap;
+    ca_node **cap_nodes;
+    ca_tensor **cap_grads;
+} engine_run;
+
+static uint64_t epoch_counter = 0;
+
+static ca_status vec_push(node_vec *vec, ca_node *n) {
+    if (vec->n == vec->cap) {
+        int cap = vec->cap ? vec->cap * 2 : 64;
+        ca_node **grown = mem_alloc(sizeof(ca_node *) * (size_t)cap);
+        if (!grown)
+            return err_nomem("the backward's node list");
+        if (vec->n)
+            memcpy(grown, vec->v, sizeof(ca_node *) * (size_t)vec->n);
+        mem_free(vec->v);
+        vec->v = grown;
+        vec->cap = cap;
+    }
+    vec->v[vec->n++] = n;
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * 1. discover
+ */
+static ca_status discover(engine_run *r, ca_node *const *roots, int n_roots) {
+    node_vec stack = {0};
+    ca_status st = CA_OK;
+    for (int i = 0; i < n_roots && st == CA_OK; i++) {
+        if (roots[i]->epoch == r->epoch)
+            continue;
+        roots[i]->epoch = r->epoch;
+        roots[i]->deps = 0;
+        if ((st = vec_push(&r->nodes, roots[i])) == CA_OK)
+            st = vec_push(&stack, roots[i]);
+    }
+    while (st == CA_OK && stack.n > 0) {
+        ca_node *n = stack.v[--stack.n];
+        for (int i = 0; i < n->n_in && st == CA_OK; i++) {
+            ca_node *c = n->next[i].fn;
+            if (!c)
+                continue;
+            if (c->epoch != r->epoch) {
+                c->epoch = r->epoch;
+                c->deps = 0;
+                c->needed = false;
+                if ((st = vec_push(&r->nodes, c)) == CA_OK)
+                    st = vec_push(&stack, c);
+            }
+            c->deps++;
+        }
+    }
+    mem_free(stack.v);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * 2. order: a max-heap on creation sequence number
+ */
+static void heap_push(node_vec *h, ca_node *n) {
+    int i = h->n++;
+    h->v[i] = n;
+    while (i > 0 && h->v[(i - 1) / 2]->seq < h->v[i]->seq) {
+        ca_node *t = h->v[i];
+        h->v[i] = h->v[(i - 1) / 2];
+        h->v[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static ca_node *heap_pop(node_vec *h) {
+    ca_node *top = h->v[0];
+    h->v[0] = h->v[--h->n];
+    for (int i = 0;;) {
+        int l = 2 * i + 1, rr = l + 1, m = i;
+        if (l < h->n && h->v[l]->seq > h->v[m]->seq)
+            m = l;
+        if (rr < h->n && h->v[rr]->seq > h->v[m]->seq)
+            m = rr;
+        if (m == i)
+            break;
+        ca_node *t = h->v[i];
+        h->v[i] = h->v[m];
+        h->v[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+static ca_status order(engine_run *r) {
+    node_vec heap = {0};
+    int n = r->nodes.n;
+    heap.v = mem_alloc(sizeof(ca_node *) * (size_t)n);
+    r->order.v = mem_alloc(sizeof(ca_node *) * (size_t)n);
+    if (!heap.v || !r->order.v) {
+        mem_free(heap.v);
+        return err_nomem("the backward's execution order");
+    }
+    r->order.cap = n;
+    /* deps is consumed here and restored below for the run */
+    for (int i = 0; i < n; i++)
+        if (r->nodes.v[i]->deps == 0)
+            heap_push(&heap, r->nodes.v[i]);
+    while (heap.n > 0) {
+        ca_node *x = heap_pop(&heap);
+        r->order.v[r->order.n++] = x;
+        for (int i = 0; i < x->n_in; i++) {
+            ca_node *c = x->next[i].fn;
+            if (c && --c->deps == 0)
+                heap_push(&heap, c);
+        }
+    }
+    mem_free(heap.v);
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * 3. prune (autograd.grad only): a node is needed if it leads to a requested input
+ */
+static void mark_needed(engine_run *r) {
+    for (int i = 0; i < r->nodes.n; i++)
+        r->nodes.v[i]->needed = r->mode == RUN_ACCUMULATE;
+    if (r->mode == RUN_ACCUMULATE)
+        return;
+    for (int i = 0; i < r->n_cap; i++)
+        if (r->cap_nodes[i])
+            r->cap_nodes[i]->needed = true;
+    for (int i = r->order.n - 1; i >= 0; i--) {
+        ca_node *x = r->order.v[i];
+        for (int k = 0; k < x->n_in && !x->needed; k++)
+            if (x->next[k].fn && x->next[k].fn->needed)
+                x->needed = true;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * 4. run
+ */
+static void release_saved(ca_node *n) {
+    for (int i = 0; i < n->n_saved; i++) {
+        ca_tensor_release(n->saved[i].t);
+        n->saved[i].t = NULL;
+    }
+    n->released = true;
+}
+
+/* buf += g, out of place: buf and g may alias tensors the user or a saved value holds. */
+static ca_status buffer_add(ca_node *n, ca_tensor *g) {
+    if (!n->buf) {
+        n->buf = ca_tensor_retain(g);
+        return CA_OK;
+    }
+    ca_tensor *in[2] = {n->buf, g}, *sum;
+    CA_CHECK(tensor_pointwise(KPW_ADD, &n->out_meta, 2, in, 1.0, 0, &sum));
+    ca_tensor_release(n->buf);
+    n->buf = sum;
+    return CA_OK;
+}
+
+/* .grad += g. The first gradient is stolen when nothing else can see it, else copied, so a
+ * later in-place accumulation never writes into a tensor someone else holds. */
+static ca_status accumulate_grad(ca_tensor *leaf, ca_tensor *g) {
+    if (!leaf->grad) {
+        bool private = g->refcnt == 1 && g->storage->refcnt == 1 && ca_tensor_is_contiguous(g);
+        if (private) {
+            leaf->grad = ca_tensor_retain(g);
+            return CA_OK;
+        }
+        ca_meta m;
+        tensor_meta(g, &m);
+        return tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &leaf->grad);
+    }
+    ca_tensor *acc = leaf->grad;
+    kern_src src[2];
+    tensor_src(acc, acc->ndim, acc->shape, &src[0]);
+    tensor_src(g, acc->ndim, acc->shape, &src[1]);
+    kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape, tensor_ptr(acc),
+                   acc->strides, src, 1.0, 0);
+    tensor_bump_version(acc);
+    return CA_OK;
+}
+
+static ca_status check_grad_meta(const ca_node *n, int i, ca_tensor *g) {
+    ca_meta m;
+    tensor_meta(g, &m);
+    if (meta_same_shape(&m, &n->in_meta[i]) && m.dtype == n->in_meta[i].dtype)
+        return CA_OK;
+    char s1[96], s2[96];
+    return err_set(CA_STATUS_INTERNAL,
+                   "derivative rule of %s returned a gradient of %s%s for input %d, which is "
+                   "%s%s; please report this bug",
+                   node_name(n), ca_dtype_name(m.dtype), err_shape_str(m.ndim, m.shape, s1, 96), i,
+                   ca_dtype_name(n->in_meta[i].dtype),
+                   err_shape_str(n->in_meta[i].ndim, n->in_meta[i].shape, s2, 96));
+}
+
+/* Run n's derivative rule on g and pass the results along its needed edges. */
+static ca_status run_rule(ca_node *n, ca_tensor *g) {
+    const ca_op_def *row = op_def(n->op);
+    ca_bval local[8], *gin = local;
+    if (n->n_in > 8 && !(gin = mem_alloc(sizeof(ca_bval) * (size_t)n->n_in)))
+        return err_nomem("a rule's gradient list");
+    memset(gin, 0, sizeof(ca_bval) * (size_t)n->n_in);
+    ca_eager_builder eb;
+    eager_builder_init(&eb);
+    bool prev = ca_set_grad_enabled(false);
+    row->backward(&eb.base, n, bv_of(g), gin);
+    ca_set_grad_enabled(prev);
+    ca_status st = eb.base.status;
+    for (int i = 0; i < n->n_in && st == CA_OK; i++) {
+        ca_node *c = n->next[i].fn;
+        if (!c || !c->needed)
+            continue;
+        if (!gin[i])
+            st = err_set(CA_STATUS_INTERNAL, "derivative rule of %s gave no gradient for input "
+                                             "%d; please report this bug",
+                         row->node_name, i);
+        else if ((st = check_grad_meta(n, i, bv_tensor(gin[i]))) == CA_OK)
+            st = buffer_add(c, bv_tensor(gin[i]));
+    }
+    eager_scope_end(&eb);
+    if (gin != local)
+        mem_free(gin);
+    return st;
+}
+
+static void capture(engine_run *r, ca_node *n, ca_tensor *g) {
+    for (int i = 0; i < r->n_cap; i++)
+        if (r->cap_nodes[i] == n && !r->cap_grads[i])
+            r->cap_grads[i] = ca_tensor_retain(g);
+}
+
+/* Retain-grad: the tensor's .grad gets this gradient (summed over backwards). */
+static ca_status retain_grad(ca_node *n, ca_tensor *g) {
+    ca_tensor *t = n->retained;
+    if (!t->grad) { /* a copy: g goes on to the rule, which must not see later writes */
+        ca_meta m;
+        tensor_meta(g, &m);
+        return tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &t->grad);
+    }
+    return accumulate_grad(t, g);
+}
+
+/* A node's rule runs only if one of its edges leads somewhere needed: autograd.grad
+ * w.r.t. a non-leaf y stops at y and leaves y's own grad_fn (and its saved values) alone. */
+static bool leads_on(const ca_node *n) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->next[i].fn && n->next[i].fn->needed)
+            return true;
+    return false;
+}
+
+static ca_status run_node(engine_run *r, ca_node *n) {
+    ca_tensor *g = n->buf;
+    n->buf = NULL;
+    if (!g) /* nothing flowed here (pruned parents) */
+        return CA_OK;
+    bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
+    ca_hook *hooks = is_acc ? (n->leaf ? n->leaf->hooks : NULL) : n->pre_hooks;
+    ca_status st = hook_run_pre(hooks, &g, &n->out_meta, node_name(n));
+    if (st == CA_OK && r->mode == RUN_ACCUMULATE && n->retained)
+        st = retain_grad(n, g);
+    if (st == CA_OK && r->mode == RUN_CAPTURE)
+        capture(r, n, g);
+    bool ran_rule = false;
+    if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
+        st = accumulate_grad(n->leaf, g);
+        if (st == CA_OK)
+            st = hook_run_post(n->leaf->post_acc_hooks, n->leaf);
+    } else if (st == CA_OK && !is_acc && leads_on(n)) {
+        st = run_rule(n, g);
+        ran_rule = true;
+    }
+    ca_tensor_release(g);
+    if (st == CA_OK && ran_rule && !r->retain_graph)
+        release_saved(n);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Driving a backward
+ */
+static void run_cleanup(engine_run *r) {
+    for (int i = 0; i < r->nodes.n; i++) {
+        ca_tensor_release(r->nodes.v[i]->buf);
+        r->nodes.v[i]->buf = NULL;
+    }
+    mem_free(r->nodes.v);
+    mem_free(r->order.v);
+}
+
+/* roots[i] receives grads[i] (borrowed); every root must differ from NULL. */
+static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tensor *const *grads,
+                                  int n_roots) {
+    r->epoch = ++epoch_counter;
+    ca_status st = discover(r, roots, n_roots);
+    if (st == CA_OK)
+        st = order(r);
+    if (st == CA_OK) {
+        mark_needed(r);
+        for (int i = 0; i < n_roots && st == CA_OK; i++)
+            st = buffer_add(roots[i], grads[i]);
+    }
+    for (int i = 0; i < r->order.n && st == CA_OK; i++)
+        if (r->order.v[i]->needed)
+            st = run_node(r, r->order.v[i]);
+    run_cleanup(r);
+    return st;
+}
+
+/* The node a root tensor's gradient enters: its grad_fn, or its AccumulateGrad if it is a
+ * leaf (new reference). */
+static ca_status root_node(ca_tensor *t, const char *fn, int i, ca_node **out) {
+    if (!t->requires_grad)
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "%s: output %d does not require grad and has no grad_fn, so there is "
+                       "nothing to differentiate; set requires_grad on an input it depends on "
+                       "(and keep grad mode on while computing it)",
+                       fn, i);
+    if (t->grad_fn) {
+        *out = node_retain(t->grad_fn);
+        return CA_OK;
+    }
+    return node_grad_accumulator(t, out);
+}
+
+/* The seed gradient for output t: the given one (checked) or ones for one element. */
+static ca_status root_grad(ca_tensor *t, ca_tensor *given, const char *fn, ca_tensor **out) {
+    ca_meta m;
+    tensor_meta(t, &m);
+    if (!given) {
+        if (meta_numel(&m) != 1) {
+            char s[96];
+            return err_set(CA_STATUS_AUTOGRAD,
+                           "%s: grad can be implicitly created only for outputs with one "
+                           "element, and this output has shape %s; pass an explicit gradient "
+                           "(ca_backward_ex with options.gradient) or reduce it first (ca_sum)",
+                           fn, err_shape_str(m.ndim, m.shape, s, sizeof s));
+        }
+        return tensor_full(&m, 1.0, out);
+    }
+    ca_meta gm;
+    tensor_meta(given, &gm);
+    if (!meta_same_shape(&m, &gm) || m.dtype != gm.dtype) {
+        char s1[96], s2[96];
+        return err_set(CA_STATUS_SHAPE,
+                       "%s: the gradient is %s%s but the output is %s%s; pass a gradient of the "
+                       "output's shape and dtype",
+                       fn, ca_dtype_name(gm.dtype), err_shape_str(gm.ndim, gm.shape, s1, 96),
+                       ca_dtype_name(m.dtype), err_shape_str(m.ndim, m.shape, s2, 96));
+    }
+    *out = ca_tensor_retain(given);
+    return CA_OK;
+}
+
+/* Seeds and root nodes for n outputs. On failure everything made is released. */
+static ca_status roots_prepare(int n, ca_tensor *const *outs, ca_tensor *const *given,
+                               const char *fn, ca_node **nodes, ca_tensor **grads) {
+    ca_status st = CA_OK;
+    int i = 0;
+    for (; i < n && st == CA_OK; i++) {
+        nodes[i] = NULL;
+        grads[i] = NULL;
+        if (!outs[i])
+            st = err_set(CA_STATUS_INVALID, "%s: output %d is NULL; pass a valid tensor", fn, i);
+        if (st == CA_OK)
+            st = root_node(outs[i], fn, i, &nodes[i]);
+        if (st == CA_OK)
+            st = root_grad(outs[i], given ? given[i] : NULL, fn, &grads[i]);
+    }
+    if (st != CA_OK)
+        for (int k = 0; k < i; k++) {
+            node_release(nodes[k]);
+            ca_tensor_release(grads[k]);
+        }
+    return st;
+}
+
+static void roots_release(int n, ca_node **nodes, ca_tensor **grads) {
+    for (int i = 0; i < n; i++) {
+        node_release(nodes[i]);
+        ca_tensor_release(grads[i]);
+    }
+}
+
+ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options) {
+    CA_CHECK(ca_init());
+    CA_ARG_NOT_NULL(root, "ca_backward");
+    ca_backward_options o = options ? *options : (ca_backward_options){0};
+    ca_node *node;
+    ca_tensor *grad;
+    CA_CHECK(roots_prepare(1, &root, &o.gradient, "ca_backward", &node, &grad));
+    engine_run r = {.mode = RUN_ACCUMULATE, .retain_graph = o.retain_graph};
+    ca_status st = engine_run_graph(&r, &node, &grad, 1);
+    roots_release(1, &node, &grad);
+    return st;
+}
+
+ca_status ca_backward(ca_tensor *loss) { return ca_backward_ex(loss, NULL); }
+
+/* The node whose incoming gradient is d/d(input), or NULL if no graph reaches it. */
+static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out) {
+    if (!t)
+        return err_set(CA_STATUS_INVALID, "ca_grad: input %d is NULL; pass a valid tensor", i);
+    if (!t->requires_grad)
+        return err_set(CA_STATUS_AUTOGRAD, "ca_grad: input %d does not require grad, so it has "
+                                           "no gradient; set requires_grad on it before the "
+                                           "forward",
+                       i);
+    ca_node *n = t->grad_fn ? t->grad_fn : t->grad_accumulator;
+    *out = n && n->epoch == epoch ? n : NULL;
+    return CA_OK;
+}
+
+static ca_status grad_collect(engine_run *r, int n_in, ca_tensor *const *inputs,
+                              bool allow_unused, ca_tensor **grads) {
+    for (int i = 0; i < n_in; i++) {
+        grads[i] = r->cap_grads[i];
+        r->cap_grads[i] = NULL;
+        if (!grads[i] && !allow_unused) {
+            for (int k = 0; k <= i; k++) {
+                ca_tensor_release(grads[k]);
+                grads[k] = NULL;
+            }
+            for (int k = i + 1; k < n_in; k++)
+                ca_tensor_release(r->cap_grads[k]);
+            return err_set(CA_STATUS_AUTOGRAD,
+                           "ca_grad: input %d was not used to compute the outputs, so its "
+                           "gradient is undefined; set options.allow_unused to get NULL instead",
+                           i);
+        }
+    }
+    return CA_OK;
+}
+
+/* Discovery runs inside engine_run_graph, but capture nodes must be known before the run.
+ * So discovery happens first here, and the run re-discovers with a fresh epoch (cheap). */
+static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots, int n_in,
+                              ca_tensor *const *inputs) {
+    engine_run probe = {.mode = RUN_CAPTURE};
+    probe.epoch = ++epoch_counter;
+    ca_status st = discover(&probe, roots, n_roots);
+    mem_free(probe.nodes.v);
+    for (int i = 0; i < n_in && st == CA_OK; i++)
+        st = capture_node(inputs[i], i, probe.epoch, &r->cap_nodes[i]);
+    return st;
+}
+
+ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs,
+                  ca_tensor *const *inputs, const ca_grad_options *options, ca_tensor **grads) {
+    CA_CHECK(ca_init());
+    CA_ARG_NOT_NULL(grads, "ca_grad");
+    for (int i = 0; i < n_inputs; i++)
+        grads[i] = NULL;
+    CA_ARG_NOT_NULL(outputs, "ca_grad");
+    CA_ARG_NOT_NULL(inputs, "ca_grad");
+    if (n_outputs < 1 || n_inputs < 1)
+        return err_set(CA_STATUS_INVALID, "ca_grad: needs at least one output and one input (got "
+                                          "%d and %d)",
+                       n_outputs, n_inputs);
+    ca_grad_options o = options ? *options : (ca_grad_options){0};
+    size_t n_ptrs = (size_t)n_outputs * 2 + (size_t)n_inputs * 2;
+    void **mem = mem_calloc(n_ptrs, sizeof(void *));
+    if (!mem)
+        return err_nomem("ca_grad's bookkeeping");
+    ca_node **roots = (ca_node **)mem;
+    ca_tensor **seeds = (ca_tensor **)(mem + n_outputs);
+    engine_run r = {.mode = RUN_CAPTURE, .retain_graph = o.retain_graph, .n_cap = n_inputs};
+    r.cap_nodes = (ca_node **)(mem + 2 * n_outputs);
+    r.cap_grads = (ca_tensor **)(mem + 2 * n_outputs + n_inputs);
+    ca_status st = roots_prepare(n_outputs, outputs, o.grad_outputs, "ca_grad", roots, seeds);
+    if (st == CA_OK) {
+        st = grad_targets(&r, roots, n_outputs, n_inputs, inputs);
+        if (st == CA_OK)
+            st = engine_run_graph(&r, roots, seeds, n_outputs);
+        if (st == CA_OK)
+            st = grad_collect(&r, n_inputs, inputs, o.allow_unused, grads);
+        else
+            for (int i = 0; i < n_inputs; i++)
+                ca_tensor_release(r.cap_grads[i]);
+        roots_release(n_outputs, roots, seeds);
+    }
+    mem_free(mem);
+    return st;
+}

@@ -1,0 +1,153 @@
+/* hook.c - tensor pre-hooks and post-accumulate-grad hooks.
+ *
+ * A leaf keeps its hooks itself; a non-leaf's pre-hooks live on its grad_fn, so they run
+ * even after the user drops the tensor (as in PyTorch). Handles are process-unique ids.
+ */
+#include "autograd/internal.h"
+
+#include <stdatomic.h>
+
+static atomic_uint_fast64_t next_hook_id = 1;
+
+void hook_list_free(ca_hook **list) {
+    ca_hook *h = *list;
+    *list = NULL;
+    while (h) {
+        ca_hook *next = h->next;
+        if (h->ctx_free)
+            h->ctx_free(h->ctx);
+        mem_free(h);
+        h = next;
+    }
+}
+
+static ca_status hook_append(ca_hook **list, ca_hook *h) {
+    while (*list)
+        list = &(*list)->next;
+    *list = h;
+    return CA_OK;
+}
+
+static ca_status hook_new(hook_kind kind, void *ctx, ca_ctx_free_fn ctx_free, ca_hook **out) {
+    ca_hook *h = mem_calloc(1, sizeof *h);
+    if (!h)
+        return err_nomem("a hook");
+    h->id = atomic_fetch_add(&next_hook_id, 1);
+    h->kind = kind;
+    h->ctx = ctx;
+    h->ctx_free = ctx_free;
+    *out = h;
+    return CA_OK;
+}
+
+ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
+                                  ca_ctx_free_fn ctx_free, ca_hook_handle *handle) {
+    CA_ARG_NOT_NULL(t, "ca_tensor_register_hook");
+    CA_ARG_NOT_NULL(fn, "ca_tensor_register_hook");
+    if (!t->requires_grad)
+        return err_set(CA_STATUS_AUTOGRAD, "ca_tensor_register_hook: cannot register a hook on "
+                                           "a tensor that does not require grad; call "
+                                           "ca_tensor_set_requires_grad(t, true) on the leaf "
+                                           "first");
+    ca_hook *h = NULL;
+    CA_CHECK(hook_new(HOOK_PRE, ctx, ctx_free, &h));
+    h->pre = fn;
+    hook_append(t->grad_fn ? &t->grad_fn->pre_hooks : &t->hooks, h);
+    if (handle)
+        *handle = h->id;
+    return CA_OK;
+}
+
+ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t,
+                                                       ca_post_accumulate_hook_fn fn,
+                                                       void *ctx, ca_ctx_free_fn ctx_free,
+                                                       ca_hook_handle *handle) {
+    CA_ARG_NOT_NULL(t, "ca_tensor_register_post_accumulate_grad_hook");
+    CA_ARG_NOT_NULL(fn, "ca_tensor_register_post_accumulate_grad_hook");
+    if (t->grad_fn || !t->requires_grad)
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "ca_tensor_register_post_accumulate_grad_hook: post-accumulate-grad hooks "
+                       "can only be registered on leaf tensors that require grad (this tensor %s)",
+                       t->grad_fn ? "is not a leaf" : "does not require grad");
+    ca_hook *h = NULL;
+    CA_CHECK(hook_new(HOOK_POST_ACCUMULATE, ctx, ctx_free, &h));
+    h->post = fn;
+    hook_append(&t->post_acc_hooks, h);
+    if (handle)
+        *handle = h->id;
+    return CA_OK;
+}
+
+static bool hook_unlink(ca_hook **list, ca_hook_handle id) {
+    for (; *list; list = &(*list)->next) {
+        if ((*list)->id != id)
+            continue;
+        ca_hook *h = *list;
+        *list = h->next;
+        h->next = NULL;
+        hook_list_free(&h);
+        return true;
+    }
+    return false;
+}
+
+ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle) {
+    CA_ARG_NOT_NULL(t, "ca_tensor_remove_hook");
+    if (hook_unlink(&t->hooks, handle) || hook_unlink(&t->post_acc_hooks, handle) ||
+        (t->grad_fn && hook_unlink(&t->grad_fn->pre_hooks, handle)))
+        return CA_OK;
+    return err_set(CA_STATUS_INVALID, "ca_tensor_remove_hook: no hook with handle %llu is "
+                                      "registered on this tensor (already removed, or registered "
+                                      "on another tensor)",
+                   (unsigned long long)handle);
+}
+
+ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
+                       const char *owner) {
+    for (ca_hook *h = list; h; h = h->next) {
+        ca_tensor *repl = NULL;
+        uint64_t gen = err_generation();
+        ca_status st = h->pre(*grad, &repl, h->ctx);
+        if (st != CA_OK) {
+            ca_tensor_release(repl);
+            if (err_generation() == gen)
+                return err_set(CA_STATUS_HOOK, "a tensor hook on the output of %s failed with "
+                                               "%s and set no message",
+                               owner, ca_status_name(st));
+            return st;
+        }
+        if (!repl)
+            continue;
+        ca_meta m;
+        tensor_meta(repl, &m);
+        if (!meta_same_shape(&m, expect) || m.dtype != expect->dtype) {
+            char s1[96], s2[96];
+            ca_tensor_release(repl);
+            return err_set(CA_STATUS_HOOK,
+                           "a tensor hook on the output of %s returned a gradient of %s%s, but "
+                           "the tensor is %s%s; a hook must return a gradient of the same shape "
+                           "and dtype (or none)",
+                           owner, ca_dtype_name(m.dtype), err_shape_str(m.ndim, m.shape, s1, 96),
+                           ca_dtype_name(expect->dtype),
+                           err_shape_str(expect->ndim, expect->shape, s2, 96));
+        }
+        ca_tensor_release(*grad);
+        *grad = repl;
+    }
+    return CA_OK;
+}
+
+ca_status hook_run_post(ca_hook *list, ca_tensor *leaf) {
+    for (ca_hook *h = list; h; h = h->next) {
+        uint64_t gen = err_generation();
+        ca_status st = h->post(leaf, h->ctx);
+        if (st != CA_OK) {
+            if (err_generation() == gen)
+                return err_set(CA_STATUS_HOOK, "a post-accumulate-grad hook failed with %s and "
+                                               "set no message",
+                               ca_status_name(st));
+            return st;
+        }
+    }
+    return CA_OK;
+}

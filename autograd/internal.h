@@ -1,0 +1,377 @@
+/* internal.h - the objects of the autograd layer: tensors, storage, nodes, the op table.
+ *
+ * Layering: autograd sits on graph and codegen and knows about refcounts, hooks and
+ * versions. Everything here is private to the library; include/cagrad.h is the public
+ * face. Module prefixes: tensor_ (tensor.c), op_ (op.c, the generic op call), engine_
+ * (engine.c), hook_ (hook.c), mem_ (alloc.c), err_ (error.c).
+ */
+#ifndef CAGRAD_INTERNAL_H
+#define CAGRAD_INTERNAL_H
+
+#include "cagrad.h"
+#include "codegen/kern.h"
+
+#include <stdarg.h>
+
+typedef struct ca_node ca_node;
+typedef struct ca_hook ca_hook;
+
+/* ---------------------------------------------------------------------------------------
+ * Errors (error.c). err_set formats the thread's message and returns status, so a
+ * failing path reads `return err_set(CA_STATUS_SHAPE, "...")`.
+ */
+ca_status err_set(ca_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ca_status err_nomem(const char *what);
+/* A counter bumped by every error set on this thread: compare before and after a
+ * callback to learn whether it set a message, without clearing the user's last error. */
+uint64_t err_generation(void);
+/* "[2, 3]" into buf */
+const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
+
+#define CA_CHECK(expr)                                                                     \
+    do {                                                                                   \
+        ca_status ca_check_st_ = (expr);                                                   \
+        if (ca_check_st_ != CA_OK)                                                         \
+            return ca_check_st_;                                                           \
+    } while (0)
+
+#define CA_ARG_NOT_NULL(p, fn)                                                             \
+    do {                                                                                   \
+        if ((p) == NULL)                                                                   \
+            return err_set(CA_STATUS_INVALID, "%s: argument '%s' is NULL; pass a valid "   \
+                                              "pointer",                                   \
+                           fn, #p);                                                        \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------
+ * Memory (alloc.c). Every byte goes through the installed ca_allocator.
+ */
+void *mem_alloc(size_t size);               /* 16-byte aligned; NULL on failure */
+void *mem_alloc_aligned(size_t size, size_t align);
+void *mem_calloc(size_t n, size_t size);
+void mem_free(void *p);
+
+/* ---------------------------------------------------------------------------------------
+ * Shapes
+ */
+typedef struct {
+    int n;
+    int64_t v[CA_MAX_DIMS];
+} ca_ints;
+
+/* dtype and shape of a value, without data: what shape rules compute */
+typedef struct {
+    ca_dtype dtype;
+    int ndim;
+    int64_t shape[CA_MAX_DIMS];
+} ca_meta;
+
+int64_t meta_numel(const ca_meta *m);
+bool meta_same_shape(const ca_meta *a, const ca_meta *b);
+/* Broadcast a and b (NumPy rules) into out; on failure an error naming both shapes. */
+ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op);
+/* Normalise a possibly negative dim against ndim (ndim 0 accepts -1 and 0, as PyTorch);
+ * error naming the op and the valid range otherwise. */
+ca_status dim_normalize(int64_t *dim, int ndim, const char *op);
+
+static inline kern_dtype kdt(ca_dtype dt) { return (kern_dtype)dt; }
+
+/* ---------------------------------------------------------------------------------------
+ * Storage and tensors (tensor.c)
+ */
+typedef struct ca_storage {
+    int64_t refcnt;
+    void *data;
+    size_t nbytes;
+    uint64_t version; /* shared by every view: bumped by each in-place write */
+} ca_storage;
+
+struct ca_tensor {
+    int64_t refcnt;
+    ca_dtype dtype;
+    int ndim;
+    int64_t shape[CA_MAX_DIMS];
+    int64_t strides[CA_MAX_DIMS]; /* elements */
+    int64_t offset;               /* elements */
+    ca_storage *storage;
+
+    bool requires_grad;
+    bool retains_grad;
+    ca_tensor *grad;          /* strong */
+    ca_node *grad_fn;         /* strong; NULL for leaves */
+    ca_node *grad_accumulator; /* weak: the leaf's AccumulateGrad node, cleared when freed */
+    ca_hook *hooks;           /* leaf only: tensor pre-hooks (non-leaf ones live on grad_fn) */
+    ca_hook *post_acc_hooks;  /* leaf only */
+};
+
+/* A new contiguous tensor with uninitialised data. */
+ca_status tensor_new(const ca_meta *m, ca_tensor **out);
+/* A new tensor header aliasing t's storage with the given geometry (a view). */
+ca_status tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                       int64_t offset, ca_tensor **out);
+void tensor_meta(const ca_tensor *t, ca_meta *out);
+void tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+void *tensor_ptr(const ca_tensor *t); /* element (0,...,0) */
+/* Strides of t broadcast to out_ndim/out_shape (0 on broadcast dims) as a kernel source. */
+void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src);
+/* Run a pointwise kernel writing a fresh contiguous tensor of shape m. */
+ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in,
+                           double p0, double p1, ca_tensor **out);
+/* A contiguous tensor with t's values: a new ref to t itself if already contiguous. */
+ca_status tensor_contiguous(ca_tensor *t, ca_tensor **out);
+/* Bump the version counter: call after every in-place write. */
+void tensor_bump_version(ca_tensor *t);
+/* Raw, autograd-free fills used by creation functions and the engine. */
+ca_status tensor_full(const ca_meta *m, double value, ca_tensor **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Op attributes: the non-tensor arguments of one op call. One struct for every op so
+ * nodes, the builders and (later) the compiled-autograd key can treat them generically.
+ * Each op's table row says which fields it uses and what they mean.
+ */
+typedef struct ca_attrs {
+    double s[2];  /* scalars: alpha, slope, bounds, beta/threshold, p, eps, fill value */
+    int64_t i[4]; /* ints: dim, start, length, step, reduction, ignore_index, flags */
+    ca_ints dims; /* a dim list or permutation */
+    ca_ints shape; /* a target shape */
+} ca_attrs;
+
+/* ---------------------------------------------------------------------------------------
+ * Nodes (one per differentiable op call; node.c)
+ */
+typedef struct {
+    ca_node *fn;  /* strong; NULL when no gradient flows to this input */
+    int input_nr; /* which input of fn receives it (always 0: nodes have one output) */
+} ca_edge;
+
+typedef struct {
+    ca_tensor *t;     /* a detached alias (no grad_fn, so no reference cycle) */
+    uint64_t version; /* storage version when saved */
+    int field;        /* index into the op row's fields, for error messages */
+} ca_saved;
+
+#define CA_MAX_SAVED 4
+
+struct ca_node {
+    int64_t refcnt;
+    int op;         /* ca_op_id */
+    int graph_id;   /* forward graph it was recorded in */
+    uint64_t seq;   /* creation order: later nodes run first among ready ones */
+    ca_attrs attrs; /* canonical (normalised) attributes */
+    ca_meta out_meta; /* the gradient this node receives has this dtype and shape */
+    int n_in;
+    ca_edge *next;     /* n_in entries */
+    ca_meta *in_meta;  /* n_in entries: dtype and shape of each input */
+    int n_saved;
+    ca_saved saved[CA_MAX_SAVED];
+    bool released; /* saved values freed by a backward without retain_graph */
+
+    ca_hook *pre_hooks;  /* tensor hooks of the node's output, in registration order */
+    ca_tensor *retained; /* weak: the output tensor when it retains its grad */
+    ca_tensor *leaf;     /* AccumulateGrad only: strong ref to the leaf */
+
+    /* engine scratch, valid during one backward */
+    uint64_t epoch;
+    int deps;
+    bool needed;
+    ca_tensor *buf; /* gradient accumulated for this node's output */
+    ca_node *free_link; /* node_release's worklist */
+};
+
+ca_status node_alloc(int op, int n_in, ca_node **out);
+
+ca_node *node_retain(ca_node *n);
+void node_release(ca_node *n);
+/* True if the rule must produce a gradient for input i. */
+static inline bool node_needs_grad(const ca_node *n, int i) { return n->next[i].fn != NULL; }
+const char *node_name(const ca_node *n);
+/* The leaf's AccumulateGrad node, created on first use (new reference). */
+ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Hooks (hook.c)
+ */
+typedef enum { HOOK_PRE, HOOK_POST_ACCUMULATE } hook_kind;
+
+struct ca_hook {
+    ca_hook *next;
+    ca_hook_handle id;
+    hook_kind kind;
+    ca_tensor_hook_fn pre;
+    ca_post_accumulate_hook_fn post;
+    void *ctx;
+    ca_ctx_free_fn ctx_free;
+};
+
+void hook_list_free(ca_hook **list);
+/* Run pre-hooks on *grad (a new reference owned by the caller, replaced in place). The
+ * expected meta is checked against each replacement; `owner` names the tensor's node in
+ * messages. */
+ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
+                       const char *owner);
+ca_status hook_run_post(ca_hook *list, ca_tensor *leaf);
+
+/* ---------------------------------------------------------------------------------------
+ * The builder: the interface every derivative rule is written against (builder.h).
+ */
+typedef struct ca_builder ca_builder;
+typedef struct ca_bval_s *ca_bval; /* opaque: a tensor in eager mode, an IR value traced */
+
+/* ---------------------------------------------------------------------------------------
+ * The op table. Each op is one row of data; ops_*.c files each export an array of rows,
+ * and op_table.c gathers them into a table indexed by ca_op_id, checked at start-up.
+ */
+typedef enum {
+    CA_FUSE_POINTWISE,
+    CA_FUSE_REDUCTION,
+    CA_FUSE_GEMM,
+    CA_FUSE_VIEW,
+    CA_FUSE_OPAQUE,
+} ca_fusion_class;
+
+/* What a node keeps from its op call. TENSOR fields are saved tensors (in order, they
+ * become node->saved[0..]); the others name attrs the rule reads, so the compiled
+ * backward can put them in its cache key (scalars, ints) or lift them (sizes). */
+typedef enum {
+    FIELD_TENSOR, /* src: FROM_INPUT(k), FROM_OUTPUT, FROM_AUX(k) */
+    FIELD_INT,    /* attrs.i[idx] */
+    FIELD_DOUBLE, /* attrs.s[idx] */
+    FIELD_DIMS,   /* attrs.dims */
+    FIELD_SIZES,  /* attrs.shape: sizes, lifted to size slots by the compiled backward */
+} ca_field_kind;
+
+typedef enum { FROM_INPUT, FROM_OUTPUT, FROM_AUX, FROM_ATTR } ca_field_src;
+
+typedef struct {
+    const char *name; /* as in logs: "self", "other", "result", "dim" */
+    ca_field_kind kind;
+    ca_field_src src;
+    int idx; /* input or aux number, or attrs index */
+} ca_field_desc;
+
+#define CA_MAX_FIELDS 8
+#define CA_MAX_AUX 2
+
+enum {
+    CA_OPF_NONDIFF = 1u << 0, /* no gradient at all (comparisons, backward-only helpers) */
+};
+
+/* Shape rule: validate inputs and attrs, canonicalise attrs in place (negative dims,
+ * -1 sizes, clamped slices), and compute the output's dtype and shape. Pure: no data. */
+typedef struct ca_op_def ca_op_def;
+typedef ca_status (*ca_shape_fn)(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                 ca_meta *out);
+/* Forward kernel: compute *out (a new tensor of meta `m`, or a view) and any aux outputs
+ * (new references, e.g. argmax indices or layer_norm's mean and rstd). */
+typedef ca_status (*ca_forward_fn)(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                   const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                   ca_tensor **aux);
+/* Derivative rule: given the gradient g of the node's output, set gin[i] for every input
+ * with node_needs_grad(n, i). Errors are sticky in the builder (see builder.h). */
+typedef void (*ca_deriv_fn)(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin);
+
+struct ca_op_def {
+    int id;                /* ca_op_id: the row's place in the table */
+    const char *name;      /* the op: "mul" */
+    const char *node_name; /* its node in logs and grad_fn: "MulBackward0" */
+    ca_fusion_class fusion;
+    int n_in_min, n_in_max; /* tensor inputs (n_in_max -1: unbounded, e.g. cat) */
+    unsigned flags;
+    uint32_t nondiff_inputs; /* bit i: input i never gets a gradient (cond, mask, index) */
+    int n_fields;
+    ca_field_desc fields[CA_MAX_FIELDS];
+    ca_shape_fn shape;
+    ca_forward_fn forward;
+    ca_deriv_fn backward; /* NULL only with CA_OPF_NONDIFF */
+    kern_pw_op pw;        /* pointwise rows: the kernel op */
+};
+
+/* Every op, public and internal. Internal rows (helpers that derivative rules use) are
+ * ops too, so a rule's output is always expressible as graph IR. */
+typedef enum {
+    /* internal: generic pointwise, attrs.i[0] = kern_pw_op, s[0..1] = params */
+    CA_OP_PW,
+    /* pointwise binary */
+    CA_OP_ADD, CA_OP_SUB, CA_OP_MUL, CA_OP_DIV, CA_OP_POW, CA_OP_MAXIMUM, CA_OP_MINIMUM,
+    CA_OP_WHERE, CA_OP_LT, CA_OP_LE, CA_OP_GT, CA_OP_GE, CA_OP_EQ, CA_OP_NE,
+    /* scalar forms: attrs.s[0] = the scalar */
+    CA_OP_ADD_S, CA_OP_SUB_S, CA_OP_RSUB_S, CA_OP_MUL_S, CA_OP_DIV_S, CA_OP_RDIV_S,
+    CA_OP_POW_S, CA_OP_RPOW_S, CA_OP_MAXIMUM_S, CA_OP_MINIMUM_S,
+    CA_OP_LT_S, CA_OP_LE_S, CA_OP_GT_S, CA_OP_GE_S, CA_OP_EQ_S, CA_OP_NE_S,
+    /* unary */
+    CA_OP_NEG, CA_OP_EXP, CA_OP_LOG, CA_OP_SQRT, CA_OP_RSQRT, CA_OP_ABS, CA_OP_SIN,
+    CA_OP_COS, CA_OP_TANH, CA_OP_SIGMOID, CA_OP_RELU, CA_OP_LEAKY_RELU, CA_OP_GELU,
+    CA_OP_SILU, CA_OP_SOFTPLUS, CA_OP_CLAMP, CA_OP_TO_DTYPE,
+    /* reductions: attrs.dims = reduced dims (canonical, sorted), i[0] = keepdim */
+    CA_OP_SUM, CA_OP_MEAN, CA_OP_MAX, CA_OP_MIN, CA_OP_LOGSUMEXP,
+    CA_OP_SUM_TO, /* internal: sum a broadcast gradient back to attrs.shape */
+    /* shape */
+    CA_OP_RESHAPE, CA_OP_VIEW, CA_OP_PERMUTE, CA_OP_EXPAND, CA_OP_SQUEEZE, CA_OP_UNSQUEEZE,
+    CA_OP_SLICE, CA_OP_SELECT, CA_OP_CAT, CA_OP_CONTIGUOUS, CA_OP_MASKED_FILL,
+    CA_OP_SLICE_BACKWARD, /* internal: place x into zeros(attrs.shape) at a slice */
+    /* indexing */
+    CA_OP_INDEX_SELECT, CA_OP_EMBEDDING, CA_OP_GATHER,
+    CA_OP_INDEX_ADD,   /* internal: zeros(attrs.shape).index_add(dim, index, src) */
+    CA_OP_SCATTER_ADD, /* internal: zeros(attrs.shape).scatter_add(dim, index, src) */
+    /* linear algebra: attrs.i[0], i[1] = transpose flags of a and b */
+    CA_OP_MATMUL, CA_OP_MM, CA_OP_BMM, CA_OP_LINEAR,
+    /* nn */
+    CA_OP_SOFTMAX, CA_OP_LOG_SOFTMAX, CA_OP_NLL_LOSS, CA_OP_MSE_LOSS, CA_OP_LAYER_NORM,
+    CA_OP_DROPOUT,
+    CA_OP_NLL_LOSS_BACKWARD, /* internal */
+    /* autograd's own nodes */
+    CA_OP_ACCUMULATE_GRAD,
+    CA_OP__COUNT
+} ca_op_id;
+
+/* Each ops_*.c exports its rows; op_table.c lists these groups. */
+typedef struct {
+    const ca_op_def *rows;
+    int count;
+} ca_op_group;
+
+extern const ca_op_group ops_pointwise, ops_reduce, ops_shape, ops_index, ops_linalg, ops_nn,
+    ops_autograd;
+
+const ca_op_def *op_def(int id);
+/* Checks that every id has exactly one complete row (op_table.c). */
+ca_status op_table_check(void);
+
+/* ---------------------------------------------------------------------------------------
+ * The generic op call (op.c): validate, shape rule, forward, and record a node when grad
+ * mode is on and an input requires grad. aux_out (may be NULL) receives the op's aux
+ * outputs as new references (CA_MAX_AUX entries, unused ones NULL).
+ */
+ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
+                  ca_tensor **out, ca_tensor **aux_out);
+/* Shorthands for the public wrappers. */
+ca_status op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out);
+ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out);
+
+/* Forward kernel shared by every pointwise row: runs row->pw (or attrs.i[0] for
+ * CA_OP_PW) with attrs.s[0..1] as params over broadcast inputs. */
+ca_status op_pointwise_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                               const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                               ca_tensor **aux);
+/* Shape rule shared by pointwise rows: the kernel op's arity, broadcast all inputs, equal
+ * dtypes (float unless the kernel op takes int64), except the cond input of KPW_WHERE
+ * (input 0) and the mask of KPW_MASKED_FILL (input 1), which may be any dtype. The output
+ * takes the other inputs' dtype; comparisons too (1 or 0). */
+ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                             ca_meta *out);
+/* The kernel op of a pointwise row (row->pw, or attrs.i[0] for CA_OP_PW). */
+kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a);
+
+/* ---------------------------------------------------------------------------------------
+ * Grad mode, graph ids, sequence numbers (autograd_state.c)
+ */
+bool grad_mode_enabled(void);
+int graph_current_id(void);
+uint64_t node_next_seq(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Random state (random.c): the global seed and offset the random kernels consume.
+ */
+void random_next(uint64_t *seed, uint64_t **offset);
+
+#endif /* CAGRAD_INTERNAL_H */

@@ -1,0 +1,88 @@
+/* node.c - autograd nodes: refcounts, names, and the leaves' AccumulateGrad nodes.
+ *
+ * Ownership runs one way to avoid cycles: a tensor owns its grad_fn, a node owns the
+ * nodes of its next edges and its saved tensors (detached aliases), and an AccumulateGrad
+ * node owns its leaf. The leaf points back to that node only weakly.
+ */
+#include "autograd/internal.h"
+
+ca_node *node_retain(ca_node *n) {
+    if (n)
+        n->refcnt++;
+    return n;
+}
+
+/* Free the saved aliases (a backward without retain_graph does this too). */
+static void node_free_saved(ca_node *n) {
+    for (int i = 0; i < n->n_saved; i++) {
+        ca_tensor_release(n->saved[i].t);
+        n->saved[i].t = NULL;
+    }
+}
+
+void node_release(ca_node *n) {
+    /* Iterative, with an intrusive worklist, so that freeing a long chain (a graph of 10k
+     * ops) cannot overflow the stack and needs no allocation. */
+    if (!n || --n->refcnt > 0)
+        return;
+    n->free_link = NULL;
+    ca_node *work = n;
+    while (work) {
+        n = work;
+        work = n->free_link;
+        node_free_saved(n);
+        hook_list_free(&n->pre_hooks);
+        ca_tensor_release(n->buf);
+        if (n->retained)
+            n->retained->retains_grad = false;
+        if (n->leaf) {
+            if (n->leaf->grad_accumulator == n)
+                n->leaf->grad_accumulator = NULL;
+            ca_tensor_release(n->leaf);
+        }
+        for (int i = 0; i < n->n_in; i++) {
+            ca_node *c = n->next[i].fn;
+            if (c && --c->refcnt == 0) {
+                c->free_link = work;
+                work = c;
+            }
+        }
+        mem_free(n);
+    }
+}
+
+const char *node_name(const ca_node *n) {
+    const ca_op_def *row = op_def(n->op);
+    return row ? row->node_name : "UnknownBackward";
+}
+
+/* One allocation holds the node and its per-input arrays. */
+ca_status node_alloc(int op, int n_in, ca_node **out) {
+    size_t size = sizeof(ca_node) + (size_t)n_in * (sizeof(ca_edge) + sizeof(ca_meta));
+    ca_node *n = mem_calloc(1, size);
+    if (!n)
+        return err_nomem("an autograd node");
+    n->refcnt = 1;
+    n->op = op;
+    n->n_in = n_in;
+    n->in_meta = (ca_meta *)(n + 1);
+    n->next = (ca_edge *)(n->in_meta + n_in);
+    n->graph_id = graph_current_id();
+    n->seq = node_next_seq();
+    *out = n;
+    return CA_OK;
+}
+
+ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
+    if (leaf->grad_accumulator) {
+        *out = node_retain(leaf->grad_accumulator);
+        return CA_OK;
+    }
+    ca_node *n;
+    CA_CHECK(node_alloc(CA_OP_ACCUMULATE_GRAD, 0, &n));
+    tensor_meta(leaf, &n->out_meta);
+    n->leaf = ca_tensor_retain(leaf);
+    leaf->grad_accumulator = n;
+    *out = n;
+    return CA_OK;
+}

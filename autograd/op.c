@@ -1,0 +1,222 @@
+/* op.c - the generic op call: validate, run the shape rule and the forward kernel, and
+ * record a node when the call needs a gradient.
+ *
+ * Every public op goes through op_call, so recording, saving and the checks around them
+ * exist once. Saved tensors are detached aliases stamped with their storage version:
+ * backward compares the stamp to report a saved tensor that was changed in place.
+ */
+#include "autograd/internal.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------
+ * Recording
+ */
+static ca_status edge_for(ca_tensor *t, ca_edge *e) {
+    e->input_nr = 0;
+    if (t->grad_fn) {
+        e->fn = node_retain(t->grad_fn);
+        return CA_OK;
+    }
+    return node_grad_accumulator(t, &e->fn);
+}
+
+static ca_tensor *field_tensor(const ca_field_desc *f, ca_tensor *const *in, ca_tensor *res,
+                               ca_tensor *const *aux) {
+    switch (f->src) {
+    case FROM_INPUT: return in[f->idx];
+    case FROM_OUTPUT: return res;
+    case FROM_AUX: return aux[f->idx];
+    default: return NULL;
+    }
+}
+
+static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const *in,
+                             ca_tensor *res, ca_tensor *const *aux) {
+    for (int f = 0; f < row->n_fields; f++) {
+        const ca_field_desc *fd = &row->fields[f];
+        if (fd->kind != FIELD_TENSOR)
+            continue;
+        ca_tensor *t = field_tensor(fd, in, res, aux);
+        ca_saved *s = &n->saved[n->n_saved++];
+        s->field = f;
+        if (!t) /* an optional input that was not given (e.g. layer_norm without weight) */
+            continue;
+        CA_CHECK(tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, &s->t));
+        s->version = t->storage->version;
+    }
+    return CA_OK;
+}
+
+static bool input_differentiable(const ca_op_def *row, ca_tensor *const *in, int i) {
+    return !(row->nondiff_inputs & (1u << (i < 31 ? i : 31))) && in[i]->requires_grad;
+}
+
+static bool needs_record(const ca_op_def *row, ca_tensor *const *in, int n_in) {
+    if (!grad_mode_enabled() || (row->flags & CA_OPF_NONDIFF))
+        return false;
+    for (int i = 0; i < n_in; i++)
+        if (input_differentiable(row, in, i))
+            return true;
+    return false;
+}
+
+static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                             const ca_attrs *a, const ca_meta *metas, ca_tensor *res,
+                             ca_tensor *const *aux) {
+    ca_node *n;
+    CA_CHECK(node_alloc(row->id, n_in, &n));
+    n->attrs = *a;
+    tensor_meta(res, &n->out_meta);
+    ca_status st = CA_OK;
+    for (int i = 0; i < n_in && st == CA_OK; i++) {
+        n->in_meta[i] = metas[i];
+        if (input_differentiable(row, in, i))
+            st = edge_for(in[i], &n->next[i]);
+    }
+    if (st == CA_OK)
+        st = save_fields(row, n, in, res, aux);
+    if (st != CA_OK) {
+        node_release(n);
+        return st;
+    }
+    res->grad_fn = n;
+    res->requires_grad = true;
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The call
+ */
+static ca_status check_inputs(const ca_op_def *row, int n_in, ca_tensor *const *in) {
+    bool too_few = n_in < row->n_in_min, too_many = row->n_in_max >= 0 && n_in > row->n_in_max;
+    if (too_few || too_many || (n_in > 0 && !in))
+        return err_set(CA_STATUS_INVALID, "%s: got %d input tensors, expected %d to %d", row->name,
+                       n_in, row->n_in_min, row->n_in_max);
+    for (int i = 0; i < n_in; i++)
+        if (!in[i])
+            return err_set(CA_STATUS_INVALID, "%s: input tensor %d is NULL; pass a valid tensor",
+                           row->name, i);
+    return CA_OK;
+}
+
+static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca_attrs *a,
+                        ca_meta *metas, ca_tensor **out, ca_tensor **aux_out) {
+    ca_meta om;
+    ca_tensor *res = NULL, *aux[CA_MAX_AUX] = {0};
+    for (int i = 0; i < n_in; i++)
+        tensor_meta(in[i], &metas[i]);
+    CA_CHECK(row->shape(row, metas, n_in, a, &om));
+    CA_CHECK(row->forward(row, in, n_in, a, &om, &res, aux));
+    ca_status st = CA_OK;
+    if (needs_record(row, in, n_in))
+        st = record_node(row, in, n_in, a, metas, res, aux);
+    for (int k = 0; k < CA_MAX_AUX; k++) {
+        if (st == CA_OK && aux_out)
+            aux_out[k] = aux[k];
+        else
+            ca_tensor_release(aux[k]);
+    }
+    if (st != CA_OK) {
+        ca_tensor_release(res);
+        return st;
+    }
+    *out = res;
+    return CA_OK;
+}
+
+ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
+                  ca_tensor **out, ca_tensor **aux_out) {
+    CA_CHECK(ca_init());
+    const ca_op_def *row = op_def(op);
+    if (!row)
+        return err_set(CA_STATUS_INTERNAL, "op id %d has no row in the op table", op);
+    CA_ARG_NOT_NULL(out, row->name);
+    *out = NULL;
+    if (aux_out)
+        memset(aux_out, 0, sizeof(ca_tensor *) * CA_MAX_AUX);
+    CA_CHECK(check_inputs(row, n_in, in));
+    ca_attrs a = attrs ? *attrs : (ca_attrs){0};
+    ca_meta local[8], *metas = local;
+    if (n_in > 8 && !(metas = mem_alloc(sizeof(ca_meta) * (size_t)n_in)))
+        return err_nomem("input shapes");
+    ca_status st = op_run(row, n_in, in, &a, metas, out, aux_out);
+    if (metas != local)
+        mem_free(metas);
+    return st;
+}
+
+ca_status op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out) {
+    return op_call(op, 1, &x, a, out, NULL);
+}
+
+ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out) {
+    ca_tensor *in[2] = {x, y};
+    return op_call(op, 2, in, a, out, NULL);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The shape rule and forward kernel shared by every pointwise row
+ */
+kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a) {
+    if (row->id == CA_OP_PW)
+        return (kern_pw_op)a->i[0];
+    if (row->id == CA_OP_GELU && a->i[0]) /* approximate='tanh' is its own kernel op */
+        return KPW_GELU_TANH;
+    return row->pw;
+}
+
+static int pw_cond_input(kern_pw_op k) {
+    return k == KPW_WHERE ? 0 : k == KPW_MASKED_FILL ? 1 : -1;
+}
+
+static bool pw_takes_int64(kern_pw_op k) {
+    switch (k) {
+    case KPW_COPY: case KPW_FILL: case KPW_NEG: case KPW_ABS: case KPW_ADD: case KPW_SUB:
+    case KPW_MUL: case KPW_ADD_S: case KPW_SUB_S: case KPW_RSUB_S: case KPW_MUL_S:
+    case KPW_MAX: case KPW_MIN: case KPW_MAX_S: case KPW_MIN_S: case KPW_LT: case KPW_LE:
+    case KPW_GT: case KPW_GE: case KPW_EQ: case KPW_NE: case KPW_LT_S: case KPW_LE_S:
+    case KPW_GT_S: case KPW_GE_S: case KPW_EQ_S: case KPW_NE_S: case KPW_WHERE:
+    case KPW_MASKED_FILL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                             ca_meta *out) {
+    kern_pw_op k = op_pw_kind(row, a);
+    if ((unsigned)k >= KPW__COUNT || kern_pw_arity(k) != n_in)
+        return err_set(CA_STATUS_INVALID, "%s: pointwise op %d takes %d inputs, got %d", row->name,
+                       (int)k, (unsigned)k < KPW__COUNT ? kern_pw_arity(k) : -1, n_in);
+    int cond = pw_cond_input(k), first = cond == 0 ? 1 : 0;
+    ca_meta r = in[first];
+    for (int i = 0; i < n_in; i++) {
+        if (i == cond)
+            continue;
+        if (in[i].dtype != r.dtype)
+            return err_set(CA_STATUS_DTYPE, "%s: inputs have different dtypes (%s and %s); "
+                                            "convert one with ca_to_dtype",
+                           row->name, ca_dtype_name(r.dtype), ca_dtype_name(in[i].dtype));
+    }
+    if (r.dtype == CA_INT64 && !pw_takes_int64(k))
+        return err_set(CA_STATUS_DTYPE, "%s: int64 tensors are not supported; convert with "
+                                        "ca_to_dtype(x, CA_FLOAT32, ...) first",
+                       row->name);
+    for (int i = 0; i < n_in; i++) {
+        ca_meta b;
+        CA_CHECK(meta_broadcast(&r, &in[i], &b, row->name));
+        b.dtype = r.dtype;
+        r = b;
+    }
+    *out = r;
+    return CA_OK;
+}
+
+ca_status op_pointwise_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                               const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                               ca_tensor **aux) {
+    (void)aux;
+    return tensor_pointwise(op_pw_kind(row, a), m, n_in, in, a->s[0], a->s[1], out);
+}

@@ -1,0 +1,99 @@
+/* op_table.c - gathers the op groups into one table indexed by op id, and checks it.
+ *
+ * The check runs at start-up (ca_init): every id must have exactly one row, every row a
+ * shape rule and a forward kernel, and every differentiable row a derivative rule. A
+ * missing rule is a start-up error, not a surprise in the middle of a backward.
+ */
+#include "autograd/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const ca_op_group *const groups[] = {&ops_pointwise, &ops_reduce, &ops_shape,
+                                            &ops_index,     &ops_linalg, &ops_nn,
+                                            &ops_autograd};
+
+static const ca_op_def *table[CA_OP__COUNT];
+
+const ca_op_def *op_def(int id) {
+    return id >= 0 && id < CA_OP__COUNT ? table[id] : NULL;
+}
+
+static ca_status row_check(const ca_op_def *r) {
+    const char *name = r->name ? r->name : "(unnamed)";
+    if (!r->name || !r->node_name)
+        return err_set(CA_STATUS_INTERNAL, "op table: row %d lacks a name or node name", r->id);
+    bool engine_row = r->id == CA_OP_ACCUMULATE_GRAD;
+    if (!engine_row && (!r->shape || !r->forward))
+        return err_set(CA_STATUS_INTERNAL, "op table: op '%s' lacks a %s", name,
+                       r->shape ? "forward kernel" : "shape rule");
+    if (!engine_row && !r->backward && !(r->flags & CA_OPF_NONDIFF))
+        return err_set(CA_STATUS_INTERNAL, "op table: op '%s' has no derivative rule and is not "
+                                           "marked CA_OPF_NONDIFF",
+                       name);
+    int n_tensors = 0;
+    if (r->n_fields < 0 || r->n_fields > CA_MAX_FIELDS)
+        return err_set(CA_STATUS_INTERNAL, "op table: op '%s' has %d fields", name, r->n_fields);
+    for (int f = 0; f < r->n_fields; f++) {
+        const ca_field_desc *fd = &r->fields[f];
+        bool bad_input = fd->src == FROM_INPUT && r->n_in_max >= 0 && fd->idx >= r->n_in_max;
+        bool bad_aux = fd->src == FROM_AUX && fd->idx >= CA_MAX_AUX;
+        if (!fd->name || bad_input || bad_aux)
+            return err_set(CA_STATUS_INTERNAL, "op table: op '%s' field %d is malformed", name, f);
+        n_tensors += fd->kind == FIELD_TENSOR;
+    }
+    if (n_tensors > CA_MAX_SAVED)
+        return err_set(CA_STATUS_INTERNAL, "op table: op '%s' saves %d tensors (max %d)", name,
+                       n_tensors, CA_MAX_SAVED);
+    return CA_OK;
+}
+
+static ca_status table_fill(void) {
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        for (int i = 0; i < groups[g]->count; i++) {
+            const ca_op_def *r = &groups[g]->rows[i];
+            if (r->id < 0 || r->id >= CA_OP__COUNT)
+                return err_set(CA_STATUS_INTERNAL, "op table: row '%s' has id %d out of range",
+                               r->name ? r->name : "?", r->id);
+            if (table[r->id])
+                return err_set(CA_STATUS_INTERNAL, "op table: id %d has two rows ('%s' and '%s')",
+                               r->id, table[r->id]->name, r->name ? r->name : "?");
+            CA_CHECK(row_check(r));
+            table[r->id] = r;
+        }
+    }
+    return CA_OK;
+}
+
+ca_status op_table_check(void) {
+    memset(table, 0, sizeof table);
+    CA_CHECK(table_fill());
+    for (int id = 0; id < CA_OP__COUNT; id++) {
+        if (table[id])
+            continue;
+        const char *prev = "the first op";
+        for (int j = id - 1; j >= 0; j--)
+            if (table[j]) {
+                prev = table[j]->name;
+                break;
+            }
+        return err_set(CA_STATUS_INTERNAL,
+                       "op table is incomplete: op id %d (just after '%s') has no row; every op "
+                       "needs a shape rule, a forward kernel and a derivative rule",
+                       id, prev);
+    }
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The autograd engine's own node kinds
+ */
+static const ca_op_def autograd_rows[] = {
+    {.id = CA_OP_ACCUMULATE_GRAD,
+     .name = "accumulate_grad",
+     .node_name = "AccumulateGrad",
+     .fusion = CA_FUSE_OPAQUE,
+     .flags = CA_OPF_NONDIFF},
+};
+
+const ca_op_group ops_autograd = {autograd_rows, 1};

@@ -1,0 +1,78 @@
+/* state.c - process and thread state: start-up check, grad mode, forward graph ids,
+ * node sequence numbers, the random generator's position, and the thread count.
+ */
+#include "autograd/internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+
+/* ---------------------------------------------------------------------------------------
+ * Start-up: the op table is checked once; every entry point that makes tensors calls
+ * ca_init, so an incomplete table is reported before any op runs.
+ */
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static ca_status init_status = CA_OK;
+static char init_msg[1024];
+
+static void *kern_scratch_alloc(size_t n) { return mem_alloc_aligned(n, 64); }
+
+static void init_run(void) {
+    kern_set_allocator((kern_allocator){kern_scratch_alloc, mem_free});
+    init_status = op_table_check();
+    if (init_status != CA_OK)
+        snprintf(init_msg, sizeof init_msg, "%s", ca_last_error());
+}
+
+ca_status ca_init(void) {
+    pthread_once(&init_once, init_run);
+    if (init_status != CA_OK)
+        return err_set(init_status, "%s", init_msg);
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Grad mode (per thread, like torch.no_grad)
+ */
+static _Thread_local bool grad_disabled = false;
+
+bool grad_mode_enabled(void) { return !grad_disabled; }
+bool ca_is_grad_enabled(void) { return !grad_disabled; }
+
+bool ca_set_grad_enabled(bool enabled) {
+    bool prev = !grad_disabled;
+    grad_disabled = !enabled;
+    return prev;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Forward graph ids and node order
+ */
+static atomic_int current_graph = 0;
+static atomic_uint_fast64_t seq_counter = 0;
+
+int graph_current_id(void) { return atomic_load(&current_graph); }
+uint64_t node_next_seq(void) { return atomic_fetch_add(&seq_counter, 1); }
+
+/* ---------------------------------------------------------------------------------------
+ * Random generator position: one (seed, offset) pair for the process. Each random call
+ * takes draws from the offset on, so a seed fixes every later value.
+ */
+static uint64_t rng_seed = 0x2545F4914F6CDD1DULL;
+static uint64_t rng_offset = 0;
+
+void ca_manual_seed(uint64_t seed) {
+    rng_seed = seed;
+    rng_offset = 0;
+}
+
+void random_next(uint64_t *seed, uint64_t **offset) {
+    *seed = rng_seed;
+    *offset = &rng_offset;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Threads
+ */
+int ca_set_num_threads(int n) { return kern_set_num_threads(n); }
+int ca_get_num_threads(void) { return kern_num_threads(); }

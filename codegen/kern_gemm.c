@@ -1,0 +1,146 @@
+/* kern_gemm.c - batched strided GEMM on cblas (row-major sgemm/dgemm).
+ *
+ * Each operand reaches cblas as-is when one of its strides is 1 (flipping the transpose
+ * flag when that is the row stride); only an operand with neither is packed, once for the
+ * whole batch, into scratch memory. Batches of small GEMMs run in parallel over our pool
+ * (OpenBLAS runs those single-threaded anyway); big ones go one by one so that OpenBLAS
+ * can thread each of them.
+ */
+#include <cblas.h>
+#include <limits.h>
+
+#include "kern_internal.h"
+
+#define KERN_GEMM_SMALL (64.0 * 64.0 * 64.0) /* below this M*N*K OpenBLAS uses one thread */
+
+typedef struct {
+    const char *data; /* batch item 0 */
+    int64_t bs;       /* elements between batch items */
+    bool trans;       /* the cblas transpose flag */
+    int64_t ld;
+    void *packed; /* scratch buffer to free, if any */
+} kern_gemm_opnd;
+
+typedef struct {
+    kern_dtype dt;
+    int64_t M, N, K, ldc, bsC;
+    double alpha, beta;
+    kern_gemm_opnd a, b;
+    char *c;
+} kern_gemm_job;
+
+/* Describes op(X), a rows x cols matrix with strides (rs, cs), to cblas. A dim of size 1
+ * has no meaningful stride, so it never forces a copy. Returns false if X must be packed. */
+static bool kern_gemm_direct(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                             kern_gemm_opnd *o)
+{
+    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols) && rs <= INT_MAX) {
+        o->trans = false;
+        o->ld = rows == 1 ? cols : rs;
+        return true;
+    }
+    if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows) && cs <= INT_MAX) {
+        o->trans = true;
+        o->ld = cols == 1 ? rows : cs;
+        return true;
+    }
+    return false;
+}
+
+static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, kern_mat X,
+                          bool trans, kern_gemm_opnd *o)
+{
+    int64_t rs = trans ? X.cs : X.rs, cs = trans ? X.rs : X.cs;
+    o->data = X.data;
+    o->bs = X.bs;
+    o->packed = NULL;
+    if (kern_gemm_direct(rows, cols, rs, cs, o))
+        return 0;
+    int64_t nb = X.bs == 0 ? 1 : batch, sz = rows * cols;
+    o->packed = kern_scratch_alloc((size_t)(nb * sz) * kern_dtype_size(dt));
+    if (!o->packed)
+        return -2;
+    int64_t shape[3] = {nb, rows, cols}, ostr[3] = {sz, cols, 1};
+    kern_src src = {.data = X.data, .strides = {X.bs, rs, cs}};
+    kern_pointwise(KPW_COPY, dt, dt, 3, shape, o->packed, ostr, &src, 0, 0);
+    o->data = o->packed;
+    o->bs = X.bs == 0 ? 0 : sz;
+    o->trans = false;
+    o->ld = cols;
+    return 0;
+}
+
+static void kern_gemm_one(const kern_gemm_job *j, int64_t i)
+{
+    int64_t esz = (int64_t)kern_dtype_size(j->dt);
+    const void *a = j->a.data + i * j->a.bs * esz;
+    const void *b = j->b.data + i * j->b.bs * esz;
+    void *c = j->c + i * j->bsC * esz;
+    enum CBLAS_TRANSPOSE ta = j->a.trans ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = j->b.trans ? CblasTrans : CblasNoTrans;
+    int M = (int)j->M, N = (int)j->N, K = (int)j->K;
+    int lda = (int)j->a.ld, ldb = (int)j->b.ld, ldc = (int)j->ldc;
+    if (j->dt == KERN_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, a, lda, b, ldb,
+                    (float)j->beta, c, ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, j->alpha, a, lda, b, ldb, j->beta, c, ldc);
+}
+
+static void kern_gemm_range(void *ctx, int64_t begin, int64_t end)
+{
+    for (int64_t i = begin; i < end; i++)
+        kern_gemm_one(ctx, i);
+}
+
+/* K == 0: C = beta * C, where beta == 0 overwrites (even NaN), as BLAS does. */
+static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch)
+{
+    for (int64_t i = 0; i < batch; i++)
+        for (int64_t r = 0; r < j->M; r++) {
+            int64_t off = i * j->bsC + r * j->ldc;
+            for (int64_t k = 0; k < j->N; k++) {
+                if (j->dt == KERN_F32) {
+                    float *c = (float *)j->c + off + k;
+                    *c = j->beta == 0 ? 0.0f : (float)j->beta * *c;
+                } else {
+                    double *c = (double *)j->c + off + k;
+                    *c = j->beta == 0 ? 0.0 : j->beta * *c;
+                }
+            }
+        }
+}
+
+int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+              kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C,
+              int64_t ldc, int64_t bsC)
+{
+    if ((dt != KERN_F32 && dt != KERN_F64) || batch < 0 || M < 0 || N < 0 || K < 0)
+        return -1;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || ldc > INT_MAX)
+        return -1;
+    if (M == 1 && ldc < N)
+        ldc = N; /* one row: its stride is never used */
+    if (ldc < N || ldc < 1)
+        return -1;
+    if (batch == 0 || M == 0 || N == 0)
+        return 0;
+    kern_gemm_job j = {.dt = dt, .M = M, .N = N, .K = K, .ldc = ldc, .bsC = bsC,
+                       .alpha = alpha, .beta = beta, .c = C};
+    if (K == 0) {
+        kern_gemm_scale(&j, batch);
+        return 0;
+    }
+    int rc = kern_gemm_prep(dt, batch, M, K, A, transA, &j.a);
+    if (rc == 0)
+        rc = kern_gemm_prep(dt, batch, K, N, B, transB, &j.b);
+    if (rc == 0) {
+        double mnk = (double)M * (double)N * (double)K;
+        bool par = batch > 1 && bsC != 0 && mnk < KERN_GEMM_SMALL;
+        int64_t grain = par ? (int64_t)(KERN_GEMM_SMALL / mnk) / 4 + 1 : batch;
+        kern_parallel_for(batch, grain, kern_gemm_range, &j);
+    }
+    kern_scratch_free(j.a.packed);
+    kern_scratch_free(j.b.packed);
+    return rc;
+}

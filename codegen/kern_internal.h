@@ -1,0 +1,116 @@
+/* kern_internal.h - what the kernel files share and nothing above codegen/ may use.
+ *
+ * The per-ISA code (kern_simd_*.c, one instantiation of kern_simd_body.inc per ISA and
+ * float dtype) exports one kern_simd table each. The generic drivers (pointwise
+ * iterator, reduction planner, row kernels) pick the table for the current ISA and dtype
+ * with kern_simd_for() and only ever hand it contiguous data or a finished plan.
+ */
+#ifndef CAGRAD_KERN_INTERNAL_H
+#define CAGRAD_KERN_INTERNAL_H
+
+#include "kern.h"
+
+/* Elements per unit of parallel work: small enough to balance, big enough to amortise. */
+#define KERN_GRAIN 16384
+
+/* A contiguous pointwise kernel: out[i] = op(a[i], b[i], c[i]) for i < n. Inputs beyond
+ * the op's arity are not read (and may be NULL). */
+typedef void (*kern_pw_fn)(int64_t n, void *out, const void *a, const void *b, const void *c,
+                           double p0, double p1);
+
+/* What a reduction leaf accumulates; SUMEXP and SUMSQ shift each element by m first. */
+typedef enum { KRM_SUM, KRM_SUMEXP, KRM_SUMSQ, KRM_MAX, KRM_MIN } kern_red_mode;
+
+/* Shape and element strides of a set of dims, outermost first. */
+typedef struct {
+    int nd;
+    int64_t shape[KERN_MAX_DIMS];
+    int64_t stride[KERN_MAX_DIMS];
+} kern_dims;
+
+/* A reduction after planning (see kern_reduce.c). Every output is reduced over the flat
+ * row-major index space [0, R) of `red`; the split of that space (a binary tree whose top
+ * nseg leaves may run on different threads) depends on the shapes only, never on the
+ * thread count, so results are reproducible. */
+typedef struct {
+    kern_red_op op;
+    kern_dims keep;   /* kept dims; in column mode the last one has stride 1 */
+    kern_dims red;    /* reduced dims, collapsed */
+    int64_t O, R;     /* outputs, reduced elements per output */
+    bool col;         /* column mode: vectorise across the contiguous last kept dim */
+    int64_t tile;     /* column mode: outputs per work unit */
+    int64_t nunit;    /* work units: outputs, or (kept outer index, column tile) pairs */
+    int64_t nseg;     /* power of two; > 1 splits each unit's reduction into segments */
+    const void *in;
+    void *out;
+    void *part;       /* nseg > 1: O * nseg partial results, [o][seg] */
+} kern_rplan;
+
+/* One ISA's kernels for one float dtype. */
+typedef struct {
+    kern_pw_fn pw[KPW__COUNT];
+    void (*reduce)(const kern_rplan *pl);
+    void (*softmax_row)(int64_t n, const void *x, void *y, bool log);
+    /* mean and rstd point at one element each (may be NULL). */
+    void (*layer_norm_row)(int64_t n, const void *x, const void *w, const void *b, double eps,
+                           void *y, void *mean, void *rstd);
+    int col_tile; /* outputs per column-mode reduction unit */
+} kern_simd;
+
+extern const kern_simd kern_scalar_f32_table, kern_scalar_f64_table;
+extern const kern_simd kern_avx2_f32_table, kern_avx2_f64_table;
+extern const kern_simd kern_avx512_f32_table, kern_avx512_f64_table;
+
+/* The table for the current ISA; NULL for KERN_I64. */
+const kern_simd *kern_simd_for(kern_dtype dt);
+
+/* Scratch buffers through the allocator set by kern_set_allocator. */
+void *kern_scratch_alloc(size_t nbytes);
+void kern_scratch_free(void *p);
+
+/* One Philox-4x32-10 block (exposed for known-answer tests). */
+void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* Offset of row-major index `flat` over the first nd dims of d; fills idx[0..nd). */
+static inline int64_t kern_dims_seek(const kern_dims *d, int nd, int64_t flat, int64_t *idx)
+{
+    int64_t off = 0;
+    for (int k = nd - 1; k >= 0; k--) {
+        idx[k] = flat % d->shape[k];
+        flat /= d->shape[k];
+        off += idx[k] * d->stride[k];
+    }
+    return off;
+}
+
+/* Steps idx (first nd dims, last fastest) by one; returns the change of offset. */
+static inline int64_t kern_dims_next(const kern_dims *d, int nd, int64_t *idx)
+{
+    int64_t delta = 0;
+    for (int k = nd - 1; k >= 0; k--) {
+        delta += d->stride[k];
+        if (++idx[k] < d->shape[k])
+            return delta;
+        delta -= d->stride[k] * d->shape[k];
+        idx[k] = 0;
+    }
+    return delta;
+}
+
+/* Range [*r0, *r1) of segment s when [0, R) is halved log2(nseg) times, left half first;
+ * the same split the reduction tree makes, so segments are subtrees of it. */
+static inline void kern_seg_range(int64_t R, int64_t nseg, int64_t s, int64_t *r0, int64_t *r1)
+{
+    int64_t lo = 0, hi = R;
+    for (int64_t bit = nseg / 2; bit > 0; bit /= 2) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (s & bit)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *r0 = lo;
+    *r1 = hi;
+}
+
+#endif /* CAGRAD_KERN_INTERNAL_H */

@@ -1,0 +1,222 @@
+/* kern_pool.c - the process-wide thread pool behind kern_parallel_for.
+ *
+ * Workers are created lazily by the first parallel call and sleep on a condition variable
+ * between jobs, so they take no cores from OpenBLAS's threads. The calling thread works
+ * too. A job is split into fixed chunks claimed through an atomic counter; kernels make
+ * their results independent of which thread ran which chunk. After fork() the child
+ * forgets the parent's workers (they do not exist there) and creates its own on demand,
+ * which is what Criterion's one-process-per-test needs.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "kern_internal.h"
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* workers: a new job (gen changed) or stop */
+    pthread_cond_t idle; /* caller: active dropped to zero */
+    int want;            /* configured size (incl. the caller); 0 = default */
+    int size;            /* live workers + 1; 0 = not created */
+    pthread_t *tid;
+    uint64_t gen;
+    bool stop, busy;
+    int active; /* workers inside the current job */
+    kern_range_fn fn;
+    void *ctx;
+    int64_t n, nchunks;
+    atomic_int_fast64_t next;
+} kern_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
+               .wake = PTHREAD_COND_INITIALIZER,
+               .idle = PTHREAD_COND_INITIALIZER};
+
+static _Thread_local bool kern_in_pool; /* nested calls run serially */
+static pthread_once_t kern_atfork_once = PTHREAD_ONCE_INIT;
+
+static int kern_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int kern_default_threads(void)
+{
+    int n = kern_cores();
+    const char *e = getenv("CAGRAD_NUM_THREADS");
+    if (e) {
+        int v = atoi(e);
+        if (v > 0 && v < n)
+            n = v;
+    }
+    return n;
+}
+
+/* Chunk c of n split into nchunks near-equal parts, each at least n / nchunks long. */
+static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks)
+{
+    int64_t q = n / nchunks, r = n % nchunks;
+    for (;;) {
+        int64_t c = atomic_fetch_add(&kern_pool.next, 1);
+        if (c >= nchunks)
+            return;
+        int64_t b = c * q + (c < r ? c : r);
+        fn(ctx, b, b + q + (c < r ? 1 : 0));
+    }
+}
+
+static void *kern_worker(void *arg)
+{
+    uint64_t seen = (uint64_t)(uintptr_t)arg;
+    kern_in_pool = true;
+    pthread_mutex_lock(&kern_pool.mu);
+    for (;;) {
+        while (kern_pool.gen == seen && !kern_pool.stop)
+            pthread_cond_wait(&kern_pool.wake, &kern_pool.mu);
+        if (kern_pool.stop)
+            break;
+        seen = kern_pool.gen;
+        kern_pool.active++; /* holds off the next job until we stop claiming chunks */
+        kern_range_fn fn = kern_pool.fn;
+        void *ctx = kern_pool.ctx;
+        int64_t n = kern_pool.n, nchunks = kern_pool.nchunks;
+        pthread_mutex_unlock(&kern_pool.mu);
+        kern_run_chunks(fn, ctx, n, nchunks);
+        pthread_mutex_lock(&kern_pool.mu);
+        if (--kern_pool.active == 0)
+            pthread_cond_broadcast(&kern_pool.idle);
+    }
+    pthread_mutex_unlock(&kern_pool.mu);
+    return NULL;
+}
+
+/* In a forked child the workers are gone; start from scratch there. */
+static void kern_pool_atfork_child(void)
+{
+    pthread_mutex_init(&kern_pool.mu, NULL);
+    pthread_cond_init(&kern_pool.wake, NULL);
+    pthread_cond_init(&kern_pool.idle, NULL);
+    free(kern_pool.tid);
+    kern_pool.tid = NULL;
+    kern_pool.size = 0;
+    kern_pool.gen = 0;
+    kern_pool.stop = kern_pool.busy = false;
+    kern_pool.active = 0;
+}
+
+static void kern_pool_register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, kern_pool_atfork_child);
+}
+
+/* Called with the lock held. */
+static void kern_pool_start(void)
+{
+    pthread_once(&kern_atfork_once, kern_pool_register_atfork);
+    int want = kern_pool.want > 0 ? kern_pool.want : kern_default_threads();
+    kern_pool.size = 1;
+    if (want < 2)
+        return;
+    kern_pool.tid = malloc(sizeof(pthread_t) * (size_t)(want - 1));
+    if (!kern_pool.tid)
+        return;
+    for (int i = 0; i < want - 1; i++) {
+        void *arg = (void *)(uintptr_t)kern_pool.gen;
+        if (pthread_create(&kern_pool.tid[i], NULL, kern_worker, arg) != 0)
+            break;
+        kern_pool.size++;
+    }
+}
+
+/* Called without the lock; joins all workers. */
+static void kern_pool_stop(void)
+{
+    pthread_mutex_lock(&kern_pool.mu);
+    int nw = kern_pool.size - 1;
+    kern_pool.stop = true;
+    pthread_cond_broadcast(&kern_pool.wake);
+    pthread_mutex_unlock(&kern_pool.mu);
+    for (int i = 0; i < nw; i++)
+        pthread_join(kern_pool.tid[i], NULL);
+    pthread_mutex_lock(&kern_pool.mu);
+    free(kern_pool.tid);
+    kern_pool.tid = NULL;
+    kern_pool.size = 0;
+    kern_pool.stop = false;
+    pthread_mutex_unlock(&kern_pool.mu);
+}
+
+void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    if (n < 2 * grain || kern_in_pool) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&kern_pool.mu);
+    if (kern_pool.size == 0)
+        kern_pool_start();
+    if (kern_pool.size < 2 || kern_pool.busy) { /* busy: another thread's job runs */
+        pthread_mutex_unlock(&kern_pool.mu);
+        fn(ctx, 0, n);
+        return;
+    }
+    while (kern_pool.active > 0) /* a late worker may still hold the previous job */
+        pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
+    int64_t nchunks = n / grain, most = 4 * (int64_t)kern_pool.size;
+    kern_pool.busy = true;
+    kern_pool.fn = fn;
+    kern_pool.ctx = ctx;
+    kern_pool.n = n;
+    kern_pool.nchunks = nchunks < most ? nchunks : most;
+    atomic_store(&kern_pool.next, 0);
+    kern_pool.gen++;
+    pthread_cond_broadcast(&kern_pool.wake);
+    pthread_mutex_unlock(&kern_pool.mu);
+
+    kern_in_pool = true;
+    kern_run_chunks(fn, ctx, n, nchunks < most ? nchunks : most);
+    kern_in_pool = false;
+
+    pthread_mutex_lock(&kern_pool.mu);
+    while (kern_pool.active > 0)
+        pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
+    kern_pool.busy = false;
+    pthread_mutex_unlock(&kern_pool.mu);
+}
+
+int kern_num_threads(void)
+{
+    pthread_mutex_lock(&kern_pool.mu);
+    int n = kern_pool.size > 0 ? kern_pool.size
+                               : (kern_pool.want > 0 ? kern_pool.want : kern_default_threads());
+    pthread_mutex_unlock(&kern_pool.mu);
+    return n;
+}
+
+int kern_set_num_threads(int n)
+{
+    int cores = kern_cores();
+    if (n < 1)
+        n = 1;
+    if (n > cores)
+        n = cores;
+    pthread_mutex_lock(&kern_pool.mu);
+    bool restart = kern_pool.size > 0 && kern_pool.size != n;
+    kern_pool.want = n;
+    pthread_mutex_unlock(&kern_pool.mu);
+    if (restart)
+        kern_pool_stop(); /* the next parallel call starts the new size */
+    return n;
+}

@@ -1,0 +1,389 @@
+/* cagrad.h - the public C API of cagrad, a compiled-autograd engine.
+ *
+ * A complete program: a 2-layer MLP, its forward, the backward, and the gradients.
+ *
+ *     #include <cagrad.h>
+ *     #include <stdio.h>
+ *
+ *     int main(void) {
+ *         ca_manual_seed(0);
+ *         int64_t xs[2] = {32, 4}, w1s[2] = {16, 4}, w2s[2] = {1, 16}, b1s[1] = {16};
+ *         ca_tensor *x, *w1, *b1, *w2, *h, *a, *y, *loss;
+ *         if (ca_randn(CA_FLOAT32, 2, xs, &x) || ca_randn(CA_FLOAT32, 2, w1s, &w1) ||
+ *             ca_zeros(CA_FLOAT32, 1, b1s, &b1) || ca_randn(CA_FLOAT32, 2, w2s, &w2)) {
+ *             fprintf(stderr, "%s\n", ca_last_error());
+ *             return 1;
+ *         }
+ *         ca_tensor_set_requires_grad(w1, true);            // leaves we want .grad for
+ *         ca_tensor_set_requires_grad(b1, true);
+ *         ca_tensor_set_requires_grad(w2, true);
+ *         ca_linear(x, w1, b1, &h);                         // h = x @ w1^T + b1
+ *         ca_relu(h, &a);
+ *         ca_linear(a, w2, NULL, &y);                       // y: [32, 1]
+ *         ca_mean(y, 0, NULL, false, &loss);                // scalar
+ *         if (ca_backward(loss) != CA_OK) {                 // fills w1, b1, w2 .grad
+ *             fprintf(stderr, "%s\n", ca_last_error());
+ *             return 1;
+ *         }
+ *         const float *g = ca_tensor_data(ca_tensor_grad(w1)); // borrowed, [16, 4]
+ *         printf("dloss/dw1[0,0] = %g\n", g[0]);
+ *         ca_tensor *all[] = {x, w1, b1, w2, h, a, y, loss};
+ *         for (int i = 0; i < 8; i++)
+ *             ca_tensor_release(all[i]);
+ *         return 0;
+ *     }
+ *
+ * Conventions
+ * - Every fallible call returns ca_status: CA_OK (0) on success, a negative code on
+ *   error. The message, which says what was wrong and how to fix it, comes from
+ *   ca_last_error() (thread-local, valid until the next failing call on that thread).
+ *   The library never exits or aborts on bad input.
+ * - Results come back through the last parameter(s). On error they are set to NULL.
+ * - Ownership: a `ca_tensor **out` receives a NEW reference, which the caller releases
+ *   with ca_tensor_release(). Getters return BORROWED pointers, valid while the tensor
+ *   lives. Tensor arguments are borrowed: the library takes its own references when it
+ *   keeps them (for example in the autograd graph).
+ * - Semantics follow PyTorch: broadcasting, views, .grad accumulation, hooks and the
+ *   errors for backward twice or for in-place modification of a saved tensor.
+ * - Dims may be negative (counted from the end), as in PyTorch.
+ * - No implicit dtype promotion: binary ops need equal dtypes; convert with ca_to_dtype.
+ */
+#ifndef CAGRAD_H
+#define CAGRAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CA_MAX_DIMS 8
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes and errors
+ */
+typedef enum {
+    CA_OK = 0,
+    CA_STATUS_INVALID = -1,  /* a bad argument: NULL, a bad value, a wrong kind of tensor */
+    CA_STATUS_SHAPE = -2,    /* shapes that do not fit; the message names both */
+    CA_STATUS_DTYPE = -3,    /* a dtype the op does not take, or two dtypes that differ */
+    CA_STATUS_DIM = -4,      /* a dim out of range */
+    CA_STATUS_INDEX = -5,    /* an index out of range */
+    CA_STATUS_NOMEM = -6,    /* an allocation failed; nothing was leaked */
+    CA_STATUS_AUTOGRAD = -7, /* backward twice, in-place changed saved tensor, no grad_fn */
+    CA_STATUS_HOOK = -8,     /* a hook failed or returned a gradient that does not fit */
+    CA_STATUS_INTERNAL = -9, /* a broken internal invariant: please report it */
+} ca_status;
+
+/* The message of the last failing call on this thread ("" if none). Borrowed. */
+const char *ca_last_error(void);
+/* The status of the last failing call on this thread (CA_OK if none). */
+ca_status ca_last_status(void);
+/* Set the thread's error, printf-style, and return `status`. For hooks that fail. */
+ca_status ca_error_set(ca_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void ca_error_clear(void);
+const char *ca_status_name(ca_status status);
+
+/* Verify the op table (every op has a shape rule, a forward kernel and a derivative
+ * rule) and set up the library. Called on first use by every entry point; calling it
+ * yourself gives the check's message early. Idempotent and thread-safe. */
+ca_status ca_init(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Memory. All allocation (tensor storage, nodes, scratch) goes through one allocator.
+ * alloc returns memory aligned to `align` (a power of two, at most 64) or NULL.
+ */
+typedef struct {
+    void *(*alloc)(size_t size, size_t align, void *ctx);
+    void (*free)(void *ptr, void *ctx);
+    void *ctx;
+} ca_allocator;
+
+/* Install an allocator (NULL restores the default). Do this only while no tensor made
+ * with another allocator is alive. */
+void ca_set_allocator(const ca_allocator *allocator);
+void ca_get_allocator(ca_allocator *out);
+
+/* ---------------------------------------------------------------------------------------
+ * Threads and random numbers
+ */
+/* Threads used by cagrad's kernels (1..cores). OpenBLAS keeps its own setting. */
+int ca_set_num_threads(int n);
+int ca_get_num_threads(void);
+/* Seed the generator behind ca_randn, ca_rand and ca_dropout. */
+void ca_manual_seed(uint64_t seed);
+
+/* ---------------------------------------------------------------------------------------
+ * Tensors
+ */
+typedef enum { CA_FLOAT32 = 0, CA_FLOAT64 = 1, CA_INT64 = 2 } ca_dtype;
+
+typedef struct ca_tensor ca_tensor;
+
+const char *ca_dtype_name(ca_dtype dtype);
+size_t ca_dtype_size(ca_dtype dtype);
+
+/* Creation. Each returns a new, contiguous tensor (new reference in *out). */
+ca_status ca_empty(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
+ca_status ca_zeros(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
+ca_status ca_ones(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
+ca_status ca_full(ca_dtype dtype, int ndim, const int64_t *shape, double value,
+                  ca_tensor **out);
+/* [start, end) in steps of step, as torch.arange. */
+ca_status ca_arange(double start, double end, double step, ca_dtype dtype, ca_tensor **out);
+/* Standard normal / uniform [0, 1), from the seeded generator (float dtypes only). */
+ca_status ca_randn(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
+ca_status ca_rand(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
+/* Copies numel elements, row-major, from `data` (which the caller keeps). */
+ca_status ca_from_data(ca_dtype dtype, int ndim, const int64_t *shape, const void *data,
+                       ca_tensor **out);
+
+/* References. retain returns its argument; release(NULL) does nothing. */
+ca_tensor *ca_tensor_retain(ca_tensor *t);
+void ca_tensor_release(ca_tensor *t);
+
+/* Metadata. Pointers are borrowed and live as long as the tensor. */
+ca_dtype ca_tensor_dtype(const ca_tensor *t);
+int ca_tensor_ndim(const ca_tensor *t);
+const int64_t *ca_tensor_shape(const ca_tensor *t);
+const int64_t *ca_tensor_strides(const ca_tensor *t); /* in elements */
+int64_t ca_tensor_numel(const ca_tensor *t);
+bool ca_tensor_is_contiguous(const ca_tensor *t);
+/* Version counter, shared by views of one storage, bumped by every in-place write. */
+uint64_t ca_tensor_version(const ca_tensor *t);
+/* Pointer to element (0, ..., 0); walk it with ca_tensor_strides. Borrowed. */
+void *ca_tensor_data(const ca_tensor *t);
+/* Copy all elements, row-major, into dst (nbytes >= numel * dtype size). */
+ca_status ca_tensor_copy_to(const ca_tensor *t, void *dst, size_t nbytes);
+/* The value of a one-element tensor, as a double. */
+ca_status ca_tensor_item(const ca_tensor *t, double *out);
+/* "float32[2, 3]" into buf (always NUL-terminated); returns buf. */
+const char *ca_tensor_describe(const ca_tensor *t, char *buf, size_t size);
+
+/* ---------------------------------------------------------------------------------------
+ * Autograd state of a tensor
+ */
+/* Only leaves (tensors made by the user, not by an op that recorded a graph) can change
+ * requires_grad, and only float tensors can require grad. */
+ca_status ca_tensor_set_requires_grad(ca_tensor *t, bool requires_grad);
+bool ca_tensor_requires_grad(const ca_tensor *t);
+bool ca_tensor_is_leaf(const ca_tensor *t);
+/* The accumulated gradient, or NULL. Borrowed. */
+ca_tensor *ca_tensor_grad(const ca_tensor *t);
+/* Replace .grad (NULL clears it, like `t.grad = None`). The tensor keeps its own
+ * reference to grad, which must match t's shape and dtype. */
+ca_status ca_tensor_set_grad(ca_tensor *t, ca_tensor *grad);
+/* Name of the node that made t ("MulBackward0"), or NULL for a leaf. Static string. */
+const char *ca_tensor_grad_fn_name(const ca_tensor *t);
+/* A new tensor sharing t's storage, outside the graph (requires_grad false). */
+ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out);
+/* Make a non-leaf keep its gradient in .grad during backward (no-op on leaves). */
+ca_status ca_tensor_retain_grad(ca_tensor *t);
+bool ca_tensor_retains_grad(const ca_tensor *t);
+
+/* Grad mode. With it off, ops record no graph (like torch.no_grad()). Per thread. */
+bool ca_is_grad_enabled(void);
+/* Returns the previous setting, so callers can restore it. */
+bool ca_set_grad_enabled(bool enabled);
+
+/* ---------------------------------------------------------------------------------------
+ * Hooks
+ *
+ * A tensor hook runs when the gradient for its tensor has been computed, before it is
+ * used: `grad` is borrowed. To replace the gradient, set *replacement to a NEW reference
+ * of the same shape and dtype; leave it NULL to keep `grad`. Return CA_OK, or an error
+ * (set a message with ca_error_set): the backward then stops with that error and frees
+ * what it held.
+ *
+ * A post-accumulate-grad hook runs on a leaf after its .grad has been updated.
+ *
+ * ctx is yours; ctx_free (may be NULL) is called on it when the hook is removed or its
+ * owner is freed. Hooks run in the order they were registered.
+ */
+typedef ca_status (*ca_tensor_hook_fn)(ca_tensor *grad, ca_tensor **replacement, void *ctx);
+typedef ca_status (*ca_post_accumulate_hook_fn)(ca_tensor *leaf, void *ctx);
+typedef void (*ca_ctx_free_fn)(void *ctx);
+typedef uint64_t ca_hook_handle;
+
+/* t must require grad. */
+ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
+                                  ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
+/* t must be a leaf that requires grad. */
+ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t,
+                                                       ca_post_accumulate_hook_fn fn,
+                                                       void *ctx, ca_ctx_free_fn ctx_free,
+                                                       ca_hook_handle *handle);
+/* Remove a hook of either kind registered on t. */
+ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
+
+/* ---------------------------------------------------------------------------------------
+ * Backward
+ */
+/* loss.backward(): loss must have one element. Gradients accumulate into the .grad of
+ * every leaf that requires grad. Saved values are freed afterwards; a second backward
+ * through the same graph is an error. */
+ca_status ca_backward(ca_tensor *loss);
+
+typedef struct {
+    ca_tensor *gradient; /* d(root) seed, same shape as root; NULL only for one element */
+    bool retain_graph;   /* keep saved values for another backward */
+} ca_backward_options;
+
+ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options);
+
+typedef struct {
+    ca_tensor *const *grad_outputs; /* n_outputs entries (entries may be NULL), or NULL */
+    bool retain_graph;
+    bool allow_unused; /* an input that outputs do not depend on gives NULL, not an error */
+} ca_grad_options;
+
+/* torch.autograd.grad: grads[i] receives d(outputs)/d(inputs[i]) as a new reference;
+ * .grad fields are not touched. options may be NULL. */
+ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs,
+                  ca_tensor *const *inputs, const ca_grad_options *options, ca_tensor **grads);
+
+/* ---------------------------------------------------------------------------------------
+ * Ops. Each records a node in the autograd graph when grad mode is on and an input
+ * requires grad. Binary ops broadcast with NumPy's rules. Results are new references.
+ */
+/* pointwise binary */
+ca_status ca_add(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_sub(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_mul(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_div(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_pow(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_maximum(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_minimum(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+/* cond ? a : b; cond is any dtype, nonzero = true, and gets no gradient */
+ca_status ca_where(ca_tensor *cond, ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_where_scalar(ca_tensor *cond, ca_tensor *a, double b, ca_tensor **out);
+/* comparisons: 1 or 0 in the inputs' dtype; no gradient */
+ca_status ca_lt(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_le(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_gt(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_ge(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_eq(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_ne(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+
+/* scalar forms: a OP s, and the reflected s OP a */
+ca_status ca_add_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_sub_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_rsub_scalar(ca_tensor *a, double s, ca_tensor **out); /* s - a */
+ca_status ca_mul_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_div_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_rdiv_scalar(ca_tensor *a, double s, ca_tensor **out); /* s / a */
+ca_status ca_pow_scalar(ca_tensor *a, double s, ca_tensor **out);  /* a ^ s */
+ca_status ca_rpow_scalar(ca_tensor *a, double s, ca_tensor **out); /* s ^ a */
+ca_status ca_maximum_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_minimum_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_lt_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_le_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_gt_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_ge_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_eq_scalar(ca_tensor *a, double s, ca_tensor **out);
+ca_status ca_ne_scalar(ca_tensor *a, double s, ca_tensor **out);
+
+/* pointwise unary */
+ca_status ca_neg(ca_tensor *x, ca_tensor **out);
+ca_status ca_exp(ca_tensor *x, ca_tensor **out);
+ca_status ca_log(ca_tensor *x, ca_tensor **out);
+ca_status ca_sqrt(ca_tensor *x, ca_tensor **out);
+ca_status ca_rsqrt(ca_tensor *x, ca_tensor **out);
+ca_status ca_abs(ca_tensor *x, ca_tensor **out);
+ca_status ca_sin(ca_tensor *x, ca_tensor **out);
+ca_status ca_cos(ca_tensor *x, ca_tensor **out);
+ca_status ca_tanh(ca_tensor *x, ca_tensor **out);
+ca_status ca_sigmoid(ca_tensor *x, ca_tensor **out);
+ca_status ca_relu(ca_tensor *x, ca_tensor **out);
+ca_status ca_leaky_relu(ca_tensor *x, double negative_slope, ca_tensor **out);
+typedef enum { CA_GELU_NONE = 0, CA_GELU_TANH = 1 } ca_gelu_approximate;
+ca_status ca_gelu(ca_tensor *x, ca_gelu_approximate approximate, ca_tensor **out);
+ca_status ca_silu(ca_tensor *x, ca_tensor **out);
+ca_status ca_softplus(ca_tensor *x, double beta, double threshold, ca_tensor **out);
+/* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)). */
+ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
+/* A copy converted to dtype (gradient converts back). */
+ca_status ca_to_dtype(ca_tensor *x, ca_dtype dtype, ca_tensor **out);
+
+/* reductions over n_dims dims (n_dims == 0: every dim) */
+ca_status ca_sum(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **out);
+ca_status ca_mean(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
+                  ca_tensor **out);
+/* values, and (if indices != NULL) the int64 arg index: along the dim for one dim, a flat
+ * row-major index into the reduced dims for several. The gradient goes to that index. */
+ca_status ca_max(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
+                 ca_tensor **values, ca_tensor **indices);
+ca_status ca_min(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
+                 ca_tensor **values, ca_tensor **indices);
+ca_status ca_logsumexp(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
+                       ca_tensor **out);
+
+/* shape ops: views share storage with x where PyTorch's do */
+ca_status ca_reshape(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
+ca_status ca_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
+ca_status ca_permute(ca_tensor *x, int ndim, const int64_t *perm, ca_tensor **out);
+ca_status ca_transpose(ca_tensor *x, int64_t dim0, int64_t dim1, ca_tensor **out);
+/* -1 keeps a dim; new leading dims may be added */
+ca_status ca_expand(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
+/* n_dims == 0 squeezes every size-1 dim */
+ca_status ca_squeeze(ca_tensor *x, int n_dims, const int64_t *dims, ca_tensor **out);
+ca_status ca_unsqueeze(ca_tensor *x, int64_t dim, ca_tensor **out);
+ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor **out);
+ca_status ca_narrow(ca_tensor *x, int64_t dim, int64_t start, int64_t length, ca_tensor **out);
+/* x[..., start:end:step, ...] along dim, with Python's clamping of start and end */
+ca_status ca_slice(ca_tensor *x, int64_t dim, int64_t start, int64_t end, int64_t step,
+                   ca_tensor **out);
+ca_status ca_select(ca_tensor *x, int64_t dim, int64_t index, ca_tensor **out);
+ca_status ca_cat(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out);
+ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out);
+ca_status ca_contiguous(ca_tensor *x, ca_tensor **out); /* new ref to x if contiguous */
+ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor **out);
+
+/* indexing (index tensors are int64) */
+ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
+ca_status ca_embedding(ca_tensor *weight, ca_tensor *indices, ca_tensor **out);
+ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
+
+/* linear algebra */
+ca_status ca_matmul(ca_tensor *a, ca_tensor *b, ca_tensor **out); /* torch.matmul rules */
+ca_status ca_mm(ca_tensor *a, ca_tensor *b, ca_tensor **out);     /* [n,k] @ [k,m] */
+ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out);    /* [b,n,k] @ [b,k,m] */
+/* x @ weight^T + bias; weight [out, in]; bias [out] or NULL */
+ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor **out);
+
+/* neural-network ops */
+typedef enum { CA_REDUCTION_NONE = 0, CA_REDUCTION_MEAN = 1, CA_REDUCTION_SUM = 2 } ca_reduction;
+ca_status ca_softmax(ca_tensor *x, int64_t dim, ca_tensor **out);
+ca_status ca_log_softmax(ca_tensor *x, int64_t dim, ca_tensor **out);
+/* input [N, C] or [C] (or [N, C, d...]); target int64 class indices; targets equal to
+ * ignore_index (PyTorch's default is -100) add nothing and are not counted by MEAN. */
+ca_status ca_cross_entropy(ca_tensor *input, ca_tensor *target, ca_reduction reduction,
+                           int64_t ignore_index, ca_tensor **out);
+ca_status ca_nll_loss(ca_tensor *log_probs, ca_tensor *target, ca_reduction reduction,
+                      int64_t ignore_index, ca_tensor **out);
+ca_status ca_mse_loss(ca_tensor *input, ca_tensor *target, ca_reduction reduction,
+                      ca_tensor **out);
+/* normalizes over the last n_normalized dims, whose sizes must equal normalized_shape;
+ * weight and bias (shape normalized_shape) may be NULL */
+ca_status ca_layer_norm(ca_tensor *x, int n_normalized, const int64_t *normalized_shape,
+                        ca_tensor *weight, ca_tensor *bias, double eps, ca_tensor **out);
+/* training: zero with probability p, scale the rest by 1/(1-p); else the identity */
+ca_status ca_dropout(ca_tensor *x, double p, bool training, ca_tensor **out);
+
+/* in-place ops: bump the version counter. Not allowed in grad mode on a tensor that
+ * requires grad (use ca_set_grad_enabled(false), as with torch.no_grad()). */
+ca_status ca_add_(ca_tensor *self, ca_tensor *other, double alpha); /* self += alpha*other */
+ca_status ca_mul_(ca_tensor *self, ca_tensor *other);
+ca_status ca_mul_scalar_(ca_tensor *self, double s);
+ca_status ca_zero_(ca_tensor *self);
+ca_status ca_fill_(ca_tensor *self, double value);
+ca_status ca_copy_(ca_tensor *self, ca_tensor *src); /* src broadcasts to self's shape */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAGRAD_H */
