@@ -76,6 +76,7 @@ build: configure
 
 test: build
 	$(BUILD_DIR)/cagrad_tests --jobs $(JOBS) $(CRITERION_ARGS)
+	@bash scripts/check-header-example.sh $(BUILD_DIR)
 
 sanitize: deps
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_SANITIZE=ON $(CMAKE_ARGS)

@@ -40,7 +40,9 @@ void *mem_alloc_aligned(size_t size, size_t align) {
     return current.alloc(size ? size : 1, align, current.ctx);
 }
 
-void *mem_alloc(size_t size) { return mem_alloc_aligned(size, 16); }
+void *mem_alloc(size_t size) {
+    return mem_alloc_aligned(size, 16);
+}
 
 void *mem_calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size)

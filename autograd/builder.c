@@ -13,8 +13,9 @@ ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs
     for (int i = 0; i < n; i++)
         if (!in[i]) {
             if (b->status == CA_OK)
-                b->status = err_set(CA_STATUS_INTERNAL, "derivative rule passed a missing value "
-                                                        "to op %d",
+                b->status = err_set(CA_STATUS_INTERNAL,
+                                    "derivative rule passed a missing value "
+                                    "to op %d",
                                     op);
             return NULL;
         }
@@ -25,7 +26,9 @@ ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {
     return b->status == CA_OK ? b->vt->saved(b, n, k) : NULL;
 }
 
-const ca_meta *bx_meta(ca_builder *b, ca_bval v) { return v ? b->vt->meta(b, v) : NULL; }
+const ca_meta *bx_meta(ca_builder *b, ca_bval v) {
+    return v ? b->vt->meta(b, v) : NULL;
+}
 
 ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...) {
     if (b->status != CA_OK)
@@ -40,20 +43,36 @@ ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...) {
 }
 
 /* ---- pointwise ---- */
-ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z, double p0,
-              double p1) {
+ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z, double p0, double p1) {
     ca_attrs a = {.s = {p0, p1}, .i = {op}};
     ca_bval in[3] = {x, y, z};
-    return bx_apply(b, CA_OP_PW, kern_pw_arity(op), in, &a);
+    int arity = kern_pw_arity(op);
+    if (arity < 1 || arity > 3)
+        return bx_fail(b, CA_STATUS_INTERNAL, "pointwise op %d has no arity", (int)op);
+    return bx_apply(b, CA_OP_PW, arity, in, &a);
 }
 
-ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y) { return bx_pw(b, KPW_ADD, x, y, NULL, 1, 0); }
-ca_bval bx_sub(ca_builder *b, ca_bval x, ca_bval y) { return bx_pw(b, KPW_SUB, x, y, NULL, 1, 0); }
-ca_bval bx_mul(ca_builder *b, ca_bval x, ca_bval y) { return bx_pw(b, KPW_MUL, x, y, NULL, 0, 0); }
-ca_bval bx_div(ca_builder *b, ca_bval x, ca_bval y) { return bx_pw(b, KPW_DIV, x, y, NULL, 0, 0); }
-ca_bval bx_neg(ca_builder *b, ca_bval x) { return bx_pw(b, KPW_NEG, x, NULL, NULL, 0, 0); }
-ca_bval bx_exp(ca_builder *b, ca_bval x) { return bx_pw(b, KPW_EXP, x, NULL, NULL, 0, 0); }
-ca_bval bx_log(ca_builder *b, ca_bval x) { return bx_pw(b, KPW_LOG, x, NULL, NULL, 0, 0); }
+ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_ADD, x, y, NULL, 1, 0);
+}
+ca_bval bx_sub(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_SUB, x, y, NULL, 1, 0);
+}
+ca_bval bx_mul(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_MUL, x, y, NULL, 0, 0);
+}
+ca_bval bx_div(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_DIV, x, y, NULL, 0, 0);
+}
+ca_bval bx_neg(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_NEG, x, NULL, NULL, 0, 0);
+}
+ca_bval bx_exp(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_EXP, x, NULL, NULL, 0, 0);
+}
+ca_bval bx_log(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_LOG, x, NULL, NULL, 0, 0);
+}
 ca_bval bx_mul_s(ca_builder *b, ca_bval x, double s) {
     return bx_pw(b, KPW_MUL_S, x, NULL, NULL, s, 0);
 }

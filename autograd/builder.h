@@ -48,8 +48,7 @@ ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- pointwise (broadcasting; every kern_pw_op is reachable) ---- */
-ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z, double p0,
-              double p1);
+ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z, double p0, double p1);
 ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y);
 ca_bval bx_sub(ca_builder *b, ca_bval x, ca_bval y);
 ca_bval bx_mul(ca_builder *b, ca_bval x, ca_bval y);
@@ -105,7 +104,11 @@ typedef struct {
 void eager_builder_init(ca_eager_builder *eb);
 /* Release every value made since init. A caller that keeps a value retains it first. */
 void eager_scope_end(ca_eager_builder *eb);
-static inline ca_tensor *bv_tensor(ca_bval v) { return (ca_tensor *)v; }
-static inline ca_bval bv_of(ca_tensor *t) { return (ca_bval)t; }
+static inline ca_tensor *bv_tensor(ca_bval v) {
+    return (ca_tensor *)v;
+}
+static inline ca_bval bv_of(ca_tensor *t) {
+    return (ca_bval)t;
+}
 
 #endif /* CAGRAD_BUILDER_H */

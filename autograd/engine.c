@@ -242,8 +242,9 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
         if (!c || !c->needed)
             continue;
         if (!gin[i])
-            st = err_set(CA_STATUS_INTERNAL, "derivative rule of %s gave no gradient for input "
-                                             "%d; please report this bug",
+            st = err_set(CA_STATUS_INTERNAL,
+                         "derivative rule of %s gave no gradient for input "
+                         "%d; please report this bug",
                          row->node_name, i);
         else if ((st = check_grad_meta(n, i, bv_tensor(gin[i]))) == CA_OK)
             st = buffer_add(c, bv_tensor(gin[i]));
@@ -426,24 +427,27 @@ ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options) {
     return st;
 }
 
-ca_status ca_backward(ca_tensor *loss) { return ca_backward_ex(loss, NULL); }
+ca_status ca_backward(ca_tensor *loss) {
+    return ca_backward_ex(loss, NULL);
+}
 
 /* The node whose incoming gradient is d/d(input), or NULL if no graph reaches it. */
 static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out) {
     if (!t)
         return err_set(CA_STATUS_INVALID, "ca_grad: input %d is NULL; pass a valid tensor", i);
     if (!t->requires_grad)
-        return err_set(CA_STATUS_AUTOGRAD, "ca_grad: input %d does not require grad, so it has "
-                                           "no gradient; set requires_grad on it before the "
-                                           "forward",
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "ca_grad: input %d does not require grad, so it has "
+                       "no gradient; set requires_grad on it before the "
+                       "forward",
                        i);
     ca_node *n = t->grad_fn ? t->grad_fn : t->grad_accumulator;
     *out = n && n->epoch == epoch ? n : NULL;
     return CA_OK;
 }
 
-static ca_status grad_collect(engine_run *r, int n_in, ca_tensor *const *inputs,
-                              bool allow_unused, ca_tensor **grads) {
+static ca_status grad_collect(engine_run *r, int n_in, ca_tensor *const *inputs, bool allow_unused,
+                              ca_tensor **grads) {
     for (int i = 0; i < n_in; i++) {
         grads[i] = r->cap_grads[i];
         r->cap_grads[i] = NULL;
@@ -476,8 +480,8 @@ static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots,
     return st;
 }
 
-ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs,
-                  ca_tensor *const *inputs, const ca_grad_options *options, ca_tensor **grads) {
+ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_tensor *const *inputs,
+                  const ca_grad_options *options, ca_tensor **grads) {
     CA_CHECK(ca_init());
     CA_ARG_NOT_NULL(grads, "ca_grad");
     for (int i = 0; i < n_inputs; i++)
@@ -485,8 +489,9 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs,
     CA_ARG_NOT_NULL(outputs, "ca_grad");
     CA_ARG_NOT_NULL(inputs, "ca_grad");
     if (n_outputs < 1 || n_inputs < 1)
-        return err_set(CA_STATUS_INVALID, "ca_grad: needs at least one output and one input (got "
-                                          "%d and %d)",
+        return err_set(CA_STATUS_INVALID,
+                       "ca_grad: needs at least one output and one input (got "
+                       "%d and %d)",
                        n_outputs, n_inputs);
     ca_grad_options o = options ? *options : (ca_grad_options){0};
     size_t n_ptrs = (size_t)n_outputs * 2 + (size_t)n_inputs * 2;

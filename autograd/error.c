@@ -14,7 +14,9 @@ static _Thread_local char err_msg[ERR_CAP];
 static _Thread_local ca_status err_status = CA_OK;
 static _Thread_local uint64_t err_gen = 0; /* bumped by every set: who set an error? */
 
-uint64_t err_generation(void) { return err_gen; }
+uint64_t err_generation(void) {
+    return err_gen;
+}
 
 static ca_status err_vset(ca_status status, const char *fmt, va_list ap) {
     vsnprintf(err_msg, sizeof err_msg, fmt, ap);
@@ -23,7 +25,7 @@ static ca_status err_vset(ca_status status, const char *fmt, va_list ap) {
     return status;
 }
 
-ca_status err_set(ca_status status, const char *fmt, ...) {
+ca_status err_set_impl(ca_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     err_vset(status, fmt, ap);
@@ -39,15 +41,19 @@ ca_status ca_error_set(ca_status status, const char *fmt, ...) {
     return status;
 }
 
-ca_status err_nomem(const char *what) {
-    return err_set(CA_STATUS_NOMEM,
-                   "out of memory while allocating %s; free some tensors or reduce the "
-                   "batch size",
-                   what);
+void err_nomem_impl(const char *what) {
+    err_set_impl(CA_STATUS_NOMEM,
+                 "out of memory while allocating %s; free some tensors or reduce the "
+                 "batch size",
+                 what);
 }
 
-const char *ca_last_error(void) { return err_msg; }
-ca_status ca_last_status(void) { return err_status; }
+const char *ca_last_error(void) {
+    return err_msg;
+}
+ca_status ca_last_status(void) {
+    return err_status;
+}
 
 void ca_error_clear(void) {
     err_msg[0] = '\0';

@@ -58,8 +58,7 @@ ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
     return CA_OK;
 }
 
-ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t,
-                                                       ca_post_accumulate_hook_fn fn,
+ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_accumulate_hook_fn fn,
                                                        void *ctx, ca_ctx_free_fn ctx_free,
                                                        ca_hook_handle *handle) {
     CA_ARG_NOT_NULL(t, "ca_tensor_register_post_accumulate_grad_hook");
@@ -96,14 +95,14 @@ ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle) {
     if (hook_unlink(&t->hooks, handle) || hook_unlink(&t->post_acc_hooks, handle) ||
         (t->grad_fn && hook_unlink(&t->grad_fn->pre_hooks, handle)))
         return CA_OK;
-    return err_set(CA_STATUS_INVALID, "ca_tensor_remove_hook: no hook with handle %llu is "
-                                      "registered on this tensor (already removed, or registered "
-                                      "on another tensor)",
+    return err_set(CA_STATUS_INVALID,
+                   "ca_tensor_remove_hook: no hook with handle %llu is "
+                   "registered on this tensor (already removed, or registered "
+                   "on another tensor)",
                    (unsigned long long)handle);
 }
 
-ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
-                       const char *owner) {
+ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect, const char *owner) {
     for (ca_hook *h = list; h; h = h->next) {
         ca_tensor *repl = NULL;
         uint64_t gen = err_generation();
@@ -111,8 +110,9 @@ ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
         if (st != CA_OK) {
             ca_tensor_release(repl);
             if (err_generation() == gen)
-                return err_set(CA_STATUS_HOOK, "a tensor hook on the output of %s failed with "
-                                               "%s and set no message",
+                return err_set(CA_STATUS_HOOK,
+                               "a tensor hook on the output of %s failed with "
+                               "%s and set no message",
                                owner, ca_status_name(st));
             return st;
         }
@@ -143,8 +143,9 @@ ca_status hook_run_post(ca_hook *list, ca_tensor *leaf) {
         ca_status st = h->post(leaf, h->ctx);
         if (st != CA_OK) {
             if (err_generation() == gen)
-                return err_set(CA_STATUS_HOOK, "a post-accumulate-grad hook failed with %s and "
-                                               "set no message",
+                return err_set(CA_STATUS_HOOK,
+                               "a post-accumulate-grad hook failed with %s and "
+                               "set no message",
                                ca_status_name(st));
             return st;
         }

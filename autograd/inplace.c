@@ -32,14 +32,16 @@ static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op
     tensor_meta(self, &ms);
     tensor_meta(other, &mo);
     if (ms.dtype != mo.dtype)
-        return err_set(CA_STATUS_DTYPE, "%s: self is %s but other is %s; convert other with "
-                                        "ca_to_dtype",
+        return err_set(CA_STATUS_DTYPE,
+                       "%s: self is %s but other is %s; convert other with "
+                       "ca_to_dtype",
                        fn, ca_dtype_name(ms.dtype), ca_dtype_name(mo.dtype));
     CA_CHECK(meta_broadcast(&ms, &mo, &mb, fn));
     if (!meta_same_shape(&mb, &ms)) {
         char s1[96], s2[96];
-        return err_set(CA_STATUS_SHAPE, "%s: other of shape %s cannot be broadcast to self's "
-                                        "shape %s in place",
+        return err_set(CA_STATUS_SHAPE,
+                       "%s: other of shape %s cannot be broadcast to self's "
+                       "shape %s in place",
                        fn, err_shape_str(mo.ndim, mo.shape, s1, 96),
                        err_shape_str(ms.ndim, ms.shape, s2, 96));
     }
@@ -82,7 +84,9 @@ ca_status ca_mul_scalar_(ca_tensor *self, double s) {
     return inplace_unary(self, KPW_MUL_S, s, "ca_mul_scalar_");
 }
 
-ca_status ca_zero_(ca_tensor *self) { return inplace_unary(self, KPW_FILL, 0, "ca_zero_"); }
+ca_status ca_zero_(ca_tensor *self) {
+    return inplace_unary(self, KPW_FILL, 0, "ca_zero_");
+}
 
 ca_status ca_fill_(ca_tensor *self, double value) {
     return inplace_unary(self, KPW_FILL, value, "ca_fill_");

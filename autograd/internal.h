@@ -20,33 +20,39 @@ typedef struct ca_hook ca_hook;
  * Errors (error.c). err_set formats the thread's message and returns status, so a
  * failing path reads `return err_set(CA_STATUS_SHAPE, "...")`.
  */
-ca_status err_set(ca_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-ca_status err_nomem(const char *what);
+ca_status err_set_impl(ca_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void err_nomem_impl(const char *what);
+/* Macros, so the status a failing path returns is visible where it is returned: static
+ * analysis then knows that `return err_set(...)` never returns CA_OK. */
+#define err_set(status, ...) (err_set_impl((status), __VA_ARGS__), (status))
+#define err_nomem(what)      (err_nomem_impl(what), CA_STATUS_NOMEM)
 /* A counter bumped by every error set on this thread: compare before and after a
  * callback to learn whether it set a message, without clearing the user's last error. */
 uint64_t err_generation(void);
 /* "[2, 3]" into buf */
 const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
 
-#define CA_CHECK(expr)                                                                     \
-    do {                                                                                   \
-        ca_status ca_check_st_ = (expr);                                                   \
-        if (ca_check_st_ != CA_OK)                                                         \
-            return ca_check_st_;                                                           \
+#define CA_CHECK(expr)                                                                             \
+    do {                                                                                           \
+        ca_status ca_check_st_ = (expr);                                                           \
+        if (ca_check_st_ != CA_OK)                                                                 \
+            return ca_check_st_;                                                                   \
     } while (0)
 
-#define CA_ARG_NOT_NULL(p, fn)                                                             \
-    do {                                                                                   \
-        if ((p) == NULL)                                                                   \
-            return err_set(CA_STATUS_INVALID, "%s: argument '%s' is NULL; pass a valid "   \
-                                              "pointer",                                   \
-                           fn, #p);                                                        \
+#define CA_ARG_NOT_NULL(p, fn)                                                                     \
+    do {                                                                                           \
+        if ((p) == NULL)                                                                           \
+            return err_set(CA_STATUS_INVALID,                                                      \
+                           "%s: argument '%s' is NULL; pass a valid "                              \
+                           "pointer",                                                              \
+                           fn, #p);                                                                \
     } while (0)
 
 /* ---------------------------------------------------------------------------------------
  * Memory (alloc.c). Every byte goes through the installed ca_allocator.
  */
-void *mem_alloc(size_t size);               /* 16-byte aligned; NULL on failure */
+void *mem_alloc(size_t size); /* 16-byte aligned; NULL on failure */
 void *mem_alloc_aligned(size_t size, size_t align);
 void *mem_calloc(size_t n, size_t size);
 void mem_free(void *p);
@@ -73,8 +79,13 @@ ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const
 /* Normalise a possibly negative dim against ndim (ndim 0 accepts -1 and 0, as PyTorch);
  * error naming the op and the valid range otherwise. */
 ca_status dim_normalize(int64_t *dim, int ndim, const char *op);
+/* "[2, 3]" for m's shape into buf (err_shape_str); META_STR_SIZE is a size that fits. */
+#define META_STR_SIZE 160
+const char *meta_str(const ca_meta *m, char *buf, size_t size);
 
-static inline kern_dtype kdt(ca_dtype dt) { return (kern_dtype)dt; }
+static inline kern_dtype kdt(ca_dtype dt) {
+    return (kern_dtype)dt;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Storage and tensors (tensor.c)
@@ -97,11 +108,11 @@ struct ca_tensor {
 
     bool requires_grad;
     bool retains_grad;
-    ca_tensor *grad;          /* strong */
-    ca_node *grad_fn;         /* strong; NULL for leaves */
+    ca_tensor *grad;           /* strong */
+    ca_node *grad_fn;          /* strong; NULL for leaves */
     ca_node *grad_accumulator; /* weak: the leaf's AccumulateGrad node, cleared when freed */
-    ca_hook *hooks;           /* leaf only: tensor pre-hooks (non-leaf ones live on grad_fn) */
-    ca_hook *post_acc_hooks;  /* leaf only */
+    ca_hook *hooks;            /* leaf only: tensor pre-hooks (non-leaf ones live on grad_fn) */
+    ca_hook *post_acc_hooks;   /* leaf only */
 };
 
 /* A new contiguous tensor with uninitialised data. */
@@ -115,8 +126,8 @@ void *tensor_ptr(const ca_tensor *t); /* element (0,...,0) */
 /* Strides of t broadcast to out_ndim/out_shape (0 on broadcast dims) as a kernel source. */
 void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src);
 /* Run a pointwise kernel writing a fresh contiguous tensor of shape m. */
-ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in,
-                           double p0, double p1, ca_tensor **out);
+ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in, double p0,
+                           double p1, ca_tensor **out);
 /* A contiguous tensor with t's values: a new ref to t itself if already contiguous. */
 ca_status tensor_contiguous(ca_tensor *t, ca_tensor **out);
 /* Bump the version counter: call after every in-place write. */
@@ -130,9 +141,9 @@ ca_status tensor_full(const ca_meta *m, double value, ca_tensor **out);
  * Each op's table row says which fields it uses and what they mean.
  */
 typedef struct ca_attrs {
-    double s[2];  /* scalars: alpha, slope, bounds, beta/threshold, p, eps, fill value */
-    int64_t i[4]; /* ints: dim, start, length, step, reduction, ignore_index, flags */
-    ca_ints dims; /* a dim list or permutation */
+    double s[2];   /* scalars: alpha, slope, bounds, beta/threshold, p, eps, fill value */
+    int64_t i[4];  /* ints: dim, start, length, step, reduction, ignore_index, flags */
+    ca_ints dims;  /* a dim list or permutation */
     ca_ints shape; /* a target shape */
 } ca_attrs;
 
@@ -154,14 +165,14 @@ typedef struct {
 
 struct ca_node {
     int64_t refcnt;
-    int op;         /* ca_op_id */
-    int graph_id;   /* forward graph it was recorded in */
-    uint64_t seq;   /* creation order: later nodes run first among ready ones */
-    ca_attrs attrs; /* canonical (normalised) attributes */
+    int op;           /* ca_op_id */
+    int graph_id;     /* forward graph it was recorded in */
+    uint64_t seq;     /* creation order: later nodes run first among ready ones */
+    ca_attrs attrs;   /* canonical (normalised) attributes */
     ca_meta out_meta; /* the gradient this node receives has this dtype and shape */
     int n_in;
-    ca_edge *next;     /* n_in entries */
-    ca_meta *in_meta;  /* n_in entries: dtype and shape of each input */
+    ca_edge *next;    /* n_in entries */
+    ca_meta *in_meta; /* n_in entries: dtype and shape of each input */
     int n_saved;
     ca_saved saved[CA_MAX_SAVED];
     bool released; /* saved values freed by a backward without retain_graph */
@@ -174,7 +185,7 @@ struct ca_node {
     uint64_t epoch;
     int deps;
     bool needed;
-    ca_tensor *buf; /* gradient accumulated for this node's output */
+    ca_tensor *buf;     /* gradient accumulated for this node's output */
     ca_node *free_link; /* node_release's worklist */
 };
 
@@ -183,7 +194,9 @@ ca_status node_alloc(int op, int n_in, ca_node **out);
 ca_node *node_retain(ca_node *n);
 void node_release(ca_node *n);
 /* True if the rule must produce a gradient for input i. */
-static inline bool node_needs_grad(const ca_node *n, int i) { return n->next[i].fn != NULL; }
+static inline bool node_needs_grad(const ca_node *n, int i) {
+    return n->next[i].fn != NULL;
+}
 const char *node_name(const ca_node *n);
 /* The leaf's AccumulateGrad node, created on first use (new reference). */
 ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out);
@@ -207,8 +220,7 @@ void hook_list_free(ca_hook **list);
 /* Run pre-hooks on *grad (a new reference owned by the caller, replaced in place). The
  * expected meta is checked against each replacement; `owner` names the tensor's node in
  * messages. */
-ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
-                       const char *owner);
+ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect, const char *owner);
 ca_status hook_run_post(ca_hook *list, ca_tensor *leaf);
 
 /* ---------------------------------------------------------------------------------------
@@ -250,7 +262,7 @@ typedef struct {
 } ca_field_desc;
 
 #define CA_MAX_FIELDS 8
-#define CA_MAX_AUX 2
+#define CA_MAX_AUX    2
 
 enum {
     CA_OPF_NONDIFF = 1u << 0, /* no gradient at all (comparisons, backward-only helpers) */
@@ -292,31 +304,92 @@ typedef enum {
     /* internal: generic pointwise, attrs.i[0] = kern_pw_op, s[0..1] = params */
     CA_OP_PW,
     /* pointwise binary */
-    CA_OP_ADD, CA_OP_SUB, CA_OP_MUL, CA_OP_DIV, CA_OP_POW, CA_OP_MAXIMUM, CA_OP_MINIMUM,
-    CA_OP_WHERE, CA_OP_LT, CA_OP_LE, CA_OP_GT, CA_OP_GE, CA_OP_EQ, CA_OP_NE,
+    CA_OP_ADD,
+    CA_OP_SUB,
+    CA_OP_MUL,
+    CA_OP_DIV,
+    CA_OP_POW,
+    CA_OP_MAXIMUM,
+    CA_OP_MINIMUM,
+    CA_OP_WHERE,
+    CA_OP_LT,
+    CA_OP_LE,
+    CA_OP_GT,
+    CA_OP_GE,
+    CA_OP_EQ,
+    CA_OP_NE,
     /* scalar forms: attrs.s[0] = the scalar */
-    CA_OP_ADD_S, CA_OP_SUB_S, CA_OP_RSUB_S, CA_OP_MUL_S, CA_OP_DIV_S, CA_OP_RDIV_S,
-    CA_OP_POW_S, CA_OP_RPOW_S, CA_OP_MAXIMUM_S, CA_OP_MINIMUM_S,
-    CA_OP_LT_S, CA_OP_LE_S, CA_OP_GT_S, CA_OP_GE_S, CA_OP_EQ_S, CA_OP_NE_S,
+    CA_OP_ADD_S,
+    CA_OP_SUB_S,
+    CA_OP_RSUB_S,
+    CA_OP_MUL_S,
+    CA_OP_DIV_S,
+    CA_OP_RDIV_S,
+    CA_OP_POW_S,
+    CA_OP_RPOW_S,
+    CA_OP_MAXIMUM_S,
+    CA_OP_MINIMUM_S,
+    CA_OP_LT_S,
+    CA_OP_LE_S,
+    CA_OP_GT_S,
+    CA_OP_GE_S,
+    CA_OP_EQ_S,
+    CA_OP_NE_S,
     /* unary */
-    CA_OP_NEG, CA_OP_EXP, CA_OP_LOG, CA_OP_SQRT, CA_OP_RSQRT, CA_OP_ABS, CA_OP_SIN,
-    CA_OP_COS, CA_OP_TANH, CA_OP_SIGMOID, CA_OP_RELU, CA_OP_LEAKY_RELU, CA_OP_GELU,
-    CA_OP_SILU, CA_OP_SOFTPLUS, CA_OP_CLAMP, CA_OP_TO_DTYPE,
+    CA_OP_NEG,
+    CA_OP_EXP,
+    CA_OP_LOG,
+    CA_OP_SQRT,
+    CA_OP_RSQRT,
+    CA_OP_ABS,
+    CA_OP_SIN,
+    CA_OP_COS,
+    CA_OP_TANH,
+    CA_OP_SIGMOID,
+    CA_OP_RELU,
+    CA_OP_LEAKY_RELU,
+    CA_OP_GELU,
+    CA_OP_SILU,
+    CA_OP_SOFTPLUS,
+    CA_OP_CLAMP,
+    CA_OP_TO_DTYPE,
     /* reductions: attrs.dims = reduced dims (canonical, sorted), i[0] = keepdim */
-    CA_OP_SUM, CA_OP_MEAN, CA_OP_MAX, CA_OP_MIN, CA_OP_LOGSUMEXP,
+    CA_OP_SUM,
+    CA_OP_MEAN,
+    CA_OP_MAX,
+    CA_OP_MIN,
+    CA_OP_LOGSUMEXP,
     CA_OP_SUM_TO, /* internal: sum a broadcast gradient back to attrs.shape */
     /* shape */
-    CA_OP_RESHAPE, CA_OP_VIEW, CA_OP_PERMUTE, CA_OP_EXPAND, CA_OP_SQUEEZE, CA_OP_UNSQUEEZE,
-    CA_OP_SLICE, CA_OP_SELECT, CA_OP_CAT, CA_OP_CONTIGUOUS, CA_OP_MASKED_FILL,
+    CA_OP_RESHAPE,
+    CA_OP_VIEW,
+    CA_OP_PERMUTE,
+    CA_OP_EXPAND,
+    CA_OP_SQUEEZE,
+    CA_OP_UNSQUEEZE,
+    CA_OP_SLICE,
+    CA_OP_SELECT,
+    CA_OP_CAT,
+    CA_OP_CONTIGUOUS,
+    CA_OP_MASKED_FILL,
     CA_OP_SLICE_BACKWARD, /* internal: place x into zeros(attrs.shape) at a slice */
     /* indexing */
-    CA_OP_INDEX_SELECT, CA_OP_EMBEDDING, CA_OP_GATHER,
+    CA_OP_INDEX_SELECT,
+    CA_OP_EMBEDDING,
+    CA_OP_GATHER,
     CA_OP_INDEX_ADD,   /* internal: zeros(attrs.shape).index_add(dim, index, src) */
     CA_OP_SCATTER_ADD, /* internal: zeros(attrs.shape).scatter_add(dim, index, src) */
     /* linear algebra: attrs.i[0], i[1] = transpose flags of a and b */
-    CA_OP_MATMUL, CA_OP_MM, CA_OP_BMM, CA_OP_LINEAR,
+    CA_OP_MATMUL,
+    CA_OP_MM,
+    CA_OP_BMM,
+    CA_OP_LINEAR,
     /* nn */
-    CA_OP_SOFTMAX, CA_OP_LOG_SOFTMAX, CA_OP_NLL_LOSS, CA_OP_MSE_LOSS, CA_OP_LAYER_NORM,
+    CA_OP_SOFTMAX,
+    CA_OP_LOG_SOFTMAX,
+    CA_OP_NLL_LOSS,
+    CA_OP_MSE_LOSS,
+    CA_OP_LAYER_NORM,
     CA_OP_DROPOUT,
     CA_OP_NLL_LOSS_BACKWARD, /* internal */
     /* autograd's own nodes */
@@ -334,19 +407,28 @@ extern const ca_op_group ops_pointwise, ops_reduce, ops_shape, ops_index, ops_li
     ops_autograd;
 
 const ca_op_def *op_def(int id);
-/* Checks that every id has exactly one complete row (op_table.c). */
+/* Checks that every id has exactly one complete row and fills the table (op_table.c). */
 ca_status op_table_check(void);
+/* The same check over any list of groups, into table t (CA_OP__COUNT entries): tests use
+ * it to show that an incomplete table is refused. */
+ca_status op_table_build(const ca_op_group *const *groups, int n_groups, const ca_op_def **t);
 
 /* ---------------------------------------------------------------------------------------
  * The generic op call (op.c): validate, shape rule, forward, and record a node when grad
  * mode is on and an input requires grad. aux_out (may be NULL) receives the op's aux
  * outputs as new references (CA_MAX_AUX entries, unused ones NULL).
  */
-ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
-                  ca_tensor **out, ca_tensor **aux_out);
+ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs, ca_tensor **out,
+                  ca_tensor **aux_out);
 /* Shorthands for the public wrappers. */
 ca_status op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out);
 ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out);
+
+/* A kernel's return code as a status: 0 is CA_OK, -2 out of memory (err_nomem(what)),
+ * anything else an internal error naming what and the code. */
+ca_status op_kern_status(int rc, const char *what);
+/* Release the first n of ts (NULL entries are fine): a forward's intermediates. */
+void op_release_all(ca_tensor **ts, int n);
 
 /* Forward kernel shared by every pointwise row: runs row->pw (or attrs.i[0] for
  * CA_OP_PW) with attrs.s[0..1] as params over broadcast inputs. */

@@ -1,4 +1,4 @@
-/* meta.c - shapes without data: numel, broadcasting, dim normalisation.
+/* meta.c - shapes without data: numel, broadcasting, dim normalisation, shape strings.
  *
  * Shape rules run on ca_meta only, so the same rule serves eager tensors and (later)
  * traced IR values.
@@ -33,8 +33,7 @@ ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const
             return err_set(CA_STATUS_SHAPE,
                            "%s: shapes %s and %s cannot be broadcast together (dim %d: %lld vs "
                            "%lld); sizes must match or be 1",
-                           op, err_shape_str(a->ndim, a->shape, s1, sizeof s1),
-                           err_shape_str(b->ndim, b->shape, s2, sizeof s2), i - nd,
+                           op, meta_str(a, s1, sizeof s1), meta_str(b, s2, sizeof s2), i - nd,
                            (long long)sa, (long long)sb);
         }
         r.shape[i] = sa == 1 ? sb : sa;
@@ -53,4 +52,8 @@ ca_status dim_normalize(int64_t *dim, int ndim, const char *op) {
     if (*dim < 0)
         *dim += n;
     return CA_OK;
+}
+
+const char *meta_str(const ca_meta *m, char *buf, size_t size) {
+    return err_shape_str(m->ndim, m->shape, buf, size);
 }

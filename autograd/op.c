@@ -31,8 +31,8 @@ static ca_tensor *field_tensor(const ca_field_desc *f, ca_tensor *const *in, ca_
     }
 }
 
-static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const *in,
-                             ca_tensor *res, ca_tensor *const *aux) {
+static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const *in, ca_tensor *res,
+                             ca_tensor *const *aux) {
     for (int f = 0; f < row->n_fields; f++) {
         const ca_field_desc *fd = &row->fields[f];
         if (fd->kind != FIELD_TENSOR)
@@ -125,8 +125,8 @@ static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca
     return CA_OK;
 }
 
-ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
-                  ca_tensor **out, ca_tensor **aux_out) {
+ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs, ca_tensor **out,
+                  ca_tensor **aux_out) {
     CA_CHECK(ca_init());
     const ca_op_def *row = op_def(op);
     if (!row)
@@ -156,6 +156,23 @@ ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_ten
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Helpers for the op groups' forwards
+ */
+ca_status op_kern_status(int rc, const char *what) {
+    if (rc == 0)
+        return CA_OK;
+    if (rc == -2)
+        return err_nomem(what);
+    return err_set(CA_STATUS_INTERNAL, "%s: kernel failed with code %d; please report this", what,
+                   rc);
+}
+
+void op_release_all(ca_tensor **ts, int n) {
+    for (int i = 0; i < n; i++)
+        ca_tensor_release(ts[i]);
+}
+
+/* ---------------------------------------------------------------------------------------
  * The shape rule and forward kernel shared by every pointwise row
  */
 kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a) {
@@ -172,15 +189,36 @@ static int pw_cond_input(kern_pw_op k) {
 
 static bool pw_takes_int64(kern_pw_op k) {
     switch (k) {
-    case KPW_COPY: case KPW_FILL: case KPW_NEG: case KPW_ABS: case KPW_ADD: case KPW_SUB:
-    case KPW_MUL: case KPW_ADD_S: case KPW_SUB_S: case KPW_RSUB_S: case KPW_MUL_S:
-    case KPW_MAX: case KPW_MIN: case KPW_MAX_S: case KPW_MIN_S: case KPW_LT: case KPW_LE:
-    case KPW_GT: case KPW_GE: case KPW_EQ: case KPW_NE: case KPW_LT_S: case KPW_LE_S:
-    case KPW_GT_S: case KPW_GE_S: case KPW_EQ_S: case KPW_NE_S: case KPW_WHERE:
-    case KPW_MASKED_FILL:
-        return true;
-    default:
-        return false;
+    case KPW_COPY:
+    case KPW_FILL:
+    case KPW_NEG:
+    case KPW_ABS:
+    case KPW_ADD:
+    case KPW_SUB:
+    case KPW_MUL:
+    case KPW_ADD_S:
+    case KPW_SUB_S:
+    case KPW_RSUB_S:
+    case KPW_MUL_S:
+    case KPW_MAX:
+    case KPW_MIN:
+    case KPW_MAX_S:
+    case KPW_MIN_S:
+    case KPW_LT:
+    case KPW_LE:
+    case KPW_GT:
+    case KPW_GE:
+    case KPW_EQ:
+    case KPW_NE:
+    case KPW_LT_S:
+    case KPW_LE_S:
+    case KPW_GT_S:
+    case KPW_GE_S:
+    case KPW_EQ_S:
+    case KPW_NE_S:
+    case KPW_WHERE:
+    case KPW_MASKED_FILL: return true;
+    default: return false;
     }
 }
 
@@ -196,13 +234,15 @@ ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
         if (i == cond)
             continue;
         if (in[i].dtype != r.dtype)
-            return err_set(CA_STATUS_DTYPE, "%s: inputs have different dtypes (%s and %s); "
-                                            "convert one with ca_to_dtype",
+            return err_set(CA_STATUS_DTYPE,
+                           "%s: inputs have different dtypes (%s and %s); "
+                           "convert one with ca_to_dtype",
                            row->name, ca_dtype_name(r.dtype), ca_dtype_name(in[i].dtype));
     }
     if (r.dtype == CA_INT64 && !pw_takes_int64(k))
-        return err_set(CA_STATUS_DTYPE, "%s: int64 tensors are not supported; convert with "
-                                        "ca_to_dtype(x, CA_FLOAT32, ...) first",
+        return err_set(CA_STATUS_DTYPE,
+                       "%s: int64 tensors are not supported; convert with "
+                       "ca_to_dtype(x, CA_FLOAT32, ...) first",
                        row->name);
     for (int i = 0; i < n_in; i++) {
         ca_meta b;

@@ -9,9 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const ca_op_group *const groups[] = {&ops_pointwise, &ops_reduce, &ops_shape,
-                                            &ops_index,     &ops_linalg, &ops_nn,
-                                            &ops_autograd};
+static const ca_op_group *const groups[] = {&ops_pointwise, &ops_reduce, &ops_shape,   &ops_index,
+                                            &ops_linalg,    &ops_nn,     &ops_autograd};
 
 static const ca_op_def *table[CA_OP__COUNT];
 
@@ -28,8 +27,9 @@ static ca_status row_check(const ca_op_def *r) {
         return err_set(CA_STATUS_INTERNAL, "op table: op '%s' lacks a %s", name,
                        r->shape ? "forward kernel" : "shape rule");
     if (!engine_row && !r->backward && !(r->flags & CA_OPF_NONDIFF))
-        return err_set(CA_STATUS_INTERNAL, "op table: op '%s' has no derivative rule and is not "
-                                           "marked CA_OPF_NONDIFF",
+        return err_set(CA_STATUS_INTERNAL,
+                       "op table: op '%s' has no derivative rule and is not "
+                       "marked CA_OPF_NONDIFF",
                        name);
     int n_tensors = 0;
     if (r->n_fields < 0 || r->n_fields > CA_MAX_FIELDS)
@@ -48,33 +48,33 @@ static ca_status row_check(const ca_op_def *r) {
     return CA_OK;
 }
 
-static ca_status table_fill(void) {
-    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
-        for (int i = 0; i < groups[g]->count; i++) {
-            const ca_op_def *r = &groups[g]->rows[i];
+static ca_status table_fill(const ca_op_group *const *gs, int n_groups, const ca_op_def **t) {
+    for (int g = 0; g < n_groups; g++) {
+        for (int i = 0; i < gs[g]->count; i++) {
+            const ca_op_def *r = &gs[g]->rows[i];
             if (r->id < 0 || r->id >= CA_OP__COUNT)
                 return err_set(CA_STATUS_INTERNAL, "op table: row '%s' has id %d out of range",
                                r->name ? r->name : "?", r->id);
-            if (table[r->id])
+            if (t[r->id])
                 return err_set(CA_STATUS_INTERNAL, "op table: id %d has two rows ('%s' and '%s')",
-                               r->id, table[r->id]->name, r->name ? r->name : "?");
+                               r->id, t[r->id]->name, r->name ? r->name : "?");
             CA_CHECK(row_check(r));
-            table[r->id] = r;
+            t[r->id] = r;
         }
     }
     return CA_OK;
 }
 
-ca_status op_table_check(void) {
-    memset(table, 0, sizeof table);
-    CA_CHECK(table_fill());
+ca_status op_table_build(const ca_op_group *const *gs, int n_groups, const ca_op_def **t) {
+    memset(t, 0, sizeof(ca_op_def *) * CA_OP__COUNT);
+    CA_CHECK(table_fill(gs, n_groups, t));
     for (int id = 0; id < CA_OP__COUNT; id++) {
-        if (table[id])
+        if (t[id])
             continue;
         const char *prev = "the first op";
         for (int j = id - 1; j >= 0; j--)
-            if (table[j]) {
-                prev = table[j]->name;
+            if (t[j]) {
+                prev = t[j]->name;
                 break;
             }
         return err_set(CA_STATUS_INTERNAL,
@@ -83,6 +83,10 @@ ca_status op_table_check(void) {
                        id, prev);
     }
     return CA_OK;
+}
+
+ca_status op_table_check(void) {
+    return op_table_build(groups, (int)(sizeof groups / sizeof groups[0]), table);
 }
 
 /* ---------------------------------------------------------------------------------------

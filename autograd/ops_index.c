@@ -12,26 +12,11 @@
 
 #include <string.h>
 
-#define SHAPE_BUF 160
-
-static const char *meta_str(const ca_meta *m, char *buf) {
-    return err_shape_str(m->ndim, m->shape, buf, SHAPE_BUF);
-}
-
 static ca_attrs attrs_dim(int64_t dim) {
     ca_attrs a;
     memset(&a, 0, sizeof a);
     a.i[0] = dim;
     return a;
-}
-
-static ca_status kern_status(int rc, const char *what) {
-    if (rc == 0)
-        return CA_OK;
-    if (rc == -2)
-        return err_nomem(what);
-    return err_set(CA_STATUS_INTERNAL, "%s: kernel failed with code %d; please report this", what,
-                   rc);
 }
 
 /* Hand r to *out on success, release it otherwise. */
@@ -121,13 +106,13 @@ static ca_status full_meta(const char *op, const ca_attrs *a, ca_dtype dt, ca_me
 static ca_status index_select_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                     ca_meta *out) {
     const ca_meta *x = &in[0], *idx = &in[1];
-    char b1[SHAPE_BUF];
+    char b1[META_STR_SIZE];
     CA_CHECK(check_index_dtype("index_select", idx));
     if (idx->ndim > 1)
         return err_set(CA_STATUS_SHAPE,
                        "index_select: the index must be 0-D or 1-D, got shape %s; "
                        "flatten it with ca_reshape",
-                       meta_str(idx, b1));
+                       meta_str(idx, b1, sizeof b1));
     CA_CHECK(dim_normalize(&a->i[0], x->ndim, "index_select"));
     int64_t n_index = meta_numel(idx);
     *out = *x;
@@ -154,10 +139,10 @@ static ca_status index_select_forward(const ca_op_def *row, ca_tensor *const *in
     if (st == CA_OK)
         st = tensor_new(m, &r);
     if (st == CA_OK && meta_numel(m) > 0)
-        st = kern_status(kern_index_select(kdt(x->dtype), outer, n, inner, tensor_ptr(xc),
-                                           tensor_ptr(ic), ca_tensor_numel(ic), tensor_ptr(r), NULL,
-                                           NULL),
-                         "index_select");
+        st = op_kern_status(kern_index_select(kdt(x->dtype), outer, n, inner, tensor_ptr(xc),
+                                              tensor_ptr(ic), ca_tensor_numel(ic), tensor_ptr(r),
+                                              NULL, NULL),
+                            "index_select");
     ca_tensor_release(ic);
     ca_tensor_release(xc);
     return finish(st, r, out);
@@ -182,18 +167,18 @@ ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor
 static ca_status embedding_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                  ca_meta *out) {
     const ca_meta *w = &in[0], *idx = &in[1];
-    char b1[SHAPE_BUF];
+    char b1[META_STR_SIZE];
     CA_CHECK(check_index_dtype("embedding", idx));
     if (w->ndim != 2)
         return err_set(CA_STATUS_SHAPE,
                        "embedding: the weight must be 2-D [num_embeddings, "
                        "embedding_dim], got shape %s",
-                       meta_str(w, b1));
+                       meta_str(w, b1, sizeof b1));
     if (idx->ndim >= CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE,
                        "embedding: indices of shape %s leave no room for the "
                        "embedding dim (at most %d dims); reshape them",
-                       meta_str(idx, b1), CA_MAX_DIMS - 1);
+                       meta_str(idx, b1, sizeof b1), CA_MAX_DIMS - 1);
     *out = *idx;
     out->dtype = w->dtype;
     out->shape[out->ndim++] = w->shape[1];
@@ -210,10 +195,10 @@ static ca_status embedding_forward(const ca_op_def *row, ca_tensor *const *in, i
     if (st == CA_OK)
         st = tensor_new(m, &r);
     if (st == CA_OK && meta_numel(m) > 0)
-        st = kern_status(kern_index_select(kdt(w->dtype), 1, w->shape[0], w->shape[1],
-                                           tensor_ptr(wc), tensor_ptr(ic), ca_tensor_numel(ic),
-                                           tensor_ptr(r), NULL, NULL),
-                         "embedding");
+        st = op_kern_status(kern_index_select(kdt(w->dtype), 1, w->shape[0], w->shape[1],
+                                              tensor_ptr(wc), tensor_ptr(ic), ca_tensor_numel(ic),
+                                              tensor_ptr(r), NULL, NULL),
+                            "embedding");
     ca_tensor_release(ic);
     ca_tensor_release(wc);
     return finish(st, r, out);
@@ -241,13 +226,13 @@ ca_status ca_embedding(ca_tensor *weight, ca_tensor *indices, ca_tensor **out) {
 static ca_status gather_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                               ca_meta *out) {
     const ca_meta *x = &in[0], *idx = &in[1];
-    char b1[SHAPE_BUF], b2[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     CA_CHECK(check_index_dtype("gather", idx));
     if (idx->ndim != x->ndim)
         return err_set(CA_STATUS_SHAPE,
                        "gather: the index must have as many dims as the input, "
                        "but index has shape %s and input has shape %s",
-                       meta_str(idx, b1), meta_str(x, b2));
+                       meta_str(idx, b1, sizeof b1), meta_str(x, b2, sizeof b2));
     CA_CHECK(dim_normalize(&a->i[0], x->ndim, "gather"));
     int dim = (int)a->i[0];
     for (int d = 0; d < x->ndim; d++)
@@ -256,7 +241,7 @@ static ca_status gather_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                            "gather: index shape %s is larger than input shape %s "
                            "at dim %d; index sizes must be <= input sizes on "
                            "every dim except %d",
-                           meta_str(idx, b1), meta_str(x, b2), d, dim);
+                           meta_str(idx, b1, sizeof b1), meta_str(x, b2, sizeof b2), d, dim);
     *out = *idx;
     out->dtype = x->dtype;
     return CA_OK;
@@ -285,9 +270,9 @@ static ca_status gather_forward(const ca_op_def *row, ca_tensor *const *in, int 
     if (st == CA_OK)
         st = tensor_new(m, &r);
     if (st == CA_OK && meta_numel(m) > 0)
-        st = kern_status(kern_gather(kdt(x->dtype), outer, n, inner, tensor_ptr(xc), tensor_ptr(ic),
-                                     n_out, tensor_ptr(r), NULL, NULL),
-                         "gather");
+        st = op_kern_status(kern_gather(kdt(x->dtype), outer, n, inner, tensor_ptr(xc),
+                                        tensor_ptr(ic), n_out, tensor_ptr(r), NULL, NULL),
+                            "gather");
     ca_tensor_release(ic);
     ca_tensor_release(xv);
     ca_tensor_release(xc);
@@ -313,12 +298,12 @@ ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out
 static ca_status index_add_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                  ca_meta *out) {
     const ca_meta *idx = &in[0], *src = &in[1];
-    char b1[SHAPE_BUF], b2[SHAPE_BUF], b3[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE], b3[META_STR_SIZE];
     CA_CHECK(check_index_dtype("index_add", idx));
     if (idx->ndim > 1)
         return err_set(CA_STATUS_SHAPE, "index_add: the index must be 0-D or 1-D, got shape %s",
-                       meta_str(idx, b1));
-    ca_meta full;
+                       meta_str(idx, b1, sizeof b1));
+    ca_meta full = {.ndim = 0};
     CA_CHECK(full_meta("index_add", a, src->dtype, &full));
     CA_CHECK(dim_normalize(&a->i[0], full.ndim, "index_add"));
     ca_meta expect = full;
@@ -328,8 +313,8 @@ static ca_status index_add_shape(const ca_op_def *row, const ca_meta *in, int n_
         return err_set(CA_STATUS_SHAPE,
                        "index_add: src has shape %s but %lld indices along dim "
                        "%lld of %s need shape %s",
-                       meta_str(src, b1), (long long)meta_numel(idx), (long long)a->i[0],
-                       meta_str(&full, b2), meta_str(&expect, b3));
+                       meta_str(src, b1, sizeof b1), (long long)meta_numel(idx), (long long)a->i[0],
+                       meta_str(&full, b2, sizeof b2), meta_str(&expect, b3, sizeof b3));
     *out = full;
     return CA_OK;
 }
@@ -347,10 +332,10 @@ static ca_status index_add_forward(const ca_op_def *row, ca_tensor *const *in, i
     if (st == CA_OK)
         st = tensor_full(m, 0.0, &r);
     if (st == CA_OK && ca_tensor_numel(sc) > 0)
-        st = kern_status(kern_index_add(kdt(m->dtype), outer, n, inner, tensor_ptr(r),
-                                        tensor_ptr(ic), ca_tensor_numel(ic), tensor_ptr(sc), NULL,
-                                        NULL),
-                         "index_add");
+        st = op_kern_status(kern_index_add(kdt(m->dtype), outer, n, inner, tensor_ptr(r),
+                                           tensor_ptr(ic), ca_tensor_numel(ic), tensor_ptr(sc),
+                                           NULL, NULL),
+                            "index_add");
     ca_tensor_release(ic);
     ca_tensor_release(sc);
     return finish(st, r, out);
@@ -371,27 +356,27 @@ static void index_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
 static ca_status scatter_add_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                    ca_meta *out) {
     const ca_meta *idx = &in[0], *src = &in[1];
-    char b1[SHAPE_BUF], b2[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     CA_CHECK(check_index_dtype("scatter_add", idx));
-    ca_meta full;
+    ca_meta full = {.ndim = 0};
     CA_CHECK(full_meta("scatter_add", a, src->dtype, &full));
     if (!meta_same_shape(idx, src))
         return err_set(CA_STATUS_SHAPE,
                        "scatter_add: src has shape %s but index has shape %s; "
                        "they must match",
-                       meta_str(src, b1), meta_str(idx, b2));
+                       meta_str(src, b1, sizeof b1), meta_str(idx, b2, sizeof b2));
     if (idx->ndim != full.ndim)
         return err_set(CA_STATUS_SHAPE,
                        "scatter_add: index of shape %s must have as many dims as "
                        "the output %s",
-                       meta_str(idx, b1), meta_str(&full, b2));
+                       meta_str(idx, b1, sizeof b1), meta_str(&full, b2, sizeof b2));
     CA_CHECK(dim_normalize(&a->i[0], full.ndim, "scatter_add"));
     for (int d = 0; d < full.ndim; d++)
         if (d != a->i[0] && idx->shape[d] > full.shape[d])
             return err_set(CA_STATUS_SHAPE,
                            "scatter_add: index shape %s is larger than the output "
                            "%s at dim %d",
-                           meta_str(idx, b1), meta_str(&full, b2), d);
+                           meta_str(idx, b1, sizeof b1), meta_str(&full, b2, sizeof b2), d);
     *out = full;
     return CA_OK;
 }
@@ -417,16 +402,16 @@ static ca_status scatter_add_forward(const ca_op_def *row, ca_tensor *const *in,
     if (st == CA_OK && corner)
         st = tensor_full(&bm, 0.0, &blk);
     if (st == CA_OK && ca_tensor_numel(sc) > 0)
-        st = kern_status(kern_scatter_add(kdt(m->dtype), outer, n, inner,
-                                          tensor_ptr(corner ? blk : r), tensor_ptr(ic), n_src,
-                                          tensor_ptr(sc), NULL, NULL),
-                         "scatter_add");
+        st = op_kern_status(kern_scatter_add(kdt(m->dtype), outer, n, inner,
+                                             tensor_ptr(corner ? blk : r), tensor_ptr(ic), n_src,
+                                             tensor_ptr(sc), NULL, NULL),
+                            "scatter_add");
     if (st == CA_OK && corner && meta_numel(&bm) > 0) {
         kern_src s;
         tensor_src(blk, bm.ndim, bm.shape, &s);
-        st = kern_status(kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), bm.ndim, bm.shape,
-                                        tensor_ptr(r), r->strides, &s, 0, 0),
-                         "scatter_add");
+        st = op_kern_status(kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), bm.ndim,
+                                           bm.shape, tensor_ptr(r), r->strides, &s, 0, 0),
+                            "scatter_add");
     }
     ca_tensor_release(ic);
     ca_tensor_release(sc);

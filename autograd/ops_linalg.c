@@ -35,16 +35,16 @@ static ca_status inner_mismatch(const char *op, const ca_meta *a, const ca_meta 
     return err_set(CA_STATUS_SHAPE,
                    "%s: inner dims do not match: a %s%s and b %s%s (%lld vs %lld); a's "
                    "columns must equal b's rows",
-                   op, err_shape_str(a->ndim, a->shape, s1, sizeof s1), ta ? " (transposed)" : "",
-                   err_shape_str(b->ndim, b->shape, s2, sizeof s2), tb ? " (transposed)" : "",
-                   (long long)ka, (long long)kb);
+                   op, meta_str(a, s1, sizeof s1), ta ? " (transposed)" : "",
+                   meta_str(b, s2, sizeof s2), tb ? " (transposed)" : "", (long long)ka,
+                   (long long)kb);
 }
 
 static ca_status need_ndim(const char *op, const char *what, const ca_meta *m, int lo, int hi) {
     if (m->ndim >= lo && m->ndim <= hi)
         return CA_OK;
     char s[128];
-    err_shape_str(m->ndim, m->shape, s, sizeof s);
+    meta_str(m, s, sizeof s);
     if (lo == hi)
         return err_set(CA_STATUS_SHAPE, "%s: %s must be %d-D, got a %d-D tensor of shape %s", op,
                        what, lo, m->ndim, s);
@@ -86,8 +86,7 @@ static ca_status matmul_shape_common(const char *op, const ca_meta *in, ca_attrs
             return err_set(CA_STATUS_SHAPE,
                            "%s: batch dims of a %s and b %s do not %s (batch dim %d: %lld vs "
                            "%lld)",
-                           op, err_shape_str(ma->ndim, ma->shape, s1, sizeof s1),
-                           err_shape_str(mb->ndim, mb->shape, s2, sizeof s2),
+                           op, meta_str(ma, s1, sizeof s1), meta_str(mb, s2, sizeof s2),
                            bcast ? "broadcast; sizes must match or be 1" : "match", i,
                            (long long)sa, (long long)sb);
         }
@@ -132,8 +131,7 @@ static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_SHAPE,
                        "linear: x %s and weight %s do not fit: x's last dim (%lld) must equal "
                        "weight's in_features (dim 1, %lld)",
-                       err_shape_str(x->ndim, x->shape, s1, sizeof s1),
-                       err_shape_str(w->ndim, w->shape, s2, sizeof s2),
+                       meta_str(x, s1, sizeof s1), meta_str(w, s2, sizeof s2),
                        (long long)x->shape[x->ndim - 1], (long long)w->shape[1]);
     if (n_in == 3) {
         const ca_meta *bias = &in[2];
@@ -142,8 +140,8 @@ static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in,
             return err_set(CA_STATUS_SHAPE,
                            "linear: bias %s does not fit weight %s; bias must be 1-D with "
                            "out_features (%lld) elements",
-                           err_shape_str(bias->ndim, bias->shape, s1, sizeof s1),
-                           err_shape_str(w->ndim, w->shape, s2, sizeof s2), (long long)w->shape[0]);
+                           meta_str(bias, s1, sizeof s1), meta_str(w, s2, sizeof s2),
+                           (long long)w->shape[0]);
     }
     *out = *x;
     out->shape[x->ndim - 1] = w->shape[0];

@@ -42,14 +42,6 @@ static ca_status check_reduction(const char *op, int64_t r) {
                    op, (long long)r);
 }
 
-static ca_status kern_status(int rc, const char *what) {
-    if (rc == 0)
-        return CA_OK;
-    if (rc == -2)
-        return err_nomem(what);
-    return err_set(CA_STATUS_INTERNAL, "%s kernel failed (%d); please report it", what, rc);
-}
-
 static double load(ca_dtype dt, const void *p, int64_t i) {
     return dt == CA_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
 }
@@ -59,12 +51,6 @@ static void store(ca_dtype dt, void *p, int64_t i, double v) {
         ((float *)p)[i] = (float)v;
     else
         ((double *)p)[i] = v;
-}
-
-/* Release the first n of ts (NULL entries are fine). */
-static void release_all(ca_tensor **ts, int n) {
-    for (int i = 0; i < n; i++)
-        ca_tensor_release(ts[i]);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -98,7 +84,7 @@ static ca_status softmax_rows(ca_tensor *x, bool log, ca_tensor **out) {
     int64_t n = x->ndim ? x->shape[x->ndim - 1] : 1, rows = n ? meta_numel(&m) / n : 0;
     if (rows == 0 || n == 0)
         return CA_OK;
-    ca_status st = kern_status(
+    ca_status st = op_kern_status(
         kern_softmax(kdt(x->dtype), rows, n, tensor_ptr(x), tensor_ptr(*out), log), "softmax");
     if (st != CA_OK) {
         ca_tensor_release(*out);
@@ -126,7 +112,7 @@ static ca_status softmax_forward(const ca_op_def *row, ca_tensor *const *in, int
         st = swap_view(t[2], dim, last, &t[3]);
     if (st == CA_OK)
         st = tensor_contiguous(t[3], out);
-    release_all(t, 4);
+    op_release_all(t, 4);
     return st;
 }
 
@@ -181,8 +167,7 @@ static ca_status nll_check_target(const char *op, const ca_meta *x, const ca_met
     return err_set(CA_STATUS_SHAPE,
                    "%s: input %s and target %s do not fit; expected input [N, C, d...] with "
                    "target [N, d...], or input [C] with a 0-d target",
-                   op, err_shape_str(x->ndim, x->shape, s1, sizeof s1),
-                   err_shape_str(t->ndim, t->shape, s2, sizeof s2));
+                   op, meta_str(x, s1, sizeof s1), meta_str(t, s2, sizeof s2));
 }
 
 static ca_status nll_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -256,7 +241,7 @@ static ca_status nll_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
         aux[0] = t[3];
         t[2] = t[3] = NULL;
     }
-    release_all(t, 4);
+    op_release_all(t, 4);
     return st;
 }
 
@@ -291,8 +276,8 @@ static ca_status nll_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in,
     if ((per_elem && !meta_same_shape(&in[0], &in[1])) || (!per_elem && in[0].ndim != 0)) {
         char s1[128], s2[128];
         return err_set(CA_STATUS_SHAPE, "%s: grad %s does not fit target %s for reduction %lld", op,
-                       err_shape_str(in[0].ndim, in[0].shape, s1, sizeof s1),
-                       err_shape_str(in[1].ndim, in[1].shape, s2, sizeof s2), (long long)a->i[0]);
+                       meta_str(&in[0], s1, sizeof s1), meta_str(&in[1], s2, sizeof s2),
+                       (long long)a->i[0]);
     }
     *out = xm;
     return CA_OK;
@@ -334,7 +319,7 @@ static ca_status nll_bw_forward(const ca_op_def *row, ca_tensor *const *in, int 
         *out = t[2];
         t[2] = NULL;
     }
-    release_all(t, 3);
+    op_release_all(t, 3);
     return st;
 }
 
@@ -375,15 +360,15 @@ static ca_status mse_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
         kern_red_op op = a->i[0] == CA_REDUCTION_MEAN ? KRED_MEAN : KRED_SUM;
         uint32_t mask = (uint32_t)((1u << bm.ndim) - 1u);
         if (st == CA_OK)
-            st = kern_status(kern_reduce(op, kdt(bm.dtype), bm.ndim, bm.shape, tensor_ptr(t[1]),
-                                         t[1]->strides, mask, tensor_ptr(t[2]), NULL),
-                             "mse_loss reduction");
+            st = op_kern_status(kern_reduce(op, kdt(bm.dtype), bm.ndim, bm.shape, tensor_ptr(t[1]),
+                                            t[1]->strides, mask, tensor_ptr(t[2]), NULL),
+                                "mse_loss reduction");
         if (st == CA_OK) {
             *out = t[2];
             t[2] = NULL;
         }
     }
-    release_all(t, 3);
+    op_release_all(t, 3);
     return st;
 }
 
@@ -422,7 +407,7 @@ static ca_status ln_param_check(const ca_meta *x, const ca_meta *p, const char *
     return err_set(CA_STATUS_SHAPE,
                    "layer_norm: %s has shape %s but normalized_shape is %s; they "
                    "must be equal",
-                   what, err_shape_str(p->ndim, p->shape, s1, sizeof s1),
+                   what, meta_str(p, s1, sizeof s1),
                    err_shape_str(a->shape.n, a->shape.v, s2, sizeof s2));
 }
 
@@ -440,14 +425,14 @@ static ca_status ln_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_
         return err_set(CA_STATUS_SHAPE,
                        "layer_norm: normalized_shape has %d dims but x %s has %d; it must name "
                        "1 to %d trailing dims of x",
-                       k, err_shape_str(x->ndim, x->shape, s1, sizeof s1), x->ndim, x->ndim);
+                       k, meta_str(x, s1, sizeof s1), x->ndim, x->ndim);
     for (int j = 0; j < k; j++)
         if (x->shape[x->ndim - k + j] != a->shape.v[j])
             return err_set(CA_STATUS_SHAPE,
                            "layer_norm: normalized_shape %s does not match the last %d dims of "
                            "x %s",
                            err_shape_str(k, a->shape.v, s1, sizeof s1), k,
-                           err_shape_str(x->ndim, x->shape, s2, sizeof s2));
+                           meta_str(x, s2, sizeof s2));
     int next = 1;
     if (a->i[1] & LN_WEIGHT)
         CA_CHECK(ln_param_check(x, &in[next++], "weight", a));
@@ -477,18 +462,18 @@ static ca_status ln_forward(const ca_op_def *row, ca_tensor *const *in, int n_in
         st = tensor_new(&sm, &t[5]);
     int64_t rows = meta_numel(&sm), n = rows ? meta_numel(m) / rows : 0;
     if (st == CA_OK && rows > 0 && n > 0)
-        st = kern_status(kern_layer_norm(kdt(m->dtype), rows, n, tensor_ptr(t[0]),
-                                         t[1] ? tensor_ptr(t[1]) : NULL,
-                                         t[2] ? tensor_ptr(t[2]) : NULL, a->s[0], tensor_ptr(t[3]),
-                                         tensor_ptr(t[4]), tensor_ptr(t[5])),
-                         "layer_norm");
+        st = op_kern_status(kern_layer_norm(kdt(m->dtype), rows, n, tensor_ptr(t[0]),
+                                            t[1] ? tensor_ptr(t[1]) : NULL,
+                                            t[2] ? tensor_ptr(t[2]) : NULL, a->s[0],
+                                            tensor_ptr(t[3]), tensor_ptr(t[4]), tensor_ptr(t[5])),
+                            "layer_norm");
     if (st == CA_OK) {
         *out = t[3];
         aux[0] = t[4];
         aux[1] = t[5];
         t[3] = t[4] = t[5] = NULL;
     }
-    release_all(t, 6);
+    op_release_all(t, 6);
     return st;
 }
 

@@ -27,17 +27,18 @@
 /* A pointwise row with the shared shape rule and forward kernel. */
 #define PW_ROW(ID, NAME, NODE, NIN, KOP, BW, NF, ...)                                              \
     {                                                                                              \
-        .id = ID, .name = NAME, .node_name = NODE, .fusion = CA_FUSE_POINTWISE, .n_in_min = NIN,   \
-        .n_in_max = NIN, .n_fields = NF, .fields = {__VA_ARGS__}, .shape = op_pointwise_shape,     \
-        .forward = op_pointwise_forward, .backward = BW, .pw = KOP                                 \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
+        .n_in_min = (NIN), .n_in_max = (NIN), .n_fields = (NF), .fields = {__VA_ARGS__},           \
+        .shape = op_pointwise_shape, .forward = op_pointwise_forward, .backward = (BW),            \
+        .pw = (KOP)                                                                                \
     }
 
 /* A comparison row: 1 or 0 in the inputs' dtype, no gradient. */
 #define CMP_ROW(ID, NAME, NODE, NIN, KOP)                                                          \
     {                                                                                              \
-        .id = ID, .name = NAME, .node_name = NODE, .fusion = CA_FUSE_POINTWISE, .n_in_min = NIN,   \
-        .n_in_max = NIN, .flags = CA_OPF_NONDIFF, .n_fields = 0, .shape = op_pointwise_shape,      \
-        .forward = op_pointwise_forward, .pw = KOP                                                 \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
+        .n_in_min = (NIN), .n_in_max = (NIN), .flags = CA_OPF_NONDIFF, .n_fields = 0,              \
+        .shape = op_pointwise_shape, .forward = op_pointwise_forward, .pw = (KOP)                  \
     }
 
 static ca_bval saved(ca_builder *b, const ca_node *n, int k) {
@@ -96,22 +97,23 @@ static void pow_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
         set_grad(b, n, gin, 1, bx_pw(b, KPW_POW_BW_EXP, g, base, saved(b, n, 2), 0, 0));
 }
 
-/* saved: self, other. Ties split the gradient half and half, as PyTorch does. */
-static void maximum_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+/* saved: self, other. Ties split the gradient half and half, as PyTorch does. For
+ * minimum, `a` wins where b > a, so the arguments of KPW_MAXMIN_BW swap. */
+static void maxmin_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin, bool max) {
     ca_bval x = saved(b, n, 0), y = saved(b, n, 1);
+    ca_bval p = max ? x : y, q = max ? y : x;
     if (node_needs_grad(n, 0))
-        set_grad(b, n, gin, 0, bx_pw(b, KPW_MAXMIN_BW, g, x, y, 0, 0));
+        set_grad(b, n, gin, 0, bx_pw(b, KPW_MAXMIN_BW, g, p, q, 0, 0));
     if (node_needs_grad(n, 1))
-        set_grad(b, n, gin, 1, bx_pw(b, KPW_MAXMIN_BW, g, y, x, 0, 0));
+        set_grad(b, n, gin, 1, bx_pw(b, KPW_MAXMIN_BW, g, q, p, 0, 0));
 }
 
-/* minimum: `a` wins where b > a, so the arguments of KPW_MAXMIN_BW swap */
+static void maximum_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    maxmin_backward(b, n, g, gin, true);
+}
+
 static void minimum_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    ca_bval x = saved(b, n, 0), y = saved(b, n, 1);
-    if (node_needs_grad(n, 0))
-        set_grad(b, n, gin, 0, bx_pw(b, KPW_MAXMIN_BW, g, y, x, 0, 0));
-    if (node_needs_grad(n, 1))
-        set_grad(b, n, gin, 1, bx_pw(b, KPW_MAXMIN_BW, g, x, y, 0, 0));
+    maxmin_backward(b, n, g, gin, false);
 }
 
 /* saved: condition. The cond input (0) never gets a gradient. */

@@ -87,8 +87,8 @@ static ca_status reduce_shape(const ca_op_def *row, const ca_meta *in, int n_in,
             return err_set(CA_STATUS_SHAPE,
                            "%s: reduced dim %lld of input %s has size 0; the %s "
                            "of no elements is undefined",
-                           row->name, (long long)a->dims.v[k],
-                           err_shape_str(in[0].ndim, in[0].shape, s, sizeof s), row->name);
+                           row->name, (long long)a->dims.v[k], meta_str(&in[0], s, sizeof s),
+                           row->name);
         }
     reduced_meta(&in[0], a, out);
     return CA_OK;
@@ -108,7 +108,7 @@ static ca_status sum_to_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_SHAPE,
                        "sum_to: a value of shape %s cannot be summed to shape "
                        "%s; the target must broadcast to the value's shape",
-                       err_shape_str(in[0].ndim, in[0].shape, s1, sizeof s1),
+                       meta_str(&in[0], s1, sizeof s1),
                        err_shape_str(to->n > 0 ? to->n : 0, to->v, s2, sizeof s2));
     }
     ca_meta r = {.dtype = in[0].dtype, .ndim = to->n};

@@ -13,29 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHAPE_BUF 160
-
-static const char *meta_str(const ca_meta *m, char *buf) {
-    return err_shape_str(m->ndim, m->shape, buf, SHAPE_BUF);
-}
-
-static const char *ints_str(const ca_ints *s, char *buf) {
-    return err_shape_str(s->n, s->v, buf, SHAPE_BUF);
+static const char *ints_str(const ca_ints *s, char *buf, size_t size) {
+    return err_shape_str(s->n, s->v, buf, size);
 }
 
 static ca_attrs attrs_none(void) {
     ca_attrs a;
     memset(&a, 0, sizeof a);
     return a;
-}
-
-static ca_status kern_status(int rc, const char *what) {
-    if (rc == 0)
-        return CA_OK;
-    if (rc == -2)
-        return err_nomem(what);
-    return err_set(CA_STATUS_INTERNAL, "%s: kernel failed with code %d; please report this", what,
-                   rc);
 }
 
 /* Copy every element of src into dst, a strided region of src's shape. */
@@ -49,7 +34,7 @@ static ca_status copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src
     tensor_src(src, src->ndim, src->shape, &s);
     int rc = kern_pointwise(KPW_COPY, kdt(src->dtype), kdt(src->dtype), src->ndim, src->shape, dst,
                             dst_strides, &s, 0, 0);
-    return kern_status(rc, what);
+    return op_kern_status(rc, what);
 }
 
 /* A view of x with x's shape and strides except as the caller changes them. */
@@ -116,7 +101,7 @@ static bool view_strides(int on, const int64_t *oshape, const int64_t *ostrides,
 static ca_status reshape_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                ca_meta *out) {
     ca_ints *s = &a->shape;
-    char b1[SHAPE_BUF], b2[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     if (s->n < 0 || s->n > CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE, "%s: target has %d dims; cagrad supports 0 to %d",
                        row->name, s->n, CA_MAX_DIMS);
@@ -127,14 +112,14 @@ static ca_status reshape_shape(const ca_op_def *row, const ca_meta *in, int n_in
             return err_set(CA_STATUS_SHAPE,
                            "%s: only one dimension can be inferred, but target %s "
                            "has -1 at dims %d and %d; give the other sizes",
-                           row->name, ints_str(s, b1), infer, d);
+                           row->name, ints_str(s, b1, sizeof b1), infer, d);
         if (s->v[d] == -1)
             infer = d;
         else if (s->v[d] < 0)
             return err_set(CA_STATUS_SHAPE,
                            "%s: invalid size %lld at dim %d of target %s; sizes "
                            "must be >= 0 (or -1 to infer one)",
-                           row->name, (long long)s->v[d], d, ints_str(s, b1));
+                           row->name, (long long)s->v[d], d, ints_str(s, b1, sizeof b1));
         else
             known *= s->v[d];
     }
@@ -143,7 +128,8 @@ static ca_status reshape_shape(const ca_op_def *row, const ca_meta *in, int n_in
         return err_set(CA_STATUS_SHAPE,
                        "%s: shape %s is invalid for an input of shape %s (%lld elements); the "
                        "target must have the same number of elements%s",
-                       row->name, ints_str(s, b1), meta_str(in, b2), (long long)numel,
+                       row->name, ints_str(s, b1, sizeof b1), meta_str(in, b2, sizeof b2),
+                       (long long)numel,
                        infer >= 0 && known == 0 ? " and -1 is ambiguous next to a size 0" : "");
     if (infer >= 0)
         s->v[infer] = numel / known;
@@ -161,14 +147,14 @@ static ca_status reshape_forward(const ca_op_def *row, ca_tensor *const *in, int
     if (view_strides(x->ndim, x->shape, x->strides, m->ndim, m->shape, strides))
         return tensor_alias(x, m->ndim, m->shape, strides, x->offset, out);
     if (row->id == CA_OP_VIEW) {
-        char b1[SHAPE_BUF], b2[SHAPE_BUF], b3[SHAPE_BUF];
+        char b1[META_STR_SIZE], b2[META_STR_SIZE], b3[META_STR_SIZE];
         return err_set(CA_STATUS_SHAPE,
                        "view: view size is not compatible with input tensor's size and stride "
                        "(input shape %s, strides %s, target %s): at least one dimension spans "
                        "across two contiguous subspaces; use ca_reshape instead (it copies)",
                        err_shape_str(x->ndim, x->shape, b1, sizeof b1),
                        err_shape_str(x->ndim, x->strides, b2, sizeof b2),
-                       err_shape_str(m->ndim, m->shape, b3, sizeof b3));
+                       meta_str(m, b3, sizeof b3));
     }
     ca_tensor *c;
     CA_CHECK(tensor_contiguous(x, &c));
@@ -227,7 +213,7 @@ ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor
         *out = ca_tensor_retain(x);
         return CA_OK;
     }
-    int64_t shape[CA_MAX_DIMS];
+    int64_t shape[CA_MAX_DIMS] = {0};
     int nd = 0;
     for (int d = 0; d < x->ndim; d++) {
         if (d <= start_dim || d > end_dim)
@@ -244,12 +230,12 @@ ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor
 static ca_status permute_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                ca_meta *out) {
     ca_ints *p = &a->dims;
-    char b1[SHAPE_BUF];
+    char b1[META_STR_SIZE];
     if (p->n != in->ndim)
         return err_set(CA_STATUS_DIM,
                        "permute: the permutation has %d entries but the input of "
                        "shape %s has %d dims; give one entry per dim",
-                       p->n, meta_str(in, b1), in->ndim);
+                       p->n, meta_str(in, b1, sizeof b1), in->ndim);
     bool seen[CA_MAX_DIMS] = {false};
     out->dtype = in->dtype;
     out->ndim = in->ndim;
@@ -323,12 +309,13 @@ static ca_status expand_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                               ca_meta *out) {
     ca_ints *s = &a->shape;
     ca_ints given = *s;
-    char b1[SHAPE_BUF], b2[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     if (s->n < in->ndim || s->n > CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE,
                        "expand: the target %s has %d dims but the input of shape "
                        "%s has %d; give at least as many sizes as input dims",
-                       ints_str(&given, b1), s->n, meta_str(in, b2), in->ndim);
+                       ints_str(&given, b1, sizeof b1), s->n, meta_str(in, b2, sizeof b2),
+                       in->ndim);
     int lead = s->n - in->ndim;
     for (int i = 0; i < s->n; i++) {
         int64_t v = s->v[i], isz = i >= lead ? in->shape[i - lead] : 1;
@@ -336,15 +323,15 @@ static ca_status expand_shape(const ca_op_def *row, const ca_meta *in, int n_in,
             return err_set(CA_STATUS_SHAPE,
                            "expand: -1 at dim %d of target %s is a new leading "
                            "dim, which has no size to keep; give its size",
-                           i, ints_str(&given, b1));
+                           i, ints_str(&given, b1, sizeof b1));
         if (v == -1)
             v = isz;
         if (v < 0 || (isz != 1 && isz != v))
             return err_set(CA_STATUS_SHAPE,
                            "expand: the input's size %lld cannot be expanded to %lld at dim %d "
                            "(input shape %s, target %s); only size-1 dims can be expanded",
-                           (long long)isz, (long long)s->v[i], i, meta_str(in, b2),
-                           ints_str(&given, b1));
+                           (long long)isz, (long long)s->v[i], i, meta_str(in, b2, sizeof b2),
+                           ints_str(&given, b1, sizeof b1));
         s->v[i] = v;
     }
     out->dtype = in->dtype;
@@ -451,12 +438,12 @@ ca_status ca_squeeze(ca_tensor *x, int n_dims, const int64_t *dims, ca_tensor **
 
 static ca_status unsqueeze_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                  ca_meta *out) {
-    char b1[SHAPE_BUF];
+    char b1[META_STR_SIZE];
     if (in->ndim >= CA_MAX_DIMS)
         return err_set(CA_STATUS_DIM,
                        "unsqueeze: the input of shape %s already has %d dims, the "
                        "most cagrad supports",
-                       meta_str(in, b1), in->ndim);
+                       meta_str(in, b1, sizeof b1), in->ndim);
     CA_CHECK(dim_normalize(&a->i[0], in->ndim + 1, "unsqueeze"));
     int d = (int)a->i[0];
     out->dtype = in->dtype;
@@ -594,7 +581,7 @@ ca_status ca_narrow(ca_tensor *x, int64_t dim, int64_t start, int64_t length, ca
 
 static ca_status select_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                               ca_meta *out) {
-    char b1[SHAPE_BUF];
+    char b1[META_STR_SIZE];
     if (in->ndim == 0)
         return err_set(CA_STATUS_DIM, "select: cannot select from a 0-dim tensor; it has no dim "
                                       "to index");
@@ -605,8 +592,8 @@ static ca_status select_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_INDEX,
                        "select: index %lld is out of range for dim %d of size "
                        "%lld (input shape %s); expected an index in [%lld, %lld]",
-                       (long long)idx, d, (long long)size, meta_str(in, b1), (long long)-size,
-                       (long long)(size - 1));
+                       (long long)idx, d, (long long)size, meta_str(in, b1, sizeof b1),
+                       (long long)-size, (long long)(size - 1));
     a->i[1] = idx < 0 ? idx + size : idx;
     out->dtype = in->dtype;
     out->ndim = 0;
@@ -654,7 +641,7 @@ ca_status ca_select(ca_tensor *x, int64_t dim, int64_t index, ca_tensor **out) {
  */
 static ca_status slice_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                 ca_meta *out) {
-    char b1[SHAPE_BUF], b2[SHAPE_BUF], b3[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE], b3[META_STR_SIZE];
     ca_meta full = {.dtype = in->dtype, .ndim = a->shape.n};
     if (a->shape.n < 0 || a->shape.n > CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE, "slice_backward: full shape has %d dims", a->shape.n);
@@ -666,8 +653,8 @@ static ca_status slice_bw_shape(const ca_op_def *row, const ca_meta *in, int n_i
         return err_set(CA_STATUS_SHAPE,
                        "slice_backward: the gradient has shape %s but the slice "
                        "of %s along dim %lld has shape %s",
-                       meta_str(in, b1), meta_str(&full, b2), (long long)a->i[0],
-                       meta_str(&expect, b3));
+                       meta_str(in, b1, sizeof b1), meta_str(&full, b2, sizeof b2),
+                       (long long)a->i[0], meta_str(&expect, b3, sizeof b3));
     *out = full;
     return CA_OK;
 }
@@ -707,7 +694,7 @@ static bool cat_skipped(const ca_meta *m, int out_ndim) {
 
 static ca_status cat_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                            ca_meta *out) {
-    char b1[SHAPE_BUF], b2[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     if (n_in < 1)
         return err_set(CA_STATUS_INVALID, "cat: expects at least one tensor");
     int ref = 0;
@@ -740,7 +727,7 @@ static ca_status cat_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca
             return err_set(CA_STATUS_SHAPE,
                            "cat: sizes of tensors must match except in dim %d: tensor %d has "
                            "shape %s but tensor %d has shape %s",
-                           d, ref, meta_str(r, b1), i, meta_str(&in[i], b2));
+                           d, ref, meta_str(r, b1, sizeof b1), i, meta_str(&in[i], b2, sizeof b2));
         out->shape[d] += in[i].shape[d];
     }
     return CA_OK;
@@ -795,11 +782,6 @@ ca_status ca_cat(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out)
     return op_call(CA_OP_CAT, n, tensors, &a, out, NULL);
 }
 
-static void release_all(ca_tensor **t, int n) {
-    for (int i = 0; i < n; i++)
-        ca_tensor_release(t[i]);
-}
-
 ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_stack");
     *out = NULL;
@@ -813,15 +795,15 @@ ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **ou
         tensor_meta(tensors[0], &m0);
         tensor_meta(tensors[i], &mi);
         if (!meta_same_shape(&m0, &mi)) {
-            char b1[SHAPE_BUF], b2[SHAPE_BUF];
+            char b1[META_STR_SIZE], b2[META_STR_SIZE];
             return err_set(CA_STATUS_SHAPE,
                            "stack: expects each tensor to be equal size, but got "
                            "%s at entry 0 and %s at entry %d",
-                           meta_str(&m0, b1), meta_str(&mi, b2), i);
+                           meta_str(&m0, b1, sizeof b1), meta_str(&mi, b2, sizeof b2), i);
         }
     }
     CA_CHECK(dim_normalize(&dim, tensors[0]->ndim + 1, "stack"));
-    ca_tensor **tmp = mem_calloc((size_t)n, sizeof *tmp);
+    ca_tensor **tmp = mem_calloc((size_t)n, sizeof(ca_tensor *));
     if (!tmp)
         return err_nomem("stack's list of inputs");
     ca_status st = CA_OK;
@@ -829,7 +811,7 @@ ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **ou
         st = ca_unsqueeze(tensors[i], dim, &tmp[i]);
     if (st == CA_OK)
         st = ca_cat(n, tmp, dim, out);
-    release_all(tmp, n);
+    op_release_all(tmp, n);
     mem_free(tmp);
     return st;
 }
@@ -877,7 +859,7 @@ ca_status ca_contiguous(ca_tensor *x, ca_tensor **out) {
 static ca_status masked_fill_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                    ca_meta *out) {
     const ca_meta *x = &in[0], *mask = &in[1];
-    char b1[SHAPE_BUF], b2[SHAPE_BUF];
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     bool ok = mask->ndim <= x->ndim;
     for (int i = 0; ok && i < mask->ndim; i++) {
         int64_t ms = mask->shape[i], xs = x->shape[x->ndim - mask->ndim + i];
@@ -888,7 +870,7 @@ static ca_status masked_fill_shape(const ca_op_def *row, const ca_meta *in, int 
                        "masked_fill: a mask of shape %s cannot be broadcast to "
                        "the input's shape %s; the mask must broadcast to the "
                        "input (sizes equal or 1, no extra dims)",
-                       meta_str(mask, b1), meta_str(x, b2));
+                       meta_str(mask, b1, sizeof b1), meta_str(x, b2, sizeof b2));
     *out = *x;
     return CA_OK;
 }
@@ -905,7 +887,7 @@ static ca_status masked_fill_forward(const ca_op_def *row, ca_tensor *const *in,
                  ? 0
                  : kern_pointwise(KPW_MASKED_FILL, kdt(m->dtype), kdt(in[1]->dtype), m->ndim,
                                   m->shape, tensor_ptr(r), r->strides, src, a->s[0], 0);
-    ca_status st = kern_status(rc, "masked_fill");
+    ca_status st = op_kern_status(rc, "masked_fill");
     if (st != CA_OK) {
         ca_tensor_release(r);
         return st;

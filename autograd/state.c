@@ -15,7 +15,9 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static ca_status init_status = CA_OK;
 static char init_msg[1024];
 
-static void *kern_scratch_alloc(size_t n) { return mem_alloc_aligned(n, 64); }
+static void *kern_scratch_alloc(size_t n) {
+    return mem_alloc_aligned(n, 64);
+}
 
 static void init_run(void) {
     kern_set_allocator((kern_allocator){kern_scratch_alloc, mem_free});
@@ -36,8 +38,12 @@ ca_status ca_init(void) {
  */
 static _Thread_local bool grad_disabled = false;
 
-bool grad_mode_enabled(void) { return !grad_disabled; }
-bool ca_is_grad_enabled(void) { return !grad_disabled; }
+bool grad_mode_enabled(void) {
+    return !grad_disabled;
+}
+bool ca_is_grad_enabled(void) {
+    return !grad_disabled;
+}
 
 bool ca_set_grad_enabled(bool enabled) {
     bool prev = !grad_disabled;
@@ -51,8 +57,12 @@ bool ca_set_grad_enabled(bool enabled) {
 static atomic_int current_graph = 0;
 static atomic_uint_fast64_t seq_counter = 0;
 
-int graph_current_id(void) { return atomic_load(&current_graph); }
-uint64_t node_next_seq(void) { return atomic_fetch_add(&seq_counter, 1); }
+int graph_current_id(void) {
+    return atomic_load(&current_graph);
+}
+uint64_t node_next_seq(void) {
+    return atomic_fetch_add(&seq_counter, 1);
+}
 
 /* ---------------------------------------------------------------------------------------
  * Random generator position: one (seed, offset) pair for the process. Each random call
@@ -74,5 +84,9 @@ void random_next(uint64_t *seed, uint64_t **offset) {
 /* ---------------------------------------------------------------------------------------
  * Threads
  */
-int ca_set_num_threads(int n) { return kern_set_num_threads(n); }
-int ca_get_num_threads(void) { return kern_num_threads(); }
+int ca_set_num_threads(int n) {
+    return kern_set_num_threads(n);
+}
+int ca_get_num_threads(void) {
+    return kern_num_threads();
+}

@@ -40,7 +40,9 @@ static void storage_release(ca_storage *s) {
 /* ---------------------------------------------------------------------------------------
  * Construction and geometry
  */
-size_t ca_dtype_size(ca_dtype dtype) { return dtype == CA_FLOAT32 ? 4 : 8; }
+size_t ca_dtype_size(ca_dtype dtype) {
+    return dtype == CA_FLOAT32 ? 4 : 8;
+}
 
 const char *ca_dtype_name(ca_dtype dtype) {
     switch (dtype) {
@@ -61,18 +63,21 @@ void tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
 
 static ca_status meta_validate(const ca_meta *m, const char *fn) {
     if ((unsigned)m->dtype > CA_INT64)
-        return err_set(CA_STATUS_DTYPE, "%s: invalid dtype %d; use CA_FLOAT32, CA_FLOAT64 or "
-                                        "CA_INT64",
+        return err_set(CA_STATUS_DTYPE,
+                       "%s: invalid dtype %d; use CA_FLOAT32, CA_FLOAT64 or "
+                       "CA_INT64",
                        fn, (int)m->dtype);
     if (m->ndim < 0 || m->ndim > CA_MAX_DIMS)
-        return err_set(CA_STATUS_SHAPE, "%s: ndim %d is out of range; cagrad supports 0 to %d "
-                                        "dims",
+        return err_set(CA_STATUS_SHAPE,
+                       "%s: ndim %d is out of range; cagrad supports 0 to %d "
+                       "dims",
                        fn, m->ndim, CA_MAX_DIMS);
     int64_t n = 1;
     for (int d = 0; d < m->ndim; d++) {
         if (m->shape[d] < 0)
-            return err_set(CA_STATUS_SHAPE, "%s: size %lld at dim %d is negative; sizes must "
-                                            "be >= 0",
+            return err_set(CA_STATUS_SHAPE,
+                           "%s: size %lld at dim %d is negative; sizes must "
+                           "be >= 0",
                            fn, (long long)m->shape[d], d);
         if (m->shape[d] && n > (INT64_MAX / 8) / m->shape[d])
             return err_set(CA_STATUS_SHAPE, "%s: the shape has too many elements", fn);
@@ -136,7 +141,9 @@ void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern
     }
 }
 
-void tensor_bump_version(ca_tensor *t) { t->storage->version++; }
+void tensor_bump_version(ca_tensor *t) {
+    t->storage->version++;
+}
 
 /* ---------------------------------------------------------------------------------------
  * References
@@ -165,8 +172,8 @@ void ca_tensor_release(ca_tensor *t) {
 /* ---------------------------------------------------------------------------------------
  * Kernel helpers used by every layer above
  */
-ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in,
-                           double p0, double p1, ca_tensor **out) {
+ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in, double p0,
+                           double p1, ca_tensor **out) {
     CA_CHECK(tensor_new(m, out));
     kern_src src[3];
     kern_dtype cond_dt = KERN_F32;
@@ -227,8 +234,9 @@ static ca_status make_meta(ca_dtype dt, int ndim, const int64_t *shape, ca_meta 
         return err_set(CA_STATUS_INVALID, "%s: shape is NULL but ndim is %d; pass %d sizes", fn,
                        ndim, ndim);
     if (ndim < 0 || ndim > CA_MAX_DIMS)
-        return err_set(CA_STATUS_SHAPE, "%s: ndim %d is out of range; cagrad supports 0 to %d "
-                                        "dims",
+        return err_set(CA_STATUS_SHAPE,
+                       "%s: ndim %d is out of range; cagrad supports 0 to %d "
+                       "dims",
                        fn, ndim, CA_MAX_DIMS);
     m->dtype = dt;
     m->ndim = ndim;
@@ -273,12 +281,14 @@ ca_status ca_arange(double start, double end, double step, ca_dtype dt, ca_tenso
     CA_ARG_NOT_NULL(out, "ca_arange");
     *out = NULL;
     if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
-        return err_set(CA_STATUS_INVALID, "ca_arange: start, end and step must be finite and "
-                                          "step nonzero (got %g, %g, %g)",
+        return err_set(CA_STATUS_INVALID,
+                       "ca_arange: start, end and step must be finite and "
+                       "step nonzero (got %g, %g, %g)",
                        start, end, step);
     if ((end - start) * step < 0)
-        return err_set(CA_STATUS_INVALID, "ca_arange: step %g goes away from end (start %g, end "
-                                          "%g); flip the sign of step",
+        return err_set(CA_STATUS_INVALID,
+                       "ca_arange: step %g goes away from end (start %g, end "
+                       "%g); flip the sign of step",
                        step, start, end);
     int64_t n = (int64_t)ceil((end - start) / step);
     ca_tensor *t;
@@ -302,8 +312,9 @@ static ca_status create_random(ca_dtype dt, int ndim, const int64_t *shape, bool
     CA_ARG_NOT_NULL(out, fn);
     *out = NULL;
     if (dt == CA_INT64)
-        return err_set(CA_STATUS_DTYPE, "%s: random values need a float dtype (CA_FLOAT32 or "
-                                        "CA_FLOAT64), got int64",
+        return err_set(CA_STATUS_DTYPE,
+                       "%s: random values need a float dtype (CA_FLOAT32 or "
+                       "CA_FLOAT64), got int64",
                        fn);
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, fn));
@@ -338,12 +349,24 @@ ca_status ca_from_data(ca_dtype dt, int ndim, const int64_t *shape, const void *
 /* ---------------------------------------------------------------------------------------
  * Metadata and data access (public)
  */
-ca_dtype ca_tensor_dtype(const ca_tensor *t) { return t ? t->dtype : CA_FLOAT32; }
-int ca_tensor_ndim(const ca_tensor *t) { return t ? t->ndim : 0; }
-const int64_t *ca_tensor_shape(const ca_tensor *t) { return t ? t->shape : NULL; }
-const int64_t *ca_tensor_strides(const ca_tensor *t) { return t ? t->strides : NULL; }
-uint64_t ca_tensor_version(const ca_tensor *t) { return t ? t->storage->version : 0; }
-void *ca_tensor_data(const ca_tensor *t) { return t ? tensor_ptr(t) : NULL; }
+ca_dtype ca_tensor_dtype(const ca_tensor *t) {
+    return t ? t->dtype : CA_FLOAT32;
+}
+int ca_tensor_ndim(const ca_tensor *t) {
+    return t ? t->ndim : 0;
+}
+const int64_t *ca_tensor_shape(const ca_tensor *t) {
+    return t ? t->shape : NULL;
+}
+const int64_t *ca_tensor_strides(const ca_tensor *t) {
+    return t ? t->strides : NULL;
+}
+uint64_t ca_tensor_version(const ca_tensor *t) {
+    return t ? t->storage->version : 0;
+}
+void *ca_tensor_data(const ca_tensor *t) {
+    return t ? tensor_ptr(t) : NULL;
+}
 
 int64_t ca_tensor_numel(const ca_tensor *t) {
     if (!t)
@@ -358,15 +381,15 @@ ca_status ca_tensor_copy_to(const ca_tensor *t, void *dst, size_t nbytes) {
     CA_ARG_NOT_NULL(dst, "ca_tensor_copy_to");
     size_t need = (size_t)ca_tensor_numel(t) * ca_dtype_size(t->dtype);
     if (nbytes < need)
-        return err_set(CA_STATUS_INVALID, "ca_tensor_copy_to: the buffer holds %zu bytes but the "
-                                          "tensor needs %zu; pass a larger buffer",
+        return err_set(CA_STATUS_INVALID,
+                       "ca_tensor_copy_to: the buffer holds %zu bytes but the "
+                       "tensor needs %zu; pass a larger buffer",
                        nbytes, need);
     int64_t strides[CA_MAX_DIMS];
     kern_src src;
     tensor_contiguous_strides(t->ndim, t->shape, strides);
     tensor_src(t, t->ndim, t->shape, &src);
-    kern_pointwise(KPW_COPY, kdt(t->dtype), KERN_F32, t->ndim, t->shape, dst, strides, &src, 0,
-                   0);
+    kern_pointwise(KPW_COPY, kdt(t->dtype), KERN_F32, t->ndim, t->shape, dst, strides, &src, 0, 0);
     return CA_OK;
 }
 
@@ -375,8 +398,9 @@ ca_status ca_tensor_item(const ca_tensor *t, double *out) {
     CA_ARG_NOT_NULL(out, "ca_tensor_item");
     if (ca_tensor_numel(t) != 1) {
         char s[96];
-        return err_set(CA_STATUS_SHAPE, "ca_tensor_item: a tensor of shape %s has %lld elements; "
-                                        "item() needs exactly one",
+        return err_set(CA_STATUS_SHAPE,
+                       "ca_tensor_item: a tensor of shape %s has %lld elements; "
+                       "item() needs exactly one",
                        err_shape_str(t->ndim, t->shape, s, sizeof s),
                        (long long)ca_tensor_numel(t));
     }
@@ -403,10 +427,18 @@ const char *ca_tensor_describe(const ca_tensor *t, char *buf, size_t size) {
 /* ---------------------------------------------------------------------------------------
  * Autograd state of a tensor (public)
  */
-bool ca_tensor_requires_grad(const ca_tensor *t) { return t && t->requires_grad; }
-bool ca_tensor_is_leaf(const ca_tensor *t) { return t && !t->grad_fn; }
-ca_tensor *ca_tensor_grad(const ca_tensor *t) { return t ? t->grad : NULL; }
-bool ca_tensor_retains_grad(const ca_tensor *t) { return t && t->retains_grad; }
+bool ca_tensor_requires_grad(const ca_tensor *t) {
+    return t && t->requires_grad;
+}
+bool ca_tensor_is_leaf(const ca_tensor *t) {
+    return t && !t->grad_fn;
+}
+ca_tensor *ca_tensor_grad(const ca_tensor *t) {
+    return t ? t->grad : NULL;
+}
+bool ca_tensor_retains_grad(const ca_tensor *t) {
+    return t && t->retains_grad;
+}
 
 const char *ca_tensor_grad_fn_name(const ca_tensor *t) {
     return t && t->grad_fn ? node_name(t->grad_fn) : NULL;

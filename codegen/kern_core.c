@@ -11,14 +11,11 @@
 
 #include "kern_internal.h"
 
-size_t kern_dtype_size(kern_dtype dt)
-{
+size_t kern_dtype_size(kern_dtype dt) {
     switch (dt) {
-    case KERN_F32:
-        return 4;
+    case KERN_F32: return 4;
     case KERN_F64:
-    case KERN_I64:
-        return 8;
+    case KERN_I64: return 8;
     }
     return 0;
 }
@@ -28,8 +25,7 @@ size_t kern_dtype_size(kern_dtype dt)
 static atomic_int kern_isa_cur = -1;
 
 /* The 512 file is compiled with F, DQ, VL and BW, so the compiler may use any of them. */
-static kern_isa_level kern_isa_cpu(void)
-{
+static kern_isa_level kern_isa_cpu(void) {
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -38,8 +34,7 @@ static kern_isa_level kern_isa_cpu(void)
     return avx2 ? KERN_ISA_AVX2 : KERN_ISA_SCALAR;
 }
 
-static kern_isa_level kern_isa_env_cap(kern_isa_level isa)
-{
+static kern_isa_level kern_isa_env_cap(kern_isa_level isa) {
     const char *e = getenv("CAGRAD_ISA");
     if (!e)
         return isa;
@@ -49,8 +44,7 @@ static kern_isa_level kern_isa_env_cap(kern_isa_level isa)
     return isa; /* unknown names leave the path alone */
 }
 
-kern_isa_level kern_isa(void)
-{
+kern_isa_level kern_isa(void) {
     int v = atomic_load_explicit(&kern_isa_cur, memory_order_relaxed);
     if (v < 0) {
         v = (int)kern_isa_env_cap(kern_isa_cpu());
@@ -59,8 +53,7 @@ kern_isa_level kern_isa(void)
     return (kern_isa_level)v;
 }
 
-kern_isa_level kern_isa_set(kern_isa_level want)
-{
+kern_isa_level kern_isa_set(kern_isa_level want) {
     kern_isa_level cpu = kern_isa_cpu();
     if ((int)want < KERN_ISA_SCALAR)
         want = KERN_ISA_SCALAR;
@@ -70,21 +63,16 @@ kern_isa_level kern_isa_set(kern_isa_level want)
     return want;
 }
 
-const char *kern_isa_name(kern_isa_level isa)
-{
+const char *kern_isa_name(kern_isa_level isa) {
     switch (isa) {
-    case KERN_ISA_SCALAR:
-        return "scalar";
-    case KERN_ISA_AVX2:
-        return "avx2";
-    case KERN_ISA_AVX512:
-        return "avx512";
+    case KERN_ISA_SCALAR: return "scalar";
+    case KERN_ISA_AVX2: return "avx2";
+    case KERN_ISA_AVX512: return "avx512";
     }
     return "unknown";
 }
 
-const kern_simd *kern_simd_for(kern_dtype dt)
-{
+const kern_simd *kern_simd_for(kern_dtype dt) {
     static const kern_simd *const tables[3][2] = {
         {&kern_scalar_f32_table, &kern_scalar_f64_table},
         {&kern_avx2_f32_table, &kern_avx2_f64_table},
@@ -97,34 +85,32 @@ const kern_simd *kern_simd_for(kern_dtype dt)
 
 /* ------------------------------------------------------------------ scratch memory */
 
-static void *kern_default_alloc(size_t nbytes)
-{
+static void *kern_default_alloc(size_t nbytes) {
     size_t n = (nbytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of 64 */
     return aligned_alloc(64, n ? n : 64);
 }
 
 static kern_allocator kern_alloc_cur = {kern_default_alloc, free};
 
-void kern_set_allocator(kern_allocator a)
-{
+void kern_set_allocator(kern_allocator a) {
     if (a.alloc && a.free)
         kern_alloc_cur = a;
     else
         kern_alloc_cur = (kern_allocator){kern_default_alloc, free};
 }
 
-void *kern_scratch_alloc(size_t nbytes) { return kern_alloc_cur.alloc(nbytes); }
+void *kern_scratch_alloc(size_t nbytes) {
+    return kern_alloc_cur.alloc(nbytes);
+}
 
-void kern_scratch_free(void *p)
-{
+void kern_scratch_free(void *p) {
     if (p)
         kern_alloc_cur.free(p);
 }
 
 /* ------------------------------------------------------------------ BLAS */
 
-const char *kern_blas_core(void)
-{
+const char *kern_blas_core(void) {
     const char *s = openblas_get_corename();
     return s ? s : "unknown";
 }

@@ -32,8 +32,7 @@ typedef struct {
 /* Describes op(X), a rows x cols matrix with strides (rs, cs), to cblas. A dim of size 1
  * has no meaningful stride, so it never forces a copy. Returns false if X must be packed. */
 static bool kern_gemm_direct(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
-                             kern_gemm_opnd *o)
-{
+                             kern_gemm_opnd *o) {
     if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols) && rs <= INT_MAX) {
         o->trans = false;
         o->ld = rows == 1 ? cols : rs;
@@ -48,8 +47,7 @@ static bool kern_gemm_direct(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
 }
 
 static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, kern_mat X,
-                          bool trans, kern_gemm_opnd *o)
-{
+                          bool trans, kern_gemm_opnd *o) {
     int64_t rs = trans ? X.cs : X.rs, cs = trans ? X.rs : X.cs;
     o->data = X.data;
     o->bs = X.bs;
@@ -70,8 +68,7 @@ static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t co
     return 0;
 }
 
-static void kern_gemm_one(const kern_gemm_job *j, int64_t i)
-{
+static void kern_gemm_one(const kern_gemm_job *j, int64_t i) {
     int64_t esz = (int64_t)kern_dtype_size(j->dt);
     const void *a = j->a.data + i * j->a.bs * esz;
     const void *b = j->b.data + i * j->b.bs * esz;
@@ -81,21 +78,19 @@ static void kern_gemm_one(const kern_gemm_job *j, int64_t i)
     int M = (int)j->M, N = (int)j->N, K = (int)j->K;
     int lda = (int)j->a.ld, ldb = (int)j->b.ld, ldc = (int)j->ldc;
     if (j->dt == KERN_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, a, lda, b, ldb,
-                    (float)j->beta, c, ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, a, lda, b, ldb, (float)j->beta,
+                    c, ldc);
     else
         cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, j->alpha, a, lda, b, ldb, j->beta, c, ldc);
 }
 
-static void kern_gemm_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_gemm_range(void *ctx, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++)
         kern_gemm_one(ctx, i);
 }
 
 /* K == 0: C = beta * C, where beta == 0 overwrites (even NaN), as BLAS does. */
-static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch)
-{
+static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch) {
     for (int64_t i = 0; i < batch; i++)
         for (int64_t r = 0; r < j->M; r++) {
             int64_t off = i * j->bsC + r * j->ldc;
@@ -112,9 +107,8 @@ static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch)
 }
 
 int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
-              kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C,
-              int64_t ldc, int64_t bsC)
-{
+              kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C, int64_t ldc,
+              int64_t bsC) {
     if ((dt != KERN_F32 && dt != KERN_F64) || batch < 0 || M < 0 || N < 0 || K < 0)
         return -1;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || ldc > INT_MAX)
@@ -125,8 +119,15 @@ int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
         return -1;
     if (batch == 0 || M == 0 || N == 0)
         return 0;
-    kern_gemm_job j = {.dt = dt, .M = M, .N = N, .K = K, .ldc = ldc, .bsC = bsC,
-                       .alpha = alpha, .beta = beta, .c = C};
+    kern_gemm_job j = {.dt = dt,
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .ldc = ldc,
+                       .bsC = bsC,
+                       .alpha = alpha,
+                       .beta = beta,
+                       .c = C};
     if (K == 0) {
         kern_gemm_scale(&j, batch);
         return 0;

@@ -12,9 +12,8 @@
 #define KERN_INDEX_CHUNK 1024 /* inner elements per work unit of the accumulating kernels */
 
 /* First out-of-range entry of index[0..count) (limit n), or -1. */
-static int64_t kern_index_check(const int64_t *index, int64_t count, int64_t n,
-                                int64_t *bad_pos, int64_t *bad_val)
-{
+static int64_t kern_index_check(const int64_t *index, int64_t count, int64_t n, int64_t *bad_pos,
+                                int64_t *bad_val) {
     for (int64_t i = 0; i < count; i++)
         if (index[i] < 0 || index[i] >= n) {
             if (bad_pos)
@@ -34,14 +33,12 @@ typedef struct {
     char *dst;
 } kern_index_job;
 
-static int64_t kern_index_grain(int64_t per_item)
-{
+static int64_t kern_index_grain(int64_t per_item) {
     return per_item >= KERN_GRAIN ? 1 : KERN_GRAIN / (per_item > 0 ? per_item : 1);
 }
 
 /* dst[0..len) += src[0..len) in the dtype. */
-static void kern_add_into(kern_dtype dt, char *dst, const char *src, int64_t len)
-{
+static void kern_add_into(kern_dtype dt, char *dst, const char *src, int64_t len) {
     if (dt == KERN_F32) {
         float *d = (float *)dst;
         const float *s = (const float *)src;
@@ -62,8 +59,7 @@ static void kern_add_into(kern_dtype dt, char *dst, const char *src, int64_t len
 
 /* ------------------------------------------------------------------ select / add */
 
-static void kern_select_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_select_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
     size_t row = (size_t)j->inner * kern_dtype_size(j->dt);
     for (int64_t r = begin; r < end; r++) { /* r = o * m + jj */
@@ -74,8 +70,7 @@ static void kern_select_range(void *ctx, int64_t begin, int64_t end)
 
 int kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
                       const int64_t *index, int64_t n_index, void *out, int64_t *bad_pos,
-                      int64_t *bad_val)
-{
+                      int64_t *bad_val) {
     if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
         return -1;
     if (kern_index_check(index, n_index, n, bad_pos, bad_val) >= 0)
@@ -86,8 +81,7 @@ int kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, co
 }
 
 /* Units are (o, inner chunk); each walks the index in order. */
-static void kern_index_add_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_index_add_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
     size_t esz = kern_dtype_size(j->dt);
     int64_t nch = (j->inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
@@ -104,8 +98,7 @@ static void kern_index_add_range(void *ctx, int64_t begin, int64_t end)
 
 int kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
                    const int64_t *index, int64_t n_index, const void *src, int64_t *bad_pos,
-                   int64_t *bad_val)
-{
+                   int64_t *bad_val) {
     if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
         return -1;
     if (kern_index_check(index, n_index, n, bad_pos, bad_val) >= 0)
@@ -121,12 +114,11 @@ int kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void 
 
 /* ------------------------------------------------------------------ gather / scatter */
 
-#define KERN_GATHER_LOOP(TY)                                                               \
-    for (int64_t i = 0; i < j->inner; i++)                                                 \
+#define KERN_GATHER_LOOP(TY)                                                                       \
+    for (int64_t i = 0; i < j->inner; i++)                                                         \
         ((TY *)j->dst)[r * j->inner + i] = ((const TY *)j->src)[(o * j->n + ix[i]) * j->inner + i];
 
-static void kern_gather_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_gather_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
     for (int64_t r = begin; r < end; r++) { /* r = o * m + jj */
         int64_t o = r / j->m;
@@ -140,8 +132,7 @@ static void kern_gather_range(void *ctx, int64_t begin, int64_t end)
 
 int kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
                 const int64_t *index, int64_t n_out, void *out, int64_t *bad_pos,
-                int64_t *bad_val)
-{
+                int64_t *bad_val) {
     if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_out < 0)
         return -1;
     if (kern_index_check(index, outer * n_out * inner, n, bad_pos, bad_val) >= 0)
@@ -151,21 +142,21 @@ int kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const vo
     return 0;
 }
 
-#define KERN_SCATTER_LOOP(TY, ADD)                                                         \
-    for (int64_t jj = 0; jj < j->m; jj++) {                                                \
-        int64_t row = (o * j->m + jj) * j->inner;                                          \
-        const int64_t *ix = j->index + row;                                                \
-        const TY *s = (const TY *)j->src + row;                                            \
-        TY *d = (TY *)j->dst + o * j->n * j->inner;                                        \
-        for (int64_t i = i0; i < i1; i++)                                                  \
-            d[ix[i] * j->inner + i] = ADD(d[ix[i] * j->inner + i], s[i]);                  \
+#define KERN_SCATTER_LOOP(TY, ADD)                                                                 \
+    for (int64_t jj = 0; jj < j->m; jj++) {                                                        \
+        typedef TY kern_elem;                                                                      \
+        int64_t row = (o * j->m + jj) * j->inner;                                                  \
+        const int64_t *ix = j->index + row;                                                        \
+        const kern_elem *s = (const kern_elem *)j->src + row;                                      \
+        kern_elem *d = (kern_elem *)j->dst + o * j->n * j->inner;                                  \
+        for (int64_t i = i0; i < i1; i++)                                                          \
+            d[ix[i] * j->inner + i] = ADD(d[ix[i] * j->inner + i], s[i]);                          \
     }
 
-#define KERN_PLUS(a, b) ((a) + (b))
+#define KERN_PLUS(a, b)  ((a) + (b))
 #define KERN_WPLUS(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
 
-static void kern_scatter_add_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_scatter_add_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
     int64_t nch = (j->inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
     for (int64_t u = begin; u < end; u++) {
@@ -182,8 +173,7 @@ static void kern_scatter_add_range(void *ctx, int64_t begin, int64_t end)
 
 int kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
                      const int64_t *index, int64_t n_src, const void *src, int64_t *bad_pos,
-                     int64_t *bad_val)
-{
+                     int64_t *bad_val) {
     if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_src < 0)
         return -1;
     if (kern_index_check(index, outer * n_src * inner, n, bad_pos, bad_val) >= 0)

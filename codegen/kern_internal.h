@@ -34,16 +34,16 @@ typedef struct {
  * thread count, so results are reproducible. */
 typedef struct {
     kern_red_op op;
-    kern_dims keep;   /* kept dims; in column mode the last one has stride 1 */
-    kern_dims red;    /* reduced dims, collapsed */
-    int64_t O, R;     /* outputs, reduced elements per output */
-    bool col;         /* column mode: vectorise across the contiguous last kept dim */
-    int64_t tile;     /* column mode: outputs per work unit */
-    int64_t nunit;    /* work units: outputs, or (kept outer index, column tile) pairs */
-    int64_t nseg;     /* power of two; > 1 splits each unit's reduction into segments */
+    kern_dims keep; /* kept dims; in column mode the last one has stride 1 */
+    kern_dims red;  /* reduced dims, collapsed */
+    int64_t O, R;   /* outputs, reduced elements per output */
+    bool col;       /* column mode: vectorise across the contiguous last kept dim */
+    int64_t tile;   /* column mode: outputs per work unit */
+    int64_t nunit;  /* work units: outputs, or (kept outer index, column tile) pairs */
+    int64_t nseg;   /* power of two; > 1 splits each unit's reduction into segments */
     const void *in;
     void *out;
-    void *part;       /* nseg > 1: O * nseg partial results, [o][seg] */
+    void *part; /* nseg > 1: O * nseg partial results, [o][seg] */
 } kern_rplan;
 
 /* One ISA's kernels for one float dtype. */
@@ -72,8 +72,7 @@ void kern_scratch_free(void *p);
 void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* Offset of row-major index `flat` over the first nd dims of d; fills idx[0..nd). */
-static inline int64_t kern_dims_seek(const kern_dims *d, int nd, int64_t flat, int64_t *idx)
-{
+static inline int64_t kern_dims_seek(const kern_dims *d, int nd, int64_t flat, int64_t *idx) {
     int64_t off = 0;
     for (int k = nd - 1; k >= 0; k--) {
         idx[k] = flat % d->shape[k];
@@ -84,8 +83,7 @@ static inline int64_t kern_dims_seek(const kern_dims *d, int nd, int64_t flat, i
 }
 
 /* Steps idx (first nd dims, last fastest) by one; returns the change of offset. */
-static inline int64_t kern_dims_next(const kern_dims *d, int nd, int64_t *idx)
-{
+static inline int64_t kern_dims_next(const kern_dims *d, int nd, int64_t *idx) {
     int64_t delta = 0;
     for (int k = nd - 1; k >= 0; k--) {
         delta += d->stride[k];
@@ -99,8 +97,7 @@ static inline int64_t kern_dims_next(const kern_dims *d, int nd, int64_t *idx)
 
 /* Range [*r0, *r1) of segment s when [0, R) is halved log2(nseg) times, left half first;
  * the same split the reduction tree makes, so segments are subtrees of it. */
-static inline void kern_seg_range(int64_t R, int64_t nseg, int64_t s, int64_t *r0, int64_t *r1)
-{
+static inline void kern_seg_range(int64_t R, int64_t nseg, int64_t s, int64_t *r0, int64_t *r1) {
     int64_t lo = 0, hi = R;
     for (int64_t bit = nseg / 2; bit > 0; bit /= 2) {
         int64_t mid = lo + (hi - lo) / 2;

@@ -39,8 +39,7 @@ static struct {
 static _Thread_local bool kern_in_pool; /* nested calls run serially */
 static pthread_once_t kern_atfork_once = PTHREAD_ONCE_INIT;
 
-static int kern_cores(void)
-{
+static int kern_cores(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
         return CPU_COUNT(&set);
@@ -48,21 +47,20 @@ static int kern_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-static int kern_default_threads(void)
-{
+static int kern_default_threads(void) {
     int n = kern_cores();
     const char *e = getenv("CAGRAD_NUM_THREADS");
     if (e) {
-        int v = atoi(e);
-        if (v > 0 && v < n)
-            n = v;
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        if (end != e && *end == '\0' && v > 0 && v < n)
+            n = (int)v;
     }
     return n;
 }
 
 /* Chunk c of n split into nchunks near-equal parts, each at least n / nchunks long. */
-static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks)
-{
+static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks) {
     int64_t q = n / nchunks, r = n % nchunks;
     for (;;) {
         int64_t c = atomic_fetch_add(&kern_pool.next, 1);
@@ -73,8 +71,7 @@ static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchu
     }
 }
 
-static void *kern_worker(void *arg)
-{
+static void *kern_worker(void *arg) {
     uint64_t seen = (uint64_t)(uintptr_t)arg;
     kern_in_pool = true;
     pthread_mutex_lock(&kern_pool.mu);
@@ -99,8 +96,7 @@ static void *kern_worker(void *arg)
 }
 
 /* In a forked child the workers are gone; start from scratch there. */
-static void kern_pool_atfork_child(void)
-{
+static void kern_pool_atfork_child(void) {
     pthread_mutex_init(&kern_pool.mu, NULL);
     pthread_cond_init(&kern_pool.wake, NULL);
     pthread_cond_init(&kern_pool.idle, NULL);
@@ -112,14 +108,12 @@ static void kern_pool_atfork_child(void)
     kern_pool.active = 0;
 }
 
-static void kern_pool_register_atfork(void)
-{
+static void kern_pool_register_atfork(void) {
     pthread_atfork(NULL, NULL, kern_pool_atfork_child);
 }
 
 /* Called with the lock held. */
-static void kern_pool_start(void)
-{
+static void kern_pool_start(void) {
     pthread_once(&kern_atfork_once, kern_pool_register_atfork);
     int want = kern_pool.want > 0 ? kern_pool.want : kern_default_threads();
     kern_pool.size = 1;
@@ -137,8 +131,7 @@ static void kern_pool_start(void)
 }
 
 /* Called without the lock; joins all workers. */
-static void kern_pool_stop(void)
-{
+static void kern_pool_stop(void) {
     pthread_mutex_lock(&kern_pool.mu);
     int nw = kern_pool.size - 1;
     kern_pool.stop = true;
@@ -154,8 +147,7 @@ static void kern_pool_stop(void)
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
-void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
-{
+void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx) {
     if (n <= 0)
         return;
     if (grain < 1)
@@ -196,8 +188,7 @@ void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
-int kern_num_threads(void)
-{
+int kern_num_threads(void) {
     pthread_mutex_lock(&kern_pool.mu);
     int n = kern_pool.size > 0 ? kern_pool.size
                                : (kern_pool.want > 0 ? kern_pool.want : kern_default_threads());
@@ -205,8 +196,7 @@ int kern_num_threads(void)
     return n;
 }
 
-int kern_set_num_threads(int n)
-{
+int kern_set_num_threads(int n) {
     int cores = kern_cores();
     if (n < 1)
         n = 1;

@@ -7,6 +7,7 @@
  * runs the same vector code. int64 ops are plain C here.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kern_internal.h"
@@ -17,38 +18,38 @@ static const struct {
     const char *name;
     int arity;
 } kern_pw_info[KPW__COUNT] = {
-#define U(op) [KPW_##op] = {#op, 1}
-#define B(op) [KPW_##op] = {#op, 2}
+#define U(op)  [KPW_##op] = {#op, 1}
+#define B(op)  [KPW_##op] = {#op, 2}
 #define T3(op) [KPW_##op] = {#op, 3}
-    U(COPY), U(NEG), U(EXP), U(LOG), U(SQRT), U(RSQRT), U(ABS), U(SIGN), U(SIN), U(COS),
-    U(TANH), U(SIGMOID), U(RELU), U(LEAKY_RELU), U(GELU), U(GELU_TANH), U(SILU), U(SOFTPLUS),
-    U(CLAMP), U(RECIPROCAL), U(SQUARE), U(ADD_S), U(SUB_S), U(RSUB_S), U(MUL_S), U(DIV_S),
-    U(RDIV_S), U(POW_S), U(RPOW_S), U(MAX_S), U(MIN_S), U(LT_S), U(LE_S), U(GT_S), U(GE_S),
-    U(EQ_S), U(NE_S), U(FILL), B(ADD), B(SUB), B(MUL), B(DIV), B(POW), B(MAX), B(MIN), B(LT),
-    B(LE), B(GT), B(GE), B(EQ), B(NE), B(MASKED_FILL), B(RELU_BW), B(LEAKY_RELU_BW),
-    B(GELU_BW), B(GELU_TANH_BW), B(SILU_BW), B(SOFTPLUS_BW), B(SIGMOID_BW), B(TANH_BW),
-    B(CLAMP_BW), B(ABS_BW), B(POW_S_BW), T3(WHERE), T3(POW_BW_BASE), T3(POW_BW_EXP),
+    U(COPY),       U(NEG),          U(EXP),      U(LOG),         U(SQRT),         U(RSQRT),
+    U(ABS),        U(SIGN),         U(SIN),      U(COS),         U(TANH),         U(SIGMOID),
+    U(RELU),       U(LEAKY_RELU),   U(GELU),     U(GELU_TANH),   U(SILU),         U(SOFTPLUS),
+    U(CLAMP),      U(RECIPROCAL),   U(SQUARE),   U(ADD_S),       U(SUB_S),        U(RSUB_S),
+    U(MUL_S),      U(DIV_S),        U(RDIV_S),   U(POW_S),       U(RPOW_S),       U(MAX_S),
+    U(MIN_S),      U(LT_S),         U(LE_S),     U(GT_S),        U(GE_S),         U(EQ_S),
+    U(NE_S),       U(FILL),         B(ADD),      B(SUB),         B(MUL),          B(DIV),
+    B(POW),        B(MAX),          B(MIN),      B(LT),          B(LE),           B(GT),
+    B(GE),         B(EQ),           B(NE),       B(MASKED_FILL), B(RELU_BW),      B(LEAKY_RELU_BW),
+    B(GELU_BW),    B(GELU_TANH_BW), B(SILU_BW),  B(SOFTPLUS_BW), B(SIGMOID_BW),   B(TANH_BW),
+    B(CLAMP_BW),   B(ABS_BW),       B(POW_S_BW), T3(WHERE),      T3(POW_BW_BASE), T3(POW_BW_EXP),
     T3(MAXMIN_BW),
 #undef U
 #undef B
 #undef T3
 };
 
-int kern_pw_arity(kern_pw_op op)
-{
+int kern_pw_arity(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].arity : -1;
 }
 
-const char *kern_pw_name(kern_pw_op op)
-{
+const char *kern_pw_name(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].name : "?";
 }
 
 /* ------------------------------------------------------------------ int64 kernels */
 
 /* Saturating double -> int64 (a plain cast is undefined out of range). */
-static int64_t kern_d2i(double v)
-{
+static int64_t kern_d2i(double v) {
     if (v != v)
         return 0;
     if (v >= 9223372036854775807.0)
@@ -65,48 +66,47 @@ static int64_t kern_d2i(double v)
 /* long double holds every int64 and double exactly, so this compares exactly. */
 #define LD(x) ((long double)(x))
 
-#define I64_KERNELS(X)                                                                     \
-    X(COPY, x[i])                                                                          \
-    X(NEG, WSUB(0, x[i]))                                                                  \
-    X(ABS, x[i] < 0 ? WSUB(0, x[i]) : x[i])                                                \
-    X(SIGN, (x[i] > 0) - (x[i] < 0))                                                       \
-    X(SQUARE, WMUL(x[i], x[i]))                                                            \
-    X(ADD_S, WADD(x[i], ip))                                                               \
-    X(SUB_S, WSUB(x[i], ip))                                                               \
-    X(RSUB_S, WSUB(ip, x[i]))                                                              \
-    X(MUL_S, WMUL(x[i], ip))                                                               \
-    X(MAX_S, LD(x[i]) < LD(p0) ? ip : x[i])                                                \
-    X(MIN_S, LD(x[i]) > LD(p0) ? ip : x[i])                                                \
-    X(LT_S, LD(x[i]) < LD(p0))                                                             \
-    X(LE_S, LD(x[i]) <= LD(p0))                                                            \
-    X(GT_S, LD(x[i]) > LD(p0))                                                             \
-    X(GE_S, LD(x[i]) >= LD(p0))                                                            \
-    X(EQ_S, LD(x[i]) == LD(p0))                                                            \
-    X(NE_S, LD(x[i]) != LD(p0))                                                            \
-    X(FILL, ip)                                                                            \
-    X(ADD, WADD(x[i], WMUL(ip, y[i])))                                                     \
-    X(SUB, WSUB(x[i], WMUL(ip, y[i])))                                                     \
-    X(MUL, WMUL(x[i], y[i]))                                                               \
-    X(MAX, x[i] > y[i] ? x[i] : y[i])                                                      \
-    X(MIN, x[i] < y[i] ? x[i] : y[i])                                                      \
-    X(LT, x[i] < y[i])                                                                     \
-    X(LE, x[i] <= y[i])                                                                    \
-    X(GT, x[i] > y[i])                                                                     \
-    X(GE, x[i] >= y[i])                                                                    \
-    X(EQ, x[i] == y[i])                                                                    \
-    X(NE, x[i] != y[i])                                                                    \
-    X(MASKED_FILL, y[i] ? ip : x[i])                                                       \
+#define I64_KERNELS(X)                                                                             \
+    X(COPY, x[i])                                                                                  \
+    X(NEG, WSUB(0, x[i]))                                                                          \
+    X(ABS, x[i] < 0 ? WSUB(0, x[i]) : x[i])                                                        \
+    X(SIGN, (x[i] > 0) - (x[i] < 0))                                                               \
+    X(SQUARE, WMUL(x[i], x[i]))                                                                    \
+    X(ADD_S, WADD(x[i], ip))                                                                       \
+    X(SUB_S, WSUB(x[i], ip))                                                                       \
+    X(RSUB_S, WSUB(ip, x[i]))                                                                      \
+    X(MUL_S, WMUL(x[i], ip))                                                                       \
+    X(MAX_S, LD(x[i]) < LD(p0) ? ip : x[i])                                                        \
+    X(MIN_S, LD(x[i]) > LD(p0) ? ip : x[i])                                                        \
+    X(LT_S, LD(x[i]) < LD(p0))                                                                     \
+    X(LE_S, LD(x[i]) <= LD(p0))                                                                    \
+    X(GT_S, LD(x[i]) > LD(p0))                                                                     \
+    X(GE_S, LD(x[i]) >= LD(p0))                                                                    \
+    X(EQ_S, LD(x[i]) == LD(p0))                                                                    \
+    X(NE_S, LD(x[i]) != LD(p0))                                                                    \
+    X(FILL, ip)                                                                                    \
+    X(ADD, WADD(x[i], WMUL(ip, y[i])))                                                             \
+    X(SUB, WSUB(x[i], WMUL(ip, y[i])))                                                             \
+    X(MUL, WMUL(x[i], y[i]))                                                                       \
+    X(MAX, x[i] > y[i] ? x[i] : y[i])                                                              \
+    X(MIN, x[i] < y[i] ? x[i] : y[i])                                                              \
+    X(LT, x[i] < y[i])                                                                             \
+    X(LE, x[i] <= y[i])                                                                            \
+    X(GT, x[i] > y[i])                                                                             \
+    X(GE, x[i] >= y[i])                                                                            \
+    X(EQ, x[i] == y[i])                                                                            \
+    X(NE, x[i] != y[i])                                                                            \
+    X(MASKED_FILL, y[i] ? ip : x[i])                                                               \
     X(WHERE, x[i] ? y[i] : z[i])
 
-#define I64_DEF(NAME, EXPR)                                                                \
-    static void kern_i64_##NAME(int64_t n, void *out, const void *a, const void *b,        \
-                                const void *c, double p0, double p1)                       \
-    {                                                                                      \
-        int64_t *o = out, ip = kern_d2i(p0);                                               \
-        const int64_t *x = a, *y = b, *z = c;                                              \
-        (void)x, (void)y, (void)z, (void)p0, (void)p1, (void)ip;                           \
-        for (int64_t i = 0; i < n; i++)                                                    \
-            o[i] = (int64_t)(EXPR);                                                        \
+#define I64_DEF(NAME, EXPR)                                                                        \
+    static void kern_i64_##NAME(int64_t n, void *out, const void *a, const void *b, const void *c, \
+                                double p0, double p1) {                                            \
+        int64_t *o = out, ip = kern_d2i(p0);                                                       \
+        const int64_t *x = a, *y = b, *z = c;                                                      \
+        (void)x, (void)y, (void)z, (void)p0, (void)p1, (void)ip;                                   \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            o[i] = (int64_t)(EXPR);                                                                \
     }
 I64_KERNELS(I64_DEF)
 
@@ -132,10 +132,14 @@ typedef struct {
     double p0, p1;
 } kern_pw_plan;
 
+/* The inputs the kernel reads; the clamp only spells out 0..3 for static analysis. */
+static inline int kern_pw_nin(const kern_pw_plan *pl) {
+    return pl->nin < 0 ? 0 : pl->nin > 3 ? 3 : pl->nin;
+}
+
 /* Drops size-1 dims and merges neighbours that are contiguous for every operand. On entry
  * pl->str holds the caller's strides; on exit shape/str hold the collapsed dims. */
-static void kern_pw_collapse(kern_pw_plan *pl, int ndim, const int64_t *shape, int nops)
-{
+static void kern_pw_collapse(kern_pw_plan *pl, int ndim, const int64_t *shape, int nops) {
     int64_t str[4][KERN_MAX_DIMS];
     memcpy(str, pl->str, sizeof str);
     int nd = 0; /* collected innermost first */
@@ -173,8 +177,7 @@ static void kern_pw_collapse(kern_pw_plan *pl, int ndim, const int64_t *shape, i
     pl->nd = nd;
 }
 
-static double kern_load_as_double(kern_dtype dt, const char *p)
-{
+static double kern_load_as_double(kern_dtype dt, const char *p) {
     if (dt == KERN_F32)
         return *(const float *)p;
     if (dt == KERN_F64)
@@ -186,8 +189,7 @@ static double kern_load_as_double(kern_dtype dt, const char *p)
  * plain moves (a runtime size would call libc per element); bytes, not values, so NaN
  * payloads survive. */
 static void kern_pw_move(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s,
-                         int64_t n)
-{
+                         int64_t n) {
     if (esz == 4)
         for (int64_t i = 0; i < n; i++)
             memcpy(dst + 4 * i * ds, src + 4 * i * s, 4);
@@ -199,8 +201,7 @@ static void kern_pw_move(int64_t esz, char *dst, int64_t ds, const char *src, in
 /* Packs n elements at stride s into dst at stride ds (elements), converting a mask input
  * to 1/0 of dt. */
 static void kern_pw_pack(const kern_pw_plan *pl, int k, char *dst, int64_t ds, const char *src,
-                         int64_t s, int64_t n)
-{
+                         int64_t s, int64_t n) {
     int64_t isz = pl->sz[k + 1];
     if (k != pl->conv) {
         kern_pw_move(pl->sz[0], dst, ds, src, s, n);
@@ -219,7 +220,6 @@ static void kern_pw_pack(const kern_pw_plan *pl, int k, char *dst, int64_t ds, c
     }
 }
 
-
 typedef struct {
     _Alignas(64) char b[4][KERN_PW_BLOCK * 8]; /* [0] output, [1..3] inputs */
 } kern_pw_bufs;
@@ -228,10 +228,9 @@ typedef struct {
  * contiguous, runs the kernel, unpacks a strided output. A broadcast input (stride 0) is
  * packed only when `fill` is set; callers reuse its buffer while the value is the same. */
 static void kern_pw_block(const kern_pw_plan *pl, int64_t m, char *const *p, const int64_t *s,
-                          kern_pw_bufs *bf, bool fill)
-{
+                          kern_pw_bufs *bf, bool fill) {
     const void *in[3] = {NULL, NULL, NULL};
-    for (int k = 0; k < pl->nin; k++) {
+    for (int k = 0; k < kern_pw_nin(pl); k++) {
         int64_t sk = s[k + 1];
         if (sk == 1 && k != pl->conv) {
             in[k] = p[k + 1];
@@ -248,10 +247,9 @@ static void kern_pw_block(const kern_pw_plan *pl, int64_t m, char *const *p, con
 }
 
 /* One row of n elements; p[k] point at its first element, s[k] are its strides. */
-static void kern_pw_row(const kern_pw_plan *pl, int64_t n, char *const *p, const int64_t *s)
-{
+static void kern_pw_row(const kern_pw_plan *pl, int64_t n, char *const *p, const int64_t *s) {
     bool direct = s[0] == 1;
-    for (int k = 1; k <= pl->nin; k++)
+    for (int k = 1; k <= kern_pw_nin(pl); k++)
         direct = direct && s[k] == 1 && k - 1 != pl->conv;
     if (direct) {
         pl->fn(n, p[0], p[1], p[2], p[3], pl->p0, pl->p1);
@@ -259,8 +257,8 @@ static void kern_pw_row(const kern_pw_plan *pl, int64_t n, char *const *p, const
     }
     kern_pw_bufs bf;
     for (int64_t b = 0; b < n; b += KERN_PW_BLOCK) {
-        char *q[4];
-        for (int k = 0; k <= pl->nin; k++)
+        char *q[4] = {p[0] + b * s[0] * pl->sz[0], NULL, NULL, NULL};
+        for (int k = 1; k <= kern_pw_nin(pl); k++)
             q[k] = p[k] + b * s[k] * pl->sz[k];
         /* the first block is the longest, so its broadcast fill serves the row */
         kern_pw_block(pl, n - b < KERN_PW_BLOCK ? n - b : KERN_PW_BLOCK, q, s, &bf, b == 0);
@@ -276,12 +274,11 @@ static void kern_pw_row(const kern_pw_plan *pl, int64_t n, char *const *p, const
  * that reads whole cache lines, where gathering along a row would touch a line (and, with
  * power-of-two strides, the same cache set) per element. A scattered output likewise. */
 static void kern_pw_tile(const kern_pw_plan *pl, int64_t nrows, int64_t m, char *const *p,
-                         const int64_t *s, const int64_t *rs)
-{
+                         const int64_t *s, const int64_t *rs) {
     _Alignas(64) char buf[4][KERN_PW_TILE_ROWS * KERN_PW_TILE_COLS * 8];
     const int64_t ld = KERN_PW_TILE_COLS;
     int64_t esz = pl->sz[0];
-    for (int k = 0; k < pl->nin; k++) {
+    for (int k = 0; k < kern_pw_nin(pl); k++) {
         int64_t sk = s[k + 1], isz = pl->sz[k + 1];
         if (sk == 1 && k != pl->conv)
             continue;
@@ -294,7 +291,7 @@ static void kern_pw_tile(const kern_pw_plan *pl, int64_t nrows, int64_t m, char 
     }
     for (int64_t r = 0; r < nrows; r++) {
         const void *in[3] = {NULL, NULL, NULL};
-        for (int k = 0; k < pl->nin; k++)
+        for (int k = 0; k < kern_pw_nin(pl); k++)
             in[k] = s[k + 1] == 1 && k != pl->conv ? p[k + 1] + r * rs[k + 1] * pl->sz[k + 1]
                                                    : buf[k + 1] + r * ld * esz;
         char *o = s[0] == 1 ? p[0] + r * rs[0] * esz : buf[0] + r * ld * esz;
@@ -307,12 +304,11 @@ static void kern_pw_tile(const kern_pw_plan *pl, int64_t nrows, int64_t m, char 
 /* nrows full rows of n, rs[k] elements apart: column blocks outside, row groups inside,
  * so a transposed operand's pages stay in the TLB while a block sweeps down the rows. */
 static void kern_pw_rows_tiled(const kern_pw_plan *pl, int64_t nrows, int64_t n, char *const *p,
-                               const int64_t *s, const int64_t *rs)
-{
+                               const int64_t *s, const int64_t *rs) {
     for (int64_t b = 0; b < n; b += KERN_PW_TILE_COLS)
         for (int64_t r = 0; r < nrows; r += KERN_PW_TILE_ROWS) {
-            char *q[4];
-            for (int k = 0; k <= pl->nin; k++)
+            char *q[4] = {p[0] + (r * rs[0] + b * s[0]) * pl->sz[0], NULL, NULL, NULL};
+            for (int k = 1; k <= kern_pw_nin(pl); k++)
                 q[k] = p[k] + (r * rs[k] + b * s[k]) * pl->sz[k];
             int64_t m = n - b < KERN_PW_TILE_COLS ? n - b : KERN_PW_TILE_COLS;
             int64_t nr = nrows - r < KERN_PW_TILE_ROWS ? nrows - r : KERN_PW_TILE_ROWS;
@@ -322,11 +318,11 @@ static void kern_pw_rows_tiled(const kern_pw_plan *pl, int64_t nrows, int64_t n,
 
 /* Flat range [begin, end) of the collapsed index space: rows, or tiles of rows when an
  * operand is gathered or scattered. */
-static void kern_pw_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_pw_range(void *ctx, int64_t begin, int64_t end) {
     const kern_pw_plan *pl = ctx;
-    int nd = pl->nd, nops = pl->nin + 1;
-    int64_t L = pl->shape[nd - 1], j = begin % L, q = begin / L, idx[KERN_MAX_DIMS], s[4], rs[4];
+    int nd = pl->nd, nops = kern_pw_nin(pl) + 1;
+    int64_t L = pl->shape[nd - 1], j = begin % L, q = begin / L;
+    int64_t idx[KERN_MAX_DIMS] = {0}, s[4] = {0, 0, 0, 0}, rs[4] = {0, 0, 0, 0};
     char *p[4] = {NULL, NULL, NULL, NULL};
     bool tiled = false;
     for (int d = nd - 2; d >= 0; d--) {
@@ -340,7 +336,8 @@ static void kern_pw_range(void *ctx, int64_t begin, int64_t end)
         p[k] = pl->base[k] + off * pl->sz[k];
         s[k] = pl->str[k][nd - 1];
         rs[k] = nd > 1 ? pl->str[k][nd - 2] : 0;
-        tiled = tiled || (nd > 1 && s[k] != 0 && s[k] != 1);
+        /* tiles pay off when the operand is closer packed down the rows than along them */
+        tiled = tiled || (nd > 1 && s[k] != 0 && s[k] != 1 && llabs(rs[k]) < llabs(s[k]));
     }
     while (begin < end) {
         int64_t rows = 1, len = L - j < end - begin ? L - j : end - begin;
@@ -373,12 +370,10 @@ static void kern_pw_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim,
-                   const int64_t *shape, void *out, const int64_t *out_strides,
-                   const kern_src *src, double p0, double p1)
-{
-    if ((unsigned)op >= KPW__COUNT || ndim < 0 || ndim > KERN_MAX_DIMS ||
-        kern_dtype_size(dt) == 0)
+int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, const int64_t *shape,
+                   void *out, const int64_t *out_strides, const kern_src *src, double p0,
+                   double p1) {
+    if ((unsigned)op >= KPW__COUNT || ndim < 0 || ndim > KERN_MAX_DIMS || kern_dtype_size(dt) == 0)
         return -1;
     kern_pw_plan pl = {.dt = dt, .cond_dt = dt, .esz = kern_dtype_size(dt), .conv = -1};
     const kern_simd *simd = kern_simd_for(dt);

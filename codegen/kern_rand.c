@@ -15,8 +15,7 @@
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
 
-void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
-{
+void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
@@ -34,8 +33,7 @@ void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t o
     out[3] = c3;
 }
 
-static void kern_philox_block(uint64_t seed, uint64_t block, uint32_t out[4])
-{
+static void kern_philox_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
     uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0, 0};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     kern_philox4x32_10(ctr, key, out);
@@ -43,8 +41,7 @@ static void kern_philox_block(uint64_t seed, uint64_t block, uint32_t out[4])
 
 /* Uniform [0, 1) of absolute draw i, at the dtype's resolution, as a double. */
 static double kern_uniform_at(kern_dtype dt, uint64_t seed, uint64_t i, uint64_t *blk,
-                              uint32_t w[4])
-{
+                              uint32_t w[4]) {
     uint64_t per = dt == KERN_F32 ? 4 : 2, b = i / per;
     if (b != *blk) {
         kern_philox_block(seed, b, w);
@@ -67,8 +64,7 @@ typedef struct {
 } kern_rand_job;
 
 /* Box-Muller on the pair (2k, 2k+1): the first gives r cos, the second r sin. */
-static double kern_normal_at(const kern_rand_job *j, uint64_t i, uint64_t *blk, uint32_t w[4])
-{
+static double kern_normal_at(const kern_rand_job *j, uint64_t i, uint64_t *blk, uint32_t w[4]) {
     uint64_t first = i & ~(uint64_t)1;
     double u1 = kern_uniform_at(j->dt, j->seed, first, blk, w);
     double u2 = kern_uniform_at(j->dt, j->seed, first + 1, blk, w);
@@ -77,8 +73,7 @@ static double kern_normal_at(const kern_rand_job *j, uint64_t i, uint64_t *blk, 
     return (i & 1) ? r * sin(t) : r * cos(t);
 }
 
-static void kern_rand_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_rand_range(void *ctx, int64_t begin, int64_t end) {
     const kern_rand_job *j = ctx;
     uint64_t blk = UINT64_MAX;
     uint32_t w[4] = {0, 0, 0, 0};
@@ -99,8 +94,7 @@ static void kern_rand_range(void *ctx, int64_t begin, int64_t end)
 }
 
 static void kern_rand_run(kern_rand_kind kind, kern_dtype dt, uint64_t seed, uint64_t *offset,
-                          int64_t n, double p, void *out)
-{
+                          int64_t n, double p, void *out) {
     if ((dt != KERN_F32 && dt != KERN_F64) || n <= 0)
         return;
     kern_rand_job j = {kind, dt, seed, *offset, p, p < 1 ? 1.0 / (1.0 - p) : 0.0, out};
@@ -108,18 +102,15 @@ static void kern_rand_run(kern_rand_kind kind, kern_dtype dt, uint64_t seed, uin
     *offset += (uint64_t)n;
 }
 
-void kern_rand_uniform(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out)
-{
+void kern_rand_uniform(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out) {
     kern_rand_run(KERN_RAND_UNIFORM, dt, seed, offset, n, 0, out);
 }
 
-void kern_rand_normal(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out)
-{
+void kern_rand_normal(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out) {
     kern_rand_run(KERN_RAND_NORMAL, dt, seed, offset, n, 0, out);
 }
 
 void kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, double p,
-                            void *out)
-{
+                            void *out) {
     kern_rand_run(KERN_RAND_DROPOUT, dt, seed, offset, n, p, out);
 }

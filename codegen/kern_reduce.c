@@ -12,13 +12,12 @@
 
 #include "kern_internal.h"
 
-#define KERN_RED_SEG_MIN 32768 /* elements per segment before a unit is split */
-#define KERN_RED_SEG_MAX 64
+#define KERN_RED_SEG_MIN   32768 /* elements per segment before a unit is split */
+#define KERN_RED_SEG_MAX   64
 #define KERN_RED_FEW_UNITS 64 /* fewer units than this leaves threads idle: split them */
 
 /* Merges neighbouring dims that are contiguous with each other; keeps row-major order. */
-static void kern_dims_collapse(kern_dims *d)
-{
+static void kern_dims_collapse(kern_dims *d) {
     int nd = 0;
     for (int k = 0; k < d->nd; k++) {
         if (nd > 0 && d->stride[nd - 1] == d->stride[k] * d->shape[k]) {
@@ -33,8 +32,7 @@ static void kern_dims_collapse(kern_dims *d)
     d->nd = nd;
 }
 
-static void kern_dims_push(kern_dims *d, int64_t shape, int64_t stride)
-{
+static void kern_dims_push(kern_dims *d, int64_t shape, int64_t stride) {
     d->shape[d->nd] = shape;
     d->stride[d->nd] = stride;
     d->nd++;
@@ -49,26 +47,25 @@ typedef struct {
 } kern_arg_job;
 
 /* First index of the max (min); the first NaN wins outright. */
-#define KERN_ARG_BODY(TY)                                                                  \
-    {                                                                                      \
-        const TY *x = (const TY *)pl->in + off;                                            \
-        TY best = x[0];                                                                    \
-        int64_t bi = 0, roff = 0;                                                          \
-        for (int64_t r = 1; r < pl->R && best == best; r++) {                              \
-            roff += kern_dims_next(&pl->red, pl->red.nd, ridx);                            \
-            TY v = x[roff];                                                                \
-            if (v != v || (is_min ? v < best : v > best)) {                                \
-                best = v;                                                                  \
-                bi = r;                                                                    \
-            }                                                                              \
-        }                                                                                  \
-        ((TY *)pl->out)[o] = best;                                                         \
-        if (j->idx)                                                                        \
-            j->idx[o] = bi;                                                                \
+#define KERN_ARG_BODY(TY)                                                                          \
+    {                                                                                              \
+        const TY *x = (const TY *)pl->in + off;                                                    \
+        TY best = x[0];                                                                            \
+        int64_t bi = 0, roff = 0;                                                                  \
+        for (int64_t r = 1; r < pl->R && best == best; r++) {                                      \
+            roff += kern_dims_next(&pl->red, pl->red.nd, ridx);                                    \
+            TY v = x[roff];                                                                        \
+            if (v != v || (is_min ? v < best : v > best)) {                                        \
+                best = v;                                                                          \
+                bi = r;                                                                            \
+            }                                                                                      \
+        }                                                                                          \
+        ((TY *)pl->out)[o] = best;                                                                 \
+        if (j->idx)                                                                                \
+            j->idx[o] = bi;                                                                        \
     }
 
-static void kern_arg_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_arg_range(void *ctx, int64_t begin, int64_t end) {
     const kern_arg_job *j = ctx;
     const kern_rplan *pl = j->pl;
     bool is_min = pl->op == KRED_MIN;
@@ -86,13 +83,12 @@ static void kern_arg_range(void *ctx, int64_t begin, int64_t end)
 }
 
 /* int64 sums wrap, so any order gives the same result. */
-static void kern_sum_i64_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_sum_i64_range(void *ctx, int64_t begin, int64_t end) {
     const kern_rplan *pl = ((const kern_arg_job *)ctx)->pl;
     int64_t kidx[KERN_MAX_DIMS], ridx[KERN_MAX_DIMS];
     for (int64_t o = begin; o < end; o++) {
-        const int64_t *x = (const int64_t *)pl->in + kern_dims_seek(&pl->keep, pl->keep.nd, o,
-                                                                     kidx);
+        const int64_t *x =
+            (const int64_t *)pl->in + kern_dims_seek(&pl->keep, pl->keep.nd, o, kidx);
         memset(ridx, 0, sizeof ridx);
         uint64_t acc = 0;
         int64_t roff = 0;
@@ -104,19 +100,16 @@ static void kern_sum_i64_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-static void kern_red_plain(const kern_rplan *pl, kern_dtype dt, int64_t *idx)
-{
+static void kern_red_plain(const kern_rplan *pl, kern_dtype dt, int64_t *idx) {
     kern_arg_job j = {pl, dt, idx};
     int64_t grain = pl->R >= KERN_GRAIN ? 1 : KERN_GRAIN / pl->R;
-    kern_parallel_for(pl->O, grain, pl->op == KRED_SUM ? kern_sum_i64_range : kern_arg_range,
-                      &j);
+    kern_parallel_for(pl->O, grain, pl->op == KRED_SUM ? kern_sum_i64_range : kern_arg_range, &j);
 }
 
 /* ------------------------------------------------------------------ planning */
 
 /* Reductions over no element: 0 for sums, NaN for mean, -inf for logsumexp. */
-static int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out)
-{
+static int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
     if (op == KRED_MAX || op == KRED_MIN || (dt == KERN_I64 && op != KRED_SUM))
         return -1;
     double v = op == KRED_SUM ? 0.0 : op == KRED_MEAN ? NAN : -INFINITY;
@@ -132,8 +125,7 @@ static int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out)
 }
 
 /* Column mode needs a contiguous last kept dim and a non-contiguous reduced one. */
-static void kern_red_split(kern_rplan *pl, int tile)
-{
+static void kern_red_split(kern_rplan *pl, int tile) {
     int nk = pl->keep.nd, nr = pl->red.nd;
     pl->col = nk > 0 && pl->keep.stride[nk - 1] == 1 && pl->red.stride[nr - 1] != 1;
     if (pl->col) {
@@ -147,16 +139,13 @@ static void kern_red_split(kern_rplan *pl, int tile)
     pl->nseg = 1;
     if (pl->nunit >= KERN_RED_FEW_UNITS)
         return;
-    while (pl->nseg < KERN_RED_SEG_MAX &&
-           pl->R / (2 * pl->nseg) * pl->tile >= KERN_RED_SEG_MIN)
+    while (pl->nseg < KERN_RED_SEG_MAX && pl->R / (2 * pl->nseg) * pl->tile >= KERN_RED_SEG_MIN)
         pl->nseg *= 2;
 }
 
 int kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, const void *in,
-                const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx)
-{
-    if ((unsigned)op >= KRED__COUNT || kern_dtype_size(dt) == 0 || ndim < 0 ||
-        ndim > KERN_MAX_DIMS)
+                const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx) {
+    if ((unsigned)op >= KRED__COUNT || kern_dtype_size(dt) == 0 || ndim < 0 || ndim > KERN_MAX_DIMS)
         return -1;
     if (dt == KERN_I64 && (op == KRED_MEAN || op == KRED_LOGSUMEXP))
         return -1;

@@ -15,31 +15,30 @@ typedef struct {
     bool log;
 } kern_rows_job;
 
-static int64_t kern_rows_grain(int64_t n) { return n >= KERN_GRAIN ? 1 : KERN_GRAIN / n; }
+static int64_t kern_rows_grain(int64_t n) {
+    return n >= KERN_GRAIN ? 1 : KERN_GRAIN / n;
+}
 
-static void kern_softmax_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_softmax_range(void *ctx, int64_t begin, int64_t end) {
     const kern_rows_job *j = ctx;
     size_t row = (size_t)j->n * j->esz;
     for (int64_t r = begin; r < end; r++)
         j->simd->softmax_row(j->n, j->x + (size_t)r * row, j->y + (size_t)r * row, j->log);
 }
 
-int kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void *y, bool log)
-{
+int kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void *y, bool log) {
     const kern_simd *simd = kern_simd_for(dt);
     if (!simd || rows < 0 || n < 0)
         return -1;
     if (rows == 0 || n == 0)
         return 0;
-    kern_rows_job j = {.simd = simd, .n = n, .esz = kern_dtype_size(dt), .x = x, .y = y,
-                       .log = log};
+    kern_rows_job j = {
+        .simd = simd, .n = n, .esz = kern_dtype_size(dt), .x = x, .y = y, .log = log};
     kern_parallel_for(rows, kern_rows_grain(n), kern_softmax_range, &j);
     return 0;
 }
 
-static void kern_layer_norm_range(void *ctx, int64_t begin, int64_t end)
-{
+static void kern_layer_norm_range(void *ctx, int64_t begin, int64_t end) {
     const kern_rows_job *j = ctx;
     size_t row = (size_t)j->n * j->esz;
     for (int64_t r = begin; r < end; r++)
@@ -50,15 +49,22 @@ static void kern_layer_norm_range(void *ctx, int64_t begin, int64_t end)
 }
 
 int kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const void *w,
-                    const void *b, double eps, void *y, void *mean, void *rstd)
-{
+                    const void *b, double eps, void *y, void *mean, void *rstd) {
     const kern_simd *simd = kern_simd_for(dt);
     if (!simd || rows < 0 || n < 0)
         return -1;
     if (rows == 0)
         return 0;
-    kern_rows_job j = {.simd = simd, .n = n, .esz = kern_dtype_size(dt), .x = x, .w = w,
-                       .b = b, .y = y, .mean = mean, .rstd = rstd, .eps = eps};
+    kern_rows_job j = {.simd = simd,
+                       .n = n,
+                       .esz = kern_dtype_size(dt),
+                       .x = x,
+                       .w = w,
+                       .b = b,
+                       .y = y,
+                       .mean = mean,
+                       .rstd = rstd,
+                       .eps = eps};
     kern_parallel_for(rows, kern_rows_grain(n > 0 ? n : 1), kern_layer_norm_range, &j);
     return 0;
 }

@@ -8,51 +8,51 @@
 #include "kern_internal.h"
 
 #define KS_CAT2(a, b) a##b
-#define KS_CAT(a, b) KS_CAT2(a, b)
-#define KS_LM(f) KS_CAT(f, LSFX) /* the libm function for T: expf or exp */
+#define KS_CAT(a, b)  KS_CAT2(a, b)
+#define KS_LM(f)      KS_CAT(f, LSFX) /* the libm function for T: expf or exp */
 
-#define VLD(p) (*(p))
-#define VST(p, v) (*(p) = (v))
-#define VLDN(p, n) (*(p))
+#define VLD(p)        (*(p))
+#define VST(p, v)     (*(p) = (v))
+#define VLDN(p, n)    (*(p))
 #define VSTN(p, v, n) (*(p) = (v))
-#define VTAIL(n) 1
-#define VSET(x) ((T)(x))
-#define VZERO ((T)0)
-#define VADD(a, b) ((a) + (b))
-#define VSUB(a, b) ((a) - (b))
-#define VMUL(a, b) ((a) * (b))
-#define VDIV(a, b) ((a) / (b))
-#define VNEG(x) (-(x))
-#define VMAXR(a, b) ((a) > (b) ? (a) : (b))
-#define VMINR(a, b) ((a) < (b) ? (a) : (b))
-#define VLT(a, b) ((a) < (b))
-#define VLE(a, b) ((a) <= (b))
-#define VGT(a, b) ((a) > (b))
-#define VGE(a, b) ((a) >= (b))
-#define VEQ(a, b) ((a) == (b))
-#define VNE(a, b) ((a) != (b))
-#define VUNORD(a, b) ((a) != (a) || (b) != (b))
+#define VTAIL(n)      1
+#define VSET(x)       ((T)(x))
+#define VZERO         ((T)0)
+#define VADD(a, b)    ((a) + (b))
+#define VSUB(a, b)    ((a) - (b))
+#define VMUL(a, b)    ((a) * (b))
+#define VDIV(a, b)    ((a) / (b))
+#define VNEG(x)       (-(x))
+#define VMAXR(a, b)   ((a) > (b) ? (a) : (b))
+#define VMINR(a, b)   ((a) < (b) ? (a) : (b))
+#define VLT(a, b)     ((a) < (b))
+#define VLE(a, b)     ((a) <= (b))
+#define VGT(a, b)     ((a) > (b))
+#define VGE(a, b)     ((a) >= (b))
+#define VEQ(a, b)     ((a) == (b))
+#define VNE(a, b)     ((a) != (b))
+#define VUNORD(a, b)  ((a) != (a) || (b) != (b))
 #define VSEL(m, t, f) ((m) ? (t) : (f))
-#define MAND(a, b) ((a) && (b))
-#define MOR(a, b) ((a) || (b))
-#define MANY(m) (m)
-#define MZERO 0
-#define VSQRT KS_LM(sqrt)
-#define VABS KS_LM(fabs)
-#define VEXP KS_LM(exp)
-#define VLOG KS_LM(log)
-#define VSIN KS_LM(sin)
-#define VCOS KS_LM(cos)
-#define VTANH KS_LM(tanh)
-#define VERF KS_LM(erf)
-#define VLOG1P KS_LM(log1p)
-#define VPOW KS_LM(pow)
+#define MAND(a, b)    ((a) && (b))
+#define MOR(a, b)     ((a) || (b))
+#define MANY(m)       (m)
+#define MZERO         0
+#define VSQRT         KS_LM(sqrt)
+#define VABS          KS_LM(fabs)
+#define VEXP          KS_LM(exp)
+#define VLOG          KS_LM(log)
+#define VSIN          KS_LM(sin)
+#define VCOS          KS_LM(cos)
+#define VTANH         KS_LM(tanh)
+#define VERF          KS_LM(erf)
+#define VLOG1P        KS_LM(log1p)
+#define VPOW          KS_LM(pow)
 
-#define T float
-#define V float
-#define M int
-#define W 1
-#define LSFX f
+#define T          float
+#define V          float
+#define M          int
+#define W          1
+#define LSFX       f
 #define KS_NAME(x) kern_scalar_f32_##x
 #include "kern_simd_body.inc"
 #undef LSFX

@@ -130,8 +130,7 @@ size_t ca_dtype_size(ca_dtype dtype);
 ca_status ca_empty(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
 ca_status ca_zeros(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
 ca_status ca_ones(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
-ca_status ca_full(ca_dtype dtype, int ndim, const int64_t *shape, double value,
-                  ca_tensor **out);
+ca_status ca_full(ca_dtype dtype, int ndim, const int64_t *shape, double value, ca_tensor **out);
 /* [start, end) in steps of step, as torch.arange. */
 ca_status ca_arange(double start, double end, double step, ca_dtype dtype, ca_tensor **out);
 /* Standard normal / uniform [0, 1), from the seeded generator (float dtypes only). */
@@ -212,8 +211,7 @@ typedef uint64_t ca_hook_handle;
 ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
                                   ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
 /* t must be a leaf that requires grad. */
-ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t,
-                                                       ca_post_accumulate_hook_fn fn,
+ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_accumulate_hook_fn fn,
                                                        void *ctx, ca_ctx_free_fn ctx_free,
                                                        ca_hook_handle *handle);
 /* Remove a hook of either kind registered on t. */
@@ -242,8 +240,8 @@ typedef struct {
 
 /* torch.autograd.grad: grads[i] receives d(outputs)/d(inputs[i]) as a new reference;
  * .grad fields are not touched. options may be NULL. */
-ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs,
-                  ca_tensor *const *inputs, const ca_grad_options *options, ca_tensor **grads);
+ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_tensor *const *inputs,
+                  const ca_grad_options *options, ca_tensor **grads);
 
 /* ---------------------------------------------------------------------------------------
  * Ops. Each records a node in the autograd graph when grad mode is on and an input
@@ -310,14 +308,13 @@ ca_status ca_to_dtype(ca_tensor *x, ca_dtype dtype, ca_tensor **out);
 
 /* reductions over n_dims dims (n_dims == 0: every dim) */
 ca_status ca_sum(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **out);
-ca_status ca_mean(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
-                  ca_tensor **out);
+ca_status ca_mean(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **out);
 /* values, and (if indices != NULL) the int64 arg index: along the dim for one dim, a flat
  * row-major index into the reduced dims for several. The gradient goes to that index. */
-ca_status ca_max(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
-                 ca_tensor **values, ca_tensor **indices);
-ca_status ca_min(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
-                 ca_tensor **values, ca_tensor **indices);
+ca_status ca_max(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **values,
+                 ca_tensor **indices);
+ca_status ca_min(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **values,
+                 ca_tensor **indices);
 ca_status ca_logsumexp(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
                        ca_tensor **out);
 
@@ -364,8 +361,7 @@ ca_status ca_cross_entropy(ca_tensor *input, ca_tensor *target, ca_reduction red
                            int64_t ignore_index, ca_tensor **out);
 ca_status ca_nll_loss(ca_tensor *log_probs, ca_tensor *target, ca_reduction reduction,
                       int64_t ignore_index, ca_tensor **out);
-ca_status ca_mse_loss(ca_tensor *input, ca_tensor *target, ca_reduction reduction,
-                      ca_tensor **out);
+ca_status ca_mse_loss(ca_tensor *input, ca_tensor *target, ca_reduction reduction, ca_tensor **out);
 /* normalizes over the last n_normalized dims, whose sizes must equal normalized_shape;
  * weight and bias (shape normalized_shape) may be NULL */
 ca_status ca_layer_norm(ca_tensor *x, int n_normalized, const int64_t *normalized_shape,

@@ -18,63 +18,33 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------
- * The failing allocator
+ * The failing allocator: testutil's counting allocator, plus the injection window
  */
-static atomic_long fa_live;    /* allocations not yet freed */
-static atomic_long fa_count;   /* allocations since the last fa_arm */
-static atomic_long fa_fail_at; /* 0: never fail */
-static atomic_int fa_failed;   /* the armed failure happened */
-static atomic_int fa_armed;    /* between fa_arm and fa_disarm */
-static atomic_long fa_window;  /* allocations between the last fa_arm and fa_disarm */
-
-static void *fa_alloc(size_t size, size_t align, void *ctx) {
-    (void)ctx;
-    long n = atomic_fetch_add(&fa_count, 1) + 1;
-    if (n == atomic_load(&fa_fail_at)) {
-        atomic_store(&fa_failed, 1);
-        return NULL;
-    }
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    if (p)
-        atomic_fetch_add(&fa_live, 1);
-    return p;
-}
-
-static void fa_free(void *p, void *ctx) {
-    (void)ctx;
-    if (p)
-        atomic_fetch_sub(&fa_live, 1);
-    free(p);
-}
+static atomic_int fa_armed;   /* between fa_arm and fa_disarm */
+static atomic_long fa_window; /* allocations between the last fa_arm and fa_disarm */
 
 /* Install before making any tensor: every later allocation is counted. */
 static void fa_install(void) {
     ca_set_num_threads(1); /* allocation order must not depend on scheduling */
-    ca_allocator a = {fa_alloc, fa_free, NULL};
-    ca_set_allocator(&a);
-    atomic_store(&fa_live, 0);
-    atomic_store(&fa_fail_at, 0);
+    tu_alloc_install();
 }
 
 /* Count from zero again and fail the nth allocation from now (0: none). */
 static void fa_arm(long n) {
     atomic_store(&fa_armed, 1);
-    atomic_store(&fa_count, 0);
-    atomic_store(&fa_failed, 0);
-    atomic_store(&fa_fail_at, n);
+    tu_alloc_arm(n);
 }
 
 /* End the injection window; its allocation count is what every_allocation walks. */
 static void fa_disarm(void) {
-    atomic_store(&fa_fail_at, 0);
+    tu_alloc_disarm();
     if (atomic_exchange(&fa_armed, 0))
-        atomic_store(&fa_window, atomic_load(&fa_count));
+        atomic_store(&fa_window, tu_alloc_count());
 }
 
 static void fa_uninstall(void) {
     fa_disarm();
-    ca_set_allocator(NULL);
+    tu_alloc_uninstall();
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -89,7 +59,7 @@ typedef ca_status (*scenario_fn)(void *ctx, long fail_at);
 
 static void check_failure(const char *name, long n, ca_status st, scenario_fn fn, void *ctx,
                           long baseline) {
-    bool failed = atomic_load(&fa_failed);
+    bool failed = tu_alloc_failed();
     fa_disarm();
     cr_assert(failed, "%s: allocation %ld of the counted run never happened", name, n);
     if (st != CA_OK) {
@@ -99,23 +69,23 @@ static void check_failure(const char *name, long n, ca_status st, scenario_fn fn
                   name, n, ca_last_error());
     }
     /* st == CA_OK: the failure was absorbed; the scenario has checked its result */
-    long leaked = atomic_load(&fa_live) - baseline;
+    long leaked = tu_alloc_live() - baseline;
     cr_assert_eq(leaked, 0, "%s: after failing allocation %ld, %ld allocations leaked", name, n,
                  leaked);
     /* the library still works: a clean run right after gives the reference result */
     ca_status again = fn(ctx, 0);
     cr_assert_eq(again, CA_OK, "%s: clean run after failing allocation %ld: %s", name, n,
                  ca_last_error());
-    cr_assert_eq(atomic_load(&fa_live), baseline, "%s: the clean run leaked", name);
+    cr_assert_eq(tu_alloc_live(), baseline, "%s: the clean run leaked", name);
 }
 
 /* Returns K, the number of allocations of a clean run. */
 static long every_allocation(const char *name, scenario_fn fn, void *ctx) {
-    long baseline = atomic_load(&fa_live); /* inputs the caller made before */
-    ca_status st = fn(ctx, 0);             /* warm-up: first-use work happens here */
+    long baseline = tu_alloc_live(); /* inputs the caller made before */
+    ca_status st = fn(ctx, 0);       /* warm-up: first-use work happens here */
     cr_assert_eq(st, CA_OK, "%s: clean run: %s", name, ca_last_error());
-    cr_assert_eq(atomic_load(&fa_live), baseline, "%s: the clean run leaked %ld allocations", name,
-                 atomic_load(&fa_live) - baseline);
+    cr_assert_eq(tu_alloc_live(), baseline, "%s: the clean run leaked %ld allocations", name,
+                 tu_alloc_live() - baseline);
     st = fn(ctx, 0);
     cr_assert_eq(st, CA_OK, "%s: clean run: %s", name, ca_last_error());
     long k = atomic_load(&fa_window);
@@ -136,11 +106,6 @@ static long every_allocation(const char *name, scenario_fn fn, void *ctx) {
         if ((st) == CA_OK)                                                                         \
             (st) = (call);                                                                         \
     } while (0)
-
-static void release_n(ca_tensor **ts, int n) {
-    for (int i = 0; i < n; i++)
-        ca_tensor_release(ts[i]);
-}
 
 /* ---------------------------------------------------------------------------------------
  * The MLP: x[4,3] -> linear(w1[5,3], b1[5]) -> relu -> linear(w2[2,5]) -> cross_entropy
@@ -187,7 +152,7 @@ static ca_status make_inputs(mlp_inputs *m) {
 }
 
 static void release_inputs(mlp_inputs *m) {
-    release_n((ca_tensor *[]){m->x, m->w1, m->b1, m->w2, m->t}, 5);
+    tu_release_n((ca_tensor *[]){m->x, m->w1, m->b1, m->w2, m->t}, 5);
     *m = (mlp_inputs){0};
 }
 
@@ -205,7 +170,7 @@ static ca_status mlp_forward(mlp_ctx *c, mlp_inputs *m, ca_tensor **loss) {
     } else {
         STEP(st, ca_cross_entropy(y, m->t, c->reduction, -100, loss));
     }
-    release_n((ca_tensor *[]){h, a, y, onehot}, 4);
+    tu_release_n((ca_tensor *[]){h, a, y, onehot}, 4);
     return st;
 }
 
@@ -277,7 +242,7 @@ Test(oom, mlp_every_allocation_fails_prebuilt_inputs) {
     TU_OK(make_inputs(&c.in));
     every_allocation("mlp (prebuilt inputs)", mlp_backward_scenario, &c);
     release_inputs(&c.in);
-    cr_assert_eq(atomic_load(&fa_live), 0);
+    cr_assert_eq(tu_alloc_live(), 0);
     fa_uninstall();
 }
 
@@ -362,7 +327,7 @@ static ca_status backward_only_scenario(void *vctx, long fail_at) {
     } else {
         check_backward_result(c, params, grads);
     }
-    release_n(grads, N_PARAMS);
+    tu_release_n(grads, N_PARAMS);
     ca_tensor_release(loss);
     release_inputs(&m);
     return st;
@@ -446,7 +411,7 @@ static ca_status hook_scenario(void *vctx, long fail_at) {
     cr_assert_eq(h_leaf.calls, r_leaf ? 1 : 0);
     cr_assert_eq(h_mid.calls, r_mid ? 1 : 0);
     cr_assert_eq(h_post.calls, r_post ? 1 : 0);
-    release_n((ca_tensor *[]){x, y, L}, 3);
+    tu_release_n((ca_tensor *[]){x, y, L}, 3);
     cr_assert_eq(first.freed, 1);
     cr_assert_eq(h_leaf.freed + h_mid.freed + h_post.freed, (int)r_leaf + r_mid + r_post);
     if (st != CA_OK)
@@ -489,7 +454,7 @@ static ca_status creation_scenario(void *vctx, long fail_at) {
                 break;
             }
     }
-    release_n(t, 8);
+    tu_release_n(t, 8);
     return st;
 }
 
@@ -518,7 +483,7 @@ static ca_status recorded_ops_scenario(void *vctx, long fail_at) {
         cr_assert_not_null(ca_tensor_grad(x));
         cr_assert_not_null(ca_tensor_grad(o[4]));
     }
-    release_n(o, 7);
+    tu_release_n(o, 7);
     ca_tensor_release(x);
     return st;
 }
@@ -533,13 +498,13 @@ Test(oom, default_allocator_restored) {
     fa_install();
     ca_allocator cur;
     ca_get_allocator(&cur);
-    cr_assert_eq((void *)cur.alloc, (void *)fa_alloc);
+    cr_assert_eq((void *)cur.alloc, (void *)tu_counting_alloc);
     fa_uninstall();
     ca_get_allocator(&cur);
-    cr_assert_neq((void *)cur.alloc, (void *)fa_alloc);
+    cr_assert_neq((void *)cur.alloc, (void *)tu_counting_alloc);
     ca_tensor *t;
-    long before = atomic_load(&fa_count);
+    long before = tu_alloc_count();
     TU_OK(ca_ones(CA_FLOAT32, TU_SHAPE(3), &t)); /* works with the default again */
-    cr_assert_eq(atomic_load(&fa_count), before, "the default allocator is in use");
+    cr_assert_eq(tu_alloc_count(), before, "the default allocator is in use");
     ca_tensor_release(t);
 }

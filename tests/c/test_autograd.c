@@ -10,7 +10,6 @@
 #include "testutil.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,43 +17,17 @@
 /* ---------------------------------------------------------------------------------------
  * Helpers
  */
-static atomic_long live_blocks;
-
-static void *count_alloc(size_t size, size_t align, void *ctx) {
-    (void)ctx;
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    if (p)
-        atomic_fetch_add(&live_blocks, 1);
-    return p;
-}
-
-static void count_free(void *p, void *ctx) {
-    (void)ctx;
-    atomic_fetch_sub(&live_blocks, 1);
-    free(p);
-}
-
-/* Install before any tensor exists; assert_no_leak after releasing everything. */
-static void install_counting(void) {
-    ca_allocator a = {count_alloc, count_free, NULL};
-    ca_set_allocator(&a);
-    atomic_store(&live_blocks, 0);
-}
-
+/* For a test that installed the counting allocator (tu_alloc_install) before making any
+ * tensor: restore the default allocator and assert nothing is live. */
 static void assert_no_leak(void) {
-    long live = atomic_load(&live_blocks);
-    ca_set_allocator(NULL);
+    long live = tu_alloc_live();
+    tu_alloc_uninstall();
     cr_assert_eq(live, 0, "%ld allocations still live after releasing everything", live);
 }
 
-static void release_all(int n, ca_tensor **ts) {
-    for (int i = 0; i < n; i++)
-        ca_tensor_release(ts[i]);
-}
 #define RELEASE(...)                                                                               \
-    release_all((int)(sizeof((ca_tensor *[]){__VA_ARGS__}) / sizeof(ca_tensor *)),                 \
-                (ca_tensor *[]){__VA_ARGS__})
+    tu_release_n((ca_tensor *[]){__VA_ARGS__},                                                     \
+                 (int)(sizeof((ca_tensor *[]){__VA_ARGS__}) / sizeof(ca_tensor *)))
 
 static ca_tensor *sum_all(ca_tensor *t) {
     ca_tensor *s;
@@ -359,7 +332,7 @@ Test(autograd, grad_fn_names) {
         cr_assert(!ca_tensor_is_leaf(o[i]) && ca_tensor_requires_grad(o[i]));
     }
     cr_assert_null(ca_tensor_grad_fn_name(x));
-    release_all(8, o);
+    tu_release_n(o, 8);
     RELEASE(x, w);
 }
 
@@ -613,7 +586,7 @@ static ca_status wrong_shape_hook(ca_tensor *grad, ca_tensor **replacement, void
 }
 
 Test(autograd, hook_returning_wrong_shape_fails_without_leak) {
-    install_counting();
+    tu_alloc_install();
     ca_tensor *x = vec(CA_FLOAT32, 3, (double[]){1, 2, 3}, true);
     ca_tensor *y = mul(x, x), *L = sum_all(y);
     TU_OK(ca_tensor_register_hook(y, wrong_shape_hook, NULL, NULL, NULL));
@@ -632,7 +605,7 @@ static ca_status refusing_hook(ca_tensor *grad, ca_tensor **replacement, void *c
 }
 
 Test(autograd, failing_hook_stops_backward_then_next_backward_works) {
-    install_counting();
+    tu_alloc_install();
     ca_tensor *x = vec(CA_FLOAT64, 2, (double[]){1, 2}, true);
     ca_tensor *w = vec(CA_FLOAT64, 2, (double[]){3, 4}, true);
     ca_tensor *y = mul(x, w), *z;

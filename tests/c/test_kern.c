@@ -18,8 +18,7 @@
 
 static uint64_t tk_rng_state;
 
-static double tk_rand(double lo, double hi)
-{
+static double tk_rand(double lo, double hi) {
     uint64_t z = (tk_rng_state += 0x9E3779B97F4A7C15ull); /* splitmix64 */
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -27,8 +26,7 @@ static double tk_rand(double lo, double hi)
     return lo + (hi - lo) * (double)(z >> 11) * 0x1p-53;
 }
 
-static double tk_get(kern_dtype dt, const void *p, int64_t i)
-{
+static double tk_get(kern_dtype dt, const void *p, int64_t i) {
     if (dt == KERN_F32)
         return ((const float *)p)[i];
     if (dt == KERN_F64)
@@ -36,8 +34,7 @@ static double tk_get(kern_dtype dt, const void *p, int64_t i)
     return (double)((const int64_t *)p)[i];
 }
 
-static void tk_set(kern_dtype dt, void *p, int64_t i, double v)
-{
+static void tk_set(kern_dtype dt, void *p, int64_t i, double v) {
     if (dt == KERN_F32)
         ((float *)p)[i] = (float)v;
     else if (dt == KERN_F64)
@@ -47,12 +44,16 @@ static void tk_set(kern_dtype dt, void *p, int64_t i, double v)
 }
 
 /* The ISA paths to test: scalar up to what kern_isa() starts with (CPU and env cap). */
-static int tk_max_isa(void)
-{
+static int tk_max_isa(void) {
     static int m = -1;
     if (m < 0)
         m = (int)kern_isa();
     return m;
+}
+
+/* Bitwise identity (determinism checks compare bits, not values). */
+static bool tk_same_bits(const void *a, const void *b, size_t n) {
+    return memcmp(a, b, n) == 0;
 }
 
 typedef struct {
@@ -62,8 +63,7 @@ typedef struct {
 
 /* NaN matches NaN; infinities must match exactly. */
 static void tk_close(tk_check *c, double got, double ref, double rtol, double atol,
-                     const char *what, int64_t i)
-{
+                     const char *what, int64_t i) {
     c->n++;
     bool ok;
     if (isnan(ref))
@@ -73,21 +73,25 @@ static void tk_close(tk_check *c, double got, double ref, double rtol, double at
     else
         ok = fabs(got - ref) <= atol + rtol * fabs(ref);
     if (!ok && c->fails++ == 0)
-        snprintf(c->first, sizeof c->first, "%s [%lld]: got %.17g want %.17g", what,
-                 (long long)i, got, ref);
+        snprintf(c->first, sizeof c->first, "%s [%lld]: got %.17g want %.17g", what, (long long)i,
+                 got, ref);
 }
 
-#define TK_ASSERT(c) cr_assert((c).fails == 0, "%d of %d mismatches; first: %s", (c).fails, (c).n, (c).first)
+#define TK_ASSERT(c)                                                                               \
+    cr_assert((c).fails == 0, "%d of %d mismatches; first: %s", (c).fails, (c).n, (c).first)
 
 /* ------------------------------------------------------------------ pointwise reference */
 
 #define TK_PI 3.14159265358979323846
 
-static double tk_sgn(double x) { return x > 0 ? 1 : x < 0 ? -1 : 0; }
-static double tk_sigm(double x) { return 1 / (1 + exp(-x)); }
+static double tk_sgn(double x) {
+    return x > 0 ? 1 : x < 0 ? -1 : 0;
+}
+static double tk_sigm(double x) {
+    return 1 / (1 + exp(-x));
+}
 
-static double tk_ref(kern_pw_op op, double a, double b, double c, double p0, double p1)
-{
+static double tk_ref(kern_pw_op op, double a, double b, double c, double p0, double p1) {
     const double k = sqrt(2 / TK_PI), kap = 0.044715;
     switch (op) {
     case KPW_COPY: return a;
@@ -176,37 +180,92 @@ typedef struct {
     bool zeros; /* input 0 (or 1 for _BW) is sometimes exactly 0 */
 } tk_cfg;
 
-static tk_cfg tk_config(kern_pw_op op)
-{
+static tk_cfg tk_config(kern_pw_op op) {
     tk_cfg c = {{-3, -3, -3}, {3, 3, 3}, 0.25, 1.5, -1, 0, false};
     switch (op) {
-    case KPW_LOG: case KPW_SQRT: case KPW_RSQRT: c.lo[0] = 0.05; c.hi[0] = 5; break;
-    case KPW_RECIPROCAL: case KPW_RDIV_S: c.lo[0] = 0.3; c.p0 = 1.7; break;
+    case KPW_LOG:
+    case KPW_SQRT:
+    case KPW_RSQRT:
+        c.lo[0] = 0.05;
+        c.hi[0] = 5;
+        break;
+    case KPW_RECIPROCAL:
+    case KPW_RDIV_S:
+        c.lo[0] = 0.3;
+        c.p0 = 1.7;
+        break;
     case KPW_DIV: c.lo[1] = 0.3; break;
     case KPW_DIV_S: c.p0 = 1.7; break;
-    case KPW_POW_S: c.lo[0] = 0.1; c.p0 = 2.5; break;
-    case KPW_RPOW_S: c.p0 = 1.7; break;
-    case KPW_POW: c.lo[0] = 0.1; c.lo[1] = -2; c.hi[1] = 2; break;
-    case KPW_LEAKY_RELU: case KPW_LEAKY_RELU_BW: c.p0 = 0.01; break;
-    case KPW_SOFTPLUS: case KPW_SOFTPLUS_BW: c.p0 = 1.5; c.p1 = 2; break;
-    case KPW_CLAMP: case KPW_CLAMP_BW: c.p0 = -1; c.p1 = 1.5; break;
-    case KPW_ADD: case KPW_SUB: c.p0 = 0.5; break;
-    case KPW_FILL: c.p0 = 2.5; break;
-    case KPW_MASKED_FILL: c.mask = 1; c.p0 = -4; break;
-    case KPW_WHERE: c.mask = 0; break;
-    case KPW_SIGMOID_BW: c.lo[1] = 0; c.hi[1] = 1; break;
-    case KPW_TANH_BW: c.lo[1] = -1; c.hi[1] = 1; break;
-    case KPW_POW_S_BW: c.lo[1] = 0.1; c.p0 = 2.5; break;
-    case KPW_POW_BW_BASE: c.lo[1] = 0.1; c.lo[2] = -2; c.hi[2] = 2; break;
-    case KPW_POW_BW_EXP: c.lo[1] = 0.1; break;
-    case KPW_MAXMIN_BW: c.tie = 1; break;
-    case KPW_MAX: case KPW_MIN: case KPW_LT: case KPW_LE: case KPW_GT: case KPW_GE:
-    case KPW_EQ: case KPW_NE: c.tie = 1; break;
-    case KPW_MAX_S: case KPW_MIN_S: case KPW_LT_S: case KPW_LE_S: case KPW_GT_S:
-    case KPW_GE_S: case KPW_EQ_S: case KPW_NE_S: c.tie = 2; break;
-    case KPW_SIGN: case KPW_ABS: case KPW_RELU: case KPW_ABS_BW: case KPW_RELU_BW:
-        c.zeros = true;
+    case KPW_POW_S:
+        c.lo[0] = 0.1;
+        c.p0 = 2.5;
         break;
+    case KPW_RPOW_S: c.p0 = 1.7; break;
+    case KPW_POW:
+        c.lo[0] = 0.1;
+        c.lo[1] = -2;
+        c.hi[1] = 2;
+        break;
+    case KPW_LEAKY_RELU:
+    case KPW_LEAKY_RELU_BW: c.p0 = 0.01; break;
+    case KPW_SOFTPLUS:
+    case KPW_SOFTPLUS_BW:
+        c.p0 = 1.5;
+        c.p1 = 2;
+        break;
+    case KPW_CLAMP:
+    case KPW_CLAMP_BW:
+        c.p0 = -1;
+        c.p1 = 1.5;
+        break;
+    case KPW_ADD:
+    case KPW_SUB: c.p0 = 0.5; break;
+    case KPW_FILL: c.p0 = 2.5; break;
+    case KPW_MASKED_FILL:
+        c.mask = 1;
+        c.p0 = -4;
+        break;
+    case KPW_WHERE: c.mask = 0; break;
+    case KPW_SIGMOID_BW:
+        c.lo[1] = 0;
+        c.hi[1] = 1;
+        break;
+    case KPW_TANH_BW:
+        c.lo[1] = -1;
+        c.hi[1] = 1;
+        break;
+    case KPW_POW_S_BW:
+        c.lo[1] = 0.1;
+        c.p0 = 2.5;
+        break;
+    case KPW_POW_BW_BASE:
+        c.lo[1] = 0.1;
+        c.lo[2] = -2;
+        c.hi[2] = 2;
+        break;
+    case KPW_POW_BW_EXP: c.lo[1] = 0.1; break;
+    case KPW_MAXMIN_BW:
+    case KPW_MAX:
+    case KPW_MIN:
+    case KPW_LT:
+    case KPW_LE:
+    case KPW_GT:
+    case KPW_GE:
+    case KPW_EQ:
+    case KPW_NE: c.tie = 1; break;
+    case KPW_MAX_S:
+    case KPW_MIN_S:
+    case KPW_LT_S:
+    case KPW_LE_S:
+    case KPW_GT_S:
+    case KPW_GE_S:
+    case KPW_EQ_S:
+    case KPW_NE_S: c.tie = 2; break;
+    case KPW_SIGN:
+    case KPW_ABS:
+    case KPW_RELU:
+    case KPW_ABS_BW:
+    case KPW_RELU_BW: c.zeros = true; break;
     default: break;
     }
     return c;
@@ -220,6 +279,7 @@ typedef struct {
     int64_t shape[2], ostr[2], istr[3][2], origin[4], len[4];
 } tk_layout;
 
+/* clang-format off */
 static const tk_layout tk_layouts[] = {
     {"contiguous", 1, {1003, 1}, {1, 0}, {{1, 0}, {1, 0}, {1, 0}}, {0, 0, 0, 0},
      {1003, 1003, 1003, 1003}},
@@ -232,7 +292,15 @@ static const tk_layout tk_layouts[] = {
     /* transposed input and output, reversed rows in in1 */
     {"transposed", 2, {13, 17}, {1, 13}, {{1, 13}, {-17, 1}, {1, 13}}, {0, 0, 12 * 17, 0},
      {221, 221, 221, 221}},
+    /* row gathers: every other element, padded rows, a broadcast row read at stride 3 */
+    {"sliced", 2, {20, 30}, {30, 1}, {{70, 2}, {31, 1}, {0, 3}}, {0, 0, 0, 0},
+     {600, 1400, 620, 90}},
+    /* tiled path (in0 transposed) with a column-broadcast and a scalar input */
+    {"transposed-broadcast", 2, {40, 150}, {150, 1}, {{1, 40}, {1, 0}, {0, 0}}, {0, 0, 0, 0},
+     {6000, 6000, 40, 1}},
 };
+/* clang-format on */
+#define TK_NLAYOUTS ((int)(sizeof tk_layouts / sizeof tk_layouts[0]))
 
 typedef struct {
     void *in[3], *out;
@@ -240,15 +308,13 @@ typedef struct {
     int64_t count;
 } tk_pw_case;
 
-static int64_t tk_off(const tk_layout *L, const int64_t *str, int64_t flat)
-{
+static int64_t tk_off(const tk_layout *L, const int64_t *str, int64_t flat) {
     int64_t i = L->nd == 2 ? flat / L->shape[1] : flat, j = L->nd == 2 ? flat % L->shape[1] : 0;
     return i * str[0] + (L->nd == 2 ? j * str[1] : 0);
 }
 
 /* Makes inputs (same values for a given op/dtype/layout), runs op, fills got and ref. */
-static int tk_pw_run(kern_pw_op op, kern_dtype dt, const tk_layout *L, tk_pw_case *c)
-{
+static int tk_pw_run(kern_pw_op op, kern_dtype dt, const tk_layout *L, tk_pw_case *c) {
     tk_cfg cfg = tk_config(op);
     int ar = kern_pw_arity(op);
     size_t esz = kern_dtype_size(dt);
@@ -274,8 +340,9 @@ static int tk_pw_run(kern_pw_op op, kern_dtype dt, const tk_layout *L, tk_pw_cas
             continue;
         int dst = ar == 3 ? 2 : ar == 2 ? 1 : 0, src = dst - 1;
         int64_t od = L->origin[dst + 1] + tk_off(L, L->istr[dst], f);
-        double v = cfg.tie == 2 ? cfg.p0
-                                : tk_get(dt, c->in[src], L->origin[src + 1] + tk_off(L, L->istr[src], f));
+        double v = cfg.tie == 2
+                       ? cfg.p0
+                       : tk_get(dt, c->in[src], L->origin[src + 1] + tk_off(L, L->istr[src], f));
         tk_set(dt, c->in[dst], od, v);
     }
     kern_src src[3];
@@ -296,8 +363,7 @@ static int tk_pw_run(kern_pw_op op, kern_dtype dt, const tk_layout *L, tk_pw_cas
     return rc;
 }
 
-static void tk_pw_free(tk_pw_case *c)
-{
+static void tk_pw_free(tk_pw_case *c) {
     for (int k = 0; k < 3; k++)
         free(c->in[k]);
     free(c->out);
@@ -305,12 +371,15 @@ static void tk_pw_free(tk_pw_case *c)
     free(c->ref);
 }
 
-static double tk_rtol(kern_dtype dt) { return dt == KERN_F32 ? 2e-6 : 1e-13; }
-static double tk_atol(kern_dtype dt) { return dt == KERN_F32 ? 1e-6 : 1e-13; }
+static double tk_rtol(kern_dtype dt) {
+    return dt == KERN_F32 ? 2e-6 : 1e-13;
+}
+static double tk_atol(kern_dtype dt) {
+    return dt == KERN_F32 ? 1e-6 : 1e-13;
+}
 
 /* Every op on every ISA path in one layout, against the double reference. */
-static void tk_pw_layout(kern_dtype dt, const tk_layout *L)
-{
+static void tk_pw_layout(kern_dtype dt, const tk_layout *L) {
     tk_check chk = {0};
     char what[128];
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
@@ -331,8 +400,7 @@ static void tk_pw_layout(kern_dtype dt, const tk_layout *L)
 
 /* ------------------------------------------------------------------ pointwise tests */
 
-Test(kern, isa_selection)
-{
+Test(kern, isa_selection) {
     int start = tk_max_isa(); /* before any kern_isa_set */
     int cpu = kern_isa_set(KERN_ISA_AVX512);
     cr_assert(start <= cpu);
@@ -355,8 +423,7 @@ Test(kern, isa_selection)
     cr_assert_eq(kern_dtype_size(KERN_I64), 8);
 }
 
-Test(kern, pw_arity_and_names)
-{
+Test(kern, pw_arity_and_names) {
     cr_assert_eq(kern_pw_arity(KPW_EXP), 1);
     cr_assert_eq(kern_pw_arity(KPW_FILL), 1);
     cr_assert_eq(kern_pw_arity(KPW_ADD), 2);
@@ -369,30 +436,32 @@ Test(kern, pw_arity_and_names)
     cr_assert_str_eq(kern_pw_name(KPW_GELU_TANH_BW), "GELU_TANH_BW");
 }
 
-Test(kern, pw_contiguous_f32) { tk_pw_layout(KERN_F32, &tk_layouts[0]); }
-Test(kern, pw_contiguous_f64) { tk_pw_layout(KERN_F64, &tk_layouts[0]); }
+Test(kern, pw_contiguous_f32) {
+    tk_pw_layout(KERN_F32, &tk_layouts[0]);
+}
+Test(kern, pw_contiguous_f64) {
+    tk_pw_layout(KERN_F64, &tk_layouts[0]);
+}
 
-Test(kern, pw_broadcast)
-{
+Test(kern, pw_broadcast) {
     for (int dt = 0; dt < 2; dt++) {
         tk_pw_layout((kern_dtype)dt, &tk_layouts[1]);
         tk_pw_layout((kern_dtype)dt, &tk_layouts[2]);
     }
 }
 
-Test(kern, pw_transposed)
-{
-    tk_pw_layout(KERN_F32, &tk_layouts[3]);
-    tk_pw_layout(KERN_F64, &tk_layouts[3]);
+Test(kern, pw_strided_and_transposed) {
+    for (int dt = 0; dt < 2; dt++)
+        for (int li = 3; li < TK_NLAYOUTS; li++)
+            tk_pw_layout((kern_dtype)dt, &tk_layouts[li]);
 }
 
 /* The vector paths against the scalar path, op by op, on the mixed layouts. */
-Test(kern, pw_isa_paths_agree)
-{
+Test(kern, pw_isa_paths_agree) {
     tk_check chk = {0};
     char what[128];
     for (int dt = 0; dt < 2; dt++)
-        for (int li = 0; li < 4; li++)
+        for (int li = 0; li < TK_NLAYOUTS; li++)
             for (int op = 0; op < KPW__COUNT; op++) {
                 tk_pw_case base;
                 kern_isa_set(KERN_ISA_SCALAR);
@@ -402,8 +471,8 @@ Test(kern, pw_isa_paths_agree)
                     kern_isa_set((kern_isa_level)isa);
                     tk_pw_run((kern_pw_op)op, (kern_dtype)dt, &tk_layouts[li], &c);
                     snprintf(what, sizeof what, "%s vs scalar: %s dt%d %s",
-                             kern_isa_name((kern_isa_level)isa), kern_pw_name((kern_pw_op)op),
-                             dt, tk_layouts[li].name);
+                             kern_isa_name((kern_isa_level)isa), kern_pw_name((kern_pw_op)op), dt,
+                             tk_layouts[li].name);
                     for (int64_t f = 0; f < c.count; f++)
                         tk_close(&chk, c.got[f], base.got[f], tk_rtol((kern_dtype)dt),
                                  tk_atol((kern_dtype)dt), what, f);
@@ -417,8 +486,7 @@ Test(kern, pw_isa_paths_agree)
 /* One op on 37 copies of one value (vector body and tail) on every path and dtype: every
  * lane must give `want` (NaN matches NaN, signs of zero ignored). */
 static void tk_special(tk_check *chk, kern_pw_op op, double a, double b, double c, double p0,
-                       double p1, double want)
-{
+                       double p1, double want) {
     enum { N = 37 };
     char what[96];
     for (int dt = 0; dt < 2; dt++)
@@ -449,8 +517,7 @@ static void tk_special(tk_check *chk, kern_pw_op op, double a, double b, double 
         }
 }
 
-Test(kern, pw_special_values)
-{
+Test(kern, pw_special_values) {
     tk_check c = {0};
     double inf = INFINITY, nan = NAN;
     tk_special(&c, KPW_SIGMOID, -100, 0, 0, 0, 0, 0);
@@ -496,8 +563,8 @@ Test(kern, pw_special_values)
     tk_special(&c, KPW_MAXMIN_BW, 3, 2, 2, 0, 0, 1.5);
     tk_special(&c, KPW_MAXMIN_BW, 3, 1, 2, 0, 0, 0);
     tk_special(&c, KPW_MAXMIN_BW, 3, nan, 2, 0, 0, 3);
-    tk_special(&c, KPW_POW_BW_EXP, 3, 0, 0, 0, 0, 0);   /* 0^b, b > 0 */
-    tk_special(&c, KPW_POW_BW_EXP, 3, 0, 1, 0, 0, 0);   /* 0^0 */
+    tk_special(&c, KPW_POW_BW_EXP, 3, 0, 0, 0, 0, 0);      /* 0^b, b > 0 */
+    tk_special(&c, KPW_POW_BW_EXP, 3, 0, 1, 0, 0, 0);      /* 0^0 */
     tk_special(&c, KPW_POW_BW_EXP, 1, 0, inf, 0, 0, -inf); /* 0^-1 */
     tk_special(&c, KPW_POW_BW_BASE, 3, 0, 0, 0, 0, 0);
     tk_special(&c, KPW_POW_S_BW, 3, 2, 0, 0, 0, 0);
@@ -512,13 +579,13 @@ Test(kern, pw_special_values)
     TK_ASSERT(c);
 }
 
-/* WHERE and MASKED_FILL take a mask of any dtype; also through the packed (strided) path. */
-Test(kern, pw_cond_dtypes)
-{
+/* WHERE and MASKED_FILL take a mask of any dtype; also through the packed paths (strided
+ * 1-D with a strided output, and 2-D tiles with a transposed mask). */
+Test(kern, pw_cond_dtypes) {
     enum { N = 300 };
-    float a[N], b[N], out[N];
+    float a[N], b[N], out[2 * N];
     double fc[N];
-    int64_t ic[N], st = 1, sh = N, st2 = 2, half = N / 2;
+    int64_t ic[N], st = 1, sh = N, half = N / 2, st2 = 2;
     for (int i = 0; i < N; i++) {
         a[i] = (float)i;
         b[i] = (float)-i;
@@ -532,20 +599,32 @@ Test(kern, pw_cond_dtypes)
         for (int i = 0; i < N; i++)
             cr_assert_eq(out[i], i % 3 == 0 ? a[i] : b[i]);
         kern_src m[2] = {{a, {1}}, {fc, {1}}};
-        cr_assert_eq(kern_pointwise(KPW_MASKED_FILL, KERN_F32, KERN_F64, 1, &sh, out, &st, m, 5, 0), 0);
+        cr_assert_eq(kern_pointwise(KPW_MASKED_FILL, KERN_F32, KERN_F64, 1, &sh, out, &st, m, 5, 0),
+                     0);
         for (int i = 0; i < N; i++)
             cr_assert_eq(out[i], i % 3 == 0 ? 5.0f : a[i]);
-        /* strided mask: every other element of ic over half the length */
+        /* strided mask (every other element of ic) and strided output */
         kern_src ws[3] = {{ic, {2}}, {a, {1}}, {b, {1}}};
-        cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 1, &half, out, &st, ws, 0, 0), 0);
+        cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 1, &half, out, &st2, ws, 0, 0),
+                     0);
         for (int i = 0; i < half; i++)
-            cr_assert_eq(out[i], (2 * i) % 3 == 0 ? a[i] : b[i]);
-        (void)st2;
+            cr_assert_eq(out[2 * i], (2 * i) % 3 == 0 ? a[i] : b[i]);
+        /* [15, 20] with the mask read transposed from a [20, 15] buffer */
+        int64_t sh2[2] = {15, 20}, ost[2] = {20, 1};
+        kern_src wt[3] = {{ic, {1, 15}}, {a, {20, 1}}, {b, {0, 1}}};
+        cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 2, sh2, out, ost, wt, 0, 0), 0);
+        for (int i = 0; i < 15; i++)
+            for (int j = 0; j < 20; j++)
+                cr_assert_eq(out[i * 20 + j], ic[j * 15 + i] ? a[i * 20 + j] : b[j]);
+        /* FILL reads no input: src may be NULL */
+        cr_assert_eq(kern_pointwise(KPW_FILL, KERN_F32, KERN_F32, 2, sh2, out, ost, NULL, 2.5, 0),
+                     0);
+        for (int i = 0; i < 300; i++)
+            cr_assert_eq(out[i], 2.5f);
     }
 }
 
-Test(kern, pw_int64)
-{
+Test(kern, pw_int64) {
     enum { N = 50 };
     int64_t a[N], b[N], out[N], sh = N, st = 1;
     for (int i = 0; i < N; i++) {
@@ -579,8 +658,7 @@ Test(kern, pw_int64)
 }
 
 /* Big enough to use the pool: 1 and 2 threads give identical bits; shape with 0 is a no-op. */
-Test(kern, pw_parallel_and_empty)
-{
+Test(kern, pw_parallel_and_empty) {
     int64_t n = 300000, sh[2] = {600, 500}, ost[2] = {500, 1};
     float *x = malloc(sizeof(float) * (size_t)n), *y1 = malloc(sizeof(float) * (size_t)n);
     float *y2 = malloc(sizeof(float) * (size_t)n);
@@ -592,12 +670,12 @@ Test(kern, pw_parallel_and_empty)
     cr_assert_eq(kern_pointwise(KPW_GELU, KERN_F32, KERN_F32, 2, sh, y1, ost, &s, 0, 0), 0);
     kern_set_num_threads(2);
     cr_assert_eq(kern_pointwise(KPW_GELU, KERN_F32, KERN_F32, 2, sh, y2, ost, &s, 0, 0), 0);
-    cr_assert(memcmp(y1, y2, sizeof(float) * (size_t)n) == 0);
+    cr_assert(tk_same_bits(y1, y2, sizeof(float) * (size_t)n));
     tk_check c = {0};
     for (int64_t i = 0; i < 600; i++)
         for (int64_t j = 0; j < 500; j++)
-            tk_close(&c, y2[i * 500 + j], tk_ref(KPW_GELU, x[j * 600 + i], 0, 0, 0, 0), 2e-6,
-                     1e-6, "gelu", i * 500 + j);
+            tk_close(&c, y2[i * 500 + j], tk_ref(KPW_GELU, x[j * 600 + i], 0, 0, 0, 0), 2e-6, 1e-6,
+                     "gelu", i * 500 + j);
     TK_ASSERT(c);
     int64_t zsh[2] = {0, 5};
     cr_assert_eq(kern_pointwise(KPW_EXP, KERN_F32, KERN_F32, 2, zsh, NULL, ost, &s, 0, 0), 0);
@@ -611,8 +689,7 @@ Test(kern, pw_parallel_and_empty)
 /* Reference reduction of a 3-d strided input over rmask, in double. */
 static void tk_red_ref(kern_red_op op, kern_dtype dt, const int64_t *shape, const void *x,
                        const int64_t *st, uint32_t rmask, double *out, int64_t *idx,
-                       double *abssum)
-{
+                       double *abssum) {
     int64_t O = 1;
     for (int d = 0; d < 3; d++)
         if (!(rmask >> d & 1))
@@ -673,8 +750,7 @@ static void tk_red_ref(kern_red_op op, kern_dtype dt, const int64_t *shape, cons
 }
 
 /* Every op and rmask on a contiguous and a permuted view, every ISA path. */
-Test(kern, reduce_masks_vs_reference)
-{
+Test(kern, reduce_masks_vs_reference) {
     enum { n = 6 * 5 * 130 };
     const int64_t shape[3] = {6, 5, 130};
     const int64_t strides[2][3] = {{650, 130, 1}, {5, 1, 30}}; /* row-major; dims of [130][6][5] */
@@ -693,11 +769,11 @@ Test(kern, reduce_masks_vs_reference)
                         double ref[n], abssum[n], got[n];
                         int64_t ridx[n], gidx[n];
                         float gf[n];
-                        tk_red_ref((kern_red_op)op, (kern_dtype)dt, shape, x, strides[lay],
-                                   mask, ref, ridx, abssum);
-                        int rc = kern_reduce((kern_red_op)op, (kern_dtype)dt, 3, shape, x,
-                                             strides[lay], mask, dt ? (void *)got : (void *)gf,
-                                             gidx);
+                        tk_red_ref((kern_red_op)op, (kern_dtype)dt, shape, x, strides[lay], mask,
+                                   ref, ridx, abssum);
+                        int rc =
+                            kern_reduce((kern_red_op)op, (kern_dtype)dt, 3, shape, x, strides[lay],
+                                        mask, dt ? (void *)got : (void *)gf, gidx);
                         snprintf(what, sizeof what, "%s op%d mask%u lay%d dt%d",
                                  kern_isa_name((kern_isa_level)isa), op, mask, lay, dt);
                         cr_assert_eq(rc, 0, "%s", what);
@@ -719,8 +795,7 @@ Test(kern, reduce_masks_vs_reference)
     TK_ASSERT(chk);
 }
 
-Test(kern, reduce_argmax_ties_and_nan)
-{
+Test(kern, reduce_argmax_ties_and_nan) {
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
         kern_isa_set((kern_isa_level)isa);
         float x[8] = {1, 3, 3, 2, -1, -1, 0, -1};
@@ -763,8 +838,7 @@ Test(kern, reduce_argmax_ties_and_nan)
     }
 }
 
-Test(kern, reduce_empty_and_infinite)
-{
+Test(kern, reduce_empty_and_infinite) {
     float x[4] = {-INFINITY, -INFINITY, INFINITY, 1}, out[3];
     int64_t sh[2] = {3, 0}, st[2] = {0, 1}, s1 = 1, n2 = 2;
     cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
@@ -787,7 +861,7 @@ Test(kern, reduce_empty_and_infinite)
         int64_t sh0 = 5, z = 0;
         float five[5] = {1, 2, 3, 4, 5}, o5[5];
         cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 1, &sh0, five, &s1, 0, o5, NULL), 0);
-        cr_assert(memcmp(o5, five, sizeof five) == 0, "no reduced dims: a copy");
+        cr_assert(tk_same_bits(o5, five, sizeof five), "no reduced dims: a copy");
         cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 0, NULL, five, NULL, 0, o5, NULL), 0);
         cr_assert_eq(o5[0], 1);
         (void)z;
@@ -796,8 +870,7 @@ Test(kern, reduce_empty_and_infinite)
 
 /* Large reductions split into segments and column tiles: same bits for 1 and 2 threads,
  * and cascade summation keeps f32 close to the double sum. */
-Test(kern, reduce_threads_deterministic)
-{
+Test(kern, reduce_threads_deterministic) {
     int64_t n = (1 << 21) + 3;
     float *x = malloc(sizeof(float) * (size_t)n);
     tk_rng_state = 9;
@@ -816,12 +889,12 @@ Test(kern, reduce_threads_deterministic)
             cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 1, &n, x, &s1, 1, a, NULL), 0);
             kern_set_num_threads(2);
             cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 1, &n, x, &s1, 1, b, NULL), 0);
-            cr_assert(memcmp(a, b, sizeof(float)) == 0, "op %d: %.9g vs %.9g", op, a[0], b[0]);
+            cr_assert(tk_same_bits(a, b, sizeof(float)), "op %d: %.9g vs %.9g", op, a[0], b[0]);
             kern_set_num_threads(1);
             cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 2, cols, x, cst, 1, a, NULL), 0);
             kern_set_num_threads(2);
             cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 2, cols, x, cst, 1, b, NULL), 0);
-            cr_assert(memcmp(a, b, 24 * sizeof(float)) == 0, "column op %d", op);
+            cr_assert(tk_same_bits(a, b, 24 * sizeof(float)), "column op %d", op);
         }
         kern_reduce(KRED_SUM, KERN_F32, 1, &n, x, &s1, 1, a, NULL);
         cr_assert(fabs(a[0] - ref) <= 1e-6 * abs, "%s: sum %.9g vs %.9g",
@@ -832,8 +905,7 @@ Test(kern, reduce_threads_deterministic)
 
 /* ------------------------------------------------------------------ row kernels */
 
-Test(kern, softmax_and_log_softmax)
-{
+Test(kern, softmax_and_log_softmax) {
     const int64_t ns[4] = {1, 7, 100, 3000}, rows = 5;
     tk_check chk = {0};
     char what[96];
@@ -875,8 +947,7 @@ Test(kern, softmax_and_log_softmax)
     cr_assert_eq(kern_softmax(KERN_I64, 1, 2, big, out, true), -1);
 }
 
-Test(kern, layer_norm)
-{
+Test(kern, layer_norm) {
     const int64_t ns[3] = {1, 33, 2000}, rows = 4;
     tk_check chk = {0};
     char what[96];
@@ -936,8 +1007,7 @@ Test(kern, layer_norm)
 static void tk_gemm_check(tk_check *chk, kern_dtype dt, int64_t batch, int64_t M, int64_t N,
                           int64_t K, double alpha, kern_mat A, bool ta, kern_mat B, bool tb,
                           double beta, const void *C0, const void *C, int64_t ldc, int64_t bsC,
-                          const char *what)
-{
+                          const char *what) {
     double tol = dt == KERN_F32 ? 1e-5 : 1e-12;
     for (int64_t bi = 0; bi < batch; bi++)
         for (int64_t i = 0; i < M; i++)
@@ -955,16 +1025,14 @@ static void tk_gemm_check(tk_check *chk, kern_dtype dt, int64_t batch, int64_t M
             }
 }
 
-static void *tk_fill(kern_dtype dt, int64_t n, double lo, double hi)
-{
+static void *tk_fill(kern_dtype dt, int64_t n, double lo, double hi) {
     void *p = malloc((size_t)(n > 0 ? n : 1) * 8);
     for (int64_t i = 0; i < n; i++)
         tk_set(dt, p, i, tk_rand(lo, hi));
     return p;
 }
 
-Test(kern, gemm_transpose_combos)
-{
+Test(kern, gemm_transpose_combos) {
     const int64_t dims[2][3] = {{5, 7, 3}, {33, 17, 29}};
     tk_check chk = {0};
     char what[96];
@@ -984,54 +1052,55 @@ Test(kern, gemm_transpose_combos)
                 cr_assert_eq(rc, 0);
                 snprintf(what, sizeof what, "gemm %lldx%lldx%lld ta%d tb%d dt%d", (long long)M,
                          (long long)N, (long long)K, ta, tb, dt);
-                tk_gemm_check(&chk, (kern_dtype)dt, 1, M, N, K, 0.5, A, ta, B, tb, 0.25, c0, c,
-                              N, 0, what);
+                tk_gemm_check(&chk, (kern_dtype)dt, 1, M, N, K, 0.5, A, ta, B, tb, 0.25, c0, c, N,
+                              0, what);
                 /* the same matrices seen through column-major strides (rs == 1) */
                 kern_mat At = {a, 1, ta ? M : K, 0};
                 memcpy(c, c0, (size_t)(M * N) * kern_dtype_size((kern_dtype)dt));
-                cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, At, !ta, B, tb, 0, c, N, 0), 0);
+                cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, At, !ta, B, tb, 0, c, N, 0),
+                             0);
                 tk_gemm_check(&chk, (kern_dtype)dt, 1, M, N, K, 1, At, !ta, B, tb, 0, c0, c, N, 0,
                               what);
                 free(a), free(b), free(c0), free(c);
             }
     TK_ASSERT(chk);
-    cr_assert_eq(kern_gemm(KERN_I64, 1, 1, 1, 1, 1, (kern_mat){0}, false, (kern_mat){0}, false,
-                           0, NULL, 1, 0),
+    cr_assert_eq(kern_gemm(KERN_I64, 1, 1, 1, 1, 1, (kern_mat){0}, false, (kern_mat){0}, false, 0,
+                           NULL, 1, 0),
                  -1);
 }
 
 static atomic_int tk_allocs;
-static void *tk_count_alloc(size_t n)
-{
+static void *tk_count_alloc(size_t n) {
     atomic_fetch_add(&tk_allocs, 1);
     return malloc(n);
 }
-static void *tk_fail_alloc(size_t n)
-{
+static void *tk_fail_alloc(size_t n) {
     (void)n;
     return NULL;
 }
 
 /* Neither stride 1: the operand is packed through the allocator; failure is -2. */
-Test(kern, gemm_copy_path_and_allocator)
-{
+Test(kern, gemm_copy_path_and_allocator) {
     int64_t M = 6, N = 5, K = 4;
     tk_check chk = {0};
     tk_rng_state = 31;
     for (int dt = 0; dt < 2; dt++) {
-        void *a = tk_fill((kern_dtype)dt, 3 * M * K + 8, -1, 1), *b = tk_fill((kern_dtype)dt, K * N, -1, 1);
+        void *a = tk_fill((kern_dtype)dt, 3 * M * K + 8, -1, 1),
+             *b = tk_fill((kern_dtype)dt, K * N, -1, 1);
         void *c0 = tk_fill((kern_dtype)dt, 2 * M * N, -1, 1), *c = malloc((size_t)(2 * M * N) * 8);
         kern_mat A = {a, 3 * K, 2, 0}, B = {b, N, 1, 0};
         kern_set_allocator((kern_allocator){tk_count_alloc, free});
         atomic_store(&tk_allocs, 0);
         memcpy(c, c0, (size_t)(2 * M * N) * kern_dtype_size((kern_dtype)dt));
         /* ldc = 2N: C rows are strided too */
-        cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0), 0);
+        cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0),
+                     0);
         cr_assert(atomic_load(&tk_allocs) >= 1, "packing uses the scratch allocator");
         tk_gemm_check(&chk, (kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c0, c, 2 * N, 0,
                       "copy path");
         kern_set_allocator((kern_allocator){tk_fail_alloc, free});
-        cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0), -2);
+        cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0),
+                     -2);
         kern_set_allocator((kern_allocator){NULL, NULL}); /* back to the default */
         free(a), free(b), free(c0), free(c);
     }
@@ -1039,8 +1108,7 @@ Test(kern, gemm_copy_path_and_allocator)
 }
 
 /* bs == 0 broadcasts A over the batch; beta = 1 accumulates; beta = 0 overwrites NaN. */
-Test(kern, gemm_batch_broadcast_and_beta)
-{
+Test(kern, gemm_batch_broadcast_and_beta) {
     tk_check chk = {0};
     tk_rng_state = 41;
     const int64_t cfg[2][4] = {{3, 4, 6, 5}, {300, 8, 8, 8}}; /* batch, M, N, K */
@@ -1054,25 +1122,24 @@ Test(kern, gemm_batch_broadcast_and_beta)
             size_t cb = (size_t)(batch * M * N) * kern_dtype_size((kern_dtype)dt);
             kern_mat A = {a, K, 1, 0}, B = {b, 1, K, K * N}; /* B stored transposed per item */
             memcpy(c, c0, cb);
-            cr_assert_eq(kern_gemm((kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c,
-                                   N, M * N),
-                         0);
-            tk_gemm_check(&chk, (kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c0, c,
-                          N, M * N, "batch beta=1");
+            cr_assert_eq(
+                kern_gemm((kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c, N, M * N),
+                0);
+            tk_gemm_check(&chk, (kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c0, c, N,
+                          M * N, "batch beta=1");
             for (int64_t i = 0; i < batch * M * N; i++)
                 tk_set((kern_dtype)dt, c, i, NAN);
-            cr_assert_eq(kern_gemm((kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c,
-                                   N, M * N),
-                         0);
-            tk_gemm_check(&chk, (kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c0, c,
-                          N, M * N, "batch beta=0");
+            cr_assert_eq(
+                kern_gemm((kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c, N, M * N),
+                0);
+            tk_gemm_check(&chk, (kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c0, c, N,
+                          M * N, "batch beta=0");
             free(a), free(b), free(c0), free(c);
         }
     TK_ASSERT(chk);
 }
 
-Test(kern, gemm_k0_and_empty)
-{
+Test(kern, gemm_k0_and_empty) {
     float c[6] = {1, 2, 3, 4, NAN, 6}, a[1] = {0}, b[1] = {0};
     kern_mat A = {a, 0, 1, 0}, B = {b, 3, 1, 0};
     cr_assert_eq(kern_gemm(KERN_F32, 1, 2, 3, 0, 1, A, false, B, false, 0.5, c, 3, 0), 0);
@@ -1092,8 +1159,7 @@ Test(kern, gemm_k0_and_empty)
 
 /* ------------------------------------------------------------------ indexing */
 
-Test(kern, index_select_and_add)
-{
+Test(kern, index_select_and_add) {
     /* x: [outer 2, n 4, inner 3] */
     double x[24], out[2 * 5 * 3];
     for (int i = 0; i < 24; i++)
@@ -1134,8 +1200,7 @@ Test(kern, index_select_and_add)
     free(src), free(dst), free(isrc), free(idst);
 }
 
-Test(kern, gather_and_scatter_add)
-{
+Test(kern, gather_and_scatter_add) {
     /* x: [outer 2, n 3, inner 2]; index: [2, n_out 4, 2] */
     float x[12], out[16], acc[12] = {0};
     for (int i = 0; i < 12; i++)
@@ -1162,8 +1227,7 @@ Test(kern, gather_and_scatter_add)
             }
 }
 
-Test(kern, index_out_of_range)
-{
+Test(kern, index_out_of_range) {
     double x[12] = {0}, out[12] = {0};
     int64_t pos = -7, val = -7;
     int64_t bad1[3] = {0, 4, 1}, bad2[3] = {0, 1, -1};
@@ -1183,8 +1247,7 @@ Test(kern, index_out_of_range)
 
 /* ------------------------------------------------------------------ random */
 
-Test(kern, philox_known_answers)
-{
+Test(kern, philox_known_answers) {
     /* Random123 kat_vectors */
     const uint32_t ctr[3][4] = {{0, 0, 0, 0},
                                 {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
@@ -1201,8 +1264,7 @@ Test(kern, philox_known_answers)
     }
 }
 
-Test(kern, rand_reproducible)
-{
+Test(kern, rand_reproducible) {
     enum { N = 100001 };
     for (int dt = 0; dt < 2; dt++) {
         size_t esz = kern_dtype_size((kern_dtype)dt);
@@ -1230,17 +1292,16 @@ Test(kern, rand_reproducible)
                 else
                     kern_rand_dropout_mask((kern_dtype)dt, 1234, &off2, cnt, 0.3, dst);
             }
-            cr_assert(memcmp(a, b, N * esz) == 0, "kind %d dt %d: same stream", kind, dt);
+            cr_assert(tk_same_bits(a, b, N * esz), "kind %d dt %d: same stream", kind, dt);
             uint64_t off3 = 5;
             kern_rand_uniform((kern_dtype)dt, 1235, &off3, N, c);
-            cr_assert(memcmp(a, c, 64) != 0, "another seed gives other numbers");
+            cr_assert(!tk_same_bits(a, c, 64), "another seed gives other numbers");
         }
         free(a), free(b), free(c);
     }
 }
 
-Test(kern, rand_statistics)
-{
+Test(kern, rand_statistics) {
     enum { N = 400000 };
     double *x = malloc(sizeof(double) * N);
     float *f = malloc(sizeof(float) * N);
@@ -1296,8 +1357,7 @@ typedef struct {
     atomic_int short_ranges, calls;
 } tk_pf_ctx;
 
-static void tk_pf_mark(void *ctx, int64_t begin, int64_t end)
-{
+static void tk_pf_mark(void *ctx, int64_t begin, int64_t end) {
     tk_pf_ctx *c = ctx;
     atomic_fetch_add(&c->calls, 1);
     if (end - begin < c->grain)
@@ -1306,15 +1366,13 @@ static void tk_pf_mark(void *ctx, int64_t begin, int64_t end)
         atomic_fetch_add(&c->hits[i], 1);
 }
 
-static void tk_pf_nested(void *ctx, int64_t begin, int64_t end)
-{
+static void tk_pf_nested(void *ctx, int64_t begin, int64_t end) {
     tk_pf_ctx *c = ctx;
     for (int64_t i = begin; i < end; i++) /* a nested call runs serially, covering all */
         kern_parallel_for(10, 1, tk_pf_mark, c);
 }
 
-Test(kern, parallel_for_covers_range_once)
-{
+Test(kern, parallel_for_covers_range_once) {
     enum { N = 100003 };
     atomic_int *hits = calloc(N, sizeof(atomic_int));
     for (int t = 1; t <= 2; t++) {
@@ -1326,8 +1384,8 @@ Test(kern, parallel_for_covers_range_once)
                 atomic_store(&hits[i], 0);
             kern_parallel_for(N, grain, tk_pf_mark, &c);
             for (int i = 0; i < N; i++)
-                cr_assert_eq(atomic_load(&hits[i]), 1, "t=%d grain=%lld i=%d", t,
-                             (long long)grain, i);
+                cr_assert_eq(atomic_load(&hits[i]), 1, "t=%d grain=%lld i=%d", t, (long long)grain,
+                             i);
             cr_assert_eq(atomic_load(&c.short_ranges), 0, "ranges shorter than grain");
         }
         tk_pf_ctx c = {hits, 1000, 0, 0};

@@ -14,37 +14,14 @@
 
 static const ca_dtype float_dtypes[2] = {CA_FLOAT32, CA_FLOAT64};
 
-static void assert_shape(const ca_tensor *t, int nd, const int64_t *shape) {
-    cr_assert_eq(ca_tensor_ndim(t), nd, "ndim %d, expected %d", ca_tensor_ndim(t), nd);
-    for (int d = 0; d < nd; d++)
-        cr_assert_eq(ca_tensor_shape(t)[d], shape[d], "dim %d is %lld, expected %lld", d,
-                     (long long)ca_tensor_shape(t)[d], (long long)shape[d]);
-}
-
-static void unflat(int nd, const int64_t *shape, int64_t i, int64_t *idx) {
-    for (int d = nd - 1; d >= 0; d--) {
-        idx[d] = i % shape[d];
-        i /= shape[d];
-    }
-}
-
-static double at(const ca_tensor *t, const int64_t *idx) {
-    int nd = ca_tensor_ndim(t);
-    const int64_t *shape = ca_tensor_shape(t);
-    int64_t f = 0;
-    for (int d = 0; d < nd; d++)
-        f = f * shape[d] + idx[d];
-    return tu_get(t, f);
-}
-
 static void check_index_select(const ca_tensor *x, int dim, const ca_tensor *index,
                                const ca_tensor *y) {
     int nd = ca_tensor_ndim(y);
     for (int64_t i = 0; i < ca_tensor_numel(y); i++) {
         int64_t o[CA_MAX_DIMS];
-        unflat(nd, ca_tensor_shape(y), i, o);
+        tu_unflat(nd, ca_tensor_shape(y), i, o);
         o[dim] = (int64_t)tu_get(index, o[dim]);
-        cr_assert_eq(tu_get(y, i), at(x, o), "element %lld", (long long)i);
+        cr_assert_eq(tu_get(y, i), tu_at(x, o), "element %lld", (long long)i);
     }
 }
 
@@ -52,9 +29,9 @@ static void check_gather(const ca_tensor *x, int dim, const ca_tensor *index, co
     int nd = ca_tensor_ndim(y);
     for (int64_t i = 0; i < ca_tensor_numel(y); i++) {
         int64_t o[CA_MAX_DIMS];
-        unflat(nd, ca_tensor_shape(y), i, o);
+        tu_unflat(nd, ca_tensor_shape(y), i, o);
         o[dim] = (int64_t)tu_get(index, i);
-        cr_assert_eq(tu_get(y, i), at(x, o), "element %lld", (long long)i);
+        cr_assert_eq(tu_get(y, i), tu_at(x, o), "element %lld", (long long)i);
     }
 }
 
@@ -93,11 +70,6 @@ static ca_status f_internal(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     return internal_call(ctx, in[0], in[1], out);
 }
 
-static void release_all(ca_tensor **t, int n) {
-    for (int i = 0; i < n; i++)
-        ca_tensor_release(t[i]);
-}
-
 /* ---------------------------------------------------------------------------------------
  * index_select
  */
@@ -129,18 +101,18 @@ Test(index, index_select_noncontig_and_small_cases) {
     ca_tensor *base = tu_index(TU_SHAPE(6), (int64_t[]){3, 9, 0, 9, 3, 9}), *idx, *y;
     TU_OK(ca_slice(base, 0, 0, 6, 2, &idx)); /* a strided index: {3, 0, 3} */
     TU_OK(ca_index_select(x, 0, idx, &y));
-    assert_shape(y, TU_SHAPE(3, 3));
+    tu_assert_shape(y, TU_SHAPE(3, 3));
     check_index_select(x, 0, idx, y);
     ca_tensor_release(y);
     /* a 0-d index keeps the dim with size 1 */
     ca_tensor *i0 = tu_index(0, NULL, (int64_t[]){2});
     TU_OK(ca_index_select(x, 1, i0, &y));
-    assert_shape(y, TU_SHAPE(4, 1));
+    tu_assert_shape(y, TU_SHAPE(4, 1));
     ca_tensor_release(y);
     /* an empty index gives an empty result */
     ca_tensor *ie = tu_index(TU_SHAPE(0), NULL);
     TU_OK(ca_index_select(x, 1, ie, &y));
-    assert_shape(y, TU_SHAPE(4, 0));
+    tu_assert_shape(y, TU_SHAPE(4, 0));
     ca_tensor_release(y);
     /* a 0-d input with a one-value index */
     ca_tensor *s = tu_from(CA_FLOAT64, 0, NULL, (double[]){6}, false);
@@ -150,7 +122,7 @@ Test(index, index_select_noncontig_and_small_cases) {
     cr_assert_eq(tu_get(y, 0), 6.0);
     ca_tensor_release(y);
     ca_tensor *all[] = {x, base, idx, i0, ie, s, i1};
-    release_all(all, 7);
+    tu_release_n(all, 7);
 }
 
 Test(index, index_select_grad_duplicates) {
@@ -166,8 +138,8 @@ Test(index, index_select_grad_duplicates) {
     ca_tensor *nc[2] = {tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(3, 2), true),
                         tu_index(TU_SHAPE(4), (int64_t[]){2, 2, 0, 1})};
     tu_gradcheck(f_index_select, 2, nc, &c0, GC_TOL, GC_TOL);
-    release_all(in, 2);
-    release_all(nc, 2);
+    tu_release_n(in, 2);
+    tu_release_n(nc, 2);
 }
 
 Test(index, index_select_errors) {
@@ -187,7 +159,7 @@ Test(index, index_select_errors) {
     TU_FAILS(ca_index_select(x, 0, ok, NULL), CA_STATUS_INVALID, "NULL");
     cr_assert_null(y);
     ca_tensor *all[] = {x, fidx, i2d, big, neg, ok};
-    release_all(all, 6);
+    tu_release_n(all, 6);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -198,11 +170,11 @@ Test(index, embedding_forward) {
         ca_tensor *w = tu_randn(float_dtypes[k], TU_SHAPE(5, 3), false);
         ca_tensor *ids = tu_index(TU_SHAPE(2, 3), (int64_t[]){4, 0, 4, 2, 1, 0}), *y;
         TU_OK(ca_embedding(w, ids, &y));
-        assert_shape(y, TU_SHAPE(2, 3, 3));
+        tu_assert_shape(y, TU_SHAPE(2, 3, 3));
         cr_assert_eq(ca_tensor_dtype(y), float_dtypes[k]);
         for (int64_t i = 0; i < 18; i++) {
             int64_t row = (int64_t)tu_get(ids, i / 3);
-            cr_assert_eq(tu_get(y, i), at(w, (int64_t[]){row, i % 3}));
+            cr_assert_eq(tu_get(y, i), tu_at(w, (int64_t[]){row, i % 3}));
         }
         ca_tensor_release(y);
         ca_tensor_release(ids);
@@ -212,14 +184,14 @@ Test(index, embedding_forward) {
     ca_tensor *w = tu_randn(CA_FLOAT32, TU_SHAPE(4, 2), false), *y;
     ca_tensor *s = tu_index(0, NULL, (int64_t[]){3}), *e = tu_index(TU_SHAPE(0), NULL);
     TU_OK(ca_embedding(w, s, &y));
-    assert_shape(y, TU_SHAPE(2));
-    cr_assert_eq(tu_get(y, 1), at(w, (int64_t[]){3, 1}));
+    tu_assert_shape(y, TU_SHAPE(2));
+    cr_assert_eq(tu_get(y, 1), tu_at(w, (int64_t[]){3, 1}));
     ca_tensor_release(y);
     TU_OK(ca_embedding(w, e, &y));
-    assert_shape(y, TU_SHAPE(0, 2));
+    tu_assert_shape(y, TU_SHAPE(0, 2));
     ca_tensor_release(y);
     ca_tensor *all[] = {w, s, e};
-    release_all(all, 3);
+    tu_release_n(all, 3);
 }
 
 Test(index, embedding_grad) {
@@ -233,8 +205,8 @@ Test(index, embedding_grad) {
     ca_tensor *nc[2] = {tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(3, 2), true),
                         tu_index(TU_SHAPE(4), (int64_t[]){2, 0, 2, 2})};
     tu_gradcheck(f_embedding, 2, nc, NULL, GC_TOL, GC_TOL);
-    release_all(in, 2);
-    release_all(nc, 2);
+    tu_release_n(in, 2);
+    tu_release_n(nc, 2);
 }
 
 Test(index, embedding_errors) {
@@ -249,7 +221,7 @@ Test(index, embedding_errors) {
     TU_FAILS(ca_embedding(NULL, ids, &y), CA_STATUS_INVALID, "NULL");
     cr_assert_null(y);
     ca_tensor *all[] = {w, w3, ids, fids};
-    release_all(all, 4);
+    tu_release_n(all, 4);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -260,7 +232,7 @@ Test(index, gather_forward_dims) {
         ca_tensor *x = tu_randn(float_dtypes[k], TU_SHAPE(3, 4), false), *y;
         ca_tensor *i1 = tu_index(TU_SHAPE(3, 2), (int64_t[]){3, 0, 1, 1, 2, 3});
         TU_OK(ca_gather(x, 1, i1, &y));
-        assert_shape(y, TU_SHAPE(3, 2));
+        tu_assert_shape(y, TU_SHAPE(3, 2));
         check_gather(x, 1, i1, y);
         ca_tensor_release(y);
         ca_tensor *i0 = tu_index(TU_SHAPE(2, 4), (int64_t[]){2, 1, 0, 2, 0, 0, 1, 1});
@@ -269,7 +241,7 @@ Test(index, gather_forward_dims) {
         cr_assert_eq(ca_tensor_dtype(y), float_dtypes[k]);
         ca_tensor_release(y);
         ca_tensor *all[] = {x, i1, i0};
-        release_all(all, 3);
+        tu_release_n(all, 3);
     }
 }
 
@@ -280,7 +252,7 @@ Test(index, gather_smaller_index_noncontig) {
                               (int64_t[]){0, 3, 1, 2, 2, 0, 3, 3, 3, 1, 0, 0, 2, 1, 0, 0, 1, 2,
                                           3, 2, 1, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 0, 1, 2});
     TU_OK(ca_gather(x, 1, idx, &y));
-    assert_shape(y, TU_SHAPE(2, 6, 3));
+    tu_assert_shape(y, TU_SHAPE(2, 6, 3));
     check_gather(x, 1, idx, y);
     ca_tensor_release(y);
     ca_tensor *s = tu_from(CA_FLOAT32, 0, NULL, (double[]){4}, false);
@@ -290,7 +262,7 @@ Test(index, gather_smaller_index_noncontig) {
     cr_assert_eq(tu_get(y, 0), 4.0);
     ca_tensor_release(y);
     ca_tensor *all[] = {x, idx, s, s0};
-    release_all(all, 4);
+    tu_release_n(all, 4);
 }
 
 Test(index, gather_grad) {
@@ -307,8 +279,8 @@ Test(index, gather_grad) {
     ca_tensor *nc[2] = {tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(3, 4), true),
                         tu_index(TU_SHAPE(2, 3), (int64_t[]){3, 3, 0, 1, 2, 1})};
     tu_gradcheck(f_gather, 2, nc, &c1, GC_TOL, GC_TOL);
-    release_all(in, 2);
-    release_all(nc, 2);
+    tu_release_n(in, 2);
+    tu_release_n(nc, 2);
 }
 
 Test(index, gather_errors) {
@@ -328,7 +300,7 @@ Test(index, gather_errors) {
     TU_FAILS(ca_gather(x, 2, big, &y), CA_STATUS_DIM, "gather");
     cr_assert_null(y);
     ca_tensor *all[] = {x, i1d, wide, big, neg, fl};
-    release_all(all, 6);
+    tu_release_n(all, 6);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -354,7 +326,7 @@ Test(index, index_add_grad) {
     ca_tensor *in[2] = {tu_index(TU_SHAPE(5), (int64_t[]){1, 1, 3, 0, 1}),
                         tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(5, 3), true)};
     tu_gradcheck(f_internal, 2, in, &c, GC_TOL, GC_TOL);
-    release_all(in, 2);
+    tu_release_n(in, 2);
 }
 
 Test(index, scatter_add_forward_and_corner) {
@@ -363,7 +335,7 @@ Test(index, scatter_add_forward_and_corner) {
     ca_tensor *idx = tu_index(TU_SHAPE(2, 2), (int64_t[]){3, 3, 0, 2}), *y;
     ca_tensor *src = tu_from(CA_FLOAT32, TU_SHAPE(2, 2), (double[]){1, 2, 3, 4}, false);
     TU_OK(internal_call(&c, idx, src, &y));
-    assert_shape(y, TU_SHAPE(3, 4));
+    tu_assert_shape(y, TU_SHAPE(3, 4));
     tu_assert_values(y, (double[]){0, 0, 0, 3, 3, 0, 4, 0, 0, 0, 0, 0}, 0);
     ca_tensor_release(y);
     internal_ctx mism = {CA_OP_SCATTER_ADD, 1, 2, {3, 4}};
@@ -372,7 +344,7 @@ Test(index, scatter_add_forward_and_corner) {
     internal_ctx oob = {CA_OP_SCATTER_ADD, 1, 2, {3, 3}};
     TU_FAILS(internal_call(&oob, idx, src, &y), CA_STATUS_INDEX, "valid indices are in [0, 3)");
     ca_tensor *all[] = {idx, src, src3};
-    release_all(all, 3);
+    tu_release_n(all, 3);
 }
 
 Test(index, scatter_add_grad) {
@@ -380,7 +352,7 @@ Test(index, scatter_add_grad) {
     ca_tensor *in[2] = {tu_index(TU_SHAPE(4, 3), (int64_t[]){0, 2, 2, 2, 2, 1, 0, 0, 0, 1, 2, 0}),
                         tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(4, 3), true)};
     tu_gradcheck(f_internal, 2, in, &c, GC_TOL, GC_TOL);
-    release_all(in, 2);
+    tu_release_n(in, 2);
 }
 
 Test(index, internal_rows_reject_bad_inputs) {
@@ -397,7 +369,7 @@ Test(index, internal_rows_reject_bad_inputs) {
     TU_FAILS(internal_call(&sa, i2d, src, &y), CA_STATUS_SHAPE, "[2, 1]");
     cr_assert_null(y);
     ca_tensor *all[] = {src, fidx, i2d, ok};
-    release_all(all, 4);
+    tu_release_n(all, 4);
 }
 
 Test(index, embedding_strided_indices_f32) {
@@ -405,12 +377,12 @@ Test(index, embedding_strided_indices_f32) {
     ca_tensor *base = tu_index(TU_SHAPE(2, 3), (int64_t[]){5, 1, 0, 2, 2, 3}), *ids;
     TU_OK(ca_transpose(base, 0, 1, &ids)); /* {{5, 2}, {1, 2}, {0, 3}} */
     TU_OK(ca_embedding(w, ids, &y));
-    assert_shape(y, TU_SHAPE(3, 2, 2));
+    tu_assert_shape(y, TU_SHAPE(3, 2, 2));
     int64_t rows[6] = {5, 2, 1, 2, 0, 3};
     for (int64_t i = 0; i < 12; i++)
-        cr_assert_eq(tu_get(y, i), at(w, (int64_t[]){rows[i / 2], i % 2}));
+        cr_assert_eq(tu_get(y, i), tu_at(w, (int64_t[]){rows[i / 2], i % 2}));
     ca_tensor *all[] = {w, y, base, ids};
-    release_all(all, 4);
+    tu_release_n(all, 4);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -425,10 +397,10 @@ Test(index, int64_values_and_empty_gather) {
     ca_tensor_release(y);
     ca_tensor *e = tu_index(TU_SHAPE(2, 0), NULL);
     TU_OK(ca_gather(x, 1, e, &y));
-    assert_shape(y, TU_SHAPE(2, 0));
+    tu_assert_shape(y, TU_SHAPE(2, 0));
     ca_tensor_release(y);
     ca_tensor *all[] = {x, idx, e};
-    release_all(all, 3);
+    tu_release_n(all, 3);
 }
 
 /* gather's gradient goes through scatter_add, and scatter_add's through gather: a
@@ -447,7 +419,7 @@ Test(index, gather_index_select_chain_grad) {
                         tu_index(TU_SHAPE(3, 2), (int64_t[]){4, 4, 0, 2, 1, 4}),
                         tu_index(TU_SHAPE(4), (int64_t[]){2, 0, 2, 1})};
     tu_gradcheck(f_gather_then_select, 3, in, NULL, GC_TOL, GC_TOL);
-    release_all(in, 3);
+    tu_release_n(in, 3);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -455,78 +427,37 @@ Test(index, gather_index_select_chain_grad) {
  * gather (whose backward scatters into a corner block) and index_select fails in turn;
  * each run must end in CA_OK or CA_STATUS_NOMEM with nothing left allocated.
  */
-static long oom_live, oom_count, oom_fail_at;
-
-static void *oom_alloc(size_t size, size_t align, void *ctx) {
-    if (++oom_count == oom_fail_at)
-        return NULL;
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    oom_live += p != NULL;
-    return p;
-}
-
-static void oom_free(void *p, void *ctx) {
-    oom_live -= p != NULL;
-    free(p);
-}
-
-#define SC(st, call)                                                                               \
-    do {                                                                                           \
-        if ((st) == CA_OK)                                                                         \
-            (st) = (call);                                                                         \
-    } while (0)
-
-enum { OOM_SLOTS = 16 };
-
 static ca_status oom_scenario(void) {
-    ca_tensor *t[OOM_SLOTS] = {0};
+    tu_sc_state s = {0};
     double wv[15];
     for (int i = 0; i < 15; i++)
         wv[i] = 0.2 * i - 1.0;
     int64_t ids[4] = {4, 0, 4, 2}, gidx[8] = {2, 0, 1, 1, 0, 2, 2, 2}, sidx[3] = {1, 3, 1};
-    ca_status st = CA_OK;
-    SC(st, ca_from_data(CA_FLOAT64, TU_SHAPE(5, 3), wv, &t[0]));
-    SC(st, ca_tensor_set_requires_grad(t[0], true));
-    SC(st, ca_from_data(CA_INT64, TU_SHAPE(2, 2), ids, &t[1]));
-    SC(st, ca_from_data(CA_INT64, TU_SHAPE(4, 2), gidx, &t[2]));
-    SC(st, ca_from_data(CA_INT64, TU_SHAPE(3), sidx, &t[3]));
-    SC(st, ca_embedding(t[0], t[1], &t[4]));
-    SC(st, ca_gather(t[0], 1, t[2], &t[5]));
-    SC(st, ca_index_select(t[0], 0, t[3], &t[6]));
-    SC(st, ca_sum(t[4], 0, NULL, false, &t[7]));
-    SC(st, ca_mul(t[5], t[5], &t[8]));
-    SC(st, ca_sum(t[8], 0, NULL, false, &t[9]));
-    SC(st, ca_sum(t[6], 0, NULL, false, &t[10]));
-    SC(st, ca_add(t[7], t[9], &t[11]));
-    SC(st, ca_add(t[11], t[10], &t[12]));
-    SC(st, ca_backward(t[12]));
-    if (st == CA_OK)
-        cr_assert_not_null(ca_tensor_grad(t[0]));
-    for (int i = 0; i < OOM_SLOTS; i++)
-        ca_tensor_release(t[i]);
-    return st;
+    ca_tensor **w = tu_sc_slot(&s), **id = tu_sc_slot(&s), **gi = tu_sc_slot(&s);
+    ca_tensor **si = tu_sc_slot(&s), **emb = tu_sc_slot(&s), **ga = tu_sc_slot(&s);
+    ca_tensor **sel = tu_sc_slot(&s), **l1 = tu_sc_slot(&s), **ga2 = tu_sc_slot(&s);
+    ca_tensor **l2 = tu_sc_slot(&s), **l3 = tu_sc_slot(&s), **l12 = tu_sc_slot(&s);
+    ca_tensor **l = tu_sc_slot(&s);
+    TU_SC(&s, ca_from_data(CA_FLOAT64, TU_SHAPE(5, 3), wv, w));
+    TU_SC(&s, ca_tensor_set_requires_grad(*w, true));
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(2, 2), ids, id));
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(4, 2), gidx, gi));
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(3), sidx, si));
+    TU_SC(&s, ca_embedding(*w, *id, emb));
+    TU_SC(&s, ca_gather(*w, 1, *gi, ga));
+    TU_SC(&s, ca_index_select(*w, 0, *si, sel));
+    TU_SC(&s, ca_sum(*emb, 0, NULL, false, l1));
+    TU_SC(&s, ca_mul(*ga, *ga, ga2));
+    TU_SC(&s, ca_sum(*ga2, 0, NULL, false, l2));
+    TU_SC(&s, ca_sum(*sel, 0, NULL, false, l3));
+    TU_SC(&s, ca_add(*l1, *l2, l12));
+    TU_SC(&s, ca_add(*l12, *l3, l));
+    TU_SC(&s, ca_backward(*l));
+    if (s.st == CA_OK)
+        cr_assert_not_null(ca_tensor_grad(*w));
+    return tu_sc_release(&s);
 }
 
 Test(index, oom_every_allocation_is_clean) {
-    TU_OK(ca_init());
-    ca_set_num_threads(1);
-    ca_set_allocator(&(ca_allocator){oom_alloc, oom_free, NULL});
-    oom_live = oom_count = oom_fail_at = 0;
-    TU_OK(oom_scenario()); /* warm-up */
-    oom_count = 0;
-    TU_OK(oom_scenario());
-    long k = oom_count;
-    cr_assert_eq(oom_live, 0, "a clean run leaked %ld allocations", oom_live);
-    for (long n = 1; n <= k; n++) {
-        oom_count = 0;
-        oom_fail_at = n;
-        ca_status st = oom_scenario();
-        oom_fail_at = 0;
-        cr_assert(st == CA_OK || st == CA_STATUS_NOMEM,
-                  "allocation %ld failed and the call returned %d: %s", n, (int)st,
-                  ca_last_error());
-        cr_assert_eq(oom_live, 0, "allocation %ld failed and %ld allocations leaked", n, oom_live);
-    }
-    ca_set_allocator(NULL);
+    tu_oom_every_allocation("embedding, gather and index_select", oom_scenario);
 }

@@ -65,13 +65,6 @@ static ca_status matmul_flags(ca_tensor *a, ca_tensor *b, bool ta, bool tb, ca_t
     return op_call2(CA_OP_MATMUL, a, b, &at, out);
 }
 
-static void assert_shape(const ca_tensor *t, int nd, const int64_t *shape) {
-    cr_assert_eq(ca_tensor_ndim(t), nd, "ndim %d, expected %d", ca_tensor_ndim(t), nd);
-    for (int d = 0; d < nd; d++)
-        cr_assert_eq(ca_tensor_shape(t)[d], shape[d], "dim %d is %lld, expected %lld", d,
-                     (long long)ca_tensor_shape(t)[d], (long long)shape[d]);
-}
-
 /* ---------------------------------------------------------------------------------------
  * Forward
  */
@@ -80,7 +73,7 @@ Test(linalg, mm_forward_hand_values) {
     ca_tensor *b = tu_from(CA_FLOAT64, TU_SHAPE(3, 2), (double[]){7, 8, 9, 10, 11, 12}, false);
     ca_tensor *c = NULL;
     TU_OK(ca_mm(a, b, &c));
-    assert_shape(c, TU_SHAPE(2, 2));
+    tu_assert_shape(c, TU_SHAPE(2, 2));
     tu_assert_values(c, (double[]){58, 64, 139, 154}, 0);
     cr_assert_null(ca_tensor_grad_fn_name(c));
     ca_tensor_release(a);
@@ -124,7 +117,7 @@ Test(linalg, matmul_flags_forward_all_combos) {
                               : tu_randn(dts[k], TU_SHAPE(4, 5), false);
             ca_tensor *c = NULL;
             TU_OK(matmul_flags(a, b, ta, tb, &c));
-            assert_shape(c, TU_SHAPE(2, 3, 5));
+            tu_assert_shape(c, TU_SHAPE(2, 3, 5));
             check_matmul(a, b, ta, tb, c, tol);
             ca_tensor_release(a);
             ca_tensor_release(b);
@@ -138,14 +131,14 @@ Test(linalg, matmul_broadcast_batch_forward) {
     ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4, 5), false);
     ca_tensor *c = NULL;
     TU_OK(ca_matmul(a, b, &c));
-    assert_shape(c, TU_SHAPE(2, 3, 3, 5));
+    tu_assert_shape(c, TU_SHAPE(2, 3, 3, 5));
     check_matmul(a, b, false, false, c, 1e-12);
     ca_tensor_release(c);
     /* the other way round, and a batch whose strides do not collapse (outer loop) */
     ca_tensor *d = tu_randn(CA_FLOAT32, TU_SHAPE(2, 3, 3, 4), false);
     ca_tensor *e = tu_randn(CA_FLOAT32, TU_SHAPE(1, 3, 4, 2), false);
     TU_OK(ca_matmul(d, e, &c));
-    assert_shape(c, TU_SHAPE(2, 3, 3, 2));
+    tu_assert_shape(c, TU_SHAPE(2, 3, 3, 2));
     check_matmul(d, e, false, false, c, 1e-5);
     ca_tensor_release(c);
     ca_tensor_release(a);
@@ -161,7 +154,7 @@ Test(linalg, matmul_noncontig_batched) {
         ca_tensor *b = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(1, 4, 4), false);
         ca_tensor *c = NULL;
         TU_OK(matmul_flags(a, b, ta, tb, &c));
-        assert_shape(c, TU_SHAPE(3, 4, 4));
+        tu_assert_shape(c, TU_SHAPE(3, 4, 4));
         check_matmul(a, b, ta, tb, c, 1e-12);
         ca_tensor_release(a);
         ca_tensor_release(b);
@@ -206,17 +199,17 @@ Test(linalg, matmul_one_d_cases) {
     ca_tensor_release(c);
 
     TU_OK(ca_matmul(v3, m32, &c)); /* [3] @ [3, 2] -> [2] */
-    assert_shape(c, TU_SHAPE(2));
+    tu_assert_shape(c, TU_SHAPE(2));
     tu_assert_values(c, (double[]){4, 5}, 0);
     ca_tensor_release(c);
 
     TU_OK(ca_matmul(m23, v3, &c)); /* [2, 3] @ [3] -> [2] */
-    assert_shape(c, TU_SHAPE(2));
+    tu_assert_shape(c, TU_SHAPE(2));
     tu_assert_values(c, (double[]){7, 5}, 0);
     ca_tensor_release(c);
 
     TU_OK(ca_matmul(v3, b232, &c)); /* [3] @ [2, 3, 2] -> [2, 2] */
-    assert_shape(c, TU_SHAPE(2, 2));
+    tu_assert_shape(c, TU_SHAPE(2, 2));
     for (int64_t i = 0; i < 4; i++) {
         int64_t bt = i / 2, col = i % 2;
         double ref = 0;
@@ -227,7 +220,7 @@ Test(linalg, matmul_one_d_cases) {
     ca_tensor_release(c);
 
     TU_OK(ca_matmul(b223, v3, &c)); /* [2, 2, 3] @ [3] -> [2, 2] */
-    assert_shape(c, TU_SHAPE(2, 2));
+    tu_assert_shape(c, TU_SHAPE(2, 2));
     for (int64_t i = 0; i < 4; i++) {
         double ref = 0;
         for (int64_t k = 0; k < 3; k++)
@@ -246,7 +239,7 @@ Test(linalg, bmm_forward) {
     ca_tensor *b = tu_randn_noncontig(CA_FLOAT32, TU_SHAPE(3, 5, 4), false);
     ca_tensor *c = NULL;
     TU_OK(ca_bmm(a, b, &c));
-    assert_shape(c, TU_SHAPE(3, 2, 4));
+    tu_assert_shape(c, TU_SHAPE(3, 2, 4));
     check_matmul(a, b, false, false, c, 1e-5);
     ca_tensor_release(a);
     ca_tensor_release(b);
@@ -258,7 +251,7 @@ Test(linalg, empty_inner_dim_gives_zeros) {
     ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(0, 3), false);
     ca_tensor *c = NULL;
     TU_OK(ca_mm(a, b, &c));
-    assert_shape(c, TU_SHAPE(2, 3));
+    tu_assert_shape(c, TU_SHAPE(2, 3));
     tu_assert_values(c, (double[]){0, 0, 0, 0, 0, 0}, 0);
     ca_tensor_release(a);
     ca_tensor_release(b);
@@ -331,30 +324,29 @@ static ca_status f_linear(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     return ca_linear(in[0], in[1], ctx ? in[2] : NULL, out);
 }
 
-Test(linalg, mm_grad) {
-    ca_tensor *a = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4), true);
-    ca_tensor *b = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(4, 2), true);
+/* Gradcheck f on (a, b), check the node name of one call, and release a and b. */
+static void check_grad_and_node(tu_fn f, ca_tensor *a, ca_tensor *b, void *ctx,
+                                const char *node_name) {
     ca_tensor *in[2] = {a, b};
-    tu_gradcheck(f_mm, 2, in, NULL, 1e-7, 1e-6);
+    tu_gradcheck(f, 2, in, ctx, 1e-7, 1e-6);
     ca_tensor *c = NULL;
-    TU_OK(ca_mm(a, b, &c));
-    cr_assert_str_eq(ca_tensor_grad_fn_name(c), "MmBackward0");
+    TU_OK(f(in, &c, ctx));
+    cr_assert_str_eq(ca_tensor_grad_fn_name(c), node_name);
     ca_tensor_release(c);
     ca_tensor_release(a);
     ca_tensor_release(b);
 }
 
+Test(linalg, mm_grad) {
+    ca_tensor *a = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4), true);
+    ca_tensor *b = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(4, 2), true);
+    check_grad_and_node(f_mm, a, b, NULL, "MmBackward0");
+}
+
 Test(linalg, bmm_grad) {
     ca_tensor *a = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(2, 3, 4), true);
     ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(2, 4, 2), true);
-    ca_tensor *in[2] = {a, b};
-    tu_gradcheck(f_bmm, 2, in, NULL, 1e-7, 1e-6);
-    ca_tensor *c = NULL;
-    TU_OK(ca_bmm(a, b, &c));
-    cr_assert_str_eq(ca_tensor_grad_fn_name(c), "BmmBackward0");
-    ca_tensor_release(c);
-    ca_tensor_release(a);
-    ca_tensor_release(b);
+    check_grad_and_node(f_bmm, a, b, NULL, "BmmBackward0");
 }
 
 Test(linalg, matmul_flags_grad_all_combos) {
@@ -365,14 +357,7 @@ Test(linalg, matmul_flags_grad_all_combos) {
                              : tu_randn(CA_FLOAT64, TU_SHAPE(2, 3, 4), true);
         ca_tensor *b = fl[1] ? tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(1, 2, 4), true)
                              : tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(1, 4, 2), true);
-        ca_tensor *in[2] = {a, b};
-        tu_gradcheck(f_matmul_flags, 2, in, fl, 1e-7, 1e-6);
-        ca_tensor *c = NULL;
-        TU_OK(matmul_flags(a, b, fl[0], fl[1], &c));
-        cr_assert_str_eq(ca_tensor_grad_fn_name(c), "MatmulBackward0");
-        ca_tensor_release(c);
-        ca_tensor_release(a);
-        ca_tensor_release(b);
+        check_grad_and_node(f_matmul_flags, a, b, fl, "MatmulBackward0");
     }
 }
 
@@ -527,125 +512,50 @@ Test(linalg, bad_ranks_and_nulls) {
  * releases everything; it is run once per allocation with that allocation failing. Each
  * run must give CA_OK or CA_STATUS_NOMEM and leave no allocation alive.
  */
-static long oom_live, oom_count, oom_fail_at;
-
-static void *oom_alloc(size_t size, size_t align, void *ctx) {
-    if (++oom_count == oom_fail_at)
-        return NULL;
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    oom_live += p != NULL;
-    return p;
-}
-
-static void oom_free(void *p, void *ctx) {
-    oom_live -= p != NULL;
-    free(p);
-}
-
-typedef struct {
-    ca_status st;
-    int n;
-    ca_tensor *t[24];
-} sc_state;
-
-#define SC(s, call)                                                                                \
-    do {                                                                                           \
-        if ((s)->st == CA_OK)                                                                      \
-            (s)->st = (call);                                                                      \
-    } while (0)
-
-static ca_tensor **sc_slot(sc_state *s) {
-    return &s->t[s->n++];
-}
-
-static ca_tensor *sc_randn(sc_state *s, int nd, const int64_t *shape, bool rg) {
-    ca_tensor **p = sc_slot(s);
-    SC(s, ca_randn(CA_FLOAT64, nd, shape, p));
-    if (rg)
-        SC(s, ca_tensor_set_requires_grad(*p, true));
-    return *p;
-}
-
-/* loss = sum(y * y), backward, release everything; returns the first failure */
-static ca_status sc_finish(sc_state *s, ca_tensor *y) {
-    ca_tensor **sq = sc_slot(s), **l = sc_slot(s);
-    SC(s, ca_mul(y, y, sq));
-    SC(s, ca_sum(*sq, 0, NULL, false, l));
-    SC(s, ca_backward(*l));
-    for (int i = 0; i < s->n; i++)
-        ca_tensor_release(s->t[i]);
-    return s->st;
-}
-
-typedef ca_status (*sc_fn)(void);
-
-static void oom_every_allocation(const char *name, sc_fn fn) {
-    TU_OK(ca_init());
-    ca_set_num_threads(1);
-    ca_set_allocator(&(ca_allocator){oom_alloc, oom_free, NULL});
-    oom_live = oom_count = oom_fail_at = 0;
-    TU_OK(fn()); /* warm-up */
-    oom_count = 0;
-    TU_OK(fn());
-    long k = oom_count;
-    cr_assert_eq(oom_live, 0, "%s: a clean run leaked %ld allocations", name, oom_live);
-    for (long n = 1; n <= k; n++) {
-        oom_count = 0;
-        oom_fail_at = n;
-        ca_status st = fn();
-        oom_fail_at = 0;
-        cr_assert(st == CA_OK || st == CA_STATUS_NOMEM,
-                  "%s: allocation %ld failed and the call returned %d: %s", name, n, (int)st,
-                  ca_last_error());
-        cr_assert_eq(oom_live, 0, "%s: allocation %ld failed and %ld allocations leaked", name, n,
-                     oom_live);
-    }
-    ca_set_allocator(NULL);
-}
-
 static ca_status sc_matmul_batched(void) {
-    sc_state s = {0};
-    ca_tensor *a = sc_randn(&s, TU_SHAPE(2, 3, 4), true);
-    ca_tensor *b = sc_randn(&s, TU_SHAPE(1, 2, 4), true);
-    ca_tensor **bt = sc_slot(&s), **y1 = sc_slot(&s), **y2 = sc_slot(&s), **y = sc_slot(&s);
-    SC(&s, ca_transpose(b, 1, 2, bt));
-    SC(&s, ca_matmul(a, *bt, y1)); /* a non-contiguous operand broadcast over the batch */
-    SC(&s, matmul_flags(a, b, false, true, y2));
-    SC(&s, ca_add(*y1, *y2, y));
-    return sc_finish(&s, *y);
+    tu_sc_state s = {0};
+    ca_tensor *a = tu_sc_randn(&s, TU_SHAPE(2, 3, 4), true);
+    ca_tensor *b = tu_sc_randn(&s, TU_SHAPE(1, 2, 4), true);
+    ca_tensor **bt = tu_sc_slot(&s), **y1 = tu_sc_slot(&s), **y2 = tu_sc_slot(&s),
+              **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_transpose(b, 1, 2, bt));
+    TU_SC(&s, ca_matmul(a, *bt, y1)); /* a non-contiguous operand broadcast over the batch */
+    TU_SC(&s, matmul_flags(a, b, false, true, y2));
+    TU_SC(&s, ca_add(*y1, *y2, y));
+    return tu_sc_finish(&s, *y);
 }
 
 static ca_status sc_matmul_one_d(void) {
-    sc_state s = {0};
-    ca_tensor *v = sc_randn(&s, TU_SHAPE(3), true);
-    ca_tensor *m = sc_randn(&s, TU_SHAPE(2, 3, 4), true);
-    ca_tensor **y1 = sc_slot(&s), **d = sc_slot(&s), **y = sc_slot(&s);
-    SC(&s, ca_matmul(v, m, y1));
-    SC(&s, ca_matmul(v, v, d));
-    SC(&s, ca_mul(*y1, *d, y));
-    return sc_finish(&s, *y);
+    tu_sc_state s = {0};
+    ca_tensor *v = tu_sc_randn(&s, TU_SHAPE(3), true);
+    ca_tensor *m = tu_sc_randn(&s, TU_SHAPE(2, 3, 4), true);
+    ca_tensor **y1 = tu_sc_slot(&s), **d = tu_sc_slot(&s), **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_matmul(v, m, y1));
+    TU_SC(&s, ca_matmul(v, v, d));
+    TU_SC(&s, ca_mul(*y1, *d, y));
+    return tu_sc_finish(&s, *y);
 }
 
 static ca_status sc_linear_mm(void) {
-    sc_state s = {0};
-    ca_tensor *x0 = sc_randn(&s, TU_SHAPE(2, 4, 3), true);
-    ca_tensor *w = sc_randn(&s, TU_SHAPE(5, 3), true);
-    ca_tensor *b = sc_randn(&s, TU_SHAPE(5), true);
-    ca_tensor *row = sc_randn(&s, TU_SHAPE(1, 4), true);
-    ca_tensor *m = sc_randn(&s, TU_SHAPE(4, 5), true);
-    ca_tensor **x = sc_slot(&s), **h = sc_slot(&s), **e = sc_slot(&s), **p = sc_slot(&s);
-    ca_tensor **y = sc_slot(&s);
-    SC(&s, ca_transpose(x0, 0, 1, x)); /* leading dims that do not fold: a copy */
-    SC(&s, ca_linear(*x, w, b, h));
-    SC(&s, ca_expand(row, TU_SHAPE(2, 4), e)); /* a stride-0 matrix: a copy */
-    SC(&s, ca_mm(*e, m, p));
-    SC(&s, ca_add(*h, *p, y));
-    return sc_finish(&s, *y);
+    tu_sc_state s = {0};
+    ca_tensor *x0 = tu_sc_randn(&s, TU_SHAPE(2, 4, 3), true);
+    ca_tensor *w = tu_sc_randn(&s, TU_SHAPE(5, 3), true);
+    ca_tensor *b = tu_sc_randn(&s, TU_SHAPE(5), true);
+    ca_tensor *row = tu_sc_randn(&s, TU_SHAPE(1, 4), true);
+    ca_tensor *m = tu_sc_randn(&s, TU_SHAPE(4, 5), true);
+    ca_tensor **x = tu_sc_slot(&s), **h = tu_sc_slot(&s), **e = tu_sc_slot(&s),
+              **p = tu_sc_slot(&s);
+    ca_tensor **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_transpose(x0, 0, 1, x)); /* leading dims that do not fold: a copy */
+    TU_SC(&s, ca_linear(*x, w, b, h));
+    TU_SC(&s, ca_expand(row, TU_SHAPE(2, 4), e)); /* a stride-0 matrix: a copy */
+    TU_SC(&s, ca_mm(*e, m, p));
+    TU_SC(&s, ca_add(*h, *p, y));
+    return tu_sc_finish(&s, *y);
 }
 
 Test(linalg, out_of_memory_at_every_allocation) {
-    oom_every_allocation("matmul batched", sc_matmul_batched);
-    oom_every_allocation("matmul 1-D", sc_matmul_one_d);
-    oom_every_allocation("linear and mm", sc_linear_mm);
+    tu_oom_every_allocation("matmul batched", sc_matmul_batched);
+    tu_oom_every_allocation("matmul 1-D", sc_matmul_one_d);
+    tu_oom_every_allocation("linear and mm", sc_linear_mm);
 }

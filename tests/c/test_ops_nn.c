@@ -10,11 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void release_n(ca_tensor **ts, int n) {
-    for (int i = 0; i < n; i++)
-        ca_tensor_release(ts[i]);
-}
-
 static double item(const ca_tensor *t) {
     double v = 0;
     TU_OK(ca_tensor_item(t, &v));
@@ -143,36 +138,29 @@ static ca_status f_softmax(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     return c->log_ ? ca_log_softmax(in[0], c->dim, out) : ca_softmax(in[0], c->dim, out);
 }
 
-Test(nn, softmax_grad) {
+/* gradcheck along every dim, contiguous and not, then the node name of one call */
+static void check_softmax_grad(bool log_, int64_t named_dim, const char *node_name) {
     ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4), true);
     ca_tensor *xn = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(2, 3, 4), true);
     for (int dim = -1; dim < 2; dim++) {
-        sm_ctx c = {dim, false};
+        sm_ctx c = {dim, log_};
         tu_gradcheck(f_softmax, 1, &x, &c, 1e-7, 1e-6);
         tu_gradcheck(f_softmax, 1, &xn, &c, 1e-7, 1e-6);
     }
     ca_tensor *y = NULL;
-    TU_OK(ca_softmax(x, 0, &y));
-    cr_assert_str_eq(ca_tensor_grad_fn_name(y), "SoftmaxBackward0");
+    TU_OK(f_softmax(&x, &y, &(sm_ctx){named_dim, log_}));
+    cr_assert_str_eq(ca_tensor_grad_fn_name(y), node_name);
     ca_tensor_release(y);
     ca_tensor_release(x);
     ca_tensor_release(xn);
 }
 
+Test(nn, softmax_grad) {
+    check_softmax_grad(false, 0, "SoftmaxBackward0");
+}
+
 Test(nn, log_softmax_grad) {
-    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4), true);
-    ca_tensor *xn = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(2, 3, 4), true);
-    for (int dim = -1; dim < 2; dim++) {
-        sm_ctx c = {dim, true};
-        tu_gradcheck(f_softmax, 1, &x, &c, 1e-7, 1e-6);
-        tu_gradcheck(f_softmax, 1, &xn, &c, 1e-7, 1e-6);
-    }
-    ca_tensor *y = NULL;
-    TU_OK(ca_log_softmax(x, 1, &y));
-    cr_assert_str_eq(ca_tensor_grad_fn_name(y), "LogSoftmaxBackward0");
-    ca_tensor_release(y);
-    ca_tensor_release(x);
-    ca_tensor_release(xn);
+    check_softmax_grad(true, 1, "LogSoftmaxBackward0");
 }
 
 Test(nn, softmax_bad_inputs) {
@@ -234,7 +222,7 @@ Test(nn, nll_loss_ignore_index) {
     cr_assert_eq(item(o), 0);
     ca_tensor_release(o);
     ca_tensor *ts[] = {lp, t, all};
-    release_n(ts, 3);
+    tu_release_n(ts, 3);
 }
 
 Test(nn, nll_loss_one_d_and_spatial) {
@@ -263,7 +251,7 @@ Test(nn, nll_loss_one_d_and_spatial) {
     tu_assert_values(o, ref, 0);
     ca_tensor_release(o);
     ca_tensor *ts[] = {lp1, t0, lp, t};
-    release_n(ts, 4);
+    tu_release_n(ts, 4);
 }
 
 typedef struct {
@@ -300,7 +288,7 @@ Test(nn, nll_loss_grad) {
                      (double[]){0, 0, -1.0 / 3, 0, 0, 0, -1.0 / 3, 0, 0, 0, 0, -1.0 / 3}, 1e-15);
     ca_tensor_release(o);
     ca_tensor *all[] = {lp, lpn, lps, t, ts};
-    release_n(all, 5);
+    tu_release_n(all, 5);
 }
 
 Test(nn, nll_loss_bad_inputs) {
@@ -321,7 +309,7 @@ Test(nn, nll_loss_bad_inputs) {
     TU_FAILS(ca_cross_entropy(NULL, hi, CA_REDUCTION_MEAN, -100, &o), CA_STATUS_INVALID, "NULL");
     cr_assert_null(o);
     ca_tensor *all[] = {lp, hi, neg, ft, t3};
-    release_n(all, 5);
+    tu_release_n(all, 5);
 }
 
 /* cross_entropy = mean over targets of logsumexp(x_n) - x_n[t_n] */
@@ -356,7 +344,7 @@ Test(nn, cross_entropy_forward) {
         cr_assert(fabs(item(o) - log(2.0)) < tol);
         ca_tensor_release(o);
         ca_tensor *all[] = {x, t, x1, t0};
-        release_n(all, 4);
+        tu_release_n(all, 4);
     }
 }
 
@@ -378,7 +366,7 @@ Test(nn, cross_entropy_grad) {
         tu_gradcheck(f_nll, 1, &x1, &c1, 1e-7, 1e-6);
     }
     ca_tensor *all[] = {x, xn, xs, x1, t, ts, t0};
-    release_n(all, 7);
+    tu_release_n(all, 7);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -446,7 +434,7 @@ Test(nn, mse_loss_grad) {
     cr_assert_str_eq(ca_tensor_grad_fn_name(o), "MseLossBackward0");
     ca_tensor_release(o);
     ca_tensor *all[] = {x, y, yb};
-    release_n(all, 3);
+    tu_release_n(all, 3);
 }
 
 Test(nn, mse_loss_bad_inputs) {
@@ -461,7 +449,7 @@ Test(nn, mse_loss_bad_inputs) {
     TU_FAILS(ca_mse_loss(x, NULL, CA_REDUCTION_MEAN, &o), CA_STATUS_INVALID, "target");
     cr_assert_null(o);
     ca_tensor *all[] = {x, x64, y, i};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -512,7 +500,7 @@ Test(nn, layer_norm_forward) {
             ca_tensor_release(y);
         }
         ca_tensor *all[] = {x, xn, w1, b1, w2, b2};
-        release_n(all, 6);
+        tu_release_n(all, 6);
     }
 }
 
@@ -542,7 +530,7 @@ Test(nn, layer_norm_grad) {
     cr_assert_str_eq(ca_tensor_grad_fn_name(y), "NativeLayerNormBackward0");
     ca_tensor_release(y);
     ca_tensor *all[] = {x, w, b};
-    release_n(all, 3);
+    tu_release_n(all, 3);
 }
 
 Test(nn, layer_norm_grad_two_dims_noncontig) {
@@ -557,7 +545,7 @@ Test(nn, layer_norm_grad_two_dims_noncontig) {
         tu_gradcheck(f_ln, 3, in2, &c, 1e-6, 1e-5);
     }
     ca_tensor *all[] = {x, x2, w, b};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 Test(nn, layer_norm_bad_inputs) {
@@ -582,7 +570,7 @@ Test(nn, layer_norm_bad_inputs) {
     TU_FAILS(ca_layer_norm(x, 1, NULL, NULL, NULL, 1e-5, &y), CA_STATUS_INVALID, "NULL");
     cr_assert_null(y);
     ca_tensor *all[] = {x, w3, w4d, i};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -606,7 +594,7 @@ Test(nn, dropout_reproducible_and_scaled) {
     }
     cr_assert(differs, "a second draw gave the same mask");
     ca_tensor *all[] = {x, a, b, c};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 Test(nn, dropout_zero_fraction_close_to_p) {
@@ -663,7 +651,7 @@ Test(nn, dropout_grad) {
         cr_assert_eq(gv == 0, tu_get(y, i) == 0);
     }
     ca_tensor *all[] = {x, xn, y, s};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 Test(nn, dropout_bad_inputs) {
@@ -696,7 +684,7 @@ Test(nn, layer_norm_aux_mean_rstd) {
     tu_assert_values(aux[1], (double[]){1, 0.5}, 1e-15); /* variances 1 and 4, eps 0 */
     tu_assert_values(y, (double[]){-1, 1, -1, 1}, 1e-15);
     ca_tensor *all[] = {x, y, aux[0], aux[1]};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 Test(nn, nll_loss_total_weight_aux) {
@@ -711,7 +699,7 @@ Test(nn, nll_loss_total_weight_aux) {
     double ref = -(tu_get(lp, 1) + tu_get(lp, 8)) / 2;
     cr_assert(fabs(item(o) - ref) < 1e-6);
     ca_tensor *all[] = {lp, t, o, aux[0]};
-    release_n(all, 4);
+    tu_release_n(all, 4);
 }
 
 /* d cross_entropy / dx = (softmax(x) - onehot(t)) / N for the mean */
@@ -723,7 +711,7 @@ Test(nn, cross_entropy_grad_hand_values) {
     TU_OK(ca_backward(o));
     tu_assert_values(ca_tensor_grad(x), (double[]){-0.25, 0.25, 0.125, -0.125}, 1e-15);
     ca_tensor *all[] = {x, t, o};
-    release_n(all, 3);
+    tu_release_n(all, 3);
 }
 
 Test(nn, softmax_saved_result_changed_in_place) {
@@ -735,7 +723,7 @@ Test(nn, softmax_saved_result_changed_in_place) {
     ca_set_grad_enabled(prev);
     TU_FAILS(ca_backward(s), CA_STATUS_AUTOGRAD, "SoftmaxBackward0");
     ca_tensor *all[] = {x, y, s};
-    release_n(all, 3);
+    tu_release_n(all, 3);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -743,130 +731,56 @@ Test(nn, softmax_saved_result_changed_in_place) {
  * releases everything; it is run once per allocation with that allocation failing. Each
  * run must give CA_OK or CA_STATUS_NOMEM and leave no allocation alive.
  */
-static long oom_live, oom_count, oom_fail_at;
-
-static void *oom_alloc(size_t size, size_t align, void *ctx) {
-    if (++oom_count == oom_fail_at)
-        return NULL;
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    oom_live += p != NULL;
-    return p;
-}
-
-static void oom_free(void *p, void *ctx) {
-    oom_live -= p != NULL;
-    free(p);
-}
-
-typedef struct {
-    ca_status st;
-    int n;
-    ca_tensor *t[24];
-} sc_state;
-
-#define SC(s, call)                                                                                \
-    do {                                                                                           \
-        if ((s)->st == CA_OK)                                                                      \
-            (s)->st = (call);                                                                      \
-    } while (0)
-
-static ca_tensor **sc_slot(sc_state *s) {
-    return &s->t[s->n++];
-}
-
-static ca_tensor *sc_randn(sc_state *s, int nd, const int64_t *shape, bool rg) {
-    ca_tensor **p = sc_slot(s);
-    SC(s, ca_randn(CA_FLOAT64, nd, shape, p));
-    if (rg)
-        SC(s, ca_tensor_set_requires_grad(*p, true));
-    return *p;
-}
-
-/* loss = sum(y * y), backward, release everything; returns the first failure */
-static ca_status sc_finish(sc_state *s, ca_tensor *y) {
-    ca_tensor **sq = sc_slot(s), **l = sc_slot(s);
-    SC(s, ca_mul(y, y, sq));
-    SC(s, ca_sum(*sq, 0, NULL, false, l));
-    SC(s, ca_backward(*l));
-    for (int i = 0; i < s->n; i++)
-        ca_tensor_release(s->t[i]);
-    return s->st;
-}
-
-typedef ca_status (*sc_fn)(void);
-
-static void oom_every_allocation(const char *name, sc_fn fn) {
-    TU_OK(ca_init());
-    ca_set_num_threads(1);
-    ca_set_allocator(&(ca_allocator){oom_alloc, oom_free, NULL});
-    oom_live = oom_count = oom_fail_at = 0;
-    TU_OK(fn()); /* warm-up */
-    oom_count = 0;
-    TU_OK(fn());
-    long k = oom_count;
-    cr_assert_eq(oom_live, 0, "%s: a clean run leaked %ld allocations", name, oom_live);
-    for (long n = 1; n <= k; n++) {
-        oom_count = 0;
-        oom_fail_at = n;
-        ca_status st = fn();
-        oom_fail_at = 0;
-        cr_assert(st == CA_OK || st == CA_STATUS_NOMEM,
-                  "%s: allocation %ld failed and the call returned %d: %s", name, n, (int)st,
-                  ca_last_error());
-        cr_assert_eq(oom_live, 0, "%s: allocation %ld failed and %ld allocations leaked", name, n,
-                     oom_live);
-    }
-    ca_set_allocator(NULL);
-}
-
 static ca_status sc_softmax(void) {
-    sc_state s = {0};
-    ca_tensor *x = sc_randn(&s, TU_SHAPE(3, 4), true);
-    ca_tensor **a = sc_slot(&s), **b = sc_slot(&s), **y = sc_slot(&s);
-    SC(&s, ca_softmax(x, 0, a)); /* not the last dim: permuted copies */
-    SC(&s, ca_log_softmax(x, 1, b));
-    SC(&s, ca_add(*a, *b, y));
-    return sc_finish(&s, *y);
+    tu_sc_state s = {0};
+    ca_tensor *x = tu_sc_randn(&s, TU_SHAPE(3, 4), true);
+    ca_tensor **a = tu_sc_slot(&s), **b = tu_sc_slot(&s), **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_softmax(x, 0, a)); /* not the last dim: permuted copies */
+    TU_SC(&s, ca_log_softmax(x, 1, b));
+    TU_SC(&s, ca_add(*a, *b, y));
+    return tu_sc_finish(&s, *y);
 }
 
 static ca_status sc_losses(void) {
-    sc_state s = {0};
-    ca_tensor *x = sc_randn(&s, TU_SHAPE(4, 3), true);
-    ca_tensor *xs = sc_randn(&s, TU_SHAPE(2, 3, 2), true);
-    ca_tensor *yb = sc_randn(&s, TU_SHAPE(3), true);
-    ca_tensor **t = sc_slot(&s), **ts = sc_slot(&s), **ce = sc_slot(&s), **nl = sc_slot(&s);
-    ca_tensor **ms = sc_slot(&s), **nls = sc_slot(&s), **y1 = sc_slot(&s), **y = sc_slot(&s);
-    SC(&s, ca_from_data(CA_INT64, TU_SHAPE(4), (int64_t[]){0, 2, -100, 1}, t));
-    SC(&s, ca_from_data(CA_INT64, TU_SHAPE(2, 2), (int64_t[]){0, 2, 1, 1}, ts));
-    SC(&s, ca_cross_entropy(x, *t, CA_REDUCTION_MEAN, -100, ce));
-    SC(&s, ca_nll_loss(xs, *ts, CA_REDUCTION_NONE, -100, nl));
-    SC(&s, ca_sum(*nl, 0, NULL, false, nls));
-    SC(&s, ca_mse_loss(x, yb, CA_REDUCTION_MEAN, ms));
-    SC(&s, ca_add(*ce, *ms, y1));
-    SC(&s, ca_add(*y1, *nls, y));
-    return sc_finish(&s, *y);
+    tu_sc_state s = {0};
+    ca_tensor *x = tu_sc_randn(&s, TU_SHAPE(4, 3), true);
+    ca_tensor *xs = tu_sc_randn(&s, TU_SHAPE(2, 3, 2), true);
+    ca_tensor *yb = tu_sc_randn(&s, TU_SHAPE(3), true);
+    ca_tensor **t = tu_sc_slot(&s), **ts = tu_sc_slot(&s), **ce = tu_sc_slot(&s),
+              **nl = tu_sc_slot(&s);
+    ca_tensor **ms = tu_sc_slot(&s), **nls = tu_sc_slot(&s), **y1 = tu_sc_slot(&s),
+              **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(4), (int64_t[]){0, 2, -100, 1}, t));
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(2, 2), (int64_t[]){0, 2, 1, 1}, ts));
+    TU_SC(&s, ca_cross_entropy(x, *t, CA_REDUCTION_MEAN, -100, ce));
+    TU_SC(&s, ca_nll_loss(xs, *ts, CA_REDUCTION_NONE, -100, nl));
+    TU_SC(&s, ca_sum(*nl, 0, NULL, false, nls));
+    TU_SC(&s, ca_mse_loss(x, yb, CA_REDUCTION_MEAN, ms));
+    TU_SC(&s, ca_add(*ce, *ms, y1));
+    TU_SC(&s, ca_add(*y1, *nls, y));
+    return tu_sc_finish(&s, *y);
 }
 
 static ca_status sc_layer_norm_dropout(void) {
-    sc_state s = {0};
-    ca_tensor *x0 = sc_randn(&s, TU_SHAPE(3, 2, 4), true);
-    ca_tensor *w = sc_randn(&s, TU_SHAPE(2, 4), true);
-    ca_tensor *b = sc_randn(&s, TU_SHAPE(2, 4), true);
-    ca_tensor **x = sc_slot(&s), **l1 = sc_slot(&s), **l2 = sc_slot(&s), **d = sc_slot(&s);
-    ca_tensor **y = sc_slot(&s);
-    SC(&s, ca_transpose(x0, 0, 1, x)); /* [2, 3, 4], not contiguous */
-    SC(&s, ca_layer_norm(*x, 1, (int64_t[]){4}, NULL, NULL, 1e-5, l1));
-    SC(&s, ca_layer_norm(x0, 2, (int64_t[]){2, 4}, w, b, 1e-5, l2));
-    SC(&s, ca_dropout(*l1, 0.5, true, d));
-    SC(&s, ca_sum(*d, 0, NULL, false, y));
-    ca_tensor **y2 = sc_slot(&s);
-    SC(&s, ca_mul(*l2, *y, y2));
-    return sc_finish(&s, *y2);
+    tu_sc_state s = {0};
+    ca_tensor *x0 = tu_sc_randn(&s, TU_SHAPE(3, 2, 4), true);
+    ca_tensor *w = tu_sc_randn(&s, TU_SHAPE(2, 4), true);
+    ca_tensor *b = tu_sc_randn(&s, TU_SHAPE(2, 4), true);
+    ca_tensor **x = tu_sc_slot(&s), **l1 = tu_sc_slot(&s), **l2 = tu_sc_slot(&s),
+              **d = tu_sc_slot(&s);
+    ca_tensor **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_transpose(x0, 0, 1, x)); /* [2, 3, 4], not contiguous */
+    TU_SC(&s, ca_layer_norm(*x, 1, (int64_t[]){4}, NULL, NULL, 1e-5, l1));
+    TU_SC(&s, ca_layer_norm(x0, 2, (int64_t[]){2, 4}, w, b, 1e-5, l2));
+    TU_SC(&s, ca_dropout(*l1, 0.5, true, d));
+    TU_SC(&s, ca_sum(*d, 0, NULL, false, y));
+    ca_tensor **y2 = tu_sc_slot(&s);
+    TU_SC(&s, ca_mul(*l2, *y, y2));
+    return tu_sc_finish(&s, *y2);
 }
 
 Test(nn, out_of_memory_at_every_allocation) {
-    oom_every_allocation("softmax", sc_softmax);
-    oom_every_allocation("losses", sc_losses);
-    oom_every_allocation("layer_norm and dropout", sc_layer_norm_dropout);
+    tu_oom_every_allocation("softmax", sc_softmax);
+    tu_oom_every_allocation("losses", sc_losses);
+    tu_oom_every_allocation("layer_norm and dropout", sc_layer_norm_dropout);
 }

@@ -31,29 +31,6 @@ static ca_tensor *iota(ca_dtype dt, int nd, const int64_t *shape) {
     return tu_from(dt, nd, shape, v, false);
 }
 
-static void assert_shape(const ca_tensor *t, int nd, const int64_t *shape) {
-    cr_assert_eq(ca_tensor_ndim(t), nd, "ndim %d, expected %d", ca_tensor_ndim(t), nd);
-    for (int d = 0; d < nd; d++)
-        cr_assert_eq(ca_tensor_shape(t)[d], shape[d], "dim %d is %lld, expected %lld", d,
-                     (long long)ca_tensor_shape(t)[d], (long long)shape[d]);
-}
-
-static void unflat(int nd, const int64_t *shape, int64_t i, int64_t *idx) {
-    for (int d = nd - 1; d >= 0; d--) {
-        idx[d] = i % shape[d];
-        i /= shape[d];
-    }
-}
-
-static double at(const ca_tensor *t, const int64_t *idx) {
-    int nd = ca_tensor_ndim(t);
-    const int64_t *shape = ca_tensor_shape(t);
-    int64_t f = 0;
-    for (int d = 0; d < nd; d++)
-        f = f * shape[d] + idx[d];
-    return tu_get(t, f);
-}
-
 /* The view shares x's storage: same buffer, and one version counter. */
 static void assert_aliases(ca_tensor *view, ca_tensor *base) {
     cr_assert(view->storage == base->storage, "expected a view sharing the input's storage");
@@ -155,7 +132,7 @@ Test(shape, reshape_forward_values_and_infer) {
     for (int k = 0; k < 2; k++) {
         ca_tensor *x = iota(float_dtypes[k], TU_SHAPE(2, 3, 4)), *y;
         TU_OK(ca_reshape(x, TU_SHAPE(4, -1), &y));
-        assert_shape(y, TU_SHAPE(4, 6));
+        tu_assert_shape(y, TU_SHAPE(4, 6));
         cr_assert_eq(ca_tensor_dtype(y), float_dtypes[k]);
         for (int64_t i = 0; i < 24; i++)
             cr_assert_eq(tu_get(y, i), (double)i);
@@ -211,15 +188,15 @@ Test(shape, reshape_noncontig_aliases_when_strides_allow) {
 Test(shape, reshape_zero_dim_and_empty) {
     ca_tensor *s = tu_from(CA_FLOAT64, 0, NULL, (double[]){7}, false), *a, *b, *e, *f;
     TU_OK(ca_reshape(s, TU_SHAPE(1, 1), &a));
-    assert_shape(a, TU_SHAPE(1, 1));
+    tu_assert_shape(a, TU_SHAPE(1, 1));
     TU_OK(ca_reshape(a, 0, NULL, &b));
     cr_assert_eq(ca_tensor_ndim(b), 0);
     cr_assert_eq(tu_get(b, 0), 7.0);
     ca_tensor *z = tu_from(CA_FLOAT32, TU_SHAPE(0, 3), NULL, false);
     TU_OK(ca_reshape(z, TU_SHAPE(3, -1), &e));
-    assert_shape(e, TU_SHAPE(3, 0));
+    tu_assert_shape(e, TU_SHAPE(3, 0));
     TU_OK(ca_reshape(z, TU_SHAPE(-1), &f));
-    assert_shape(f, TU_SHAPE(0));
+    tu_assert_shape(f, TU_SHAPE(0));
     ca_tensor *bad = NULL;
     TU_FAILS(ca_reshape(z, TU_SHAPE(0, -1), &bad), CA_STATUS_SHAPE, "ambiguous");
     ca_tensor *all[] = {s, a, b, z, e, f};
@@ -259,7 +236,7 @@ Test(shape, view_forward_and_alias) {
     for (int k = 0; k < 2; k++) {
         ca_tensor *x = iota(float_dtypes[k], TU_SHAPE(6)), *y;
         TU_OK(ca_view(x, TU_SHAPE(3, 1, 2), &y));
-        assert_shape(y, TU_SHAPE(3, 1, 2));
+        tu_assert_shape(y, TU_SHAPE(3, 1, 2));
         for (int64_t i = 0; i < 6; i++)
             cr_assert_eq(tu_get(y, i), (double)i);
         assert_aliases(y, x);
@@ -294,16 +271,16 @@ Test(shape, view_grad) {
 Test(shape, flatten_forward_and_grad) {
     ca_tensor *x = iota(CA_FLOAT64, TU_SHAPE(2, 3, 4, 5)), *y, *z, *s, *f;
     TU_OK(ca_flatten(x, 1, 2, &y));
-    assert_shape(y, TU_SHAPE(2, 12, 5));
+    tu_assert_shape(y, TU_SHAPE(2, 12, 5));
     TU_OK(ca_flatten(x, 0, -1, &z));
-    assert_shape(z, TU_SHAPE(120));
+    tu_assert_shape(z, TU_SHAPE(120));
     cr_assert_eq(tu_get(z, 77), 77.0);
     ca_tensor *same;
     TU_OK(ca_flatten(x, 2, 2, &same));
     cr_assert_eq(same, x, "flatten of one dim returns the input itself, as PyTorch");
     s = tu_from(CA_FLOAT32, 0, NULL, (double[]){3}, false);
     TU_OK(ca_flatten(s, 0, -1, &f));
-    assert_shape(f, TU_SHAPE(1));
+    tu_assert_shape(f, TU_SHAPE(1));
     ca_tensor *bad = NULL;
     TU_FAILS(ca_flatten(x, 2, 1, &bad), CA_STATUS_DIM, "start_dim");
     TU_FAILS(ca_flatten(x, 0, 4, &bad), CA_STATUS_DIM, "flatten");
@@ -323,10 +300,10 @@ static void check_permute(const ca_tensor *x, const int64_t *perm, const ca_tens
     int nd = ca_tensor_ndim(x);
     for (int64_t i = 0; i < ca_tensor_numel(y); i++) {
         int64_t o[CA_MAX_DIMS], src[CA_MAX_DIMS];
-        unflat(nd, ca_tensor_shape(y), i, o);
+        tu_unflat(nd, ca_tensor_shape(y), i, o);
         for (int k = 0; k < nd; k++)
             src[perm[k]] = o[k];
-        cr_assert_eq(tu_get(y, i), at(x, src), "element %lld", (long long)i);
+        cr_assert_eq(tu_get(y, i), tu_at(x, src), "element %lld", (long long)i);
     }
 }
 
@@ -335,7 +312,7 @@ Test(shape, permute_forward_contig_and_noncontig) {
     for (int k = 0; k < 2; k++) {
         ca_tensor *x = tu_randn(float_dtypes[k], TU_SHAPE(2, 3, 4), false), *y;
         TU_OK(ca_permute(x, 3, perm, &y));
-        assert_shape(y, TU_SHAPE(4, 2, 3));
+        tu_assert_shape(y, TU_SHAPE(4, 2, 3));
         check_permute(x, perm, y);
         cr_assert(y->storage == x->storage);
         ca_tensor_release(y);
@@ -378,7 +355,7 @@ Test(shape, permute_errors) {
 Test(shape, transpose_forward_grad_and_errors) {
     ca_tensor *x = iota(CA_FLOAT64, TU_SHAPE(2, 3)), *y;
     TU_OK(ca_transpose(x, -1, 0, &y));
-    assert_shape(y, TU_SHAPE(3, 2));
+    tu_assert_shape(y, TU_SHAPE(3, 2));
     tu_assert_values(y, (double[]){0, 3, 1, 4, 2, 5}, 0);
     assert_aliases(y, x);
     ca_tensor *s = tu_from(CA_FLOAT64, 0, NULL, (double[]){1}, false), *t;
@@ -403,10 +380,10 @@ Test(shape, expand_forward_values_and_strides) {
     for (int k = 0; k < 2; k++) {
         ca_tensor *x = iota(float_dtypes[k], TU_SHAPE(3, 1)), *y;
         TU_OK(ca_expand(x, TU_SHAPE(2, -1, 4), &y));
-        assert_shape(y, TU_SHAPE(2, 3, 4));
+        tu_assert_shape(y, TU_SHAPE(2, 3, 4));
         for (int64_t i = 0; i < 24; i++) {
             int64_t o[3];
-            unflat(3, ca_tensor_shape(y), i, o);
+            tu_unflat(3, ca_tensor_shape(y), i, o);
             cr_assert_eq(tu_get(y, i), (double)o[1]);
         }
         cr_assert_eq(ca_tensor_strides(y)[0], 0);
@@ -421,7 +398,7 @@ Test(shape, expand_forward_values_and_strides) {
     tu_assert_values(a, (double[]){5, 5, 5, 5}, 0);
     ca_tensor *one = tu_randn(CA_FLOAT32, TU_SHAPE(1, 3), false);
     TU_OK(ca_expand(one, TU_SHAPE(0, 3), &e));
-    assert_shape(e, TU_SHAPE(0, 3));
+    tu_assert_shape(e, TU_SHAPE(0, 3));
     ca_tensor *all[] = {s, a, one, e};
     for (int i = 0; i < 4; i++)
         ca_tensor_release(all[i]);
@@ -460,11 +437,11 @@ Test(shape, expand_errors) {
 Test(shape, squeeze_forward) {
     ca_tensor *x = iota(CA_FLOAT64, TU_SHAPE(1, 3, 1, 2)), *a, *b, *c, *d;
     TU_OK(ca_squeeze(x, 0, NULL, &a));
-    assert_shape(a, TU_SHAPE(3, 2));
+    tu_assert_shape(a, TU_SHAPE(3, 2));
     TU_OK(ca_squeeze(x, TU_SHAPE(-2), &b));
-    assert_shape(b, TU_SHAPE(1, 3, 2));
+    tu_assert_shape(b, TU_SHAPE(1, 3, 2));
     TU_OK(ca_squeeze(x, TU_SHAPE(1, 2, 2), &c)); /* dim 1 has size 3: no-op for it */
-    assert_shape(c, TU_SHAPE(1, 3, 2));
+    tu_assert_shape(c, TU_SHAPE(1, 3, 2));
     for (int64_t i = 0; i < 6; i++)
         cr_assert_eq(tu_get(c, i), (double)i);
     assert_aliases(a, x);
@@ -482,7 +459,7 @@ Test(shape, squeeze_forward) {
 Test(shape, squeeze_noncontig_and_grad) {
     ca_tensor *nc = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(1, 4, 1, 3), true), *y;
     TU_OK(ca_squeeze(nc, 0, NULL, &y));
-    assert_shape(y, TU_SHAPE(4, 3));
+    tu_assert_shape(y, TU_SHAPE(4, 3));
     for (int64_t i = 0; i < 12; i++)
         cr_assert_eq(tu_get(y, i), tu_get(nc, i));
     cr_assert_str_eq(ca_tensor_grad_fn_name(y), "SqueezeBackward0");
@@ -501,7 +478,7 @@ Test(shape, unsqueeze_forward_positions) {
     for (int k = 0; k < 4; k++) {
         ca_tensor *y;
         TU_OK(ca_unsqueeze(x, dims[k], &y));
-        assert_shape(y, 3, expect[k]);
+        tu_assert_shape(y, 3, expect[k]);
         for (int64_t i = 0; i < 6; i++)
             cr_assert_eq(tu_get(y, i), tu_get(x, i));
         cr_assert(y->storage == x->storage);
@@ -517,7 +494,7 @@ Test(shape, unsqueeze_forward_positions) {
     ca_tensor_release(c);
     ca_tensor *s = tu_from(CA_FLOAT64, 0, NULL, (double[]){2}, false), *t;
     TU_OK(ca_unsqueeze(s, -1, &t));
-    assert_shape(t, TU_SHAPE(1));
+    tu_assert_shape(t, TU_SHAPE(1));
     ca_tensor *bad = NULL;
     TU_FAILS(ca_unsqueeze(x, 3, &bad), CA_STATUS_DIM, "unsqueeze");
     TU_FAILS(ca_unsqueeze(x, -4, &bad), CA_STATUS_DIM, "[-3, 2]");
@@ -551,9 +528,9 @@ static void check_slice(const ca_tensor *x, int dim, int64_t start, int64_t step
     int nd = ca_tensor_ndim(x);
     for (int64_t i = 0; i < ca_tensor_numel(y); i++) {
         int64_t o[CA_MAX_DIMS];
-        unflat(nd, ca_tensor_shape(y), i, o);
+        tu_unflat(nd, ca_tensor_shape(y), i, o);
         o[dim] = start + o[dim] * step;
-        cr_assert_eq(tu_get(y, i), at(x, o), "element %lld", (long long)i);
+        cr_assert_eq(tu_get(y, i), tu_at(x, o), "element %lld", (long long)i);
     }
 }
 
@@ -561,7 +538,7 @@ Test(shape, slice_forward_values) {
     for (int k = 0; k < 2; k++) {
         ca_tensor *x = tu_randn(float_dtypes[k], TU_SHAPE(4, 7), false), *y;
         TU_OK(ca_slice(x, 1, 1, 6, 2, &y));
-        assert_shape(y, TU_SHAPE(4, 3));
+        tu_assert_shape(y, TU_SHAPE(4, 3));
         check_slice(x, 1, 1, 2, y);
         assert_aliases(y, x);
         ca_tensor_release(y);
@@ -573,14 +550,14 @@ Test(shape, slice_python_clamping) {
     ca_tensor *x = iota(CA_FLOAT64, TU_SHAPE(6)), *y;
     TU_OK(ca_slice(x, 0, -4, 100, 1, &y)); /* x[-4:100] */
     tu_assert_values(y, (double[]){2, 3, 4, 5}, 0);
-    assert_shape(y, TU_SHAPE(4));
+    tu_assert_shape(y, TU_SHAPE(4));
     ca_tensor_release(y);
     TU_OK(ca_slice(x, -1, -100, -2, 3, &y)); /* x[-100:-2:3] */
     tu_assert_values(y, (double[]){0, 3}, 0);
-    assert_shape(y, TU_SHAPE(2));
+    tu_assert_shape(y, TU_SHAPE(2));
     ca_tensor_release(y);
     TU_OK(ca_slice(x, 0, 4, 2, 1, &y)); /* empty */
-    assert_shape(y, TU_SHAPE(0));
+    tu_assert_shape(y, TU_SHAPE(0));
     ca_tensor_release(y);
     TU_OK(ca_slice(x, 0, 0, INT64_MAX, 4, &y));
     tu_assert_values(y, (double[]){0, 4}, 0);
@@ -593,12 +570,12 @@ Test(shape, slice_noncontig_and_chained) {
     TU_OK(ca_slice(nc, 0, 1, 5, 2, &a));
     check_slice(nc, 0, 1, 2, a);
     TU_OK(ca_slice(a, 1, 2, 6, 3, &b));
-    assert_shape(b, TU_SHAPE(2, 2));
+    tu_assert_shape(b, TU_SHAPE(2, 2));
     for (int64_t i = 0; i < 4; i++) {
         int64_t o[2];
-        unflat(2, ca_tensor_shape(b), i, o);
+        tu_unflat(2, ca_tensor_shape(b), i, o);
         int64_t src[2] = {1 + 2 * o[0], 2 + 3 * o[1]};
-        cr_assert_eq(tu_get(b, i), at(nc, src));
+        cr_assert_eq(tu_get(b, i), tu_at(nc, src));
     }
     assert_aliases(b, nc);
     ca_tensor_release(a);
@@ -640,7 +617,7 @@ Test(shape, narrow_forward_grad_and_errors) {
     assert_aliases(y, x);
     ca_tensor_release(y);
     TU_OK(ca_narrow(x, 1, 5, 0, &y));
-    assert_shape(y, TU_SHAPE(2, 0));
+    tu_assert_shape(y, TU_SHAPE(2, 0));
     ca_tensor_release(y);
     TU_FAILS(ca_narrow(x, 1, 4, 2, &y), CA_STATUS_INDEX, "exceeds dim 1 of size 5");
     TU_FAILS(ca_narrow(x, 1, 6, 0, &y), CA_STATUS_INDEX, "start 6 is out of range");
@@ -657,7 +634,7 @@ Test(shape, select_forward_values) {
     for (int k = 0; k < 2; k++) {
         ca_tensor *x = iota(float_dtypes[k], TU_SHAPE(2, 3, 4)), *y;
         TU_OK(ca_select(x, 1, -1, &y));
-        assert_shape(y, TU_SHAPE(2, 4));
+        tu_assert_shape(y, TU_SHAPE(2, 4));
         tu_assert_values(y, (double[]){8, 9, 10, 11, 20, 21, 22, 23}, 0);
         assert_aliases(y, x);
         ca_tensor_release(y);
@@ -670,7 +647,7 @@ Test(shape, select_forward_values) {
     ca_tensor *nc = tu_randn_noncontig(CA_FLOAT32, TU_SHAPE(3, 4), false), *c;
     TU_OK(ca_select(nc, 1, 2, &c));
     for (int64_t i = 0; i < 3; i++)
-        cr_assert_eq(tu_get(c, i), at(nc, (int64_t[]){i, 2}));
+        cr_assert_eq(tu_get(c, i), tu_at(nc, (int64_t[]){i, 2}));
     ca_tensor *all[] = {v, s, nc, c};
     for (int i = 0; i < 4; i++)
         ca_tensor_release(all[i]);
@@ -713,12 +690,12 @@ static void check_cat(int n, ca_tensor *const *xs, int dim, const ca_tensor *y) 
     int nd = ca_tensor_ndim(y);
     for (int64_t i = 0; i < ca_tensor_numel(y); i++) {
         int64_t o[CA_MAX_DIMS];
-        unflat(nd, ca_tensor_shape(y), i, o);
+        tu_unflat(nd, ca_tensor_shape(y), i, o);
         int k = 0;
         while (o[dim] >= ca_tensor_shape(xs[k])[dim])
             o[dim] -= ca_tensor_shape(xs[k++])[dim];
         cr_assert(k < n);
-        cr_assert_eq(tu_get(y, i), at(xs[k], o), "element %lld", (long long)i);
+        cr_assert_eq(tu_get(y, i), tu_at(xs[k], o), "element %lld", (long long)i);
     }
 }
 
@@ -729,7 +706,7 @@ Test(shape, cat_forward_dims_and_dtypes) {
                             tu_randn(float_dtypes[k], TU_SHAPE(4, 3), false)};
         ca_tensor *y;
         TU_OK(ca_cat(3, xs, 0, &y));
-        assert_shape(y, TU_SHAPE(7, 3));
+        tu_assert_shape(y, TU_SHAPE(7, 3));
         check_cat(3, xs, 0, y);
         cr_assert(y->storage != xs[0]->storage, "cat copies");
         ca_tensor_release(y);
@@ -740,7 +717,7 @@ Test(shape, cat_forward_dims_and_dtypes) {
                         tu_randn(CA_FLOAT32, TU_SHAPE(2, 2, 3), false)};
     ca_tensor *y;
     TU_OK(ca_cat(2, ys, -1, &y));
-    assert_shape(y, TU_SHAPE(2, 2, 5));
+    tu_assert_shape(y, TU_SHAPE(2, 2, 5));
     check_cat(2, ys, 2, y);
     ca_tensor_release(y);
     ca_tensor_release(ys[0]);
@@ -753,13 +730,13 @@ Test(shape, cat_noncontig_int64_and_empty) {
                         tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(3, 4), false)};
     ca_tensor *y;
     TU_OK(ca_cat(3, xs, 1, &y));
-    assert_shape(y, TU_SHAPE(3, 6));
+    tu_assert_shape(y, TU_SHAPE(3, 6));
     check_cat(3, xs, 1, y);
     ca_tensor_release(y);
     /* a legacy 1-D empty tensor joins any cat, as in PyTorch */
     ca_tensor *leg[2] = {tu_randn(CA_FLOAT64, TU_SHAPE(0), false), xs[0]};
     TU_OK(ca_cat(2, leg, 0, &y));
-    assert_shape(y, TU_SHAPE(3, 2));
+    tu_assert_shape(y, TU_SHAPE(3, 2));
     ca_tensor_release(y);
     ca_tensor_release(leg[0]);
     for (int i = 0; i < 3; i++)
@@ -831,15 +808,15 @@ Test(shape, stack_forward_and_errors) {
                         tu_randn(CA_FLOAT32, TU_SHAPE(2, 2), false)};
     ca_tensor *y;
     TU_OK(ca_stack(3, xs, 1, &y));
-    assert_shape(y, TU_SHAPE(2, 3, 2));
+    tu_assert_shape(y, TU_SHAPE(2, 3, 2));
     for (int64_t i = 0; i < 12; i++) {
         int64_t o[3];
-        unflat(3, ca_tensor_shape(y), i, o);
-        cr_assert_eq(tu_get(y, i), at(xs[o[1]], (int64_t[]){o[0], o[2]}));
+        tu_unflat(3, ca_tensor_shape(y), i, o);
+        cr_assert_eq(tu_get(y, i), tu_at(xs[o[1]], (int64_t[]){o[0], o[2]}));
     }
     ca_tensor_release(y);
     TU_OK(ca_stack(3, xs, -1, &y));
-    assert_shape(y, TU_SHAPE(2, 2, 3));
+    tu_assert_shape(y, TU_SHAPE(2, 2, 3));
     ca_tensor_release(y);
     ca_tensor *bad = tu_randn(CA_FLOAT32, TU_SHAPE(2, 3), false);
     y = NULL;
@@ -1020,12 +997,13 @@ static ca_status f_view_chain(ca_tensor *const *in, ca_tensor **out, void *ctx) 
 Test(shape, view_chain_noncontig_grad) {
     ca_tensor *x = tu_randn_noncontig(CA_FLOAT64, TU_SHAPE(4, 2, 3), true), *y;
     TU_OK(f_view_chain(&x, &y, NULL));
-    assert_shape(y, TU_SHAPE(3 * 3 * 2));
+    tu_assert_shape(y, TU_SHAPE(3 * 3 * 2));
     /* y[(i * 3 + r) * 2 + j] = x[1 + 2 j, 1, i] for i < 3, j < 2, any r */
     for (int64_t i = 0; i < 3; i++)
         for (int64_t r = 0; r < 3; r++)
             for (int64_t j = 0; j < 2; j++)
-                cr_assert_eq(tu_get(y, (i * 3 + r) * 2 + j), at(x, (int64_t[]){1 + 2 * j, 1, i}));
+                cr_assert_eq(tu_get(y, (i * 3 + r) * 2 + j),
+                             tu_at(x, (int64_t[]){1 + 2 * j, 1, i}));
     ca_tensor_release(y);
     tu_gradcheck(f_view_chain, 1, &x, NULL, GC_TOL, GC_TOL);
     ca_tensor_release(x);
@@ -1036,88 +1014,39 @@ Test(shape, view_chain_noncontig_grad) {
  * and aliasing ops fails in turn; each run must end in CA_OK or CA_STATUS_NOMEM with
  * nothing left allocated.
  */
-static long oom_live, oom_count, oom_fail_at;
-
-static void *oom_alloc(size_t size, size_t align, void *ctx) {
-    if (++oom_count == oom_fail_at)
-        return NULL;
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    oom_live += p != NULL;
-    return p;
-}
-
-static void oom_free(void *p, void *ctx) {
-    oom_live -= p != NULL;
-    free(p);
-}
-
-#define SC(st, call)                                                                               \
-    do {                                                                                           \
-        if ((st) == CA_OK)                                                                         \
-            (st) = (call);                                                                         \
-    } while (0)
-
-enum { OOM_SLOTS = 24 };
-
 static ca_status oom_scenario(void) {
-    ca_tensor *t[OOM_SLOTS] = {0};
+    tu_sc_state s = {0};
     double xv[12];
     for (int i = 0; i < 12; i++)
         xv[i] = 0.1 * i - 0.4;
     int64_t mv[7] = {0, 1, 0, 0, 1, 0, 0};
-    ca_status st = CA_OK;
-    SC(st, ca_from_data(CA_FLOAT64, TU_SHAPE(3, 4), xv, &t[0]));
-    SC(st, ca_tensor_set_requires_grad(t[0], true));
-    SC(st, ca_from_data(CA_INT64, TU_SHAPE(7), mv, &t[1]));
-    SC(st, ca_transpose(t[0], 0, 1, &t[2]));
-    SC(st, ca_reshape(t[2], TU_SHAPE(2, 6), &t[3])); /* copies */
-    SC(st, ca_slice(t[3], 1, 1, 6, 2, &t[4]));
-    SC(st, ca_select(t[0], 0, 1, &t[5]));
-    SC(st, ca_unsqueeze(t[5], 0, &t[6]));
-    SC(st, ca_expand(t[6], TU_SHAPE(2, 4), &t[7]));
-    if (st == CA_OK) {
-        ca_tensor *parts[2] = {t[4], t[7]};
-        st = ca_cat(2, parts, 1, &t[8]);
-    }
-    if (st == CA_OK) {
-        ca_tensor *parts[2] = {t[8], t[8]};
-        st = ca_stack(2, parts, 0, &t[9]);
-    }
-    SC(st, ca_masked_fill(t[9], t[1], 0.5, &t[10]));
-    SC(st, ca_permute(t[10], TU_SHAPE(2, 0, 1), &t[11]));
-    SC(st, ca_contiguous(t[11], &t[12]));
-    SC(st, ca_flatten(t[12], 0, 1, &t[13]));
-    SC(st, ca_squeeze(t[13], 0, NULL, &t[14]));
-    SC(st, ca_mul(t[14], t[14], &t[15]));
-    SC(st, ca_sum(t[15], 0, NULL, false, &t[16]));
-    SC(st, ca_backward(t[16]));
-    if (st == CA_OK)
-        cr_assert_not_null(ca_tensor_grad(t[0]));
-    for (int i = 0; i < OOM_SLOTS; i++)
-        ca_tensor_release(t[i]);
-    return st;
+    ca_tensor **x = tu_sc_slot(&s), **mask = tu_sc_slot(&s), **xt = tu_sc_slot(&s);
+    ca_tensor **r = tu_sc_slot(&s), **sl = tu_sc_slot(&s), **row = tu_sc_slot(&s);
+    ca_tensor **row1 = tu_sc_slot(&s), **rows = tu_sc_slot(&s), **c = tu_sc_slot(&s);
+    ca_tensor **stk = tu_sc_slot(&s), **mf = tu_sc_slot(&s), **pm = tu_sc_slot(&s);
+    ca_tensor **pc = tu_sc_slot(&s), **fl = tu_sc_slot(&s), **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_from_data(CA_FLOAT64, TU_SHAPE(3, 4), xv, x));
+    TU_SC(&s, ca_tensor_set_requires_grad(*x, true));
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(7), mv, mask));
+    TU_SC(&s, ca_transpose(*x, 0, 1, xt));
+    TU_SC(&s, ca_reshape(*xt, TU_SHAPE(2, 6), r)); /* copies */
+    TU_SC(&s, ca_slice(*r, 1, 1, 6, 2, sl));
+    TU_SC(&s, ca_select(*x, 0, 1, row));
+    TU_SC(&s, ca_unsqueeze(*row, 0, row1));
+    TU_SC(&s, ca_expand(*row1, TU_SHAPE(2, 4), rows));
+    TU_SC(&s, ca_cat(2, (ca_tensor *[]){*sl, *rows}, 1, c));
+    TU_SC(&s, ca_stack(2, (ca_tensor *[]){*c, *c}, 0, stk));
+    TU_SC(&s, ca_masked_fill(*stk, *mask, 0.5, mf));
+    TU_SC(&s, ca_permute(*mf, TU_SHAPE(2, 0, 1), pm));
+    TU_SC(&s, ca_contiguous(*pm, pc));
+    TU_SC(&s, ca_flatten(*pc, 0, 1, fl));
+    TU_SC(&s, ca_squeeze(*fl, 0, NULL, y));
+    tu_sc_backward(&s, *y);
+    if (s.st == CA_OK)
+        cr_assert_not_null(ca_tensor_grad(*x));
+    return tu_sc_release(&s);
 }
 
 Test(shape, oom_every_allocation_is_clean) {
-    TU_OK(ca_init());
-    ca_set_num_threads(1);
-    ca_set_allocator(&(ca_allocator){oom_alloc, oom_free, NULL});
-    oom_live = oom_count = oom_fail_at = 0;
-    TU_OK(oom_scenario()); /* warm-up */
-    oom_count = 0;
-    TU_OK(oom_scenario());
-    long k = oom_count;
-    cr_assert_eq(oom_live, 0, "a clean run leaked %ld allocations", oom_live);
-    for (long n = 1; n <= k; n++) {
-        oom_count = 0;
-        oom_fail_at = n;
-        ca_status st = oom_scenario();
-        oom_fail_at = 0;
-        cr_assert(st == CA_OK || st == CA_STATUS_NOMEM,
-                  "allocation %ld failed and the call returned %d: %s", n, (int)st,
-                  ca_last_error());
-        cr_assert_eq(oom_live, 0, "allocation %ld failed and %ld allocations leaked", n, oom_live);
-    }
-    ca_set_allocator(NULL);
+    tu_oom_every_allocation("shape ops", oom_scenario);
 }

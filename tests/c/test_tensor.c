@@ -5,36 +5,9 @@
 #include "testutil.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---------------------------------------------------------------------------------------
- * A counting allocator: lets a test see exactly when storage is freed.
- */
-static atomic_long live_blocks;
-
-static void *count_alloc(size_t size, size_t align, void *ctx) {
-    (void)ctx;
-    size_t rounded = (size + align - 1) / align * align;
-    void *p = aligned_alloc(align, rounded ? rounded : align);
-    if (p)
-        atomic_fetch_add(&live_blocks, 1);
-    return p;
-}
-
-static void count_free(void *p, void *ctx) {
-    (void)ctx;
-    atomic_fetch_sub(&live_blocks, 1);
-    free(p);
-}
-
-static void install_counting(void) {
-    ca_allocator a = {count_alloc, count_free, NULL};
-    ca_set_allocator(&a);
-    atomic_store(&live_blocks, 0);
-}
 
 static double val(const ca_tensor *t, int64_t i) {
     return tu_get(t, i);
@@ -228,33 +201,33 @@ Test(tensor, storage_is_64_byte_aligned) {
 }
 
 Test(tensor, retain_release_frees_on_last_reference) {
-    install_counting();
+    tu_alloc_install();
     ca_tensor *t;
     TU_OK(ca_ones(CA_FLOAT32, TU_SHAPE(4), &t));
-    long live = atomic_load(&live_blocks);
+    long live = tu_alloc_live();
     cr_assert_gt(live, 0, "the counting allocator saw no allocation");
     cr_assert_eq(ca_tensor_retain(t), t, "retain returns its argument");
     ca_tensor_release(t);
-    cr_assert_eq(atomic_load(&live_blocks), live, "freed while a reference remained");
+    cr_assert_eq(tu_alloc_live(), live, "freed while a reference remained");
     cr_assert_eq(val(t, 3), 1.0);
     ca_tensor_release(t);
-    cr_assert_eq(atomic_load(&live_blocks), 0, "%ld blocks still live after the last release",
-                 atomic_load(&live_blocks));
+    cr_assert_eq(tu_alloc_live(), 0, "%ld blocks still live after the last release",
+                 tu_alloc_live());
     ca_tensor_release(NULL); /* no-op */
     cr_assert_null(ca_tensor_retain(NULL));
-    ca_set_allocator(NULL);
+    tu_alloc_uninstall();
 }
 
 Test(tensor, view_keeps_storage_alive) {
-    install_counting();
+    tu_alloc_install();
     ca_tensor *t, *v;
     TU_OK(ca_arange(0, 6, 1, CA_FLOAT32, &t));
     TU_OK(ca_slice(t, 0, 2, 6, 1, &v));
     ca_tensor_release(t); /* the view still holds the storage */
     tu_assert_values(v, (double[]){2, 3, 4, 5}, 0);
     ca_tensor_release(v);
-    cr_assert_eq(atomic_load(&live_blocks), 0);
-    ca_set_allocator(NULL);
+    cr_assert_eq(tu_alloc_live(), 0);
+    tu_alloc_uninstall();
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 /* testutil.c - the helpers of testutil.h: seeded tensor makers, element access,
- * comparisons against references, and gradcheck by central finite differences.
+ * comparisons against references, gradcheck by central finite differences, and the
+ * allocation-failure sweep.
  *
  * The makers draw from a generator of their own (splitmix64), not from ca_randn, so tests
  * that seed the library's generator (dropout, randn) are not disturbed by the inputs they
@@ -10,6 +11,7 @@
 #include "autograd/internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +169,34 @@ double tu_get(const ca_tensor *t, int64_t i) {
     case CA_FLOAT64: return ((const double *)p)[off];
     default: return (double)((const int64_t *)p)[off];
     }
+}
+
+double tu_at(const ca_tensor *t, const int64_t *idx) {
+    int nd = ca_tensor_ndim(t);
+    const int64_t *shape = ca_tensor_shape(t);
+    int64_t f = 0;
+    for (int d = 0; d < nd; d++)
+        f = f * shape[d] + idx[d];
+    return tu_get(t, f);
+}
+
+void tu_unflat(int nd, const int64_t *shape, int64_t i, int64_t *idx) {
+    for (int d = nd - 1; d >= 0; d--) {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+}
+
+void tu_assert_shape(const ca_tensor *t, int nd, const int64_t *shape) {
+    cr_assert_eq(ca_tensor_ndim(t), nd, "ndim %d, expected %d", ca_tensor_ndim(t), nd);
+    for (int d = 0; d < nd; d++)
+        cr_assert_eq(ca_tensor_shape(t)[d], shape[d], "dim %d is %lld, expected %lld", d,
+                     (long long)ca_tensor_shape(t)[d], (long long)shape[d]);
+}
+
+void tu_release_n(ca_tensor **ts, int n) {
+    for (int i = 0; i < n; i++)
+        ca_tensor_release(ts[i]);
 }
 
 static bool close_enough(double a, double b, double atol, double rtol) {
@@ -407,4 +437,124 @@ void tu_gradcheck(tu_fn f, int n, ca_tensor *const *inputs, void *ctx, double at
               "tu_gradcheck: ca_grad and ca_backward disagree: input %d, flat index %lld: "
               "ca_backward %.17g, ca_grad %.17g",
               gm_in, (long long)gm_i, gm_bw, gm_gr);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The counting allocator and the allocation-failure sweep. Atomics: the library may
+ * allocate from its worker threads.
+ */
+static atomic_long oom_live;    /* allocations not yet freed */
+static atomic_long oom_count;   /* allocations since the last tu_alloc_arm */
+static atomic_long oom_fail_at; /* 0: never fail */
+static atomic_int oom_failed;   /* the armed failure happened */
+
+void *tu_counting_alloc(size_t size, size_t align, void *ctx) {
+    (void)ctx;
+    long n = atomic_fetch_add(&oom_count, 1) + 1;
+    if (n == atomic_load(&oom_fail_at)) {
+        atomic_store(&oom_failed, 1);
+        return NULL;
+    }
+    size_t rounded = (size + align - 1) / align * align;
+    void *p = aligned_alloc(align, rounded ? rounded : align);
+    if (p)
+        atomic_fetch_add(&oom_live, 1);
+    return p;
+}
+
+static void oom_free(void *p, void *ctx) {
+    (void)ctx;
+    if (p)
+        atomic_fetch_sub(&oom_live, 1);
+    free(p);
+}
+
+void tu_alloc_install(void) {
+    ca_set_allocator(&(ca_allocator){tu_counting_alloc, oom_free, NULL});
+    atomic_store(&oom_live, 0);
+    atomic_store(&oom_count, 0);
+    atomic_store(&oom_fail_at, 0);
+    atomic_store(&oom_failed, 0);
+}
+
+void tu_alloc_uninstall(void) {
+    tu_alloc_disarm();
+    ca_set_allocator(NULL);
+}
+
+void tu_alloc_arm(long n) {
+    atomic_store(&oom_count, 0);
+    atomic_store(&oom_failed, 0);
+    atomic_store(&oom_fail_at, n);
+}
+
+void tu_alloc_disarm(void) {
+    atomic_store(&oom_fail_at, 0);
+}
+
+long tu_alloc_count(void) {
+    return atomic_load(&oom_count);
+}
+
+long tu_alloc_live(void) {
+    return atomic_load(&oom_live);
+}
+
+bool tu_alloc_failed(void) {
+    return atomic_load(&oom_failed) != 0;
+}
+
+void tu_oom_every_allocation(const char *name, tu_sc_fn fn) {
+    TU_OK(ca_init());
+    ca_set_num_threads(1); /* allocation order must not depend on scheduling */
+    tu_alloc_install();
+    TU_OK(fn()); /* warm-up: first-use work happens here */
+    tu_alloc_arm(0);
+    TU_OK(fn());
+    long k = tu_alloc_count();
+    cr_assert_eq(tu_alloc_live(), 0, "%s: a clean run leaked %ld allocations", name,
+                 tu_alloc_live());
+    for (long n = 1; n <= k; n++) {
+        tu_alloc_arm(n);
+        ca_status st = fn();
+        tu_alloc_disarm();
+        cr_assert(st == CA_OK || st == CA_STATUS_NOMEM,
+                  "%s: allocation %ld failed and the call returned %d: %s", name, n, (int)st,
+                  ca_last_error());
+        cr_assert_eq(tu_alloc_live(), 0, "%s: allocation %ld failed and %ld allocations leaked",
+                     name, n, tu_alloc_live());
+    }
+    tu_alloc_uninstall();
+}
+
+ca_tensor **tu_sc_slot(tu_sc_state *s) {
+    cr_assert(s->n < TU_SC_SLOTS, "tu_sc_slot: a scenario may make at most %d tensors",
+              TU_SC_SLOTS);
+    return &s->t[s->n++];
+}
+
+ca_tensor *tu_sc_randn(tu_sc_state *s, int nd, const int64_t *shape, bool rg) {
+    ca_tensor **p = tu_sc_slot(s);
+    TU_SC(s, ca_randn(CA_FLOAT64, nd, shape, p));
+    if (rg)
+        TU_SC(s, ca_tensor_set_requires_grad(*p, true));
+    return *p;
+}
+
+void tu_sc_backward(tu_sc_state *s, ca_tensor *y) {
+    ca_tensor **sq = tu_sc_slot(s), **l = tu_sc_slot(s);
+    TU_SC(s, ca_mul(y, y, sq));
+    TU_SC(s, ca_sum(*sq, 0, NULL, false, l));
+    TU_SC(s, ca_backward(*l));
+}
+
+ca_status tu_sc_release(tu_sc_state *s) {
+    for (int i = 0; i < s->n; i++)
+        ca_tensor_release(s->t[i]);
+    return s->st;
+}
+
+ca_status tu_sc_finish(tu_sc_state *s, ca_tensor *y) {
+    tu_sc_backward(s, y);
+    return tu_sc_release(s);
 }
