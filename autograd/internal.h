@@ -427,6 +427,9 @@ ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_ten
 /* A kernel's return code as a status: 0 is CA_OK, -2 out of memory (err_nomem(what)),
  * anything else an internal error naming what and the code. */
 ca_status op_kern_status(int rc, const char *what);
+/* Copy every element of src into dst, a strided region of src's shape and dtype; `what`
+ * names the op in errors. */
+ca_status op_copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src, const char *what);
 /* Release the first n of ts (NULL entries are fine): a forward's intermediates. */
 void op_release_all(ca_tensor **ts, int n);
 

@@ -167,6 +167,18 @@ ca_status op_kern_status(int rc, const char *what) {
                    rc);
 }
 
+ca_status op_copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src, const char *what) {
+    ca_meta m;
+    tensor_meta(src, &m);
+    if (meta_numel(&m) == 0)
+        return CA_OK;
+    kern_src s;
+    tensor_src(src, src->ndim, src->shape, &s);
+    int rc = kern_pointwise(KPW_COPY, kdt(src->dtype), kdt(src->dtype), src->ndim, src->shape, dst,
+                            dst_strides, &s, 0, 0);
+    return op_kern_status(rc, what);
+}
+
 void op_release_all(ca_tensor **ts, int n) {
     for (int i = 0; i < n; i++)
         ca_tensor_release(ts[i]);

@@ -341,12 +341,18 @@ static ca_status index_add_forward(const ca_op_def *row, ca_tensor *const *in, i
     return finish(st, r, out);
 }
 
-static void index_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+/* index_add and scatter_add: src's gradient is g read back at the index with `pick`
+ * (index_select or gather), along the same dim. */
+static void pick_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin, int pick) {
     ca_attrs a = attrs_dim(n->attrs.i[0]);
     if (!node_needs_grad(n, 1))
         return;
     ca_bval args[2] = {g, bx_saved(b, n, 0)};
-    gin[1] = bx_apply(b, CA_OP_INDEX_SELECT, 2, args, &a);
+    gin[1] = bx_apply(b, pick, 2, args, &a);
+}
+
+static void index_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    pick_backward(b, n, g, gin, CA_OP_INDEX_SELECT);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -406,13 +412,8 @@ static ca_status scatter_add_forward(const ca_op_def *row, ca_tensor *const *in,
                                              tensor_ptr(corner ? blk : r), tensor_ptr(ic), n_src,
                                              tensor_ptr(sc), NULL, NULL),
                             "scatter_add");
-    if (st == CA_OK && corner && meta_numel(&bm) > 0) {
-        kern_src s;
-        tensor_src(blk, bm.ndim, bm.shape, &s);
-        st = op_kern_status(kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), bm.ndim,
-                                           bm.shape, tensor_ptr(r), r->strides, &s, 0, 0),
-                            "scatter_add");
-    }
+    if (st == CA_OK && corner)
+        st = op_copy_into(tensor_ptr(r), r->strides, blk, "scatter_add");
     ca_tensor_release(ic);
     ca_tensor_release(sc);
     ca_tensor_release(blk);
@@ -420,11 +421,7 @@ static ca_status scatter_add_forward(const ca_op_def *row, ca_tensor *const *in,
 }
 
 static void scatter_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    ca_attrs a = attrs_dim(n->attrs.i[0]);
-    if (!node_needs_grad(n, 1))
-        return;
-    ca_bval args[2] = {g, bx_saved(b, n, 0)};
-    gin[1] = bx_apply(b, CA_OP_GATHER, 2, args, &a);
+    pick_backward(b, n, g, gin, CA_OP_GATHER);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -23,20 +23,6 @@ static ca_attrs attrs_none(void) {
     return a;
 }
 
-/* Copy every element of src into dst, a strided region of src's shape. */
-static ca_status copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src,
-                           const char *what) {
-    ca_meta m;
-    tensor_meta(src, &m);
-    if (meta_numel(&m) == 0)
-        return CA_OK;
-    kern_src s;
-    tensor_src(src, src->ndim, src->shape, &s);
-    int rc = kern_pointwise(KPW_COPY, kdt(src->dtype), kdt(src->dtype), src->ndim, src->shape, dst,
-                            dst_strides, &s, 0, 0);
-    return op_kern_status(rc, what);
-}
-
 /* A view of x with x's shape and strides except as the caller changes them. */
 typedef struct {
     int ndim;
@@ -669,7 +655,7 @@ static ca_status slice_bw_forward(const ca_op_def *row, ca_tensor *const *in, in
     memcpy(strides, r->strides, sizeof strides);
     strides[d] *= a->i[3];
     char *dst = (char *)tensor_ptr(r) + a->i[1] * r->strides[d] * (int64_t)ca_dtype_size(m->dtype);
-    ca_status st = copy_into(dst, strides, in[0], "slice_backward");
+    ca_status st = op_copy_into(dst, strides, in[0], "slice_backward");
     if (st != CA_OK) {
         ca_tensor_release(r);
         return st;
@@ -745,7 +731,7 @@ static ca_status cat_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
         if (in[i]->ndim != m->ndim) /* a skipped legacy empty tensor */
             continue;
         char *dst = (char *)tensor_ptr(r) + off * r->strides[d] * (int64_t)esz;
-        ca_status st = copy_into(dst, r->strides, in[i], "cat");
+        ca_status st = op_copy_into(dst, r->strides, in[i], "cat");
         if (st != CA_OK) {
             ca_tensor_release(r);
             return st;
