@@ -1,13 +1,10 @@
 /* engine.c - the eager backward: ca_backward (loss.backward) and ca_grad (autograd.grad).
  *
  * A backward is four passes over the nodes reachable from the roots:
- *  1. discover: depth-first walk, counting for each node how many edges point at it;
- *  2. order: Kahn's algorithm, picking the most recently created ready node first (as
- *     PyTorch does), which gives one deterministic topological order;
+ *  1-2. walk (walk.c): discover the nodes and order them deterministically;
  *  3. prune: for autograd.grad, keep only nodes on a path to a requested input;
  *  4. run: each node's incoming gradient (summed over fan-in) goes through its tensor
  *     hooks, then its derivative rule (eager builder), and on to its next edges.
- * A later issue's compiled backward reuses passes 1-2 to walk the graph for its cache key.
  */
 #include "autograd/builder.h"
 
@@ -16,147 +13,28 @@
 typedef enum { RUN_ACCUMULATE, RUN_CAPTURE } run_mode;
 
 typedef struct {
-    ca_node **v;
-    int n, cap;
-} node_vec;
-
-typedef struct {
     run_mode mode;
     bool retain_graph;
-    uint64_t epoch;
-    node_vec nodes; /* discovery order */
-    node_vec order; /* execution order */
+    ca_walk walk;
     /* autograd.grad: gradient captured at each requested input's node */
     int n_cap;
     ca_node **cap_nodes;
     ca_tensor **cap_grads;
 } engine_run;
 
-static uint64_t epoch_counter = 0;
-
-static ca_status vec_push(node_vec *vec, ca_node *n) {
-    if (vec->n == vec->cap) {
-        int cap = vec->cap ? vec->cap * 2 : 64;
-        ca_node **grown = mem_alloc(sizeof(ca_node *) * (size_t)cap);
-        if (!grown)
-            return err_nomem("the backward's node list");
-        if (vec->n)
-            memcpy(grown, vec->v, sizeof(ca_node *) * (size_t)vec->n);
-        mem_free(vec->v);
-        vec->v = grown;
-        vec->cap = cap;
-    }
-    vec->v[vec->n++] = n;
-    return CA_OK;
-}
-
-/* ---------------------------------------------------------------------------------------
- * 1. discover
- */
-static ca_status discover(engine_run *r, ca_node *const *roots, int n_roots) {
-    node_vec stack = {0};
-    ca_status st = CA_OK;
-    for (int i = 0; i < n_roots && st == CA_OK; i++) {
-        if (roots[i]->epoch == r->epoch)
-            continue;
-        roots[i]->epoch = r->epoch;
-        roots[i]->deps = 0;
-        if ((st = vec_push(&r->nodes, roots[i])) == CA_OK)
-            st = vec_push(&stack, roots[i]);
-    }
-    while (st == CA_OK && stack.n > 0) {
-        ca_node *n = stack.v[--stack.n];
-        for (int i = 0; i < n->n_in && st == CA_OK; i++) {
-            ca_node *c = n->next[i].fn;
-            if (!c)
-                continue;
-            if (c->epoch != r->epoch) {
-                c->epoch = r->epoch;
-                c->deps = 0;
-                c->needed = false;
-                if ((st = vec_push(&r->nodes, c)) == CA_OK)
-                    st = vec_push(&stack, c);
-            }
-            c->deps++;
-        }
-    }
-    mem_free(stack.v);
-    return st;
-}
-
-/* ---------------------------------------------------------------------------------------
- * 2. order: a max-heap on creation sequence number
- */
-static void heap_push(node_vec *h, ca_node *n) {
-    int i = h->n++;
-    h->v[i] = n;
-    while (i > 0 && h->v[(i - 1) / 2]->seq < h->v[i]->seq) {
-        ca_node *t = h->v[i];
-        h->v[i] = h->v[(i - 1) / 2];
-        h->v[(i - 1) / 2] = t;
-        i = (i - 1) / 2;
-    }
-}
-
-static ca_node *heap_pop(node_vec *h) {
-    ca_node *top = h->v[0];
-    h->v[0] = h->v[--h->n];
-    for (int i = 0;;) {
-        int l = 2 * i + 1, rr = l + 1, m = i;
-        if (l < h->n && h->v[l]->seq > h->v[m]->seq)
-            m = l;
-        if (rr < h->n && h->v[rr]->seq > h->v[m]->seq)
-            m = rr;
-        if (m == i)
-            break;
-        ca_node *t = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = t;
-        i = m;
-    }
-    return top;
-}
-
-static ca_status order(engine_run *r) {
-    node_vec heap = {0};
-    int n = r->nodes.n;
-    heap.v = mem_alloc(sizeof(ca_node *) * (size_t)n);
-    r->order.v = mem_alloc(sizeof(ca_node *) * (size_t)n);
-    if (!heap.v || !r->order.v) {
-        mem_free(heap.v);
-        return err_nomem("the backward's execution order");
-    }
-    r->order.cap = n;
-    /* deps is consumed here and restored below for the run */
-    for (int i = 0; i < n; i++)
-        if (r->nodes.v[i]->deps == 0)
-            heap_push(&heap, r->nodes.v[i]);
-    while (heap.n > 0) {
-        ca_node *x = heap_pop(&heap);
-        r->order.v[r->order.n++] = x;
-        for (int i = 0; i < x->n_in; i++) {
-            ca_node *c = x->next[i].fn;
-            if (c && --c->deps == 0)
-                heap_push(&heap, c);
-        }
-    }
-    mem_free(heap.v);
-    return CA_OK;
-}
-
 /* ---------------------------------------------------------------------------------------
  * 3. prune (autograd.grad only): a node is needed if it leads to a requested input
  */
 static void mark_needed(engine_run *r) {
-    for (int i = 0; i < r->nodes.n; i++)
-        r->nodes.v[i]->needed = r->mode == RUN_ACCUMULATE;
+    for (int i = 0; i < r->walk.nodes.n; i++)
+        r->walk.nodes.v[i]->needed = r->mode == RUN_ACCUMULATE;
     if (r->mode == RUN_ACCUMULATE)
         return;
     for (int i = 0; i < r->n_cap; i++)
         if (r->cap_nodes[i])
             r->cap_nodes[i]->needed = true;
-    for (int i = r->order.n - 1; i >= 0; i--) {
-        ca_node *x = r->order.v[i];
+    for (int i = r->walk.order.n - 1; i >= 0; i--) {
+        ca_node *x = r->walk.order.v[i];
         for (int k = 0; k < x->n_in && !x->needed; k++)
             if (x->next[k].fn && x->next[k].fn->needed)
                 x->needed = true;
@@ -312,29 +190,25 @@ static ca_status run_node(engine_run *r, ca_node *n) {
  * Driving a backward
  */
 static void run_cleanup(engine_run *r) {
-    for (int i = 0; i < r->nodes.n; i++) {
-        ca_tensor_release(r->nodes.v[i]->buf);
-        r->nodes.v[i]->buf = NULL;
+    for (int i = 0; i < r->walk.nodes.n; i++) {
+        ca_tensor_release(r->walk.nodes.v[i]->buf);
+        r->walk.nodes.v[i]->buf = NULL;
     }
-    mem_free(r->nodes.v);
-    mem_free(r->order.v);
+    walk_free(&r->walk);
 }
 
 /* roots[i] receives grads[i] (borrowed); every root must differ from NULL. */
 static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tensor *const *grads,
                                   int n_roots) {
-    r->epoch = ++epoch_counter;
-    ca_status st = discover(r, roots, n_roots);
-    if (st == CA_OK)
-        st = order(r);
+    ca_status st = walk_graph(&r->walk, roots, n_roots);
     if (st == CA_OK) {
         mark_needed(r);
         for (int i = 0; i < n_roots && st == CA_OK; i++)
             st = buffer_add(roots[i], grads[i]);
     }
-    for (int i = 0; i < r->order.n && st == CA_OK; i++)
-        if (r->order.v[i]->needed)
-            st = run_node(r, r->order.v[i]);
+    for (int i = 0; i < r->walk.order.n && st == CA_OK; i++)
+        if (r->walk.order.v[i]->needed)
+            st = run_node(r, r->walk.order.v[i]);
     run_cleanup(r);
     return st;
 }
@@ -471,12 +345,11 @@ static ca_status grad_collect(engine_run *r, int n_in, ca_tensor *const *inputs,
  * So discovery happens first here, and the run re-discovers with a fresh epoch (cheap). */
 static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots, int n_in,
                               ca_tensor *const *inputs) {
-    engine_run probe = {.mode = RUN_CAPTURE};
-    probe.epoch = ++epoch_counter;
-    ca_status st = discover(&probe, roots, n_roots);
-    mem_free(probe.nodes.v);
+    ca_walk probe = {0};
+    ca_status st = walk_graph(&probe, roots, n_roots);
     for (int i = 0; i < n_in && st == CA_OK; i++)
         st = capture_node(inputs[i], i, probe.epoch, &r->cap_nodes[i]);
+    walk_free(&probe);
     return st;
 }
 

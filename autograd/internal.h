@@ -191,6 +191,28 @@ struct ca_node {
 
 ca_status node_alloc(int op, int n_in, ca_node **out);
 
+/* ---------------------------------------------------------------------------------------
+ * The walk (walk.c): the nodes reachable from some roots, in the one deterministic
+ * execution order. Buffers are kept between walks.
+ */
+typedef struct {
+    ca_node **v;
+    int n, cap;
+} node_vec;
+
+typedef struct {
+    uint64_t epoch; /* nodes with node->epoch == epoch were found by this walk */
+    node_vec nodes; /* discovery order */
+    node_vec order; /* execution order: the most recently created ready node first */
+    node_vec scratch;
+} ca_walk;
+
+/* Walk from the roots (node->deps is used up; node->needed is reset to false). */
+ca_status walk_graph(ca_walk *w, ca_node *const *roots, int n_roots);
+void walk_free(ca_walk *w);
+/* A fresh epoch, for marking nodes outside a walk. */
+uint64_t walk_new_epoch(void);
+
 ca_node *node_retain(ca_node *n);
 void node_release(ca_node *n);
 /* True if the rule must produce a gradient for input i. */
@@ -451,7 +473,7 @@ kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a);
  * Grad mode, graph ids, sequence numbers (autograd_state.c)
  */
 bool grad_mode_enabled(void);
-int graph_current_id(void);
+int fwd_graph_current(void);
 uint64_t node_next_seq(void);
 
 /* ---------------------------------------------------------------------------------------

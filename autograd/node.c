@@ -67,7 +67,7 @@ ca_status node_alloc(int op, int n_in, ca_node **out) {
     n->n_in = n_in;
     n->in_meta = (ca_meta *)(n + 1);
     n->next = (ca_edge *)(n->in_meta + n_in);
-    n->graph_id = graph_current_id();
+    n->graph_id = fwd_graph_current();
     n->seq = node_next_seq();
     *out = n;
     return CA_OK;

@@ -52,13 +52,34 @@ bool ca_set_grad_enabled(bool enabled) {
 }
 
 /* ---------------------------------------------------------------------------------------
- * Forward graph ids and node order
+ * Forward graph ids and node order. A graph break closes the current forward graph and
+ * opens the next; every node records the id it was made in, so the compiled backward can
+ * name its values aot{k}_ and one backward can span several forward graphs.
  */
 static atomic_int current_graph = 0;
 static atomic_uint_fast64_t seq_counter = 0;
+static _Thread_local char last_break_reason[256];
 
-int graph_current_id(void) {
+int fwd_graph_current(void) {
     return atomic_load(&current_graph);
+}
+
+ca_status ca_graph_break(const char *reason) {
+    snprintf(last_break_reason, sizeof last_break_reason, "%s", reason ? reason : "");
+    atomic_fetch_add(&current_graph, 1);
+    return CA_OK;
+}
+
+int ca_forward_graph_id(void) {
+    return atomic_load(&current_graph);
+}
+
+const char *ca_graph_break_last_reason(void) {
+    return last_break_reason;
+}
+
+int ca_tensor_forward_graph_id(const ca_tensor *t) {
+    return t && t->grad_fn ? t->grad_fn->graph_id : -1;
 }
 uint64_t node_next_seq(void) {
     return atomic_fetch_add(&seq_counter, 1);

@@ -189,6 +189,20 @@ bool ca_is_grad_enabled(void);
 bool ca_set_grad_enabled(bool enabled);
 
 /* ---------------------------------------------------------------------------------------
+ * Forward graphs and graph breaks
+ */
+/* Close the current forward graph and open the next, like torch._dynamo.graph_break().
+ * Every node records the forward graph it was recorded in; one backward may span several
+ * forward graphs. reason (may be NULL) is copied; see ca_graph_break_last_reason. */
+ca_status ca_graph_break(const char *reason);
+/* The forward graph ops are recorded into now (0 at start, +1 per break). */
+int ca_forward_graph_id(void);
+/* The reason given to this thread's last ca_graph_break ("" if none). Borrowed. */
+const char *ca_graph_break_last_reason(void);
+/* The forward graph t's grad_fn was recorded in, or -1 for a leaf. */
+int ca_tensor_forward_graph_id(const ca_tensor *t);
+
+/* ---------------------------------------------------------------------------------------
  * Hooks
  *
  * A tensor hook runs when the gradient for its tensor has been computed, before it is

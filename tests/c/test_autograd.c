@@ -944,3 +944,26 @@ Test(autograd, inplace_change_of_unsaved_input_is_fine) {
     assert_grad(w, (double[]){1, 1}, 0);
     RELEASE(x, w, y, L);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Forward graphs
+ */
+Test(autograd, graph_break_opens_the_next_forward_graph) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(3), true), *a, *b, *c;
+    int g0 = ca_forward_graph_id();
+    TU_OK(ca_exp(x, &a));
+    TU_OK(ca_graph_break("print(a)"));
+    cr_assert_eq(ca_forward_graph_id(), g0 + 1);
+    cr_assert_str_eq(ca_graph_break_last_reason(), "print(a)");
+    TU_OK(ca_mul(a, a, &b));
+    TU_OK(ca_graph_break(NULL));
+    TU_OK(ca_sum(b, 0, NULL, false, &c));
+    cr_assert_eq(ca_tensor_forward_graph_id(a), g0);
+    cr_assert_eq(ca_tensor_forward_graph_id(b), g0 + 1);
+    cr_assert_eq(ca_tensor_forward_graph_id(c), g0 + 2);
+    cr_assert_eq(ca_tensor_forward_graph_id(x), -1, "a leaf belongs to no forward graph");
+    /* a backward across the three forward graphs still reaches the leaf */
+    TU_OK(ca_backward(c));
+    cr_assert_not_null(ca_tensor_grad(x));
+    tu_release_n((ca_tensor *[]){x, a, b, c}, 4);
+}
