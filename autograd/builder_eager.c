@@ -40,33 +40,12 @@ static ca_bval eager_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
 }
 
 static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
-    const ca_saved *s = &n->saved[k];
-    const ca_op_def *row = op_def(n->op);
-    const char *field = row->fields[s->field].name;
-    if (n->released) {
-        b->status = err_set(
-            CA_STATUS_AUTOGRAD,
-            "Trying to backward through the graph a second time (or to read saved tensors after "
-            "they were freed): %s's saved '%s' was freed by an earlier backward. Pass "
-            "retain_graph=true to the first backward if you need to backward twice.",
-            row->node_name, field);
+    ca_status st = node_check_saved(n, k);
+    if (st != CA_OK) {
+        b->status = st;
         return NULL;
     }
-    if (!s->t) /* an optional input that was not given */
-        return NULL;
-    if (s->t->storage->version != s->version) {
-        char d[128];
-        b->status = err_set(
-            CA_STATUS_AUTOGRAD,
-            "one of the tensors needed for gradient computation has been modified by an in-place "
-            "operation: %s, saved as '%s' by %s, is at version %llu; expected version %llu. Do "
-            "not change it in place before backward(), or change a copy (ca_contiguous of a "
-            "clone) instead.",
-            ca_tensor_describe(s->t, d, sizeof d), field, row->node_name,
-            (unsigned long long)s->t->storage->version, (unsigned long long)s->version);
-        return NULL;
-    }
-    return bv_of(s->t);
+    return n->saved[k].t ? bv_of(n->saved[k].t) : NULL; /* NULL: an optional input not given */
 }
 
 static const ca_meta *eager_meta(ca_builder *b, ca_bval v) {

@@ -184,6 +184,7 @@ struct ca_node {
     /* engine scratch, valid during one backward */
     uint64_t epoch;
     int deps;
+    int call_id; /* compiled backward: this node's NodeCall id in the current walk */
     bool needed;
     ca_tensor *buf;     /* gradient accumulated for this node's output */
     ca_node *free_link; /* node_release's worklist */
@@ -220,6 +221,9 @@ static inline bool node_needs_grad(const ca_node *n, int i) {
     return n->next[i].fn != NULL;
 }
 const char *node_name(const ca_node *n);
+/* CA_OK if saved tensor k of n can be used: not freed by an earlier backward, not
+ * changed in place since it was saved. Else PyTorch's error, naming the node. */
+ca_status node_check_saved(const ca_node *n, int k);
 /* The leaf's AccumulateGrad node, created on first use (new reference). */
 ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out);
 

@@ -86,3 +86,28 @@ ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
     *out = n;
     return CA_OK;
 }
+
+ca_status node_check_saved(const ca_node *n, int k) {
+    const ca_saved *s = &n->saved[k];
+    const ca_op_def *row = op_def(n->op);
+    const char *field = row->fields[s->field].name;
+    if (n->released)
+        return err_set(
+            CA_STATUS_AUTOGRAD,
+            "Trying to backward through the graph a second time (or to read saved tensors after "
+            "they were freed): %s's saved '%s' was freed by an earlier backward. Pass "
+            "retain_graph=true to the first backward if you need to backward twice.",
+            row->node_name, field);
+    if (s->t && s->t->storage->version != s->version) {
+        char d[128];
+        return err_set(
+            CA_STATUS_AUTOGRAD,
+            "one of the tensors needed for gradient computation has been modified by an in-place "
+            "operation: %s, saved as '%s' by %s, is at version %llu; expected version %llu. Do "
+            "not change it in place before backward(), or change a copy (ca_contiguous of a "
+            "clone) instead.",
+            ca_tensor_describe(s->t, d, sizeof d), field, row->node_name,
+            (unsigned long long)s->t->storage->version, (unsigned long long)s->version);
+    }
+    return CA_OK;
+}

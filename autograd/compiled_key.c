@@ -1,0 +1,212 @@
+/* compiled_key.c - collect the compiled backward's cache key from one walk.
+ *
+ * For every node, in walk order, its key bytes hold what must be equal for a compiled
+ * graph to be reused: the op, the edge structure (which NodeCall each input's gradient
+ * goes to), the scalar and flag attributes its row's fields name, dtypes and ranks, and
+ * hook counts. Sizes never go into the bytes: each one becomes a size slot, so a change of
+ * size is told apart from a change of graph (and can become a dynamic dim). Tensors become
+ * lifted inputs, deduplicated by identity; hooks are lifted by position.
+ */
+#include "autograd/compiled_key.h"
+
+#include <string.h>
+
+/* Grow *p (of *cap elements of size elem) to hold need elements. */
+static ca_status grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap)
+        return CA_OK;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = mem_alloc(elem * (size_t)c);
+    if (!q)
+        return err_nomem("the compiled backward's key");
+    if (*cap)
+        memcpy(q, *p, elem * (size_t)*cap);
+    mem_free(*p);
+    *p = q;
+    *cap = c;
+    return CA_OK;
+}
+
+/* ---- key bytes ---- */
+static ca_status put(key_collect *k, const void *v, int len) {
+    CA_CHECK(grow((void **)&k->bytes, &k->cap_bytes, k->n_bytes + len, 1));
+    memcpy(k->bytes + k->n_bytes, v, (size_t)len);
+    k->n_bytes += len;
+    return CA_OK;
+}
+
+static ca_status put_i64(key_collect *k, int64_t v) {
+    return put(k, &v, sizeof v);
+}
+static ca_status put_i32(key_collect *k, int32_t v) {
+    return put(k, &v, sizeof v);
+}
+static ca_status put_f64(key_collect *k, double v) {
+    return put(k, &v, sizeof v);
+}
+
+/* ---- size slots ---- */
+static ca_status lift_size(key_collect *k, int64_t v, int call, const char *what, int dim) {
+    int n = k->n_sizes;
+    CA_CHECK(grow((void **)&k->sizes, &k->cap_sizes, n + 1, sizeof(int64_t)));
+    CA_CHECK(grow((void **)&k->owners, &k->cap_owners, n + 1, sizeof(key_slot_owner)));
+    k->sizes[n] = v;
+    k->owners[n] = (key_slot_owner){call, what, dim};
+    k->n_sizes = n + 1;
+    return CA_OK;
+}
+
+static ca_status lift_shape(key_collect *k, const ca_meta *m, int call, const char *what) {
+    CA_CHECK(put_i32(k, (int32_t)m->dtype * 16 + m->ndim));
+    for (int d = 0; d < m->ndim; d++)
+        CA_CHECK(lift_size(k, m->shape[d], call, what, d));
+    return CA_OK;
+}
+
+/* ---- lifted tensors ---- */
+static bool same_view(const ca_tensor *a, const ca_tensor *b) {
+    if (a == b)
+        return true;
+    if (a->storage != b->storage || a->offset != b->offset || a->ndim != b->ndim ||
+        a->dtype != b->dtype)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d])
+            return false;
+    return true;
+}
+
+/* Lift t (or find it lifted already); its index goes into the key, and on first lift its
+ * dims become size slots. */
+static ca_status lift_tensor(key_collect *k, ca_tensor *t, key_lift_kind kind, int call,
+                             const char *what) {
+    int idx = -1;
+    for (int i = 0; i < k->n_lifted && idx < 0; i++)
+        if (k->lifted[i].kind == kind && same_view(k->lifted[i].t, t))
+            idx = i;
+    if (idx < 0) {
+        CA_CHECK(grow((void **)&k->lifted, &k->cap_lifted, k->n_lifted + 1, sizeof(key_lifted)));
+        idx = k->n_lifted++;
+        k->lifted[idx] = (key_lifted){t, kind, k->n_sizes};
+        ca_meta m;
+        tensor_meta(t, &m);
+        for (int d = 0; d < m.ndim; d++)
+            CA_CHECK(lift_size(k, m.shape[d], call, what, d));
+    }
+    CA_CHECK(put_i32(k, idx));
+    return put_i32(k, (int32_t)t->dtype * 16 + t->ndim);
+}
+
+/* ---- hooks ---- */
+static ca_status lift_hooks(key_collect *k, ca_hook *list, int call, ca_tensor *leaf) {
+    int count = 0;
+    for (ca_hook *h = list; h; h = h->next, count++) {
+        CA_CHECK(grow((void **)&k->hooks, &k->cap_hooks, k->n_hooks + 1, sizeof(key_hook)));
+        k->hooks[k->n_hooks++] = (key_hook){h, call, leaf};
+    }
+    return put_i32(k, count);
+}
+
+/* ---- per node ---- */
+static ca_status node_fields(key_collect *k, const ca_node *n, int call) {
+    const ca_op_def *row = op_def(n->op);
+    int saved = 0;
+    for (int f = 0; f < row->n_fields; f++) {
+        const ca_field_desc *fd = &row->fields[f];
+        switch (fd->kind) {
+        case FIELD_TENSOR: {
+            CA_CHECK(node_check_saved(n, saved));
+            ca_tensor *t = n->saved[saved++].t;
+            if (t)
+                CA_CHECK(lift_tensor(k, t, LIFT_SAVED, call, fd->name));
+            else
+                CA_CHECK(put_i32(k, -1)); /* an optional input that was not given */
+            break;
+        }
+        case FIELD_INT: CA_CHECK(put_i64(k, n->attrs.i[fd->idx])); break;
+        case FIELD_DOUBLE: CA_CHECK(put_f64(k, n->attrs.s[fd->idx])); break;
+        case FIELD_DIMS:
+            CA_CHECK(put_i32(k, n->attrs.dims.n));
+            for (int d = 0; d < n->attrs.dims.n; d++)
+                CA_CHECK(put_i64(k, n->attrs.dims.v[d]));
+            break;
+        case FIELD_SIZES:
+            CA_CHECK(put_i32(k, n->attrs.shape.n));
+            for (int d = 0; d < n->attrs.shape.n; d++)
+                CA_CHECK(lift_size(k, n->attrs.shape.v[d], call, fd->name, d));
+            break;
+        }
+    }
+    return CA_OK;
+}
+
+/* Edges, shapes, fields and hooks of one node. */
+static ca_status node_key(key_collect *k, ca_node *n, int call) {
+    CA_CHECK(put_i32(k, n->op));
+    CA_CHECK(put_i32(k, n->n_in));
+    for (int i = 0; i < n->n_in; i++) {
+        ca_node *c = n->next[i].fn;
+        CA_CHECK(put_i32(k, c ? c->call_id : -1));
+        CA_CHECK(lift_shape(k, &n->in_meta[i], call, "input"));
+    }
+    CA_CHECK(lift_shape(k, &n->out_meta, call, "grad_output"));
+    if (n->op == CA_OP_ACCUMULATE_GRAD) {
+        CA_CHECK(lift_tensor(k, n->leaf, LIFT_LEAF, call, "leaf"));
+        CA_CHECK(lift_hooks(k, n->leaf->hooks, call, NULL));
+        return lift_hooks(k, n->leaf->post_acc_hooks, call, n->leaf);
+    }
+    CA_CHECK(node_fields(k, n, call));
+    CA_CHECK(lift_hooks(k, n->pre_hooks, call, NULL));
+    return put_i32(k, n->retained != NULL);
+}
+
+/* GraphRoot: the mode, where each seed enters, and autograd.grad's targets. */
+static ca_status root_key(key_collect *k, const key_request *req) {
+    CA_CHECK(put_i32(k, req->capture));
+    CA_CHECK(put_i32(k, req->n_roots));
+    for (int i = 0; i < req->n_roots; i++) {
+        CA_CHECK(put_i32(k, req->roots[i]->call_id));
+        CA_CHECK(lift_tensor(k, req->seeds[i], LIFT_SEED, 0, "seed"));
+    }
+    CA_CHECK(put_i32(k, req->n_targets));
+    for (int i = 0; i < req->n_targets; i++)
+        CA_CHECK(put_i32(k, req->targets[i] ? req->targets[i]->call_id : -1));
+    return CA_OK;
+}
+
+static ca_status mark_offset(key_collect *k, int i) {
+    CA_CHECK(grow((void **)&k->off, &k->cap_off, i + 1, sizeof(int)));
+    k->off[i] = k->n_bytes;
+    return CA_OK;
+}
+
+ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req) {
+    k->nodes = w->order.v;
+    k->n_nodes = w->order.n;
+    k->n_lifted = k->n_sizes = k->n_hooks = k->n_bytes = 0;
+    for (int i = 0; i < k->n_nodes; i++)
+        k->nodes[i]->call_id = i + 1;
+    CA_CHECK(mark_offset(k, 0));
+    CA_CHECK(root_key(k, req));
+    for (int i = 0; i < k->n_nodes; i++) {
+        CA_CHECK(mark_offset(k, i + 1));
+        CA_CHECK(node_key(k, k->nodes[i], i + 1));
+    }
+    return mark_offset(k, k->n_nodes + 1);
+}
+
+void key_collect_free(key_collect *k) {
+    mem_free(k->lifted);
+    mem_free(k->sizes);
+    mem_free(k->owners);
+    mem_free(k->hooks);
+    mem_free(k->bytes);
+    mem_free(k->off);
+    memset(k, 0, sizeof *k);
+}
+
+const char *key_node_name(const key_collect *k, int call) {
+    return call == 0 ? "GraphRoot" : node_name(k->nodes[call - 1]);
+}

@@ -1,0 +1,79 @@
+/* compiled_key.h - what the compiled backward collects from one walk of the autograd
+ * graph: a key per node, the tensors it lifts to graph inputs, the sizes it lifts to size
+ * slots, and the hooks it lifts by position.
+ *
+ * One list drives it: each op row's `fields`, plus every node's input and output shapes.
+ * The tracing builder consumes the same lifted tensors and slots in the same order, so
+ * the key and the traced graph cannot disagree.
+ */
+#ifndef CAGRAD_COMPILED_KEY_H
+#define CAGRAD_COMPILED_KEY_H
+
+#include "autograd/internal.h"
+
+/* Who a size slot belongs to, for the "changed tensor shapes" log line. */
+typedef struct {
+    int node_call;    /* NodeCall id */
+    const char *what; /* "saved self", "input 0", "grad_output", "attr shape", "seed" */
+    int dim;
+} key_slot_owner;
+
+/* How a lifted tensor is used by the compiled graph. */
+typedef enum { LIFT_SAVED, LIFT_SEED, LIFT_LEAF } key_lift_kind;
+
+typedef struct {
+    ca_tensor *t; /* borrowed: the walk's nodes keep it alive */
+    key_lift_kind kind;
+    int first_slot; /* its dims are slots first_slot .. first_slot + t->ndim - 1 */
+} key_lifted;
+
+typedef struct {
+    ca_hook *hook;
+    int node_call;
+    ca_tensor *leaf; /* post-accumulate hooks: the leaf; else NULL */
+} key_hook;
+
+typedef struct {
+    /* per walk: NodeCall i (i >= 1) is nodes[i - 1]; NodeCall 0 is the synthetic GraphRoot */
+    ca_node **nodes;
+    int n_nodes;
+    /* lifted tensors, deduplicated by identity (same storage, offset, shape, strides) */
+    key_lifted *lifted;
+    int n_lifted, cap_lifted;
+    /* size slots */
+    int64_t *sizes;
+    key_slot_owner *owners;
+    int n_sizes, cap_sizes, cap_owners;
+    /* hooks by position, in the order they will run */
+    key_hook *hooks;
+    int n_hooks, cap_hooks;
+    /* the key bytes of every node, back to back; node k's are bytes[off[k] .. off[k+1]) */
+    uint8_t *bytes;
+    int n_bytes, cap_bytes;
+    int *off; /* n_nodes + 2 entries (GraphRoot first) */
+    int cap_off;
+} key_collect;
+
+/* What a backward asks for: accumulate into leaves' .grad, or return gradients. */
+typedef struct {
+    bool capture; /* autograd.grad */
+    int n_roots;
+    ca_node *const *roots;
+    ca_tensor *const *seeds; /* one gradient per root (lifted as LIFT_SEED) */
+    int n_targets;           /* autograd.grad: nodes whose incoming gradient is returned */
+    ca_node *const *targets; /* NULL entries: the input is not reached */
+} key_request;
+
+/* Collect the key of an ordered walk. Errors like the eager engine for a saved tensor
+ * that was freed by an earlier backward or changed in place. Buffers are reused. */
+ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req);
+void key_collect_free(key_collect *k);
+/* Node k's key bytes (k = 0 is the GraphRoot). */
+static inline const uint8_t *key_bytes(const key_collect *k, int call, int *len) {
+    *len = k->off[call + 1] - k->off[call];
+    return k->bytes + k->off[call];
+}
+/* The name of NodeCall i ("GraphRoot" for 0). */
+const char *key_node_name(const key_collect *k, int call);
+
+#endif /* CAGRAD_COMPILED_KEY_H */
