@@ -1,0 +1,227 @@
+/* compiled_cache.c - the trie of per-node keys and the size-guarded entries at its leaves.
+ * See compiled_cache.h for the rules on static and dynamic slots.
+ */
+#include "autograd/compiled_cache.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------
+ * Lookup
+ */
+static trie_node *child_matching(trie_node *t, const uint8_t *key, int len) {
+    for (trie_node *c = t->child; c; c = c->sibling)
+        if (c->len == len && memcmp(c->key, key, (size_t)len) == 0)
+            return c;
+    return NULL;
+}
+
+/* Static slots must equal their captured value. A dynamic slot matches any value >= 2
+ * that equals the other slots of its symbol (compared with the symbol's first slot). */
+static bool entry_matches(const cache_entry *e, const key_collect *k) {
+    if (e->n_slots != k->n_sizes)
+        return false;
+    for (int s = 0; s < k->n_sizes; s++) {
+        int64_t v = k->sizes[s];
+        int32_t sym = e->symbol[s];
+        if (sym < 0 ? v != e->sizes[s] : v < 2 || v != k->sizes[e->first_slot[sym]])
+            return false;
+    }
+    return true;
+}
+
+cache_lookup cache_find(ca_cache *c, const key_collect *k) {
+    trie_node *t = &c->root;
+    for (int call = 0; call <= k->n_nodes; call++) {
+        int len;
+        const uint8_t *key = key_bytes(k, call, &len);
+        trie_node *next = child_matching(t, key, len);
+        if (!next)
+            return (cache_lookup){.kind = LOOKUP_NEW_NODE, .call = call, .at = t};
+        t = next;
+    }
+    if (!t->leaf)
+        return (cache_lookup){.kind = LOOKUP_NEW_NODE, .call = k->n_nodes, .at = t};
+    for (cache_entry *e = t->leaf->entries; e; e = e->next)
+        if (entry_matches(e, k))
+            return (cache_lookup){.kind = LOOKUP_HIT, .leaf = t->leaf, .entry = e};
+    return (cache_lookup){.kind = LOOKUP_SHAPES, .leaf = t->leaf};
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Insertion
+ */
+static ca_status trie_child(trie_node *t, const uint8_t *key, int len, trie_node **out) {
+    trie_node *c = child_matching(t, key, len);
+    if (c) {
+        *out = c;
+        return CA_OK;
+    }
+    c = mem_calloc(1, sizeof *c);
+    uint8_t *copy = mem_alloc((size_t)len);
+    if (!c || !copy) {
+        mem_free(c);
+        mem_free(copy);
+        return err_nomem("the compiled backward's cache");
+    }
+    memcpy(copy, key, (size_t)len);
+    c->key = copy;
+    c->len = len;
+    c->sibling = t->child; /* a new child goes first: recent graphs are found first */
+    t->child = c;
+    *out = c;
+    return CA_OK;
+}
+
+static ca_status leaf_new(const key_collect *k, bool dynamic, cache_leaf **out) {
+    cache_leaf *leaf = mem_calloc(1, sizeof *leaf);
+    size_t n = (size_t)k->n_sizes;
+    uint8_t *dyn = mem_calloc(n ? n : 1, 1);
+    int64_t *last = mem_alloc(sizeof(int64_t) * (n ? n : 1));
+    if (!leaf || !dyn || !last) {
+        mem_free(leaf);
+        mem_free(dyn);
+        mem_free(last);
+        return err_nomem("the compiled backward's cache");
+    }
+    for (size_t s = 0; s < n; s++)
+        dyn[s] = dynamic && k->sizes[s] >= 2;
+    memcpy(last, k->sizes, sizeof(int64_t) * n);
+    leaf->n_slots = k->n_sizes;
+    leaf->dynamic = dyn;
+    leaf->last_sizes = last;
+    *out = leaf;
+    return CA_OK;
+}
+
+/* Walks (and creates) the trie path of k. On failure the nodes already made stay: they
+ * are valid, empty prefixes, and the next lookup simply misses at the same place. */
+ca_status cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
+                         cache_leaf **out) {
+    if (l->kind != LOOKUP_NEW_NODE) {
+        *out = l->leaf;
+        return CA_OK;
+    }
+    trie_node *t = &c->root;
+    for (int call = 0; call <= k->n_nodes; call++) {
+        int len;
+        const uint8_t *key = key_bytes(k, call, &len);
+        CA_CHECK(trie_child(t, key, len, &t));
+    }
+    if (!t->leaf)
+        CA_CHECK(leaf_new(k, dynamic, &t->leaf));
+    *out = t->leaf;
+    return CA_OK;
+}
+
+int cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed) {
+    int count = 0;
+    for (int s = 0; s < leaf->n_slots; s++) {
+        bool diff = k->sizes[s] != leaf->last_sizes[s];
+        if (changed)
+            changed[s] = diff;
+        count += diff;
+        if (diff && k->sizes[s] >= 2 && leaf->last_sizes[s] >= 2)
+            leaf->dynamic[s] = 1;
+        leaf->last_sizes[s] = k->sizes[s];
+    }
+    return count;
+}
+
+static void entry_free(cache_entry *e) {
+    if (e->free_compiled && e->compiled)
+        e->free_compiled(e->compiled);
+    mem_free(e->sizes);
+    mem_free(e->symbol);
+    mem_free(e->first_slot);
+    mem_free(e);
+}
+
+/* Duck sizing: dynamic slots with equal values share a symbol. */
+static void assign_symbols(cache_entry *e, const cache_leaf *leaf, const key_collect *k) {
+    e->n_symbols = 0;
+    for (int s = 0; s < k->n_sizes; s++) {
+        e->symbol[s] = -1;
+        if (!leaf->dynamic[s] || k->sizes[s] < 2)
+            continue;
+        for (int t = 0; t < s && e->symbol[s] < 0; t++)
+            if (e->symbol[t] >= 0 && k->sizes[t] == k->sizes[s])
+                e->symbol[s] = e->symbol[t];
+        if (e->symbol[s] < 0) {
+            e->first_slot[e->n_symbols] = s;
+            e->symbol[s] = e->n_symbols++;
+        }
+    }
+}
+
+ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
+                          void (*free_compiled)(void *), cache_entry **out) {
+    size_t n = (size_t)k->n_sizes ? (size_t)k->n_sizes : 1;
+    cache_entry *e = mem_calloc(1, sizeof *e);
+    if (e) {
+        e->sizes = mem_alloc(sizeof(int64_t) * n);
+        e->symbol = mem_alloc(sizeof(int32_t) * n);
+        e->first_slot = mem_alloc(sizeof(int32_t) * n);
+        e->compiled = compiled;
+        e->free_compiled = free_compiled;
+    }
+    if (!e || !e->sizes || !e->symbol || !e->first_slot) {
+        if (e)
+            entry_free(e);
+        else if (free_compiled && compiled)
+            free_compiled(compiled);
+        return err_nomem("a compiled backward's cache entry");
+    }
+    e->n_slots = k->n_sizes;
+    memcpy(e->sizes, k->sizes, sizeof(int64_t) * (size_t)k->n_sizes);
+    assign_symbols(e, leaf, k);
+    e->next = leaf->entries;
+    leaf->entries = e;
+    leaf->n_entries++;
+    *out = e;
+    return CA_OK;
+}
+
+int cache_child_key_sizes(const trie_node *t, int *out, int max) {
+    int n = 0;
+    for (const trie_node *c = t->child; c && n < max; c = c->sibling)
+        out[n++] = c->len;
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Teardown: iterative over siblings, recursive over depth only through an explicit
+ * worklist threaded through the sibling pointers, so a 10k-node graph cannot overflow the
+ * stack.
+ */
+static void leaf_free(cache_leaf *leaf) {
+    if (!leaf)
+        return;
+    while (leaf->entries) {
+        cache_entry *e = leaf->entries;
+        leaf->entries = e->next;
+        entry_free(e);
+    }
+    mem_free(leaf->dynamic);
+    mem_free(leaf->last_sizes);
+    mem_free(leaf);
+}
+
+void cache_clear(ca_cache *c) {
+    trie_node *work = c->root.child;
+    c->root.child = NULL;
+    while (work) {
+        trie_node *t = work;
+        work = t->sibling;
+        /* splice t's children onto the worklist */
+        if (t->child) {
+            trie_node *last = t->child;
+            while (last->sibling)
+                last = last->sibling;
+            last->sibling = work;
+            work = t->child;
+        }
+        leaf_free(t->leaf);
+        mem_free(t->key);
+        mem_free(t);
+    }
+}

@@ -1,0 +1,83 @@
+/* compiled_cache.h - the compiled backward's cache: a trie of per-node keys, with the
+ * compiled graphs at its leaves guarded by sizes.
+ *
+ * One trie level per NodeCall: graphs that start alike share a prefix, and the first level
+ * without a matching child is exactly the node a "new autograd node" miss names. A leaf
+ * holds the compiled entries for one key, and which size slots have varied there.
+ *
+ * Sizes: a slot starts static (an entry matches only its captured value). The first time a
+ * static slot changes at a leaf, the slot becomes dynamic for good, and the entry compiled
+ * next treats it as a symbol: it matches any value >= 2, provided slots that were equal at
+ * capture are still equal (they share one symbol). Values 0 and 1 are never dynamic: they
+ * change broadcasting, so they stay specialised, as in PyTorch.
+ */
+#ifndef CAGRAD_COMPILED_CACHE_H
+#define CAGRAD_COMPILED_CACHE_H
+
+#include "autograd/compiled_key.h"
+
+typedef struct cache_entry cache_entry;
+typedef struct cache_leaf cache_leaf;
+typedef struct trie_node trie_node;
+
+struct cache_entry {
+    cache_entry *next;
+    int n_slots;
+    int64_t *sizes;      /* captured values */
+    int32_t *symbol;     /* per slot: -1 static, else its symbol (equal slots share one) */
+    int32_t *first_slot; /* per symbol: the first slot that uses it */
+    int n_symbols;
+    void *compiled; /* the compiled program; freed with free_compiled */
+    void (*free_compiled)(void *compiled);
+};
+
+struct cache_leaf {
+    int n_slots;
+    uint8_t *dynamic;    /* per slot, sticky */
+    int64_t *last_sizes; /* sizes of the latest capture here, for "old -> new" */
+    cache_entry *entries;
+    int n_entries;
+    bool warned; /* the bound was reached and said once */
+};
+
+struct trie_node {
+    trie_node *child, *sibling;
+    int len;
+    uint8_t *key;
+    cache_leaf *leaf;
+};
+
+typedef struct {
+    trie_node root; /* the level above GraphRoot */
+} ca_cache;
+
+typedef enum { LOOKUP_HIT, LOOKUP_NEW_NODE, LOOKUP_SHAPES } cache_lookup_kind;
+
+typedef struct {
+    cache_lookup_kind kind;
+    int call;           /* NEW_NODE: the first NodeCall without a matching trie child */
+    trie_node *at;      /* NEW_NODE: the trie node whose children did not match */
+    cache_leaf *leaf;   /* SHAPES and HIT */
+    cache_entry *entry; /* HIT */
+} cache_lookup;
+
+/* Look the collected key up. Allocates nothing. */
+cache_lookup cache_find(ca_cache *c, const key_collect *k);
+/* The leaf for k, creating the rest of its trie path. With `dynamic`, a new leaf starts
+ * with every slot of value >= 2 dynamic. */
+ca_status cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
+                         cache_leaf **out);
+/* A SHAPES miss: mark the slots whose value differs from the leaf's last capture dynamic
+ * (values 0/1 stay static). changed[] (n_slots entries, may be NULL) gets 1 for each slot
+ * that changed; returns how many changed. Records k's sizes as the last capture. */
+int cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed);
+/* A new entry for k at leaf, with the leaf's current dynamic slots as symbols. The entry
+ * owns `compiled` from now on (also on failure, when it is freed at once). */
+ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
+                          void (*free_compiled)(void *), cache_entry **out);
+/* Key byte lengths of the children of t, for the "previous key sizes" log. */
+int cache_child_key_sizes(const trie_node *t, int *out, int max);
+/* Free everything. */
+void cache_clear(ca_cache *c);
+
+#endif /* CAGRAD_COMPILED_CACHE_H */
