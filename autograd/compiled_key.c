@@ -78,14 +78,22 @@ static bool same_view(const ca_tensor *a, const ca_tensor *b) {
     return true;
 }
 
+int key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind) {
+    for (int i = 0; i < k->n_lifted; i++)
+        if (k->lifted[i].kind == kind && same_view(k->lifted[i].t, t))
+            return i;
+    return -1;
+}
+
+int key_node_first_slot(const key_collect *k, int call) {
+    return k->slot0[call];
+}
+
 /* Lift t (or find it lifted already); its index goes into the key, and on first lift its
  * dims become size slots. */
 static ca_status lift_tensor(key_collect *k, ca_tensor *t, key_lift_kind kind, int call,
                              const char *what) {
-    int idx = -1;
-    for (int i = 0; i < k->n_lifted && idx < 0; i++)
-        if (k->lifted[i].kind == kind && same_view(k->lifted[i].t, t))
-            idx = i;
+    int idx = key_find_lifted(k, t, kind);
     if (idx < 0) {
         CA_CHECK(grow((void **)&k->lifted, &k->cap_lifted, k->n_lifted + 1, sizeof(key_lifted)));
         idx = k->n_lifted++;
@@ -166,9 +174,14 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
 static ca_status root_key(key_collect *k, const key_request *req) {
     CA_CHECK(put_i32(k, req->capture));
     CA_CHECK(put_i32(k, req->n_roots));
+    k->n_roots = req->n_roots;
+    CA_CHECK(grow((void **)&k->root_call, &k->cap_root_call, req->n_roots, sizeof(int)));
+    CA_CHECK(grow((void **)&k->root_seed, &k->cap_root_seed, req->n_roots, sizeof(int)));
     for (int i = 0; i < req->n_roots; i++) {
-        CA_CHECK(put_i32(k, req->roots[i]->call_id));
+        k->root_call[i] = req->roots[i]->call_id;
+        CA_CHECK(put_i32(k, k->root_call[i]));
         CA_CHECK(lift_tensor(k, req->seeds[i], LIFT_SEED, 0, "seed"));
+        k->root_seed[i] = key_find_lifted(k, req->seeds[i], LIFT_SEED);
     }
     CA_CHECK(put_i32(k, req->n_targets));
     for (int i = 0; i < req->n_targets; i++)
@@ -178,7 +191,9 @@ static ca_status root_key(key_collect *k, const key_request *req) {
 
 static ca_status mark_offset(key_collect *k, int i) {
     CA_CHECK(grow((void **)&k->off, &k->cap_off, i + 1, sizeof(int)));
+    CA_CHECK(grow((void **)&k->slot0, &k->cap_slot0, i + 1, sizeof(int)));
     k->off[i] = k->n_bytes;
+    k->slot0[i] = k->n_sizes;
     return CA_OK;
 }
 
@@ -204,6 +219,9 @@ void key_collect_free(key_collect *k) {
     mem_free(k->hooks);
     mem_free(k->bytes);
     mem_free(k->off);
+    mem_free(k->slot0);
+    mem_free(k->root_call);
+    mem_free(k->root_seed);
     memset(k, 0, sizeof *k);
 }
 

@@ -52,6 +52,12 @@ typedef struct {
     int n_bytes, cap_bytes;
     int *off; /* n_nodes + 2 entries (GraphRoot first) */
     int cap_off;
+    int *slot0; /* n_nodes + 2 entries: each NodeCall's first size slot */
+    int cap_slot0;
+    /* the GraphRoot's edges: root r's NodeCall and the lifted index of its seed */
+    int n_roots;
+    int *root_call, *root_seed;
+    int cap_root_call, cap_root_seed;
 } key_collect;
 
 /* What a backward asks for: accumulate into leaves' .grad, or return gradients. */
@@ -73,6 +79,11 @@ static inline const uint8_t *key_bytes(const key_collect *k, int call, int *len)
     *len = k->off[call + 1] - k->off[call];
     return k->bytes + k->off[call];
 }
+/* The index of t among the lifted tensors of this kind, or -1. */
+int key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind);
+/* The first size slot NodeCall `call` lifted (its slots are contiguous, in the order
+ * key_collect_walk lifts them: input shapes, grad_output, then its fields). */
+int key_node_first_slot(const key_collect *k, int call);
 /* The name of NodeCall i ("GraphRoot" for 0). */
 const char *key_node_name(const key_collect *k, int call);
 

@@ -25,22 +25,6 @@ typedef struct {
 /* ---------------------------------------------------------------------------------------
  * 3. prune (autograd.grad only): a node is needed if it leads to a requested input
  */
-static void mark_needed(engine_run *r) {
-    for (int i = 0; i < r->walk.nodes.n; i++)
-        r->walk.nodes.v[i]->needed = r->mode == RUN_ACCUMULATE;
-    if (r->mode == RUN_ACCUMULATE)
-        return;
-    for (int i = 0; i < r->n_cap; i++)
-        if (r->cap_nodes[i])
-            r->cap_nodes[i]->needed = true;
-    for (int i = r->walk.order.n - 1; i >= 0; i--) {
-        ca_node *x = r->walk.order.v[i];
-        for (int k = 0; k < x->n_in && !x->needed; k++)
-            if (x->next[k].fn && x->next[k].fn->needed)
-                x->needed = true;
-    }
-}
-
 /* ---------------------------------------------------------------------------------------
  * 4. run
  */
@@ -202,7 +186,7 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
                                   int n_roots) {
     ca_status st = walk_graph(&r->walk, roots, n_roots);
     if (st == CA_OK) {
-        mark_needed(r);
+        walk_mark_needed(&r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
         for (int i = 0; i < n_roots && st == CA_OK; i++)
             st = buffer_add(roots[i], grads[i]);
     }

@@ -211,6 +211,9 @@ typedef struct {
 /* Walk from the roots (node->deps is used up; node->needed is reset to false). */
 ca_status walk_graph(ca_walk *w, ca_node *const *roots, int n_roots);
 void walk_free(ca_walk *w);
+/* Set node->needed: every node for a backward; for autograd.grad (capture), the targets and
+ * the nodes on a path to one. */
+void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets);
 /* A fresh epoch, for marking nodes outside a walk. */
 uint64_t walk_new_epoch(void);
 

@@ -136,3 +136,20 @@ void walk_free(ca_walk *w) {
     mem_free(w->scratch.v);
     memset(w, 0, sizeof *w);
 }
+
+void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets) {
+    for (int i = 0; i < w->order.n; i++)
+        w->order.v[i]->needed = !capture;
+    if (!capture)
+        return;
+    for (int i = 0; i < n_targets; i++)
+        if (targets[i])
+            targets[i]->needed = true;
+    /* children come after parents in the order, so one backward sweep settles it */
+    for (int i = w->order.n - 1; i >= 0; i--) {
+        ca_node *x = w->order.v[i];
+        for (int k = 0; k < x->n_in && !x->needed; k++)
+            if (x->next[k].fn && x->next[k].fn->needed)
+                x->needed = true;
+    }
+}
