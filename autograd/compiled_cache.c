@@ -181,6 +181,16 @@ ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled
     return CA_OK;
 }
 
+void cache_drop_entry(cache_leaf *leaf, cache_entry *e) {
+    for (cache_entry **p = &leaf->entries; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            leaf->n_entries--;
+            entry_free(e);
+            return;
+        }
+}
+
 int cache_child_key_sizes(const trie_node *t, int *out, int max) {
     int n = 0;
     for (const trie_node *c = t->child; c && n < max; c = c->sibling)

@@ -75,6 +75,8 @@ int cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed)
  * owns `compiled` from now on (also on failure, when it is freed at once). */
 ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
                           void (*free_compiled)(void *), cache_entry **out);
+/* Remove e from leaf and free it (a compile that failed after the entry was made). */
+void cache_drop_entry(cache_leaf *leaf, cache_entry *e);
 /* Key byte lengths of the children of t, for the "previous key sizes" log. */
 int cache_child_key_sizes(const trie_node *t, int *out, int max);
 /* Free everything. */

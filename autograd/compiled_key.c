@@ -9,6 +9,7 @@
  */
 #include "autograd/compiled_key.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Grow *p (of *cap elements of size elem) to hold need elements. */
@@ -48,20 +49,20 @@ static ca_status put_f64(key_collect *k, double v) {
 }
 
 /* ---- size slots ---- */
-static ca_status lift_size(key_collect *k, int64_t v, int call, const char *what, int dim) {
+static ca_status lift_size(key_collect *k, int64_t v, key_slot_owner o) {
     int n = k->n_sizes;
     CA_CHECK(grow((void **)&k->sizes, &k->cap_sizes, n + 1, sizeof(int64_t)));
     CA_CHECK(grow((void **)&k->owners, &k->cap_owners, n + 1, sizeof(key_slot_owner)));
     k->sizes[n] = v;
-    k->owners[n] = (key_slot_owner){call, what, dim};
+    k->owners[n] = o;
     k->n_sizes = n + 1;
     return CA_OK;
 }
 
-static ca_status lift_shape(key_collect *k, const ca_meta *m, int call, const char *what) {
+static ca_status lift_shape(key_collect *k, const ca_meta *m, key_slot_owner o) {
     CA_CHECK(put_i32(k, (int32_t)m->dtype * 16 + m->ndim));
-    for (int d = 0; d < m->ndim; d++)
-        CA_CHECK(lift_size(k, m->shape[d], call, what, d));
+    for (o.dim = 0; o.dim < m->ndim; o.dim++)
+        CA_CHECK(lift_size(k, m->shape[o.dim], o));
     return CA_OK;
 }
 
@@ -91,17 +92,14 @@ int key_node_first_slot(const key_collect *k, int call) {
 
 /* Lift t (or find it lifted already); its index goes into the key, and on first lift its
  * dims become size slots. */
-static ca_status lift_tensor(key_collect *k, ca_tensor *t, key_lift_kind kind, int call,
-                             const char *what) {
+static ca_status lift_tensor(key_collect *k, ca_tensor *t, key_lift_kind kind, key_slot_owner o) {
     int idx = key_find_lifted(k, t, kind);
     if (idx < 0) {
         CA_CHECK(grow((void **)&k->lifted, &k->cap_lifted, k->n_lifted + 1, sizeof(key_lifted)));
         idx = k->n_lifted++;
         k->lifted[idx] = (key_lifted){t, kind, k->n_sizes};
-        ca_meta m;
-        tensor_meta(t, &m);
-        for (int d = 0; d < m.ndim; d++)
-            CA_CHECK(lift_size(k, m.shape[d], call, what, d));
+        for (o.dim = 0; o.dim < t->ndim; o.dim++)
+            CA_CHECK(lift_size(k, t->shape[o.dim], o));
     }
     CA_CHECK(put_i32(k, idx));
     return put_i32(k, (int32_t)t->dtype * 16 + t->ndim);
@@ -128,7 +126,8 @@ static ca_status node_fields(key_collect *k, const ca_node *n, int call) {
             CA_CHECK(node_check_saved(n, saved));
             ca_tensor *t = n->saved[saved++].t;
             if (t)
-                CA_CHECK(lift_tensor(k, t, LIFT_SAVED, call, fd->name));
+                CA_CHECK(lift_tensor(k, t, LIFT_SAVED,
+                                     (key_slot_owner){call, OWN_SAVED, fd->name, 0, 0}));
             else
                 CA_CHECK(put_i32(k, -1)); /* an optional input that was not given */
             break;
@@ -143,7 +142,8 @@ static ca_status node_fields(key_collect *k, const ca_node *n, int call) {
         case FIELD_SIZES:
             CA_CHECK(put_i32(k, n->attrs.shape.n));
             for (int d = 0; d < n->attrs.shape.n; d++)
-                CA_CHECK(lift_size(k, n->attrs.shape.v[d], call, fd->name, d));
+                CA_CHECK(lift_size(k, n->attrs.shape.v[d],
+                                   (key_slot_owner){call, OWN_ATTR, fd->name, 0, d}));
             break;
         }
     }
@@ -157,11 +157,12 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
     for (int i = 0; i < n->n_in; i++) {
         ca_node *c = n->next[i].fn;
         CA_CHECK(put_i32(k, c ? c->call_id : -1));
-        CA_CHECK(lift_shape(k, &n->in_meta[i], call, "input"));
+        CA_CHECK(lift_shape(k, &n->in_meta[i], (key_slot_owner){call, OWN_INPUT, "input", i, 0}));
     }
-    CA_CHECK(lift_shape(k, &n->out_meta, call, "grad_output"));
+    CA_CHECK(lift_shape(k, &n->out_meta, (key_slot_owner){call, OWN_GRAD_OUTPUT, "grad", 0, 0}));
     if (n->op == CA_OP_ACCUMULATE_GRAD) {
-        CA_CHECK(lift_tensor(k, n->leaf, LIFT_LEAF, call, "leaf"));
+        CA_CHECK(
+            lift_tensor(k, n->leaf, LIFT_LEAF, (key_slot_owner){call, OWN_LEAF, "leaf", 0, 0}));
         CA_CHECK(lift_hooks(k, n->leaf->hooks, call, NULL));
         return lift_hooks(k, n->leaf->post_acc_hooks, call, n->leaf);
     }
@@ -180,7 +181,8 @@ static ca_status root_key(key_collect *k, const key_request *req) {
     for (int i = 0; i < req->n_roots; i++) {
         k->root_call[i] = req->roots[i]->call_id;
         CA_CHECK(put_i32(k, k->root_call[i]));
-        CA_CHECK(lift_tensor(k, req->seeds[i], LIFT_SEED, 0, "seed"));
+        CA_CHECK(
+            lift_tensor(k, req->seeds[i], LIFT_SEED, (key_slot_owner){0, OWN_SEED, "seed", i, 0}));
         k->root_seed[i] = key_find_lifted(k, req->seeds[i], LIFT_SEED);
     }
     CA_CHECK(put_i32(k, req->n_targets));
@@ -227,4 +229,29 @@ void key_collect_free(key_collect *k) {
 
 const char *key_node_name(const key_collect *k, int call) {
     return call == 0 ? "GraphRoot" : node_name(k->nodes[call - 1]);
+}
+
+const char *key_owner_str(const key_collect *k, int slot, char *buf, size_t size) {
+    const key_slot_owner *o = &k->owners[slot];
+    const char *node = key_node_name(k, o->node_call);
+    int call = o->node_call;
+    switch (o->kind) {
+    case OWN_INPUT:
+        snprintf(buf, size, "%s (NodeCall %d) input %d dim %d", node, call, o->index, o->dim);
+        break;
+    case OWN_GRAD_OUTPUT:
+        snprintf(buf, size, "%s (NodeCall %d) grad_output dim %d", node, call, o->dim);
+        break;
+    case OWN_SAVED:
+        snprintf(buf, size, "%s (NodeCall %d) saved %s dim %d", node, call, o->what, o->dim);
+        break;
+    case OWN_ATTR:
+        snprintf(buf, size, "%s (NodeCall %d) %s dim %d", node, call, o->what, o->dim);
+        break;
+    case OWN_SEED:
+        snprintf(buf, size, "GraphRoot (NodeCall 0) seed %d dim %d", o->index, o->dim);
+        break;
+    case OWN_LEAF: snprintf(buf, size, "%s (NodeCall %d) leaf dim %d", node, call, o->dim); break;
+    }
+    return buf;
 }

@@ -12,9 +12,13 @@
 #include "autograd/internal.h"
 
 /* Who a size slot belongs to, for the "changed tensor shapes" log line. */
+typedef enum { OWN_INPUT, OWN_GRAD_OUTPUT, OWN_SAVED, OWN_ATTR, OWN_SEED, OWN_LEAF } key_owner_kind;
+
 typedef struct {
-    int node_call;    /* NodeCall id */
-    const char *what; /* "saved self", "input 0", "grad_output", "attr shape", "seed" */
+    int node_call; /* NodeCall id */
+    key_owner_kind kind;
+    const char *what; /* the field's name for OWN_SAVED and OWN_ATTR */
+    int index;        /* OWN_INPUT: which input; OWN_SEED: which root */
     int dim;
 } key_slot_owner;
 
@@ -84,6 +88,8 @@ int key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind
 /* The first size slot NodeCall `call` lifted (its slots are contiguous, in the order
  * key_collect_walk lifts them: input shapes, grad_output, then its fields). */
 int key_node_first_slot(const key_collect *k, int call);
+/* "MmBackward0 (NodeCall 3) saved self dim 0" into buf. */
+const char *key_owner_str(const key_collect *k, int slot, char *buf, size_t size);
 /* The name of NodeCall i ("GraphRoot" for 0). */
 const char *key_node_name(const key_collect *k, int call);
 

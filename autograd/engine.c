@@ -7,6 +7,7 @@
  *     hooks, then its derivative rule (eager builder), and on to its next edges.
  */
 #include "autograd/builder.h"
+#include "autograd/compiled.h"
 
 #include <string.h>
 
@@ -185,12 +186,24 @@ static void run_cleanup(engine_run *r) {
 static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tensor *const *grads,
                                   int n_roots) {
     ca_status st = walk_graph(&r->walk, roots, n_roots);
+    bool ran = false;
     if (st == CA_OK) {
         walk_mark_needed(&r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
-        for (int i = 0; i < n_roots && st == CA_OK; i++)
+        if (compiled_active()) {
+            compiled_call c = {.capture = r->mode == RUN_CAPTURE,
+                               .retain_graph = r->retain_graph,
+                               .n_roots = n_roots,
+                               .roots = roots,
+                               .seeds = grads,
+                               .n_targets = r->n_cap,
+                               .targets = r->cap_nodes,
+                               .grads_out = r->cap_grads};
+            st = compiled_run(&r->walk, &c, &ran);
+        }
+        for (int i = 0; i < n_roots && st == CA_OK && !ran; i++)
             st = buffer_add(roots[i], grads[i]);
     }
-    for (int i = 0; i < r->walk.order.n && st == CA_OK; i++)
+    for (int i = 0; i < r->walk.order.n && st == CA_OK && !ran; i++)
         if (r->walk.order.v[i]->needed)
             st = run_node(r, r->walk.order.v[i]);
     run_cleanup(r);

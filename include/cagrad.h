@@ -258,6 +258,39 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
                   const ca_grad_options *options, ca_tensor **grads);
 
 /* ---------------------------------------------------------------------------------------
+ * Compiled autograd
+ *
+ * While enabled, ca_backward and ca_grad do not run the graph node by node: they walk it
+ * (hooks included), look the walk up in a cache keyed by node types and sizes, and on a
+ * miss trace the whole backward into one graph, optimise it, plan its memory, and run
+ * it. Results equal the eager backward's. CAGRAD_LOGS=compiled_autograd prints each
+ * traced graph; compiled_autograd_verbose adds why each cache miss happened.
+ */
+typedef struct {
+    bool dynamic;         /* every size symbolic from the first capture (else: on change) */
+    int cache_size_limit; /* compiled graphs per cache leaf; 0 means the default, 8 */
+} ca_compiled_options;
+
+/* Enable (options may be NULL for the defaults). Calls nest: each enable needs a disable,
+ * and the innermost options apply. Reads CAGRAD_LOGS. */
+ca_status ca_compiled_autograd_enable(const ca_compiled_options *options);
+ca_status ca_compiled_autograd_disable(void);
+bool ca_compiled_autograd_enabled(void);
+/* Drop every compiled graph and zero the counters. */
+void ca_compiled_autograd_reset(void);
+
+typedef struct {
+    int64_t captures;        /* graphs traced */
+    int64_t cache_hits;
+    int64_t cache_misses;
+    int64_t graphs;          /* compiled graphs alive in the cache */
+    int64_t fused_kernels;   /* fused loops in those graphs */
+    int64_t eager_fallbacks; /* backwards run eagerly (cache bound reached, or untraceable) */
+} ca_compiled_counters;
+
+void ca_compiled_autograd_counters(ca_compiled_counters *out);
+
+/* ---------------------------------------------------------------------------------------
  * Ops. Each records a node in the autograd graph when grad mode is on and an input
  * requires grad. Binary ops broadcast with NumPy's rules. Results are new references.
  */

@@ -167,8 +167,10 @@ Test(compiled_key, slot_owners_name_node_field_and_dim) {
     bool found = false; /* linear saves its input x [8, 4]: the slot of dim 0 is owned by it */
     for (int s = 0; s < r.key.n_sizes && !found; s++) {
         const key_slot_owner *o = &r.key.owners[s];
-        found = o->node_call == 3 && strcmp(o->what, "input") == 0 && o->dim == 0 &&
-                r.key.sizes[s] == 8;
+        char buf[128];
+        found = o->node_call == 3 && o->kind == OWN_SAVED && o->dim == 0 && r.key.sizes[s] == 8 &&
+                strcmp(key_owner_str(&r.key, s, buf, sizeof buf),
+                       "LinearBackward0 (NodeCall 3) saved input dim 0") == 0;
     }
     cr_assert(found, "a slot owned by LinearBackward0 (NodeCall 3) saved input dim 0");
     cr_assert_str_eq(key_node_name(&r.key, 3), "LinearBackward0");

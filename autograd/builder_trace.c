@@ -1,0 +1,385 @@
+/* builder_trace.c - the tracing builder (see builder_trace.h).
+ *
+ * trace_backward mirrors the eager engine's run over the same walk: gradients summed over
+ * fan-in (IR adds), tensor hooks and retain_grad as call nodes, then the node's rule, whose
+ * builder calls become IR nodes; AccumulateGrad becomes an accumulate node and its
+ * post-accumulate hooks follow it. Values carry the NodeCall and forward graph of the rule
+ * that made them, for the printed graph.
+ */
+#include "autograd/builder_trace.h"
+
+#include "autograd/builder.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    ca_builder base;
+    const trace_request *req;
+    graph *g;
+    graph_val *lifted; /* value of each lifted tensor */
+    graph_val *buf;    /* per NodeCall: gradient flowing into it, or -1 */
+    graph_origin origin;
+    ca_node shadow; /* the node the running rule sees */
+    ca_meta *shadow_in;
+    ca_meta metas[16]; /* ring of meta() answers */
+    int next_meta;
+} trace_builder;
+
+static ca_bval bval_of(graph_val v) {
+    return (ca_bval)(intptr_t)(v + 1);
+}
+
+static graph_val val_of(ca_bval b) {
+    return (graph_val)((intptr_t)b - 1);
+}
+
+static ca_bval trace_fail(trace_builder *tb, const char *fmt, const char *what) {
+    if (tb->base.status == CA_OK)
+        tb->base.status = err_set(CA_STATUS_INTERNAL, fmt, what);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Sizes: numbers for static slots, handles for symbolic ones
+ */
+static int64_t slot_size(trace_builder *tb, int slot) {
+    const cache_entry *e = tb->req->e;
+    if (e->symbol[slot] < 0)
+        return tb->req->k->sizes[slot];
+    return SIZE_HANDLE_BASE + graph_sx_slot(tb->g, e->symbol[slot]);
+}
+
+/* A rule's size (number or handle) as a size expression; -1 if it is corrupt. */
+static graph_sx size_sx(trace_builder *tb, int64_t v) {
+    if (v >= SIZE_HANDLE_BASE / 2) {
+        int64_t id = v - SIZE_HANDLE_BASE;
+        return id >= 0 && id < INT32_MAX ? (graph_sx)id : -1;
+    }
+    return v >= -1 ? graph_sx_const(tb->g, v) : -1;
+}
+
+static int64_t sx_size(trace_builder *tb, graph_sx s) {
+    int64_t v;
+    return graph_sx_const_value(tb->g, s, &v) ? v : SIZE_HANDLE_BASE + s;
+}
+
+static bool decode_shape(trace_builder *tb, const ca_ints *in, graph_op_args *a) {
+    a->n_shape = in->n;
+    for (int d = 0; d < in->n; d++)
+        if ((a->shape[d] = size_sx(tb, in->v[d])) < 0)
+            return false;
+    return true;
+}
+
+/* Ints that are positions (slice bounds) must not be handles: a rule that computes a
+ * position from a symbolic size cannot be traced with that size symbolic. */
+static bool plain_ints(const int64_t *v, int n) {
+    for (int i = 0; i < n; i++)
+        if (v[i] >= SIZE_HANDLE_BASE / 2 || v[i] <= -SIZE_HANDLE_BASE / 2)
+            return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Lowering op-table rows to graph ops
+ */
+static uint32_t dims_mask(const ca_ints *dims, int ndim) {
+    uint32_t m = 0;
+    for (int i = 0; i < dims->n; i++)
+        m |= 1u << (dims->v[i] < 0 ? dims->v[i] + ndim : dims->v[i]);
+    return dims->n ? m : (ndim ? (1u << ndim) - 1 : 0);
+}
+
+/* Fill a with the graph op for row `op`; false if the row has no graph op. */
+static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, graph_op_args *a) {
+    memcpy(a->i, at->i, sizeof a->i);
+    a->p[0] = at->s[0];
+    a->p[1] = at->s[1];
+    switch (op) {
+    case CA_OP_PW: a->op = GOP_PW; return true;
+    case CA_OP_SUM:
+        a->op = GOP_SUM;
+        a->i[0] = dims_mask(&at->dims, in_ndim);
+        a->i[1] = at->i[0];
+        return true;
+    case CA_OP_SUM_TO: a->op = GOP_SUM_TO; return decode_shape(tb, &at->shape, a);
+    case CA_OP_EXPAND: a->op = GOP_EXPAND; return decode_shape(tb, &at->shape, a);
+    case CA_OP_RESHAPE: a->op = GOP_RESHAPE; return decode_shape(tb, &at->shape, a);
+    case CA_OP_PERMUTE:
+        a->op = GOP_PERMUTE;
+        a->n_perm = at->dims.n;
+        for (int d = 0; d < at->dims.n; d++)
+            a->perm[d] = (int8_t)(at->dims.v[d] < 0 ? at->dims.v[d] + in_ndim : at->dims.v[d]);
+        return true;
+    case CA_OP_UNSQUEEZE: a->op = GOP_UNSQUEEZE; return true;
+    case CA_OP_SLICE: a->op = GOP_SLICE; return plain_ints(at->i, 4);
+    case CA_OP_SLICE_BACKWARD:
+        a->op = GOP_SLICE_BACKWARD;
+        return plain_ints(at->i, 4) && decode_shape(tb, &at->shape, a);
+    case CA_OP_CONTIGUOUS: a->op = GOP_CONTIGUOUS; return true;
+    case CA_OP_MATMUL: a->op = GOP_MATMUL; return true;
+    case CA_OP_INDEX_ADD: a->op = GOP_INDEX_ADD; return decode_shape(tb, &at->shape, a);
+    case CA_OP_SCATTER_ADD: a->op = GOP_SCATTER_ADD; return decode_shape(tb, &at->shape, a);
+    case CA_OP_TO_DTYPE:
+        a->op = GOP_CAST;
+        a->dtype = (kern_dtype)at->i[0];
+        return true;
+    case CA_OP_NLL_LOSS_BACKWARD: a->op = GOP_NLL_BW; return decode_shape(tb, &at->shape, a);
+    default: return false;
+    }
+}
+
+static graph_val add_node(trace_builder *tb, const graph_op_args *a) {
+    graph_val v = graph_add(tb->g, a, tb->origin);
+    if (v < 0 && tb->base.status == CA_OK)
+        tb->base.status =
+            err_set(CA_STATUS_INTERNAL, "tracing %s: %s", tb->origin.name, graph_error(tb->g));
+    return v;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The builder interface
+ */
+static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *at) {
+    trace_builder *tb = (trace_builder *)b;
+    graph_op_args a = {.n_in = n};
+    if (n > GRAPH_MAX_IN)
+        return trace_fail(tb, "op '%s' has too many inputs to trace", op_def(op)->name);
+    for (int i = 0; i < n; i++)
+        a.in[i] = val_of(in[i]);
+    const graph_node *x = graph_node_at(tb->g, a.in[0]);
+    if (!lower(tb, op, at ? at : &(ca_attrs){0}, x ? x->ndim : 0, &a))
+        return trace_fail(tb,
+                          "cannot trace op '%s' here (no graph op for it, or a rule computed a "
+                          "position from a symbolic size)",
+                          op_def(op)->name);
+    graph_val v = add_node(tb, &a);
+    return v < 0 ? NULL : bval_of(v);
+}
+
+static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
+    trace_builder *tb = (trace_builder *)b;
+    ca_status st = node_check_saved(n, k);
+    if (st != CA_OK) {
+        b->status = st;
+        return NULL;
+    }
+    if (!n->saved[k].t)
+        return NULL;
+    int idx = key_find_lifted(tb->req->k, n->saved[k].t, LIFT_SAVED);
+    if (idx < 0)
+        return trace_fail(tb, "saved tensor of %s was not lifted by the key", node_name(n));
+    return bval_of(tb->lifted[idx]);
+}
+
+static const ca_meta *trace_meta(ca_builder *b, ca_bval v) {
+    trace_builder *tb = (trace_builder *)b;
+    const graph_node *x = graph_node_at(tb->g, val_of(v));
+    ca_meta *m = &tb->metas[tb->next_meta++ % 16];
+    m->dtype = (ca_dtype)x->dtype;
+    m->ndim = x->ndim;
+    for (int d = 0; d < x->ndim; d++)
+        m->shape[d] = sx_size(tb, x->shape[d]);
+    return m;
+}
+
+static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
+                                     uint32_t dim_mask) {
+    trace_builder *tb = (trace_builder *)b;
+    double count = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        if (!(dim_mask & (1u << d)))
+            continue;
+        if (m->shape[d] >= SIZE_HANDLE_BASE / 2)
+            return trace_fail(tb, "%s: a mean over a symbolic size cannot be traced yet",
+                              tb->origin.name);
+        count *= (double)m->shape[d];
+    }
+    return bx_mul_s(b, x, 1.0 / count);
+}
+
+static const ca_builder_vtbl trace_vtbl = {trace_apply, trace_saved, trace_meta,
+                                           trace_scale_inv_numel};
+
+/* ---------------------------------------------------------------------------------------
+ * Inputs and the shadow node
+ */
+static ca_status add_inputs(trace_builder *tb) {
+    const key_collect *k = tb->req->k;
+    for (int i = 0; i < k->n_lifted; i++) {
+        const key_lifted *l = &k->lifted[i];
+        graph_op_args a = {.op = GOP_INPUT, .dtype = kdt(l->t->dtype), .n_shape = l->t->ndim};
+        a.i[0] = i;
+        for (int d = 0; d < l->t->ndim; d++)
+            a.shape[d] = size_sx(tb, slot_size(tb, l->first_slot + d));
+        tb->origin = (graph_origin){-1, NULL, -1};
+        if ((tb->lifted[i] = add_node(tb, &a)) < 0)
+            return tb->base.status;
+    }
+    return CA_OK;
+}
+
+static void shadow_meta(trace_builder *tb, ca_meta *m, int *cursor) {
+    for (int d = 0; d < m->ndim; d++)
+        m->shape[d] = slot_size(tb, (*cursor)++);
+}
+
+/* The node as its rule must see it: dynamic sizes replaced by handles, in the order the
+ * key lifted them (input shapes, grad_output, then the row's fields). */
+static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
+    const key_collect *k = tb->req->k;
+    int cursor = key_node_first_slot(k, call);
+    tb->shadow = *n;
+    memcpy(tb->shadow_in, n->in_meta, sizeof(ca_meta) * (size_t)n->n_in);
+    tb->shadow.in_meta = tb->shadow_in;
+    for (int i = 0; i < n->n_in; i++)
+        shadow_meta(tb, &tb->shadow_in[i], &cursor);
+    shadow_meta(tb, &tb->shadow.out_meta, &cursor);
+    const ca_op_def *row = op_def(n->op);
+    int saved = 0;
+    for (int f = 0; f < row->n_fields; f++) {
+        const ca_field_desc *fd = &row->fields[f];
+        if (fd->kind == FIELD_TENSOR) {
+            ca_tensor *t = n->saved[saved++].t;
+            int idx = t ? key_find_lifted(k, t, LIFT_SAVED) : -1;
+            if (idx >= 0 && k->lifted[idx].first_slot == cursor)
+                cursor += t->ndim; /* first lifted here: its dims were lifted here */
+        } else if (fd->kind == FIELD_SIZES) {
+            for (int d = 0; d < n->attrs.shape.n; d++)
+                tb->shadow.attrs.shape.v[d] = slot_size(tb, cursor++);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The backward, node by node
+ */
+static graph_val side_effect(trace_builder *tb, graph_op op, graph_val in, int64_t i0, int64_t i1) {
+    graph_op_args a = {.op = op, .n_in = 1, .in = {in}, .i = {i0, i1}};
+    return add_node(tb, &a);
+}
+
+/* buf[call] += v, as an IR add when something is there already. */
+static void accumulate(trace_builder *tb, int call, graph_val v) {
+    if (tb->buf[call] < 0) {
+        tb->buf[call] = v;
+        return;
+    }
+    graph_op_args a = {.op = GOP_PW, .n_in = 2, .in = {tb->buf[call], v}, .i = {KPW_ADD}};
+    a.p[0] = 1.0;
+    tb->buf[call] = add_node(tb, &a);
+}
+
+/* Tensor hooks of NodeCall `call`, in order; each may replace the gradient. */
+static graph_val run_hooks(trace_builder *tb, int call, graph_val g) {
+    const key_collect *k = tb->req->k;
+    for (int h = 0; h < k->n_hooks && g >= 0; h++)
+        if (k->hooks[h].node_call == call && !k->hooks[h].leaf)
+            g = side_effect(tb, GOP_HOOK, g, h, 0);
+    return g;
+}
+
+static void run_post_hooks(trace_builder *tb, int call, graph_val acc, int leaf) {
+    const key_collect *k = tb->req->k;
+    for (int h = 0; h < k->n_hooks; h++)
+        if (k->hooks[h].node_call == call && k->hooks[h].leaf)
+            side_effect(tb, GOP_POST_HOOK, acc, leaf, h);
+}
+
+static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
+    const ca_op_def *row = op_def(n->op);
+    ca_bval gin_local[8] = {0};
+    if (n->n_in > 8) {
+        trace_fail(tb, "%s has too many inputs to trace", row->node_name);
+        return;
+    }
+    make_shadow(tb, n, call);
+    row->backward(&tb->base, &tb->shadow, bval_of(g), gin_local);
+    for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
+        ca_node *c = n->next[i].fn;
+        if (c && c->needed && gin_local[i])
+            accumulate(tb, c->call_id, val_of(gin_local[i]));
+    }
+}
+
+static int target_of(const trace_request *req, const ca_node *n) {
+    for (int i = 0; i < req->n_targets; i++)
+        if (req->targets[i] == n)
+            return i;
+    return -1;
+}
+
+static bool leads_on(const trace_builder *tb, const ca_node *n) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->next[i].fn && n->next[i].fn->needed)
+            return true;
+    return false;
+}
+
+static void trace_node(trace_builder *tb, int call) {
+    ca_node *n = tb->req->k->nodes[call - 1];
+    graph_val g = tb->buf[call];
+    if (g < 0 || !n->needed)
+        return;
+    tb->origin = (graph_origin){call, node_name(n), n->graph_id};
+    bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
+    g = run_hooks(tb, call, g);
+    if (g >= 0 && !tb->req->capture && n->retained)
+        side_effect(tb, GOP_RETAIN, g, call, 0);
+    int target = tb->req->capture ? target_of(tb->req, n) : -1;
+    if (g >= 0 && target >= 0)
+        side_effect(tb, GOP_OUTPUT, g, target, 0);
+    if (g < 0 || tb->base.status != CA_OK)
+        return;
+    if (is_acc && !tb->req->capture) {
+        int leaf = key_find_lifted(tb->req->k, n->leaf, LIFT_LEAF);
+        graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
+        if (acc >= 0)
+            run_post_hooks(tb, call, acc, leaf);
+    } else if (!is_acc && leads_on(tb, n)) {
+        run_rule(tb, n, call, g);
+    }
+}
+
+static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
+    size_t calls = (size_t)k->n_nodes + 1;
+    tb->g = graph_new();
+    tb->lifted = mem_alloc(sizeof(graph_val) * ((size_t)k->n_lifted + 1));
+    tb->buf = mem_alloc(sizeof(graph_val) * calls);
+    tb->shadow_in = mem_alloc(sizeof(ca_meta) * 8);
+    if (!tb->g || !tb->lifted || !tb->buf || !tb->shadow_in)
+        return err_nomem("the compiled backward's trace");
+    for (size_t c = 0; c < calls; c++)
+        tb->buf[c] = -1;
+    return CA_OK;
+}
+
+static void trace_free_scratch(trace_builder *tb) {
+    mem_free(tb->lifted);
+    mem_free(tb->buf);
+    mem_free(tb->shadow_in);
+}
+
+ca_status trace_backward(const trace_request *req, graph **out) {
+    *out = NULL;
+    trace_builder tb = {.base = {.vt = &trace_vtbl, .status = CA_OK}, .req = req};
+    const key_collect *k = req->k;
+    ca_status st = trace_alloc(&tb, k);
+    if (st == CA_OK)
+        st = add_inputs(&tb);
+    if (st == CA_OK) {
+        for (int r = 0; r < k->n_roots; r++) /* the GraphRoot's edges: seed r enters its root */
+            accumulate(&tb, k->root_call[r], tb.lifted[k->root_seed[r]]);
+        for (int c = 1; c <= k->n_nodes && tb.base.status == CA_OK; c++)
+            trace_node(&tb, c);
+        st = tb.base.status;
+    }
+    trace_free_scratch(&tb);
+    if (st != CA_OK) {
+        graph_free(tb.g);
+        return st;
+    }
+    *out = tb.g;
+    return CA_OK;
+}

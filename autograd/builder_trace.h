@@ -1,0 +1,32 @@
+/* builder_trace.h - the tracing builder: replays the derivative rules of a collected walk
+ * into one backward graph (graph/graph.h), with symbolic sizes for the dynamic slots.
+ *
+ * The rules are the eager ones, unchanged. A rule sees a shadow of its node in which every
+ * dynamic size is a handle (SIZE_HANDLE_BASE + size-expression id) instead of a number; it
+ * passes sizes through to builder calls, which turn handles back into size expressions.
+ * A rule that does arithmetic on a handle produces a number the tracer recognises as
+ * corrupt, and the trace fails: that graph then runs eagerly instead of running wrong.
+ */
+#ifndef CAGRAD_BUILDER_TRACE_H
+#define CAGRAD_BUILDER_TRACE_H
+
+#include "autograd/compiled_cache.h"
+#include "graph/graph.h"
+
+#define SIZE_HANDLE_BASE ((int64_t)1 << 52)
+
+typedef struct {
+    const key_collect *k;
+    const cache_entry *e; /* which slots are symbols */
+    bool capture;         /* autograd.grad: outputs instead of accumulation */
+    int n_targets;
+    ca_node *const *targets; /* autograd.grad's nodes (NULL: not reached) */
+} trace_request;
+
+/* Trace the whole backward described by req into a new graph (*out, free with
+ * graph_free). Only nodes with node->needed set run (see walk_mark_needed). Fails (with a message)
+ * for an op the graph IR cannot express yet or a rule that did arithmetic on a symbolic size; the
+ * caller then falls back to eager. */
+ca_status trace_backward(const trace_request *req, graph **out);
+
+#endif /* CAGRAD_BUILDER_TRACE_H */

@@ -1,0 +1,435 @@
+/* compiled.c - compiled autograd: the public switches, and one compiled backward.
+ *
+ * The engine walks the graph and marks the needed nodes as for an eager backward, then
+ * hands the walk here. compiled_run collects the walk's key, looks it up in the trie
+ * cache and, on a miss, traces the whole backward into one graph (builder_trace.c),
+ * optimises it and plans its memory (graph/). It then runs the plan: kernels for the math,
+ * and call-outs back here for hooks, retain_grad, .grad accumulation and autograd.grad's
+ * outputs, in the eager engine's order. When a graph cannot be compiled (the cache bound
+ * is reached, or a rule the graph IR cannot express yet), the engine runs it eagerly.
+ */
+#include "autograd/compiled.h"
+
+#include "autograd/builder_trace.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH           16
+#define DEFAULT_CACHE_LIMIT 8
+
+/* What a cache entry holds: the graph, its plan, its arena, and per-run scratch, all
+ * allocated when it is compiled so a steady-state run allocates nothing. */
+typedef struct {
+    graph *g;
+    graph_plan *plan;
+    void *arena;
+    size_t arena_cap;
+    int n_symbols;
+    int64_t *sym_values;
+    int n_inputs;
+    graph_view *inputs;
+} compiled_graph;
+
+static struct {
+    int depth;
+    ca_compiled_options opts[MAX_DEPTH];
+    bool log_graph, log_verbose;
+    ca_cache cache;
+    key_collect key;
+    ca_compiled_counters counters;
+} S;
+
+/* ---------------------------------------------------------------------------------------
+ * Switches and counters
+ */
+static void read_log_settings(void) {
+    const char *env = getenv("CAGRAD_LOGS");
+    S.log_verbose = env && strstr(env, "compiled_autograd_verbose");
+    S.log_graph = env && strstr(env, "compiled_autograd");
+}
+
+ca_status ca_compiled_autograd_enable(const ca_compiled_options *options) {
+    CA_CHECK(ca_init());
+    if (S.depth == MAX_DEPTH)
+        return err_set(CA_STATUS_INVALID,
+                       "ca_compiled_autograd_enable: nested %d deep; every "
+                       "enable needs a matching ca_compiled_autograd_disable",
+                       MAX_DEPTH);
+    ca_compiled_options o = options ? *options : (ca_compiled_options){0};
+    if (o.cache_size_limit < 0)
+        return err_set(CA_STATUS_INVALID,
+                       "ca_compiled_autograd_enable: cache_size_limit is %d; "
+                       "pass 0 for the default (%d) or a positive bound",
+                       o.cache_size_limit, DEFAULT_CACHE_LIMIT);
+    if (o.cache_size_limit == 0)
+        o.cache_size_limit = DEFAULT_CACHE_LIMIT;
+    S.opts[S.depth++] = o;
+    read_log_settings();
+    return CA_OK;
+}
+
+ca_status ca_compiled_autograd_disable(void) {
+    if (S.depth == 0)
+        return err_set(CA_STATUS_INVALID, "ca_compiled_autograd_disable: compiled autograd is "
+                                          "not enabled; calls must pair with "
+                                          "ca_compiled_autograd_enable");
+    S.depth--;
+    return CA_OK;
+}
+
+bool ca_compiled_autograd_enabled(void) {
+    return S.depth > 0;
+}
+
+void ca_compiled_autograd_reset(void) {
+    cache_clear(&S.cache);
+    key_collect_free(&S.key);
+    memset(&S.counters, 0, sizeof S.counters);
+}
+
+void ca_compiled_autograd_counters(ca_compiled_counters *out) {
+    if (out)
+        *out = S.counters;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Logs
+ */
+static void log_new_node(const cache_lookup *l) {
+    int sizes[16], n = cache_child_key_sizes(l->at, sizes, 16), len;
+    key_bytes(&S.key, l->call, &len);
+    char prev[160] = "";
+    size_t used = 0;
+    for (int i = 0; i < n && used < sizeof prev; i++)
+        used += (size_t)snprintf(prev + used, sizeof prev - used, i ? ", %d" : "%d", sizes[i]);
+    fprintf(stderr,
+            "[compiled_autograd_verbose] Cache miss due to new autograd node: %s (NodeCall %d) "
+            "with key size %d, previous key sizes=[%s]\n",
+            key_node_name(&S.key, l->call), l->call, len, prev);
+}
+
+/* Called before the leaf records the new sizes: leaf->last_sizes still holds the old. */
+static void log_changed_shapes(const cache_leaf *leaf) {
+    int changed = 0;
+    for (int s = 0; s < leaf->n_slots; s++)
+        changed += S.key.sizes[s] != leaf->last_sizes[s];
+    fprintf(stderr,
+            "[compiled_autograd_verbose] Cache miss due to %d changed tensor shapes (total of "
+            "%d):",
+            changed, leaf->n_slots);
+    for (int s = 0, k = 0; s < leaf->n_slots; s++)
+        if (S.key.sizes[s] != leaf->last_sizes[s])
+            fprintf(stderr, k++ ? ", sizes[%d]" : " sizes[%d]", s);
+    fprintf(stderr, "\n");
+    for (int s = 0; s < leaf->n_slots; s++) {
+        int64_t was = leaf->last_sizes[s], now = S.key.sizes[s];
+        if (was == now)
+            continue;
+        char owner[160];
+        fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld%s\n", s,
+                key_owner_str(&S.key, s, owner, sizeof owner), (long long)was, (long long)now,
+                was >= 2 && now >= 2 ? " (now dynamic)" : " (stays static: 0 and 1 specialise)");
+    }
+}
+
+static void log_graph(const compiled_graph *cg) {
+    char *text = graph_print(cg->g, S.log_verbose, cg->sym_values);
+    if (text)
+        fprintf(stderr, "[compiled_autograd] TRACED GRAPH\n%s", text);
+    graph_free_string(text);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Compiling an entry
+ */
+static void compiled_free(void *p) {
+    compiled_graph *cg = p;
+    if (!cg)
+        return;
+    graph_plan_free(cg->plan);
+    graph_free(cg->g);
+    mem_free(cg->arena);
+    mem_free(cg->sym_values);
+    mem_free(cg->inputs);
+    mem_free(cg);
+}
+
+static ca_status compiled_alloc(const key_collect *k, const cache_entry *e, compiled_graph **out) {
+    compiled_graph *cg = mem_calloc(1, sizeof *cg);
+    if (!cg)
+        return err_nomem("a compiled backward");
+    cg->n_symbols = e->n_symbols;
+    cg->n_inputs = k->n_lifted;
+    cg->sym_values = mem_alloc(sizeof(int64_t) * (size_t)(e->n_symbols + 1));
+    cg->inputs = mem_alloc(sizeof(graph_view) * (size_t)(k->n_lifted + 1));
+    if (!cg->sym_values || !cg->inputs) {
+        compiled_free(cg);
+        return err_nomem("a compiled backward");
+    }
+    *out = cg;
+    return CA_OK;
+}
+
+/* Trace, optimise and plan the entry's graph. A trace failure is not the user's error:
+ * *untraceable is set and the caller runs eagerly. */
+static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *untraceable) {
+    compiled_graph *cg;
+    CA_CHECK(compiled_alloc(&S.key, e, &cg));
+    trace_request tr = {.k = &S.key,
+                        .e = e,
+                        .capture = c->capture,
+                        .n_targets = c->n_targets,
+                        .targets = c->targets};
+    ca_status st = trace_backward(&tr, &cg->g);
+    if (st == CA_STATUS_INTERNAL) {
+        *untraceable = true;
+        if (S.log_verbose)
+            fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
+    }
+    if (st == CA_OK) {
+        graph_dce(cg->g);
+        graph_cse(cg->g);
+        cg->plan = graph_plan_new(cg->g);
+        if (!cg->plan)
+            st = err_nomem("a compiled backward's memory plan");
+    }
+    if (st != CA_OK) {
+        compiled_free(cg);
+        return st;
+    }
+    e->compiled = cg;
+    e->free_compiled = compiled_free;
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Running an entry: the call-outs
+ */
+typedef struct {
+    const compiled_call *c;
+    ca_tensor *keep[64]; /* hook replacements, alive until the run ends */
+    int n_keep;
+    ca_status st;
+} run_ctx;
+
+static void view_of(const ca_tensor *t, graph_view *v) {
+    v->data = tensor_ptr(t);
+    v->dtype = kdt(t->dtype);
+    v->ndim = t->ndim;
+    memcpy(v->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    memcpy(v->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+}
+
+static void src_of(const graph_view *v, kern_src *src) {
+    src->data = v->data;
+    memcpy(src->strides, v->strides, sizeof(int64_t) * (size_t)v->ndim);
+}
+
+/* A new contiguous tensor holding a copy of v (hooks and .grad outlive the arena). */
+static ca_status tensor_from_view(const graph_view *v, ca_tensor **out) {
+    ca_meta m = {.dtype = (ca_dtype)v->dtype, .ndim = v->ndim};
+    memcpy(m.shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
+    CA_CHECK(tensor_new(&m, out));
+    kern_src src;
+    src_of(v, &src);
+    kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape, tensor_ptr(*out),
+                   (*out)->strides, &src, 0, 0);
+    return CA_OK;
+}
+
+/* t.grad += v, or t.grad = copy of v when unset: the run-time branch that makes
+ * zero_grad(set_to_none=True) cost no recompile. */
+static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
+    if (!t->grad)
+        return tensor_from_view(v, &t->grad);
+    ca_tensor *acc = t->grad;
+    kern_src src[2];
+    tensor_src(acc, acc->ndim, acc->shape, &src[0]);
+    src_of(v, &src[1]);
+    kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape, tensor_ptr(acc),
+                   acc->strides, src, 1.0, 0);
+    tensor_bump_version(acc);
+    return CA_OK;
+}
+
+static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view *in,
+                               graph_view *repl) {
+    const key_hook *kh = &S.key.hooks[n->a.i[0]];
+    ca_hook one = *kh->hook;
+    one.next = NULL; /* run just this hook, with the eager engine's checks and messages */
+    ca_tensor *g;
+    CA_CHECK(tensor_from_view(in, &g));
+    ca_tensor *before = g;
+    ca_meta expect;
+    tensor_meta(g, &expect);
+    ca_status st = hook_run_pre(&one, &g, &expect, key_node_name(&S.key, kh->node_call));
+    if (st == CA_OK && g != before && r->n_keep < 64) {
+        r->keep[r->n_keep++] = g;
+        view_of(g, repl);
+        return CA_OK;
+    }
+    ca_tensor_release(g);
+    if (st == CA_OK && g != before)
+        return err_set(CA_STATUS_INTERNAL, "more than 64 hook replacements in one compiled "
+                                           "backward");
+    return st;
+}
+
+static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in, graph_view *repl) {
+    switch (n->a.op) {
+    case GOP_HOOK: return call_pre_hook(r, n, in, repl);
+    case GOP_RETAIN: {
+        ca_tensor *t = S.key.nodes[n->a.i[0] - 1]->retained;
+        return t ? grad_add_view(t, in) : CA_OK;
+    }
+    case GOP_ACCUMULATE: return grad_add_view(S.key.lifted[n->a.i[0]].t, in);
+    case GOP_POST_HOOK: {
+        ca_hook one = *S.key.hooks[n->a.i[1]].hook;
+        one.next = NULL;
+        return hook_run_post(&one, S.key.lifted[n->a.i[0]].t);
+    }
+    case GOP_OUTPUT: {
+        ca_tensor **slot = &r->c->grads_out[n->a.i[0]];
+        if (*slot)
+            return CA_OK; /* the first gradient to arrive is the one, as in eager */
+        return tensor_from_view(in, slot);
+    }
+    default: return err_set(CA_STATUS_INTERNAL, "graph call-out for op %d", (int)n->a.op);
+    }
+}
+
+static int call_out_cb(void *ctx, const graph_node *n, const graph_view *in, graph_view *repl) {
+    run_ctx *r = ctx;
+    r->st = call_out(r, n, in, repl);
+    return r->st != CA_OK;
+}
+
+static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
+    compiled_graph *cg = e->compiled;
+    for (int s = 0; s < e->n_symbols; s++)
+        cg->sym_values[s] = S.key.sizes[e->first_slot[s]];
+    for (int i = 0; i < S.key.n_lifted; i++)
+        view_of(S.key.lifted[i].t, &cg->inputs[i]);
+    size_t bytes = graph_plan_arena_bytes(cg->plan, cg->sym_values);
+    if (bytes > cg->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
+        mem_free(cg->arena);
+        cg->arena_cap = 0;
+        if (!(cg->arena = mem_alloc_aligned(bytes, 64)))
+            return err_nomem("a compiled backward's arena");
+        cg->arena_cap = bytes;
+    }
+    run_ctx r = {.c = c, .st = CA_OK};
+    graph_callbacks cb = {call_out_cb, &r};
+    int rc = graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
+    for (int i = 0; i < r.n_keep; i++)
+        ca_tensor_release(r.keep[i]);
+    if (rc > 0)
+        return r.st;
+    if (rc < 0)
+        return err_set(CA_STATUS_INDEX, "%s", graph_plan_error(cg->plan));
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * One compiled backward
+ */
+static bool leads_on(const ca_node *n) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->next[i].fn && n->next[i].fn->needed)
+            return true;
+    return false;
+}
+
+/* Free saved values as the eager engine does: those of every node whose rule ran. */
+static void release_saved(void) {
+    for (int i = 0; i < S.key.n_nodes; i++) {
+        ca_node *n = S.key.nodes[i];
+        if (!n->needed || n->op == CA_OP_ACCUMULATE_GRAD || !leads_on(n))
+            continue;
+        for (int k = 0; k < n->n_saved; k++) {
+            ca_tensor_release(n->saved[k].t);
+            n->saved[k].t = NULL;
+        }
+        n->released = true;
+    }
+}
+
+/* The entry to run for this key, compiling one on a miss; NULL to run eagerly. */
+static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
+    *out = NULL;
+    cache_lookup l = cache_find(&S.cache, &S.key);
+    if (l.kind == LOOKUP_HIT) {
+        S.counters.cache_hits++;
+        *out = l.entry;
+        return CA_OK;
+    }
+    S.counters.cache_misses++;
+    if (S.log_verbose && l.kind == LOOKUP_NEW_NODE)
+        log_new_node(&l);
+    const ca_compiled_options *o = &S.opts[S.depth - 1];
+    cache_leaf *leaf;
+    CA_CHECK(cache_leaf_for(&S.cache, &S.key, &l, o->dynamic, &leaf));
+    if (l.kind == LOOKUP_SHAPES) {
+        if (S.log_verbose)
+            log_changed_shapes(leaf);
+        cache_mark_changed(leaf, &S.key, NULL);
+    }
+    if (leaf->n_entries >= o->cache_size_limit) {
+        if (!leaf->warned)
+            fprintf(stderr,
+                    "[compiled_autograd] warning: %d compiled graphs for one graph "
+                    "(cache_size_limit); running it eagerly from now on\n",
+                    leaf->n_entries);
+        leaf->warned = true;
+        S.counters.eager_fallbacks++;
+        return CA_OK;
+    }
+    cache_entry *e;
+    CA_CHECK(cache_add_entry(leaf, &S.key, NULL, NULL, &e));
+    bool untraceable = false;
+    ca_status st = compile_entry(c, e, &untraceable);
+    if (st != CA_OK) {
+        cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
+        if (untraceable) {
+            S.counters.eager_fallbacks++;
+            return CA_OK;
+        }
+        return st;
+    }
+    S.counters.captures++;
+    S.counters.graphs++;
+    if (S.log_graph) { /* each traced graph is printed once, when it is made */
+        compiled_graph *cg = e->compiled;
+        for (int s = 0; s < e->n_symbols; s++)
+            cg->sym_values[s] = S.key.sizes[e->first_slot[s]];
+        log_graph(cg);
+    }
+    *out = e;
+    return CA_OK;
+}
+
+bool compiled_active(void) {
+    return S.depth > 0;
+}
+
+ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
+    *ran = false;
+    key_request req = {.capture = c->capture,
+                       .n_roots = c->n_roots,
+                       .roots = c->roots,
+                       .seeds = c->seeds,
+                       .n_targets = c->n_targets,
+                       .targets = c->targets};
+    CA_CHECK(key_collect_walk(&S.key, w, &req)); /* the eager engine's errors, if any */
+    cache_entry *e;
+    CA_CHECK(find_or_compile(c, &e));
+    if (!e)
+        return CA_OK;
+    *ran = true;
+    ca_status st = run_entry(c, e);
+    if (st == CA_OK && !c->retain_graph)
+        release_saved();
+    return st;
+}

@@ -1,0 +1,26 @@
+/* compiled.h - the engine's door into the compiled backward (compiled.c). */
+#ifndef CAGRAD_COMPILED_H
+#define CAGRAD_COMPILED_H
+
+#include "autograd/compiled_cache.h"
+
+/* One backward, as the engine prepared it: roots with their seeds, and for autograd.grad
+ * (capture) the target nodes and where their gradients go. */
+typedef struct {
+    bool capture;
+    bool retain_graph;
+    int n_roots;
+    ca_node *const *roots;
+    ca_tensor *const *seeds;
+    int n_targets;
+    ca_node *const *targets;
+    ca_tensor **grads_out; /* capture: n_targets slots, NULL on entry */
+} compiled_call;
+
+/* True while compiled autograd is enabled. */
+bool compiled_active(void);
+/* Run the walked, needed-marked backward compiled. *ran is false when it must run eagerly
+ * instead (nothing has been done then); errors are the eager engine's. */
+ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran);
+
+#endif /* CAGRAD_COMPILED_H */

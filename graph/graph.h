@@ -1,0 +1,251 @@
+/* graph.h - the backward graph IR of the compiled backward, its passes, memory plan and
+ * runner.
+ *
+ * The tracing builder (autograd layer) replays derivative rules into a graph: one node per
+ * builder call, each node one value. Sizes are symbolic: every dim is a size expression
+ * over size slots (the sizes the compiled-autograd key lifted), so one compiled graph
+ * serves every value of a dynamic dim. Static slots are simply constants.
+ *
+ * This layer knows nothing about tensors' refcounts, autograd nodes or hooks' callables:
+ * lifted tensors arrive as raw views, and hooks, .grad accumulation and autograd.grad's
+ * outputs are call-outs through graph_callbacks.
+ *
+ * Prefixes: graph_ (the IR), graph_sx_ (size expressions), graph_plan_ (memory plan and
+ * run).
+ */
+#ifndef CAGRAD_GRAPH_H
+#define CAGRAD_GRAPH_H
+
+#include "codegen/kern.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GRAPH_MAX_IN 3
+
+typedef struct graph graph;
+typedef int32_t graph_sx;  /* a size expression (index into the graph's table); -1: none */
+typedef int32_t graph_val; /* a value: the id of the node that makes it; -1: none */
+
+/* Every allocation of this layer goes through this allocator (the library wires it to its
+ * one allocator hook at start-up). Default: aligned_alloc / free. */
+void graph_set_allocator(kern_allocator a);
+
+/* ---------------------------------------------------------------------------------------
+ * Size expressions. Hash-consed per graph: the same expression always has the same id,
+ * so two dims are provably equal when their ids are equal. Constants fold.
+ */
+typedef enum { GSX_CONST, GSX_SLOT, GSX_ADD, GSX_SUB, GSX_MUL, GSX_DIV } graph_sx_kind;
+
+graph_sx graph_sx_const(graph *g, int64_t v);
+graph_sx graph_sx_slot(graph *g, int slot);
+/* a OP b; GSX_DIV is exact division (reshape's -1). */
+graph_sx graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b);
+/* The value of s for the given slot values. */
+int64_t graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots);
+/* True (and *v set) when s is a constant. */
+bool graph_sx_const_value(const graph *g, graph_sx s, int64_t *v);
+/* "s3", "64", "s0*s1" into buf; returns buf. */
+const char *graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size);
+
+/* ---------------------------------------------------------------------------------------
+ * Nodes
+ */
+typedef enum {
+    GOP_INPUT,          /* i[0] = input number; dtype and shape given */
+    GOP_PW,             /* i[0] = kern_pw_op, p[0..1] its params; n_in = its arity; broadcast */
+    GOP_SUM,            /* i[0] = mask of reduced dims, i[1] = keepdim */
+    GOP_SUM_TO,         /* shape = target: sum a broadcast value back down */
+    GOP_EXPAND,         /* shape = target (a view) */
+    GOP_RESHAPE,        /* shape = target, one dim may be -1 (a view when strides allow) */
+    GOP_PERMUTE,        /* perm (a view) */
+    GOP_UNSQUEEZE,      /* i[0] = dim (a view) */
+    GOP_SLICE,          /* i[0..3] = dim, start, end, step, canonical (a view) */
+    GOP_SLICE_BACKWARD, /* shape = full; i[0..3] as SLICE: zeros(full) with x at the slice */
+    GOP_CONTIGUOUS,     /* a contiguous copy */
+    GOP_MATMUL,         /* i[0], i[1] = transpose a, b (last two dims); batch dims broadcast */
+    GOP_INDEX_ADD,      /* in: index, src; shape = full; i[0] = dim */
+    GOP_SCATTER_ADD,    /* in: index, src; shape = full; i[0] = dim */
+    GOP_CAST,           /* dtype = target */
+    GOP_NLL_BW,         /* in: g, target, total_weight; shape = input's; i[0] = reduction,
+                           i[1] = ignore_index */
+    GOP_HOOK,           /* in: grad; i[0] = hook number. Out: the (possibly replaced) grad */
+    GOP_RETAIN,         /* in: grad; i[0] = retain number. Side effect: t.grad += grad */
+    GOP_ACCUMULATE,     /* in: grad; i[0] = leaf number. Side effect: leaf.grad += grad */
+    GOP_POST_HOOK,      /* in: the ACCUMULATE node; i[0] = leaf number, i[1] = hook number */
+    GOP_OUTPUT,         /* in: grad; i[0] = output number (autograd.grad's result) */
+    GOP__COUNT
+} graph_op;
+
+/* Where a node came from, for the printed graph's comments and value names. */
+typedef struct {
+    int node_call;    /* NodeCall id of the autograd node whose rule made it; -1: none */
+    const char *name; /* that node's name ("MulBackward0"); static string */
+    int fwd_graph;    /* forward graph id: values are named aot{k}_... ; -1: no prefix */
+} graph_origin;
+
+typedef struct {
+    graph_op op;
+    int n_in;
+    graph_val in[GRAPH_MAX_IN];
+    kern_dtype dtype; /* INPUT and CAST: the dtype. Others: inferred, leave 0 */
+    double p[2];
+    int64_t i[4];
+    int n_shape; /* shape attribute: INPUT's dims, or the target/full shape */
+    graph_sx shape[KERN_MAX_DIMS];
+    int n_perm;
+    int8_t perm[KERN_MAX_DIMS];
+} graph_op_args;
+
+typedef struct {
+    graph_op_args a;               /* as added, with -1 in a RESHAPE target resolved */
+    kern_dtype dtype;              /* output dtype */
+    int ndim;                      /* output rank */
+    graph_sx shape[KERN_MAX_DIMS]; /* output shape, symbolic */
+    graph_origin origin;
+    bool dead;       /* removed by a pass */
+    graph_val alias; /* set by CSE: this node was replaced by that one; -1 otherwise */
+} graph_node;
+
+/* The op's short name as printed and in messages ("sum", "matmul", "call_hook"; "pw" for
+ * GOP_PW, whose printed name is its kern_pw_name in lower case). (Addition.) */
+const char *graph_op_name(graph_op op);
+
+/* A new empty graph, or NULL when out of memory. */
+graph *graph_new(void);
+void graph_free(graph *g);
+/* Append a node; infers its dtype and symbolic shape, checking the inputs like the
+ * matching op's shape rule does. Returns its value, or -1 (message in graph_error).
+ * (Clarifications:) Fields an op does not use are zeroed in the stored args, and dims
+ * are normalised (negative dims, perm entries), so equal calls store equal args. A
+ * RESHAPE/EXPAND target dim is "-1" when it is the id -1 or the constant -1. Inputs that
+ * CSE replaced are followed to their replacement. Sizes are compared symbolically: two
+ * dims are equal when their ids are; a symbol (a dim that is not a constant) is assumed
+ * >= 2, so it broadcasts against a constant 1 but against nothing else. */
+graph_val graph_add(graph *g, const graph_op_args *a, graph_origin origin);
+const char *graph_error(const graph *g);
+int graph_count(const graph *g); /* nodes, dead ones included */
+const graph_node *graph_node_at(const graph *g, graph_val v);
+/* The concrete shape of v for the given slot values (for the tracing builder's meta). */
+void graph_eval_shape(const graph *g, graph_val v, const int64_t *slots, int64_t *shape);
+int graph_n_slots(const graph *g); /* 1 + the highest slot any expression uses */
+
+/* ---------------------------------------------------------------------------------------
+ * Passes. Side-effect nodes (HOOK, RETAIN, ACCUMULATE, POST_HOOK, OUTPUT) are roots and
+ * keep their order.
+ */
+void graph_dce(graph *g); /* mark nodes no root depends on dead */
+void graph_cse(graph *g); /* same op, args and inputs: later uses go to the first copy */
+/* (Clarification:) CSE rewrites every input to its replacement, then marks the replaced
+ * node dead with alias set. INPUT and side-effect nodes are never merged. Either pass
+ * keeps the graph unchanged if it cannot get its scratch memory. */
+
+/* ---------------------------------------------------------------------------------------
+ * Printing. The compiled-autograd log format, Python-like:
+ *
+ *   ===== Compiled autograd graph =====
+ *   def forward(inputs, sizes, hooks):
+ *       getitem: "f32[]" = inputs[0]
+ *       getitem_1: "f32[s0, 784]" = inputs[1]
+ *       # MeanBackward0 (NodeCall 1)
+ *       aot0_expand: "f32[s0, 10]" = expand(getitem, [s0, 10])
+ *       aot0_mul_s: "f32[s0, 10]" = mul_s(aot0_expand, 0.000976562)
+ *       # MmBackward0 (NodeCall 3)
+ *       aot0_matmul: "f32[10, 784]" = matmul(aot0_mul_s, getitem_1, ta=1, tb=0)
+ *       # AccumulateGrad (NodeCall 4)
+ *       accumulate_grad(leaf=0, aot0_matmul)
+ *       return []
+ *
+ * A "# Name (NodeCall i)" comment opens each run of nodes with the same origin. Value
+ * names are op names, suffixed _1, _2 ... when repeated, and prefixed aot{k}_ by their
+ * forward graph. Dead nodes are not printed. verbose adds each slot's current value
+ * ("# sizes: s0=64, s1=128") when slots is non-NULL. Returns a string from the graph's
+ * allocator (free with graph_free_string), or NULL when out of memory.
+ *
+ * (Clarifications:) Integer attributes print as name=value after the inputs (dim=1,
+ * keepdim=0, ta=1), shapes and dim lists as [..], pointwise scalars positionally with %g
+ * (add/sub print their alpha only when it is not 1: alpha=2). Call-outs name their
+ * target first: call_hook(hooks[k], x), retain_grad(retain=k, x), accumulate_grad(leaf=k,
+ * x), post_accumulate_hook(hooks[k], leaf=j). OUTPUT nodes print no line of their own:
+ * "return [...]" lists their inputs by output number. A size expression prints with
+ * Python operators, operands of + and * ordered by id: s0*s1, s0+1, s0//2, s1*(s0+1).
+ */
+char *graph_print(const graph *g, bool verbose, const int64_t *slots);
+void graph_free_string(char *s);
+
+/* ---------------------------------------------------------------------------------------
+ * Memory plan and run
+ *
+ * The plan assigns every value that needs memory (not inputs, not views) to a buffer,
+ * reusing a buffer once its last reader has run (liveness over the node order). Buffer
+ * sizes are size expressions, so for given slot values the arena's size and each
+ * buffer's offset are computed without allocating. One arena per cache entry, owned by
+ * the caller: a steady-state run allocates nothing.
+ *
+ * (Clarifications:) RESHAPE and CONTIGUOUS are views when the input's strides allow (as
+ * the eager ops), decided per run; the plan gives them a buffer used only for a copy. A
+ * plan's run scratch lives in the plan: one run at a time per plan. kern_reduce may still
+ * take scratch memory for a very long reduction into few outputs (its split path).
+ */
+typedef struct graph_plan graph_plan;
+
+typedef struct {
+    void *data; /* element (0, ..., 0) */
+    kern_dtype dtype;
+    int ndim;
+    int64_t shape[KERN_MAX_DIMS];
+    int64_t strides[KERN_MAX_DIMS]; /* elements */
+} graph_view;
+
+typedef struct {
+    /* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT nodes call this with the node and
+     * its input's view. A HOOK may set *replacement to a view of the same shape and dtype
+     * (the caller keeps its memory alive until the run ends); the run uses it from then
+     * on. Return 0, or nonzero to stop the run (the caller has set its own error).
+     * (Clarifications:) replacement is NULL for every node but HOOK, and in is NULL for
+     * POST_HOOK (the leaf is the caller's). A view passed in is valid during the call;
+     * OUTPUT values stay valid after the run until the arena is reused. call may be NULL
+     * (no callbacks: hooks pass their input through). */
+    int (*call)(void *ctx, const graph_node *n, const graph_view *in, graph_view *replacement);
+    void *ctx;
+} graph_callbacks;
+
+/* Plan g (after its passes), or NULL when out of memory. The plan keeps a pointer to g. */
+graph_plan *graph_plan_new(const graph *g);
+void graph_plan_free(graph_plan *p);
+/* Bytes of arena the plan needs for these slot values (64-byte aligned buffers). */
+size_t graph_plan_arena_bytes(const graph_plan *p, const int64_t *slots);
+/* Run the plan: inputs[k] is GOP_INPUT k's view; arena has at least
+ * graph_plan_arena_bytes bytes, 64-byte aligned. Returns 0, the callback's nonzero value,
+ * or -1 for a kernel error (e.g. an index out of range; message via graph_plan_error). */
+int graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
+                   graph_callbacks cb);
+const char *graph_plan_error(const graph_plan *p);
+
+/* ---------------------------------------------------------------------------------------
+ * Internal: shared by the graph/ source files only (the layer has no private header).
+ * Other layers must not call these. (Addition.)
+ */
+void *graph_mem_alloc(size_t nbytes); /* the layer's allocator; NULL when out of memory */
+void graph_mem_free(void *p);
+/* Expressions in the table. Ids run 0..count-1 and operands always precede their users,
+ * so one pass in id order evaluates every expression. */
+int graph_sx_count(const graph *g);
+/* Kind and operands of s: CONST a = value; SLOT a = slot; ops a, b = operand ids. */
+graph_sx_kind graph_sx_get(const graph *g, graph_sx s, int64_t *a, int64_t *b);
+graph_node *graph_node_mut(graph *g, graph_val v);
+/* Record an error message for graph_error; returns -1. */
+int graph_fail(graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Check and canonicalise n->a and infer n's dtype, rank and shape (shape.c); -1 on error. */
+int graph_infer(graph *g, graph_node *n);
+/* "[s0, 10]" into buf; returns buf. */
+const char *graph_shape_str(const graph *g, int n, const graph_sx *shape, char *buf, size_t size);
+/* How many of p[0..1] pointwise op k reads. */
+int graph_pw_nparams(kern_pw_op k);
+/* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT. */
+bool graph_op_is_side_effect(graph_op op);
+/* False for the nodes that make no value (RETAIN, ACCUMULATE, POST_HOOK, OUTPUT). */
+bool graph_op_has_value(graph_op op);
+
+#endif /* CAGRAD_GRAPH_H */

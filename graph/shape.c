@@ -1,0 +1,848 @@
+/* shape.c - shape inference for graph_add: per op, check the inputs the way the eager
+ * op's shape rule does, canonicalise the args, and compute the output's dtype and
+ * symbolic shape.
+ *
+ * Sizes are size expressions, compared by id. A constant 1 broadcasts; a symbol is
+ * assumed >= 2 (the compiled-autograd cache guards that), so it meets only itself or a
+ * constant 1. Anything not provably right is an error that names the dims, so the tracer
+ * can fall back instead of running a graph that might be wrong.
+ */
+#include "graph/graph.h"
+
+#include <string.h>
+
+/* The reduction codes of nll_loss (cagrad.h's ca_reduction; graph cannot include it). */
+enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
+
+#define SHAPE_STR 160
+
+static const char *dtype_name(kern_dtype dt) {
+    return dt == KERN_F32 ? "f32" : dt == KERN_F64 ? "f64" : dt == KERN_I64 ? "i64" : "?";
+}
+
+static const char *shape_of(const graph *g, const graph_node *n, char *buf) {
+    return graph_shape_str(g, n->ndim, n->shape, buf, SHAPE_STR);
+}
+
+static const char *sx_s(const graph *g, graph_sx s, char *buf) {
+    return graph_sx_str(g, s, buf, SHAPE_STR);
+}
+
+static bool sx_is(const graph *g, graph_sx s, int64_t v) {
+    int64_t c;
+    return graph_sx_const_value(g, s, &c) && c == v;
+}
+
+/* -1 in a RESHAPE or EXPAND target: the id -1 or the constant -1. */
+static bool sx_infer(const graph *g, graph_sx s) {
+    return s == -1 || sx_is(g, s, -1);
+}
+
+static bool same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
+    if (na != nb)
+        return false;
+    for (int d = 0; d < na; d++)
+        if (a[d] != b[d])
+            return false;
+    return true;
+}
+
+static int norm_dim(graph *g, const char *op, int64_t *dim, int ndim) {
+    int64_t n = ndim > 0 ? ndim : 1; /* a 0-d value accepts dim 0 and -1, as PyTorch */
+    if (*dim < -n || *dim >= n)
+        return graph_fail(g, "%s: dim %lld is out of range for a value with %d dims", op,
+                          (long long)*dim, ndim);
+    if (*dim < 0)
+        *dim += n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Arity, inputs and canonical args
+ */
+static int op_n_in(const graph_op_args *a) {
+    switch (a->op) {
+    case GOP_INPUT: return 0;
+    case GOP_PW: return (unsigned)a->i[0] < KPW__COUNT ? kern_pw_arity((kern_pw_op)a->i[0]) : -1;
+    case GOP_MATMUL:
+    case GOP_INDEX_ADD:
+    case GOP_SCATTER_ADD: return 2;
+    case GOP_NLL_BW: return 3;
+    default: return 1;
+    }
+}
+
+/* How many of i[0..3] the op reads (the rest are zeroed so equal calls compare equal). */
+static int op_n_ints(graph_op op) {
+    switch (op) {
+    case GOP_SUM:
+    case GOP_MATMUL:
+    case GOP_NLL_BW:
+    case GOP_POST_HOOK: return 2;
+    case GOP_SLICE:
+    case GOP_SLICE_BACKWARD: return 4;
+    case GOP_SUM_TO:
+    case GOP_EXPAND:
+    case GOP_RESHAPE:
+    case GOP_PERMUTE:
+    case GOP_CONTIGUOUS:
+    case GOP_CAST: return 0;
+    default: return 1;
+    }
+}
+
+static bool op_uses_shape(graph_op op) {
+    switch (op) {
+    case GOP_INPUT:
+    case GOP_SUM_TO:
+    case GOP_EXPAND:
+    case GOP_RESHAPE:
+    case GOP_SLICE_BACKWARD:
+    case GOP_INDEX_ADD:
+    case GOP_SCATTER_ADD:
+    case GOP_NLL_BW: return true;
+    default: return false;
+    }
+}
+
+/* Zero every field the op does not read. */
+static void canon_unused(graph_op_args *a, int n_in) {
+    for (int k = n_in; k < GRAPH_MAX_IN; k++)
+        a->in[k] = -1;
+    int ni = op_n_ints(a->op);
+    for (int k = ni; k < 4; k++)
+        a->i[k] = 0;
+    int np = a->op == GOP_PW ? graph_pw_nparams((kern_pw_op)a->i[0]) : 0;
+    for (int k = np; k < 2; k++)
+        a->p[k] = 0;
+    if (a->op != GOP_INPUT && a->op != GOP_CAST)
+        a->dtype = 0;
+    if (!op_uses_shape(a->op))
+        a->n_shape = 0;
+    for (int d = a->n_shape; d < KERN_MAX_DIMS; d++)
+        a->shape[d] = 0;
+    if (a->op != GOP_PERMUTE)
+        a->n_perm = 0;
+    for (int d = a->n_perm; d < KERN_MAX_DIMS; d++)
+        a->perm[d] = 0;
+}
+
+/* Check the inputs and follow CSE's replacements. */
+static int check_inputs(graph *g, graph_op_args *a, int n_in) {
+    const char *op = graph_op_name(a->op);
+    if (a->n_in != n_in)
+        return graph_fail(g, "%s: takes %d inputs, got %d", op, n_in, a->n_in);
+    for (int k = 0; k < n_in; k++) {
+        const graph_node *in = graph_node_at(g, a->in[k]);
+        if (!in)
+            return graph_fail(g, "%s: input %d is value %d, which does not exist (%d nodes)", op, k,
+                              a->in[k], graph_count(g));
+        while (in->alias >= 0) {
+            a->in[k] = in->alias;
+            in = graph_node_at(g, a->in[k]);
+        }
+        bool want_acc = a->op == GOP_POST_HOOK;
+        if (want_acc ? in->a.op != GOP_ACCUMULATE : !graph_op_has_value(in->a.op))
+            return graph_fail(g, "%s: input %d is a %s node, %s", op, k, graph_op_name(in->a.op),
+                              want_acc ? "expected its accumulate_grad node"
+                                       : "which makes no value");
+    }
+    return 0;
+}
+
+static int check_shape_attr(graph *g, const graph_op_args *a, bool allow_infer) {
+    const char *op = graph_op_name(a->op);
+    if (a->n_shape < 0 || a->n_shape > KERN_MAX_DIMS)
+        return graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d", op, a->n_shape,
+                          KERN_MAX_DIMS);
+    for (int d = 0; d < a->n_shape; d++) {
+        graph_sx s = a->shape[d];
+        if (allow_infer && sx_infer(g, s))
+            continue;
+        int64_t v;
+        if (s < 0 || s >= graph_sx_count(g))
+            return graph_fail(g, "%s: dim %d of the shape is size expression %d, not in the table",
+                              op, d, s);
+        if (graph_sx_const_value(g, s, &v) && v < 0)
+            return graph_fail(g, "%s: size %lld at dim %d of the shape is negative", op,
+                              (long long)v, d);
+    }
+    return 0;
+}
+
+static const graph_node *in_node(const graph *g, const graph_node *n, int k) {
+    return graph_node_at(g, n->a.in[k]);
+}
+
+static void set_out(graph_node *n, kern_dtype dt, int ndim, const graph_sx *shape) {
+    n->dtype = dt;
+    n->ndim = ndim;
+    if (ndim > 0)
+        memmove(n->shape, shape, sizeof(graph_sx) * (size_t)ndim);
+}
+
+static void copy_out(graph_node *n, const graph_node *in) {
+    set_out(n, in->dtype, in->ndim, in->shape);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Broadcasting
+ */
+/* One dim of a broadcast: equal ids, or a constant 1 on either side. */
+static bool bcast_dim(const graph *g, graph_sx a, graph_sx b, graph_sx *out) {
+    if (a == b || sx_is(g, b, 1)) {
+        *out = a;
+        return true;
+    }
+    if (sx_is(g, a, 1)) {
+        *out = b;
+        return true;
+    }
+    return false;
+}
+
+/* out = broadcast of (na, a) and (nb, b); out may alias a. */
+static int bcast(graph *g, const char *op, int na, const graph_sx *a, int nb, const graph_sx *b,
+                 int *nout, graph_sx *out) {
+    int nd = na > nb ? na : nb;
+    graph_sx r[KERN_MAX_DIMS] = {0};
+    for (int i = 0; i < nd; i++) {
+        int da = na - nd + i, db = nb - nd + i;
+        graph_sx one = graph_sx_const(g, 1);
+        if (one < 0)
+            return -1;
+        graph_sx sa = da >= 0 ? a[da] : one, sb = db >= 0 ? b[db] : one;
+        if (!bcast_dim(g, sa, sb, &r[i])) {
+            char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
+            return graph_fail(g,
+                              "%s: shapes %s and %s cannot be broadcast together (dim %d: %s vs "
+                              "%s); sizes must be the same expression or 1",
+                              op, graph_shape_str(g, na, a, s1, sizeof s1),
+                              graph_shape_str(g, nb, b, s2, sizeof s2), i - nd, sx_s(g, sa, s3),
+                              sx_s(g, sb, s4));
+        }
+    }
+    *nout = nd;
+    memcpy(out, r, sizeof(graph_sx) * (size_t)nd);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Per-op rules
+ */
+static int infer_input(graph *g, graph_node *n) {
+    graph_op_args *a = &n->a;
+    if (a->i[0] < 0)
+        return graph_fail(g, "getitem: input number %lld is negative", (long long)a->i[0]);
+    if ((unsigned)a->dtype > KERN_I64)
+        return graph_fail(g, "getitem: dtype %d is not a kern_dtype", (int)a->dtype);
+    if (check_shape_attr(g, a, false))
+        return -1;
+    for (int v = 0; v < graph_count(g); v++) {
+        const graph_node *o = graph_node_at(g, v);
+        if (o->a.op == GOP_INPUT && o->a.i[0] == a->i[0])
+            return graph_fail(g, "getitem: input %lld is already value %d", (long long)a->i[0], v);
+    }
+    set_out(n, a->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+static bool pw_takes_i64(kern_pw_op k) {
+    switch (k) {
+    case KPW_COPY:
+    case KPW_FILL:
+    case KPW_NEG:
+    case KPW_ABS:
+    case KPW_SIGN:
+    case KPW_SQUARE:
+    case KPW_ADD:
+    case KPW_ADD_S:
+    case KPW_SUB:
+    case KPW_SUB_S:
+    case KPW_RSUB_S:
+    case KPW_MUL:
+    case KPW_MUL_S:
+    case KPW_MAX:
+    case KPW_MIN:
+    case KPW_MAX_S:
+    case KPW_MIN_S:
+    case KPW_WHERE:
+    case KPW_MASKED_FILL: return true;
+    default: return (k >= KPW_LT_S && k <= KPW_NE_S) || (k >= KPW_LT && k <= KPW_NE);
+    }
+}
+
+/* The input a where/masked_fill reads as a condition (any dtype), or -1. */
+static int pw_cond_input(kern_pw_op k) {
+    return k == KPW_WHERE ? 0 : k == KPW_MASKED_FILL ? 1 : -1;
+}
+
+static int infer_pw(graph *g, graph_node *n) {
+    kern_pw_op k = (kern_pw_op)n->a.i[0];
+    char op[32]; /* the printed name: kern_pw_name in lower case */
+    const char *src = kern_pw_name(k);
+    size_t len = 0;
+    for (; src[len] && len + 1 < sizeof op; len++)
+        op[len] = (char)(src[len] >= 'A' && src[len] <= 'Z' ? src[len] - 'A' + 'a' : src[len]);
+    op[len] = '\0';
+    int cond = pw_cond_input(k), first = cond == 0 ? 1 : 0;
+    kern_dtype dt = in_node(g, n, first)->dtype;
+    for (int i = 0; i < n->a.n_in; i++)
+        if (i != cond && in_node(g, n, i)->dtype != dt)
+            return graph_fail(g, "%s: inputs have different dtypes (%s and %s); cast one", op,
+                              dtype_name(dt), dtype_name(in_node(g, n, i)->dtype));
+    if (dt == KERN_I64 && !pw_takes_i64(k))
+        return graph_fail(g, "%s: i64 values are not supported; cast to a float dtype first", op);
+    int nd = 0;
+    graph_sx shape[KERN_MAX_DIMS];
+    for (int i = 0; i < n->a.n_in; i++) {
+        const graph_node *x = in_node(g, n, i);
+        if (bcast(g, op, nd, shape, x->ndim, x->shape, &nd, shape))
+            return -1;
+    }
+    set_out(n, dt, nd, shape);
+    return 0;
+}
+
+static int infer_sum(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    uint64_t mask = (uint64_t)n->a.i[0];
+    if (n->a.i[0] < 0 || (mask >> x->ndim) != 0)
+        return graph_fail(g, "sum: dim mask 0x%llx names dims a %d-D value does not have",
+                          (unsigned long long)mask, x->ndim);
+    n->a.i[1] = n->a.i[1] != 0;
+    graph_sx shape[KERN_MAX_DIMS], one = graph_sx_const(g, 1);
+    if (one < 0)
+        return -1;
+    int nd = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (!((mask >> d) & 1))
+            shape[nd++] = x->shape[d];
+        else if (n->a.i[1])
+            shape[nd++] = one;
+    }
+    set_out(n, x->dtype, nd, shape);
+    return 0;
+}
+
+static int infer_sum_to(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    const graph_op_args *a = &n->a;
+    if (check_shape_attr(g, a, false))
+        return -1;
+    bool ok = a->n_shape <= x->ndim;
+    for (int k = 0; ok && k < a->n_shape; k++) {
+        graph_sx t = a->shape[k];
+        ok = t == x->shape[x->ndim - a->n_shape + k] || sx_is(g, t, 1);
+    }
+    if (!ok) {
+        char s1[SHAPE_STR], s2[SHAPE_STR];
+        return graph_fail(g,
+                          "sum_to: a value of shape %s cannot be summed to shape %s; the target "
+                          "must broadcast to the value's shape",
+                          shape_of(g, x, s1),
+                          graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
+    }
+    set_out(n, x->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+static int infer_expand(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    graph_op_args *a = &n->a;
+    char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
+    if (check_shape_attr(g, a, true))
+        return -1;
+    if (a->n_shape < x->ndim)
+        return graph_fail(g, "expand: the target has %d dims but the input of shape %s has %d",
+                          a->n_shape, shape_of(g, x, s1), x->ndim);
+    int lead = a->n_shape - x->ndim;
+    for (int i = 0; i < a->n_shape; i++) {
+        graph_sx t = a->shape[i], xs = i >= lead ? x->shape[i - lead] : -1;
+        if (sx_infer(g, t) && i < lead)
+            return graph_fail(g, "expand: -1 at dim %d is a new leading dim; give its size", i);
+        if (sx_infer(g, t))
+            t = a->shape[i] = xs;
+        if (i >= lead && xs != t && !sx_is(g, xs, 1))
+            return graph_fail(g,
+                              "expand: the input's size %s cannot be expanded to %s at dim %d "
+                              "(input shape %s, target %s); only size-1 dims can be expanded",
+                              sx_s(g, xs, s1), sx_s(g, t, s2), i, shape_of(g, x, s3),
+                              graph_shape_str(g, a->n_shape, a->shape, s4, sizeof s4));
+    }
+    set_out(n, x->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * reshape: element counts as multisets of factors
+ */
+#define MAX_FACTORS 32
+
+typedef struct {
+    int64_t c;    /* product of the constant factors */
+    bool partial; /* too many factors to track: never provably equal */
+    int n;
+    graph_sx f[MAX_FACTORS]; /* the symbolic factors */
+} factors;
+
+/* Split s into constant and symbolic factors, looking through products. */
+static void factor_add(const graph *g, graph_sx s, factors *fs) {
+    int64_t a, b;
+    graph_sx_kind k = graph_sx_get(g, s, &a, &b);
+    if (k == GSX_CONST) {
+        fs->c *= a;
+    } else if (k == GSX_MUL && fs->n + 2 <= MAX_FACTORS) {
+        factor_add(g, (graph_sx)a, fs);
+        factor_add(g, (graph_sx)b, fs);
+    } else if (fs->n < MAX_FACTORS) {
+        fs->f[fs->n++] = s;
+    } else {
+        fs->partial = true;
+    }
+}
+
+static void factors_of(const graph *g, int n, const graph_sx *shape, int skip, factors *fs) {
+    fs->c = 1;
+    fs->partial = false;
+    fs->n = 0;
+    for (int d = 0; d < n; d++)
+        if (d != skip)
+            factor_add(g, shape[d], fs);
+}
+
+/* Remove from `from` one copy of each factor of `what`; false if one is missing. */
+static bool factors_cancel(factors *from, const factors *what) {
+    for (int i = 0; i < what->n; i++) {
+        int j = 0;
+        while (j < from->n && from->f[j] != what->f[i])
+            j++;
+        if (j == from->n)
+            return false;
+        from->f[j] = from->f[--from->n];
+    }
+    return true;
+}
+
+static graph_sx product(graph *g, int n, const graph_sx *shape, int skip) {
+    graph_sx p = graph_sx_const(g, 1);
+    for (int d = 0; d < n && p >= 0; d++)
+        if (d != skip)
+            p = graph_sx_op(g, GSX_MUL, p, shape[d]);
+    return p;
+}
+
+/* The size of the -1 dim: the input's factors left after cancelling the known target
+ * dims, or numel / known when they do not cancel. */
+static graph_sx reshape_infer(graph *g, const graph_node *x, const graph_op_args *a, int infer) {
+    factors in, known;
+    factors_of(g, x->ndim, x->shape, -1, &in);
+    factors_of(g, a->n_shape, a->shape, infer, &known);
+    factors rest = in;
+    char s1[SHAPE_STR], s2[SHAPE_STR];
+    if (known.c == 0)
+        return graph_fail(g, "reshape: -1 is ambiguous next to a size 0 in target %s",
+                          graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1));
+    if (!in.partial && !known.partial && factors_cancel(&rest, &known) && rest.c % known.c == 0) {
+        graph_sx p = graph_sx_const(g, rest.c / known.c);
+        for (int i = 0; i < rest.n && p >= 0; i++)
+            p = graph_sx_op(g, GSX_MUL, p, rest.f[i]);
+        return p;
+    }
+    if (in.n == 0 && known.n == 0 && !in.partial && !known.partial)
+        return graph_fail(g,
+                          "reshape: shape %s is invalid for an input of shape %s (%lld elements)",
+                          graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
+                          shape_of(g, x, s2), (long long)in.c);
+    graph_sx num = product(g, x->ndim, x->shape, -1);
+    graph_sx den = num < 0 ? -1 : product(g, a->n_shape, a->shape, infer);
+    return den < 0 ? -1 : graph_sx_op(g, GSX_DIV, num, den);
+}
+
+static int sort_factors(factors *fs) {
+    for (int i = 1; i < fs->n; i++) {
+        graph_sx v = fs->f[i];
+        int j = i;
+        for (; j > 0 && fs->f[j - 1] > v; j--)
+            fs->f[j] = fs->f[j - 1];
+        fs->f[j] = v;
+    }
+    return fs->n;
+}
+
+static bool same_numel(const graph *g, const graph_node *x, const graph_op_args *a) {
+    factors fa, fb;
+    factors_of(g, x->ndim, x->shape, -1, &fa);
+    factors_of(g, a->n_shape, a->shape, -1, &fb);
+    if (fa.partial || fb.partial || fa.c != fb.c || sort_factors(&fa) != sort_factors(&fb))
+        return false;
+    return memcmp(fa.f, fb.f, sizeof(graph_sx) * (size_t)fa.n) == 0;
+}
+
+static bool all_const(const graph *g, int n, const graph_sx *shape) {
+    for (int d = 0; d < n; d++)
+        if (!graph_sx_const_value(g, shape[d], NULL))
+            return false;
+    return true;
+}
+
+static int infer_reshape(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    graph_op_args *a = &n->a;
+    char s1[SHAPE_STR], s2[SHAPE_STR];
+    if (check_shape_attr(g, a, true))
+        return -1;
+    int infer = -1;
+    for (int d = 0; d < a->n_shape; d++) {
+        if (!sx_infer(g, a->shape[d]))
+            continue;
+        if (infer >= 0)
+            return graph_fail(g,
+                              "reshape: only one dim can be -1, but the target has -1 at dims "
+                              "%d and %d",
+                              infer, d);
+        infer = d;
+    }
+    if (infer >= 0) {
+        graph_sx s = reshape_infer(g, x, a, infer);
+        if (s < 0)
+            return -1;
+        a->shape[infer] = s;
+    } else if (!same_numel(g, x, a)) {
+        if (all_const(g, x->ndim, x->shape) && all_const(g, a->n_shape, a->shape))
+            return graph_fail(g, "reshape: shape %s is invalid for an input of shape %s",
+                              graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
+                              shape_of(g, x, s2));
+        return graph_fail(g,
+                          "reshape: cannot prove that target %s has as many elements as the "
+                          "input of shape %s; sizes must match (give -1 to infer one)",
+                          graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
+                          shape_of(g, x, s2));
+    }
+    set_out(n, x->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Views and copies
+ */
+static int infer_permute(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    graph_op_args *a = &n->a;
+    char s1[SHAPE_STR];
+    if (a->n_perm != x->ndim)
+        return graph_fail(g,
+                          "permute: the permutation has %d entries but the input of shape %s "
+                          "has %d dims",
+                          a->n_perm, shape_of(g, x, s1), x->ndim);
+    bool seen[KERN_MAX_DIMS] = {false};
+    graph_sx shape[KERN_MAX_DIMS];
+    for (int i = 0; i < a->n_perm; i++) {
+        int64_t d = (int64_t)a->perm[i];
+        if (norm_dim(g, "permute", &d, x->ndim))
+            return -1;
+        if (seen[d])
+            return graph_fail(g, "permute: dim %lld appears twice in the permutation",
+                              (long long)d);
+        seen[d] = true;
+        a->perm[i] = (int8_t)d;
+        shape[i] = x->shape[d];
+    }
+    set_out(n, x->dtype, x->ndim, shape);
+    return 0;
+}
+
+static int infer_unsqueeze(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    char s1[SHAPE_STR];
+    if (x->ndim >= KERN_MAX_DIMS)
+        return graph_fail(g,
+                          "unsqueeze: the input of shape %s already has %d dims, the most "
+                          "graphs support",
+                          shape_of(g, x, s1), x->ndim);
+    if (norm_dim(g, "unsqueeze", &n->a.i[0], x->ndim + 1))
+        return -1;
+    graph_sx shape[KERN_MAX_DIMS], one = graph_sx_const(g, 1);
+    if (one < 0)
+        return -1;
+    int d = (int)n->a.i[0];
+    for (int i = 0, j = 0; i <= x->ndim; i++)
+        shape[i] = i == d ? one : x->shape[j++];
+    set_out(n, x->dtype, x->ndim + 1, shape);
+    return 0;
+}
+
+/* Check canonical slice args i[0..3] against a shape of nd dims; the length into *len. */
+static int slice_check(graph *g, const char *op, int64_t *i, int nd, const graph_sx *shape,
+                       graph_sx *len) {
+    *len = -1;
+    if (nd == 0)
+        return graph_fail(g, "%s: a 0-d value cannot be sliced", op);
+    if (norm_dim(g, op, &i[0], nd))
+        return -1;
+    int64_t start = i[1], end = i[2], step = i[3], size;
+    if (step <= 0 || start < 0 || end < start)
+        return graph_fail(g,
+                          "%s: slice %lld:%lld:%lld is not canonical; expected 0 <= start <= "
+                          "end and step > 0",
+                          op, (long long)start, (long long)end, (long long)step);
+    if (graph_sx_const_value(g, shape[i[0]], &size) && end > size)
+        return graph_fail(g, "%s: slice end %lld is past the end of dim %lld (size %lld)", op,
+                          (long long)end, (long long)i[0], (long long)size);
+    *len = graph_sx_const(g, (end - start + step - 1) / step);
+    return *len < 0 ? -1 : 0;
+}
+
+static int infer_slice(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    graph_sx len, shape[KERN_MAX_DIMS];
+    if (slice_check(g, "slice", n->a.i, x->ndim, x->shape, &len))
+        return -1;
+    memcpy(shape, x->shape, sizeof shape);
+    shape[n->a.i[0]] = len;
+    set_out(n, x->dtype, x->ndim, shape);
+    return 0;
+}
+
+static int infer_slice_backward(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    graph_op_args *a = &n->a;
+    graph_sx len, expect[KERN_MAX_DIMS];
+    if (check_shape_attr(g, a, false) ||
+        slice_check(g, "slice_backward", a->i, a->n_shape, a->shape, &len))
+        return -1;
+    memcpy(expect, a->shape, sizeof expect);
+    expect[a->i[0]] = len;
+    if (!same_shape(x->ndim, x->shape, a->n_shape, expect)) {
+        char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR];
+        return graph_fail(
+            g,
+            "slice_backward: the gradient has shape %s but the slice of %s along "
+            "dim %lld has shape %s",
+            shape_of(g, x, s1), graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2),
+            (long long)a->i[0], graph_shape_str(g, a->n_shape, expect, s3, sizeof s3));
+    }
+    set_out(n, x->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+static int infer_same(graph *g, graph_node *n) {
+    copy_out(n, in_node(g, n, 0));
+    return 0;
+}
+
+static int infer_cast(graph *g, graph_node *n) {
+    if ((unsigned)n->a.dtype > KERN_I64)
+        return graph_fail(g, "cast: dtype %d is not a kern_dtype", (int)n->a.dtype);
+    const graph_node *x = in_node(g, n, 0);
+    set_out(n, n->a.dtype, x->ndim, x->shape);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * matmul
+ */
+static int infer_matmul(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0), *y = in_node(g, n, 1);
+    char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
+    if (x->ndim < 2 || y->ndim < 2)
+        return graph_fail(g, "matmul: both operands need at least 2 dims, got shapes %s and %s",
+                          shape_of(g, x, s1), shape_of(g, y, s2));
+    if (x->dtype == KERN_I64 || x->dtype != y->dtype)
+        return graph_fail(g, "matmul: expected two f32 or two f64 operands, got %s and %s",
+                          dtype_name(x->dtype), dtype_name(y->dtype));
+    bool ta = n->a.i[0] != 0, tb = n->a.i[1] != 0;
+    n->a.i[0] = ta;
+    n->a.i[1] = tb;
+    graph_sx m = x->shape[x->ndim - (ta ? 1 : 2)], ka = x->shape[x->ndim - (ta ? 2 : 1)];
+    graph_sx kb = y->shape[y->ndim - (tb ? 1 : 2)], nn = y->shape[y->ndim - (tb ? 2 : 1)];
+    if (ka != kb)
+        return graph_fail(g,
+                          "matmul: inner dims do not match: a %s%s and b %s%s (%s vs %s); a's "
+                          "columns must equal b's rows",
+                          shape_of(g, x, s1), ta ? " (transposed)" : "", shape_of(g, y, s2),
+                          tb ? " (transposed)" : "", sx_s(g, ka, s3), sx_s(g, kb, s4));
+    int nb = 0;
+    graph_sx shape[KERN_MAX_DIMS];
+    if (bcast(g, "matmul (batch dims)", x->ndim - 2, x->shape, y->ndim - 2, y->shape, &nb, shape))
+        return -1;
+    shape[nb] = m;
+    shape[nb + 1] = nn;
+    set_out(n, x->dtype, nb + 2, shape);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * index_add, scatter_add, nll backward
+ */
+static int need_index(graph *g, const char *op, const char *what, const graph_node *x) {
+    if (x->dtype == KERN_I64)
+        return 0;
+    return graph_fail(g, "%s: %s must be i64, got %s", op, what, dtype_name(x->dtype));
+}
+
+static int infer_index_add(graph *g, graph_node *n) {
+    const graph_node *idx = in_node(g, n, 0), *src = in_node(g, n, 1);
+    graph_op_args *a = &n->a;
+    char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
+    if (need_index(g, "index_add", "the index", idx) || check_shape_attr(g, a, false))
+        return -1;
+    if (idx->ndim > 1)
+        return graph_fail(g, "index_add: the index must be 0-D or 1-D, got shape %s",
+                          shape_of(g, idx, s1));
+    if (norm_dim(g, "index_add", &a->i[0], a->n_shape))
+        return -1;
+    graph_sx n_idx = idx->ndim == 1 ? idx->shape[0] : graph_sx_const(g, 1);
+    graph_sx expect[KERN_MAX_DIMS];
+    memcpy(expect, a->shape, sizeof expect);
+    if (a->n_shape > 0)
+        expect[a->i[0]] = n_idx;
+    bool ok = same_shape(src->ndim, src->shape, a->n_shape, expect) &&
+              (a->n_shape > 0 || sx_is(g, n_idx, 1));
+    if (!ok)
+        return graph_fail(g,
+                          "index_add: src has shape %s but the index of shape %s along dim %lld "
+                          "of %s needs shape %s",
+                          shape_of(g, src, s1), shape_of(g, idx, s2), (long long)a->i[0],
+                          graph_shape_str(g, a->n_shape, a->shape, s3, sizeof s3),
+                          graph_shape_str(g, a->n_shape, expect, s4, sizeof s4));
+    set_out(n, src->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+static int infer_scatter_add(graph *g, graph_node *n) {
+    const graph_node *idx = in_node(g, n, 0), *src = in_node(g, n, 1);
+    graph_op_args *a = &n->a;
+    char s1[SHAPE_STR], s2[SHAPE_STR];
+    if (need_index(g, "scatter_add", "the index", idx) || check_shape_attr(g, a, false))
+        return -1;
+    if (!same_shape(idx->ndim, idx->shape, src->ndim, src->shape))
+        return graph_fail(g,
+                          "scatter_add: src has shape %s but index has shape %s; they must "
+                          "match",
+                          shape_of(g, src, s1), shape_of(g, idx, s2));
+    if (idx->ndim != a->n_shape)
+        return graph_fail(g,
+                          "scatter_add: index of shape %s must have as many dims as the output "
+                          "%s",
+                          shape_of(g, idx, s1),
+                          graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
+    if (norm_dim(g, "scatter_add", &a->i[0], a->n_shape))
+        return -1;
+    for (int d = 0; d < a->n_shape; d++) {
+        int64_t vi, vf;
+        if (d != a->i[0] && graph_sx_const_value(g, idx->shape[d], &vi) &&
+            graph_sx_const_value(g, a->shape[d], &vf) && vi > vf)
+            return graph_fail(g,
+                              "scatter_add: index shape %s is larger than the output %s at "
+                              "dim %d",
+                              shape_of(g, idx, s1),
+                              graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2), d);
+    }
+    set_out(n, src->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *t) {
+    int nd = a->n_shape;
+    bool ok = t->ndim == (nd >= 2 ? nd - 1 : 0);
+    if (ok && nd >= 2) {
+        ok = t->shape[0] == a->shape[0];
+        for (int d = 2; d < nd; d++)
+            ok = ok && t->shape[d - 1] == a->shape[d];
+    }
+    if (ok)
+        return 0;
+    char s1[SHAPE_STR], s2[SHAPE_STR];
+    return graph_fail(g,
+                      "nll_bw: input %s and target %s do not fit; expected input [N, C, d...] "
+                      "with target [N, d...], or input [C] with a 0-d target",
+                      graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1), shape_of(g, t, s2));
+}
+
+static int infer_nll_bw(graph *g, graph_node *n) {
+    const graph_node *gr = in_node(g, n, 0), *t = in_node(g, n, 1), *tw = in_node(g, n, 2);
+    graph_op_args *a = &n->a;
+    char s1[SHAPE_STR], s2[SHAPE_STR];
+    if (gr->dtype == KERN_I64)
+        return graph_fail(g, "nll_bw: the gradient must be f32 or f64, got i64");
+    if (a->i[0] < RED_NONE || a->i[0] > RED_SUM)
+        return graph_fail(g, "nll_bw: reduction %lld is not none (0), mean (1) or sum (2)",
+                          (long long)a->i[0]);
+    if (check_shape_attr(g, a, false) || need_index(g, "nll_bw", "the target", t))
+        return -1;
+    if (a->n_shape < 1)
+        return graph_fail(g, "nll_bw: the input shape must have 1 to %d dims, got 0",
+                          KERN_MAX_DIMS);
+    if (nll_check_target(g, a, t))
+        return -1;
+    if (tw->dtype != gr->dtype)
+        return graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
+                          dtype_name(tw->dtype), dtype_name(gr->dtype));
+    bool per_elem = a->i[0] == RED_NONE;
+    if (per_elem ? !same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
+        return graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
+                          shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
+    set_out(n, gr->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Call-outs
+ */
+static int infer_callout(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    const char *op = graph_op_name(n->a.op);
+    if (n->a.i[0] < 0 || (n->a.op == GOP_POST_HOOK && n->a.i[1] < 0))
+        return graph_fail(g, "%s: numbers must be >= 0, got %lld", op,
+                          (long long)(n->a.i[0] < 0 ? n->a.i[0] : n->a.i[1]));
+    if (n->a.op == GOP_POST_HOOK && x->a.i[0] != n->a.i[0])
+        return graph_fail(g,
+                          "post_accumulate_hook: leaf %lld does not match its accumulate_grad's "
+                          "leaf %lld",
+                          (long long)n->a.i[0], (long long)x->a.i[0]);
+    for (int v = 0; n->a.op == GOP_OUTPUT && v < graph_count(g); v++) {
+        const graph_node *o = graph_node_at(g, v);
+        if (o->a.op == GOP_OUTPUT && !o->dead && o->a.i[0] == n->a.i[0])
+            return graph_fail(g, "output: output %lld is already value %d", (long long)n->a.i[0],
+                              v);
+    }
+    copy_out(n, x);
+    return 0;
+}
+
+int graph_infer(graph *g, graph_node *n) {
+    graph_op_args *a = &n->a;
+    if ((unsigned)a->op >= GOP__COUNT)
+        return graph_fail(g, "graph_add: op %d is not a graph_op", (int)a->op);
+    if (a->op == GOP_PW && (uint64_t)a->i[0] >= KPW__COUNT)
+        return graph_fail(g, "pw: %lld is not a kern_pw_op", (long long)a->i[0]);
+    int n_in = op_n_in(a);
+    if (check_inputs(g, a, n_in))
+        return -1;
+    if (a->n_perm < 0 || a->n_perm > KERN_MAX_DIMS)
+        return graph_fail(g, "%s: the permutation has %d entries", graph_op_name(a->op), a->n_perm);
+    if (op_uses_shape(a->op) && (a->n_shape < 0 || a->n_shape > KERN_MAX_DIMS))
+        return graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d",
+                          graph_op_name(a->op), a->n_shape, KERN_MAX_DIMS);
+    canon_unused(a, n_in);
+    switch (a->op) {
+    case GOP_INPUT: return infer_input(g, n);
+    case GOP_PW: return infer_pw(g, n);
+    case GOP_SUM: return infer_sum(g, n);
+    case GOP_SUM_TO: return infer_sum_to(g, n);
+    case GOP_EXPAND: return infer_expand(g, n);
+    case GOP_RESHAPE: return infer_reshape(g, n);
+    case GOP_PERMUTE: return infer_permute(g, n);
+    case GOP_UNSQUEEZE: return infer_unsqueeze(g, n);
+    case GOP_SLICE: return infer_slice(g, n);
+    case GOP_SLICE_BACKWARD: return infer_slice_backward(g, n);
+    case GOP_CONTIGUOUS: return infer_same(g, n);
+    case GOP_MATMUL: return infer_matmul(g, n);
+    case GOP_INDEX_ADD: return infer_index_add(g, n);
+    case GOP_SCATTER_ADD: return infer_scatter_add(g, n);
+    case GOP_CAST: return infer_cast(g, n);
+    case GOP_NLL_BW: return infer_nll_bw(g, n);
+    default: return infer_callout(g, n);
+    }
+}
