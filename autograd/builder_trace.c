@@ -184,19 +184,27 @@ static const ca_meta *trace_meta(ca_builder *b, ca_bval v) {
     return m;
 }
 
+/* x / N with N the product of the masked dims: a constant when they are all static, else
+ * a size expression the graph evaluates at run time. */
 static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
                                      uint32_t dim_mask) {
     trace_builder *tb = (trace_builder *)b;
-    double count = 1;
-    for (int d = 0; d < m->ndim; d++) {
-        if (!(dim_mask & (1u << d)))
-            continue;
-        if (m->shape[d] >= SIZE_HANDLE_BASE / 2)
-            return trace_fail(tb, "%s: a mean over a symbolic size cannot be traced yet",
-                              tb->origin.name);
-        count *= (double)m->shape[d];
+    graph_sx count = graph_sx_const(tb->g, 1);
+    for (int d = 0; d < m->ndim && count >= 0; d++) {
+        graph_sx dim = dim_mask & (1u << d) ? size_sx(tb, m->shape[d]) : -1;
+        if (dim_mask & (1u << d))
+            count = dim < 0 ? -1 : graph_sx_op(tb->g, GSX_MUL, count, dim);
     }
-    return bx_mul_s(b, x, 1.0 / count);
+    if (count < 0)
+        return trace_fail(tb, "%s: a mean over a corrupt size", tb->origin.name);
+    int64_t c;
+    if (graph_sx_const_value(tb->g, count, &c))
+        return bx_mul_s(b, x, 1.0 / (double)c);
+    graph_op_args a = {.op = GOP_SCALE_SIZE, .n_in = 1, .in = {val_of(x)}, .n_shape = 1};
+    a.shape[0] = count;
+    a.p[0] = 1.0;
+    graph_val v = add_node(tb, &a);
+    return v < 0 ? NULL : bval_of(v);
 }
 
 static const ca_builder_vtbl trace_vtbl = {trace_apply, trace_saved, trace_meta,

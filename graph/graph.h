@@ -68,6 +68,8 @@ typedef enum {
     GOP_INDEX_ADD,      /* in: index, src; shape = full; i[0] = dim */
     GOP_SCATTER_ADD,    /* in: index, src; shape = full; i[0] = dim */
     GOP_CAST,           /* dtype = target */
+    GOP_SCALE_SIZE,     /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over
+                           symbolic dims, where N is only known at run time */
     GOP_NLL_BW,         /* in: g, target, total_weight; shape = input's; i[0] = reduction,
                            i[1] = ignore_index */
     GOP_HOOK,           /* in: grad; i[0] = hook number. Out: the (possibly replaced) grad */

@@ -450,6 +450,7 @@ const char *graph_op_name(graph_op op) {
         [GOP_INDEX_ADD] = "index_add",
         [GOP_SCATTER_ADD] = "scatter_add",
         [GOP_CAST] = "cast",
+        [GOP_SCALE_SIZE] = "scale_size",
         [GOP_NLL_BW] = "nll_bw",
         [GOP_HOOK] = "call_hook",
         [GOP_RETAIN] = "retain_grad",

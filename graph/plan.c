@@ -652,6 +652,15 @@ static int run_pw(run_ctx *r, const graph_node *x, const graph_view *out) {
                           src, x->a.p[0], x->a.p[1]);
 }
 
+/* x * (p / N): N is evaluated for this run, so one graph serves every size. */
+static int run_scale_size(run_ctx *r, const graph_node *x, const graph_view *out) {
+    kern_src src;
+    bcast_src(in_view(r, x, 0), out, &src);
+    double n = (double)r->p->val[x->a.shape[0]];
+    return kern_pointwise(KPW_MUL_S, out->dtype, out->dtype, out->ndim, out->shape, out->data,
+                          out->strides, &src, x->a.p[0] / n, 0);
+}
+
 static int run_sum(run_ctx *r, const graph_node *x, const graph_view *out) {
     const graph_view *in = in_view(r, x, 0);
     return kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides,
@@ -993,6 +1002,7 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_SUM_TO: rc = run_sum_to(r, x, out); break;
     case GOP_SLICE_BACKWARD: rc = run_slice_backward(r, v, x, out); break;
     case GOP_CAST: rc = run_cast(r, x, out); break;
+    case GOP_SCALE_SIZE: rc = run_scale_size(r, x, out); break;
     case GOP_MATMUL: return run_matmul(r, v, x, out);
     case GOP_INDEX_ADD: return run_index_add(r, v, x, out);
     case GOP_SCATTER_ADD: return run_scatter_add(r, v, x, out);

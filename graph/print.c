@@ -176,6 +176,7 @@ static void print_attrs(sbuf *b, const graph *g, const graph_node *x) {
         sb_printf(b, ", ta=%lld, tb=%lld", (long long)a->i[0], (long long)a->i[1]);
         break;
     case GOP_CAST: sb_printf(b, ", dtype=%s", dtype_short(a->dtype)); break;
+    case GOP_SCALE_SIZE: sb_printf(b, ", %g", a->p[0]); break;
     default: break;
     }
     if (a->n_shape > 0 || a->op == GOP_SUM_TO || a->op == GOP_EXPAND || a->op == GOP_RESHAPE ||

@@ -86,6 +86,7 @@ static int op_n_ints(graph_op op) {
     case GOP_RESHAPE:
     case GOP_PERMUTE:
     case GOP_CONTIGUOUS:
+    case GOP_SCALE_SIZE:
     case GOP_CAST: return 0;
     default: return 1;
     }
@@ -100,6 +101,7 @@ static bool op_uses_shape(graph_op op) {
     case GOP_SLICE_BACKWARD:
     case GOP_INDEX_ADD:
     case GOP_SCATTER_ADD:
+    case GOP_SCALE_SIZE:
     case GOP_NLL_BW: return true;
     default: return false;
     }
@@ -112,7 +114,9 @@ static void canon_unused(graph_op_args *a, int n_in) {
     int ni = op_n_ints(a->op);
     for (int k = ni; k < 4; k++)
         a->i[k] = 0;
-    int np = a->op == GOP_PW ? graph_pw_nparams((kern_pw_op)a->i[0]) : 0;
+    int np = a->op == GOP_PW           ? graph_pw_nparams((kern_pw_op)a->i[0])
+             : a->op == GOP_SCALE_SIZE ? 1
+                                       : 0;
     for (int k = np; k < 2; k++)
         a->p[k] = 0;
     if (a->op != GOP_INPUT && a->op != GOP_CAST)
@@ -760,6 +764,17 @@ static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *
                       graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1), shape_of(g, t, s2));
 }
 
+static int infer_scale_size(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    if (n->a.n_shape != 1)
+        return graph_fail(g, "scale_size: needs exactly one size expression (N), got %d",
+                          n->a.n_shape);
+    if (x->dtype == KERN_I64)
+        return graph_fail(g, "scale_size: needs a float input, got int64");
+    set_out(n, x->dtype, x->ndim, x->shape);
+    return 0;
+}
+
 static int infer_nll_bw(graph *g, graph_node *n) {
     const graph_node *gr = in_node(g, n, 0), *t = in_node(g, n, 1), *tw = in_node(g, n, 2);
     graph_op_args *a = &n->a;
@@ -843,6 +858,7 @@ int graph_infer(graph *g, graph_node *n) {
     case GOP_SCATTER_ADD: return infer_scatter_add(g, n);
     case GOP_CAST: return infer_cast(g, n);
     case GOP_NLL_BW: return infer_nll_bw(g, n);
+    case GOP_SCALE_SIZE: return infer_scale_size(g, n);
     default: return infer_callout(g, n);
     }
 }
