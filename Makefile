@@ -5,6 +5,7 @@
 #   make test          build, run build/cagrad_tests   (extra args: CRITERION_ARGS=...)
 #   make sanitize      ASan+UBSan build in build-asan/, run tests and every example
 #   make demo          build, run build/mlp_sgd
+#   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)
 #   make format        clang-format -i on all C sources/headers
 #   make format-check  clang-format --dry-run -Werror
 #   make lint          clang-tidy + cppcheck on the library sources
@@ -58,7 +59,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps configure build test sanitize demo format format-check lint clean
+.PHONY: all deps dev-deps configure build test sanitize demo bench-compiled format format-check lint clean
 
 all: build
 
@@ -85,6 +86,10 @@ sanitize: deps
 	@set -e; for ex in $(EXAMPLES); do \
 	    $(SAN_ENV) bash scripts/run-sanitized.sh $(ASAN_DIR)/$$ex; \
 	done
+
+# Eager vs compiled backward, side by side in one run (medians; see benchmarks/).
+bench-compiled: build
+	$(BUILD_DIR)/bench_compiled
 
 demo: build
 	$(BUILD_DIR)/mlp_sgd
