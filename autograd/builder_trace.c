@@ -19,6 +19,9 @@ typedef struct {
     graph *g;
     graph_val *lifted; /* value of each lifted tensor */
     graph_val *buf;    /* per NodeCall: gradient flowing into it, or -1 */
+    trace_read *reads; /* saved tensors read, in order */
+    int n_reads, cap_reads;
+    int call; /* the NodeCall whose rule is running */
     graph_origin origin;
     ca_node shadow; /* the node the running rule sees */
     ca_meta *shadow_in;
@@ -34,8 +37,17 @@ static graph_val val_of(ca_bval b) {
     return (graph_val)((intptr_t)b - 1);
 }
 
+/* Record the trace's first failure. Running out of memory in the graph layer is a real
+ * error (CA_STATUS_NOMEM); anything else means this graph cannot be traced yet
+ * (CA_STATUS_INTERNAL), and the caller runs it eagerly instead. */
 static ca_bval trace_fail(trace_builder *tb, const char *fmt, const char *what) {
-    if (tb->base.status == CA_OK)
+    if (tb->base.status != CA_OK)
+        return NULL;
+    if (tb->g && graph_out_of_memory(tb->g))
+        tb->base.status = err_nomem("the compiled backward's graph");
+    else if (tb->g && graph_error(tb->g)[0])
+        tb->base.status = err_set(CA_STATUS_INTERNAL, "%s: %s", what, graph_error(tb->g));
+    else
         tb->base.status = err_set(CA_STATUS_INTERNAL, fmt, what);
     return NULL;
 }
@@ -132,9 +144,8 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
 
 static graph_val add_node(trace_builder *tb, const graph_op_args *a) {
     graph_val v = graph_add(tb->g, a, tb->origin);
-    if (v < 0 && tb->base.status == CA_OK)
-        tb->base.status =
-            err_set(CA_STATUS_INTERNAL, "tracing %s: %s", tb->origin.name, graph_error(tb->g));
+    if (v < 0)
+        trace_fail(tb, "%s", tb->origin.name ? tb->origin.name : "an input");
     return v;
 }
 
@@ -158,6 +169,22 @@ static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
     return v < 0 ? NULL : bval_of(v);
 }
 
+static bool record_read(trace_builder *tb, int k) {
+    if (tb->n_reads == tb->cap_reads) {
+        int cap = tb->cap_reads ? 2 * tb->cap_reads : 16;
+        trace_read *grown = mem_alloc(sizeof(trace_read) * (size_t)cap);
+        if (!grown)
+            return false;
+        if (tb->n_reads)
+            memcpy(grown, tb->reads, sizeof(trace_read) * (size_t)tb->n_reads);
+        mem_free(tb->reads);
+        tb->reads = grown;
+        tb->cap_reads = cap;
+    }
+    tb->reads[tb->n_reads++] = (trace_read){tb->call, k};
+    return true;
+}
+
 static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
     trace_builder *tb = (trace_builder *)b;
     ca_status st = node_check_saved(n, k);
@@ -167,6 +194,10 @@ static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
     }
     if (!n->saved[k].t)
         return NULL;
+    if (!record_read(tb, k)) {
+        b->status = err_nomem("the compiled backward's trace");
+        return NULL;
+    }
     int idx = key_find_lifted(tb->req->k, n->saved[k].t, LIFT_SAVED);
     if (idx < 0)
         return trace_fail(tb, "saved tensor of %s was not lifted by the key", node_name(n));
@@ -303,6 +334,7 @@ static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
         return;
     }
     make_shadow(tb, n, call);
+    tb->call = call;
     row->backward(&tb->base, &tb->shadow, bval_of(g), gin_local);
     for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
         ca_node *c = n->next[i].fn;
@@ -311,11 +343,12 @@ static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     }
 }
 
-static int target_of(const trace_request *req, const ca_node *n) {
-    for (int i = 0; i < req->n_targets; i++)
-        if (req->targets[i] == n)
-            return i;
-    return -1;
+/* autograd.grad: every requested input whose gradient is n's (the same tensor may be
+ * asked for twice) gets an output. */
+static void outputs_for(trace_builder *tb, const ca_node *n, graph_val g) {
+    for (int i = 0; i < tb->req->n_targets && tb->base.status == CA_OK; i++)
+        if (tb->req->targets[i] == n)
+            side_effect(tb, GOP_OUTPUT, g, i, 0);
 }
 
 static bool leads_on(const trace_builder *tb, const ca_node *n) {
@@ -335,9 +368,8 @@ static void trace_node(trace_builder *tb, int call) {
     g = run_hooks(tb, call, g);
     if (g >= 0 && !tb->req->capture && n->retained)
         side_effect(tb, GOP_RETAIN, g, call, 0);
-    int target = tb->req->capture ? target_of(tb->req, n) : -1;
-    if (g >= 0 && target >= 0)
-        side_effect(tb, GOP_OUTPUT, g, target, 0);
+    if (g >= 0 && tb->req->capture)
+        outputs_for(tb, n, g);
     if (g < 0 || tb->base.status != CA_OK)
         return;
     if (is_acc && !tb->req->capture) {
@@ -369,8 +401,8 @@ static void trace_free_scratch(trace_builder *tb) {
     mem_free(tb->shadow_in);
 }
 
-ca_status trace_backward(const trace_request *req, graph **out) {
-    *out = NULL;
+ca_status trace_backward(const trace_request *req, trace_result *out) {
+    memset(out, 0, sizeof *out);
     trace_builder tb = {.base = {.vt = &trace_vtbl, .status = CA_OK}, .req = req};
     const key_collect *k = req->k;
     ca_status st = trace_alloc(&tb, k);
@@ -386,8 +418,9 @@ ca_status trace_backward(const trace_request *req, graph **out) {
     trace_free_scratch(&tb);
     if (st != CA_OK) {
         graph_free(tb.g);
+        mem_free(tb.reads);
         return st;
     }
-    *out = tb.g;
+    *out = (trace_result){tb.g, tb.reads, tb.n_reads};
     return CA_OK;
 }

@@ -15,6 +15,19 @@
 
 #define SIZE_HANDLE_BASE ((int64_t)1 << 52)
 
+/* A saved tensor a rule read while tracing: checked before every run of the graph, in
+ * this order, exactly as the eager rule would check it. */
+typedef struct {
+    int call; /* NodeCall */
+    int k;    /* its saved tensor number */
+} trace_read;
+
+typedef struct {
+    graph *g;
+    trace_read *reads; /* from the library's allocator; free with mem_free */
+    int n_reads;
+} trace_result;
+
 typedef struct {
     const key_collect *k;
     const cache_entry *e; /* which slots are symbols */
@@ -27,6 +40,6 @@ typedef struct {
  * graph_free). Only nodes with node->needed set run (see walk_mark_needed). Fails (with a message)
  * for an op the graph IR cannot express yet or a rule that did arithmetic on a symbolic size; the
  * caller then falls back to eager. */
-ca_status trace_backward(const trace_request *req, graph **out);
+ca_status trace_backward(const trace_request *req, trace_result *out);
 
 #endif /* CAGRAD_BUILDER_TRACE_H */

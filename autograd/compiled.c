@@ -23,6 +23,8 @@
  * allocated when it is compiled so a steady-state run allocates nothing. */
 typedef struct {
     graph *g;
+    trace_read *reads; /* saved tensors the rules read: checked before each run */
+    int n_reads;
     graph_plan *plan;
     void *arena;
     size_t arena_cap;
@@ -37,6 +39,8 @@ static struct {
     ca_compiled_options opts[MAX_DEPTH];
     bool log_graph, log_verbose;
     ca_cache cache;
+    ca_walk walk;
+    ca_tensor *seed;
     key_collect key;
     ca_compiled_counters counters;
 } S;
@@ -86,6 +90,9 @@ bool ca_compiled_autograd_enabled(void) {
 void ca_compiled_autograd_reset(void) {
     cache_clear(&S.cache);
     key_collect_free(&S.key);
+    walk_free(&S.walk);
+    ca_tensor_release(S.seed);
+    S.seed = NULL;
     memset(&S.counters, 0, sizeof S.counters);
 }
 
@@ -150,6 +157,7 @@ static void compiled_free(void *p) {
         return;
     graph_plan_free(cg->plan);
     graph_free(cg->g);
+    mem_free(cg->reads);
     mem_free(cg->arena);
     mem_free(cg->sym_values);
     mem_free(cg->inputs);
@@ -182,7 +190,11 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
                         .capture = c->capture,
                         .n_targets = c->n_targets,
                         .targets = c->targets};
-    ca_status st = trace_backward(&tr, &cg->g);
+    trace_result res;
+    ca_status st = trace_backward(&tr, &res);
+    cg->g = res.g;
+    cg->reads = res.reads;
+    cg->n_reads = res.n_reads;
     if (st == CA_STATUS_INTERNAL) {
         *untraceable = true;
         if (S.log_verbose)
@@ -209,8 +221,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
  */
 typedef struct {
     const compiled_call *c;
-    ca_tensor *keep[64]; /* hook replacements, alive until the run ends */
-    int n_keep;
+    ca_tensor **keep; /* hook replacements, alive until the run ends */
+    int n_keep, cap_keep;
     ca_status st;
 } run_ctx;
 
@@ -254,6 +266,22 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
     return CA_OK;
 }
 
+static ca_status keep_tensor(run_ctx *r, ca_tensor *t) {
+    if (r->n_keep == r->cap_keep) {
+        int cap = r->cap_keep ? 2 * r->cap_keep : 8;
+        ca_tensor **grown = mem_alloc(sizeof(ca_tensor *) * (size_t)cap);
+        if (!grown)
+            return err_nomem("the hook replacements of a compiled backward");
+        if (r->n_keep)
+            memcpy(grown, r->keep, sizeof(ca_tensor *) * (size_t)r->n_keep);
+        mem_free(r->keep);
+        r->keep = grown;
+        r->cap_keep = cap;
+    }
+    r->keep[r->n_keep++] = t;
+    return CA_OK;
+}
+
 static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view *in,
                                graph_view *repl) {
     const key_hook *kh = &S.key.hooks[n->a.i[0]];
@@ -265,15 +293,11 @@ static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view
     ca_meta expect;
     tensor_meta(g, &expect);
     ca_status st = hook_run_pre(&one, &g, &expect, key_node_name(&S.key, kh->node_call));
-    if (st == CA_OK && g != before && r->n_keep < 64) {
-        r->keep[r->n_keep++] = g;
-        view_of(g, repl);
+    if (st == CA_OK && g != before && (st = keep_tensor(r, g)) == CA_OK) {
+        view_of(g, repl); /* the run reads the replacement from here on */
         return CA_OK;
     }
     ca_tensor_release(g);
-    if (st == CA_OK && g != before)
-        return err_set(CA_STATUS_INTERNAL, "more than 64 hook replacements in one compiled "
-                                           "backward");
     return st;
 }
 
@@ -306,6 +330,13 @@ static int call_out_cb(void *ctx, const graph_node *n, const graph_view *in, gra
     return r->st != CA_OK;
 }
 
+/* The eager rules' checks of the saved tensors they read, in their order. */
+static ca_status check_reads(const compiled_graph *cg) {
+    for (int i = 0; i < cg->n_reads; i++)
+        CA_CHECK(node_check_saved(S.key.nodes[cg->reads[i].call - 1], cg->reads[i].k));
+    return CA_OK;
+}
+
 static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     compiled_graph *cg = e->compiled;
     for (int s = 0; s < e->n_symbols; s++)
@@ -325,6 +356,7 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     int rc = graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     for (int i = 0; i < r.n_keep; i++)
         ca_tensor_release(r.keep[i]);
+    mem_free(r.keep);
     if (rc > 0)
         return r.st;
     if (rc < 0)
@@ -356,16 +388,18 @@ static void release_saved(void) {
     }
 }
 
-/* The entry to run for this key, compiling one on a miss; NULL to run eagerly. */
+/* The entry to run for this key, compiling one on a miss; NULL to run eagerly. A backward
+ * that fails with the user's error (a saved tensor changed in place or freed) counts
+ * neither a hit nor a miss: the counters describe lookups that went somewhere. */
 static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
     cache_lookup l = cache_find(&S.cache, &S.key);
     if (l.kind == LOOKUP_HIT) {
+        CA_CHECK(check_reads(l.entry->compiled));
         S.counters.cache_hits++;
         *out = l.entry;
         return CA_OK;
     }
-    S.counters.cache_misses++;
     if (S.log_verbose && l.kind == LOOKUP_NEW_NODE)
         log_new_node(&l);
     const ca_compiled_options *o = &S.opts[S.depth - 1];
@@ -383,6 +417,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
                     "(cache_size_limit); running it eagerly from now on\n",
                     leaf->n_entries);
         leaf->warned = true;
+        S.counters.cache_misses++;
         S.counters.eager_fallbacks++;
         return CA_OK;
     }
@@ -393,11 +428,13 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     if (st != CA_OK) {
         cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
         if (untraceable) {
+            S.counters.cache_misses++;
             S.counters.eager_fallbacks++;
             return CA_OK;
         }
         return st;
     }
+    S.counters.cache_misses++;
     S.counters.captures++;
     S.counters.graphs++;
     if (S.log_graph) { /* each traced graph is printed once, when it is made */
@@ -407,6 +444,28 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
         log_graph(cg);
     }
     *out = e;
+    return CA_OK;
+}
+
+ca_walk *compiled_walk(void) {
+    return &S.walk;
+}
+
+ca_status compiled_seed(const ca_meta *m, ca_tensor **out) {
+    if (S.seed) {
+        ca_meta have;
+        tensor_meta(S.seed, &have);
+        /* reused only while nobody else holds it, so no one can see it change */
+        if (meta_same_shape(&have, m) && have.dtype == m->dtype && S.seed->refcnt == 1 &&
+            S.seed->storage->version == 0) {
+            *out = ca_tensor_retain(S.seed);
+            return CA_OK;
+        }
+        ca_tensor_release(S.seed);
+        S.seed = NULL;
+    }
+    CA_CHECK(tensor_full(m, 1.0, &S.seed));
+    *out = ca_tensor_retain(S.seed);
     return CA_OK;
 }
 

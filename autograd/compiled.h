@@ -17,6 +17,11 @@ typedef struct {
     ca_tensor **grads_out; /* capture: n_targets slots, NULL on entry */
 } compiled_call;
 
+/* The walk every compiled backward reuses (its buffers are kept until reset). */
+ca_walk *compiled_walk(void);
+/* A new reference to a tensor of ones of meta m, kept between backwards (the implicit seed
+ * of a one-element loss), so a steady-state compiled backward allocates nothing. */
+ca_status compiled_seed(const ca_meta *m, ca_tensor **out);
 /* True while compiled autograd is enabled. */
 bool compiled_active(void);
 /* Run the walked, needed-marked backward compiled. *ran is false when it must run eagerly

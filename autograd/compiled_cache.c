@@ -85,7 +85,8 @@ static ca_status leaf_new(const key_collect *k, bool dynamic, cache_leaf **out) 
     }
     for (size_t s = 0; s < n; s++)
         dyn[s] = dynamic && k->sizes[s] >= 2;
-    memcpy(last, k->sizes, sizeof(int64_t) * n);
+    if (n)
+        memcpy(last, k->sizes, sizeof(int64_t) * n);
     leaf->n_slots = k->n_sizes;
     leaf->dynamic = dyn;
     leaf->last_sizes = last;
@@ -172,7 +173,8 @@ ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled
         return err_nomem("a compiled backward's cache entry");
     }
     e->n_slots = k->n_sizes;
-    memcpy(e->sizes, k->sizes, sizeof(int64_t) * (size_t)k->n_sizes);
+    if (k->n_sizes)
+        memcpy(e->sizes, k->sizes, sizeof(int64_t) * (size_t)k->n_sizes);
     assign_symbols(e, leaf, k);
     e->next = leaf->entries;
     leaf->entries = e;

@@ -16,7 +16,8 @@ typedef enum { RUN_ACCUMULATE, RUN_CAPTURE } run_mode;
 typedef struct {
     run_mode mode;
     bool retain_graph;
-    ca_walk walk;
+    ca_walk *walk; /* own_walk, or the compiled backward's, which outlives this run */
+    ca_walk own_walk;
     /* autograd.grad: gradient captured at each requested input's node */
     int n_cap;
     ca_node **cap_nodes;
@@ -175,20 +176,22 @@ static ca_status run_node(engine_run *r, ca_node *n) {
  * Driving a backward
  */
 static void run_cleanup(engine_run *r) {
-    for (int i = 0; i < r->walk.nodes.n; i++) {
-        ca_tensor_release(r->walk.nodes.v[i]->buf);
-        r->walk.nodes.v[i]->buf = NULL;
+    for (int i = 0; i < r->walk->nodes.n; i++) {
+        ca_tensor_release(r->walk->nodes.v[i]->buf);
+        r->walk->nodes.v[i]->buf = NULL;
     }
-    walk_free(&r->walk);
+    walk_free(&r->own_walk);
 }
 
 /* roots[i] receives grads[i] (borrowed); every root must differ from NULL. */
 static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tensor *const *grads,
                                   int n_roots) {
-    ca_status st = walk_graph(&r->walk, roots, n_roots);
+    /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
+    r->walk = compiled_active() ? compiled_walk() : &r->own_walk;
+    ca_status st = walk_graph(r->walk, roots, n_roots);
     bool ran = false;
     if (st == CA_OK) {
-        walk_mark_needed(&r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
+        walk_mark_needed(r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
         if (compiled_active()) {
             compiled_call c = {.capture = r->mode == RUN_CAPTURE,
                                .retain_graph = r->retain_graph,
@@ -198,14 +201,14 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
                                .n_targets = r->n_cap,
                                .targets = r->cap_nodes,
                                .grads_out = r->cap_grads};
-            st = compiled_run(&r->walk, &c, &ran);
+            st = compiled_run(r->walk, &c, &ran);
         }
         for (int i = 0; i < n_roots && st == CA_OK && !ran; i++)
             st = buffer_add(roots[i], grads[i]);
     }
-    for (int i = 0; i < r->walk.order.n && st == CA_OK && !ran; i++)
-        if (r->walk.order.v[i]->needed)
-            st = run_node(r, r->walk.order.v[i]);
+    for (int i = 0; i < r->walk->order.n && st == CA_OK && !ran; i++)
+        if (r->walk->order.v[i]->needed)
+            st = run_node(r, r->walk->order.v[i]);
     run_cleanup(r);
     return st;
 }
@@ -239,7 +242,7 @@ static ca_status root_grad(ca_tensor *t, ca_tensor *given, const char *fn, ca_te
                            "(ca_backward_ex with options.gradient) or reduce it first (ca_sum)",
                            fn, err_shape_str(m.ndim, m.shape, s, sizeof s));
         }
-        return tensor_full(&m, 1.0, out);
+        return compiled_active() ? compiled_seed(&m, out) : tensor_full(&m, 1.0, out);
     }
     ca_meta gm;
     tensor_meta(given, &gm);

@@ -2,6 +2,7 @@
  * node sequence numbers, the random generator's position, and the thread count.
  */
 #include "autograd/internal.h"
+#include "graph/graph.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ static void *kern_scratch_alloc(size_t n) {
 
 static void init_run(void) {
     kern_set_allocator((kern_allocator){kern_scratch_alloc, mem_free});
+    graph_set_allocator((kern_allocator){kern_scratch_alloc, mem_free});
     init_status = op_table_check();
     if (init_status != CA_OK)
         snprintf(init_msg, sizeof init_msg, "%s", ca_last_error());

@@ -54,7 +54,13 @@ typedef struct {
     /* mean and rstd point at one element each (may be NULL). */
     void (*layer_norm_row)(int64_t n, const void *x, const void *w, const void *b, double eps,
                            void *y, void *mean, void *rstd);
-    int col_tile; /* outputs per column-mode reduction unit */
+    /* A reduction leaf over n <= leaf contiguous elements (any n for MAX/MIN), as the
+     * reduction tree computes it; the result is a T, widened. Lets the fused interpreter
+     * sum its tiles exactly as kern_reduce would. */
+    double (*acc)(int64_t n, const void *p, kern_red_mode mode, double m);
+    int col_tile;  /* outputs per column-mode reduction unit */
+    int leaf;      /* elements per summation leaf of the inner-mode tree */
+    int leaf_rows; /* rows per summation leaf of the column-mode tree */
 } kern_simd;
 
 extern const kern_simd kern_scalar_f32_table, kern_scalar_f64_table;
@@ -63,6 +69,20 @@ extern const kern_simd kern_avx512_f32_table, kern_avx512_f64_table;
 
 /* The table for the current ISA; NULL for KERN_I64. */
 const kern_simd *kern_simd_for(kern_dtype dt);
+
+/* The contiguous kernel kern_pointwise runs for op in dtype dt on the current ISA; NULL
+ * when dt does not support op. */
+kern_pw_fn kern_pw_kernel(kern_pw_op op, kern_dtype dt);
+
+/* kern_reduce's planning, shared with the fused interpreter. kern_red_prepare fills
+ * pl->keep, pl->red (collapsed; red gets a dummy size-1 dim when nothing is reduced),
+ * pl->O and pl->R from shape, strides and rmask; -1 on a negative size. kern_red_split
+ * then picks inner/column mode and the segment count. kern_red_empty writes the value of
+ * a reduction over no element (-1 where there is none). */
+int kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64_t *in_strides,
+                     uint32_t rmask);
+void kern_red_split(kern_rplan *pl, int tile);
+int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out);
 
 /* Scratch buffers through the allocator set by kern_set_allocator. */
 void *kern_scratch_alloc(size_t nbytes);

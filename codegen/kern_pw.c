@@ -116,6 +116,15 @@ static const kern_pw_fn kern_i64_table[KPW__COUNT] = {
 #undef I64_TAB
 };
 
+kern_pw_fn kern_pw_kernel(kern_pw_op op, kern_dtype dt) {
+    if ((unsigned)op >= KPW__COUNT)
+        return NULL;
+    const kern_simd *simd = kern_simd_for(dt);
+    if (simd)
+        return simd->pw[op];
+    return dt == KERN_I64 ? kern_i64_table[op] : NULL;
+}
+
 /* ------------------------------------------------------------------ the iterator */
 
 typedef struct {
@@ -376,8 +385,7 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
     if ((unsigned)op >= KPW__COUNT || ndim < 0 || ndim > KERN_MAX_DIMS || kern_dtype_size(dt) == 0)
         return -1;
     kern_pw_plan pl = {.dt = dt, .cond_dt = dt, .esz = kern_dtype_size(dt), .conv = -1};
-    const kern_simd *simd = kern_simd_for(dt);
-    pl.fn = simd ? simd->pw[op] : kern_i64_table[op];
+    pl.fn = kern_pw_kernel(op, dt);
     if (!pl.fn)
         return -1;
     int cond = op == KPW_WHERE ? 0 : op == KPW_MASKED_FILL ? 1 : -1;

@@ -109,7 +109,7 @@ static void kern_red_plain(const kern_rplan *pl, kern_dtype dt, int64_t *idx) {
 /* ------------------------------------------------------------------ planning */
 
 /* Reductions over no element: 0 for sums, NaN for mean, -inf for logsumexp. */
-static int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
+int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
     if (op == KRED_MAX || op == KRED_MIN || (dt == KERN_I64 && op != KRED_SUM))
         return -1;
     double v = op == KRED_SUM ? 0.0 : op == KRED_MEAN ? NAN : -INFINITY;
@@ -125,7 +125,7 @@ static int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
 }
 
 /* Column mode needs a contiguous last kept dim and a non-contiguous reduced one. */
-static void kern_red_split(kern_rplan *pl, int tile) {
+void kern_red_split(kern_rplan *pl, int tile) {
     int nk = pl->keep.nd, nr = pl->red.nd;
     pl->col = nk > 0 && pl->keep.stride[nk - 1] == 1 && pl->red.stride[nr - 1] != 1;
     if (pl->col) {
@@ -143,32 +143,41 @@ static void kern_red_split(kern_rplan *pl, int tile) {
         pl->nseg *= 2;
 }
 
+int kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64_t *in_strides,
+                     uint32_t rmask) {
+    pl->O = pl->R = 1;
+    pl->keep.nd = pl->red.nd = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return -1;
+        bool r = (rmask >> d) & 1;
+        if (r)
+            pl->R *= shape[d];
+        else
+            pl->O *= shape[d];
+        if (shape[d] != 1)
+            kern_dims_push(r ? &pl->red : &pl->keep, shape[d], in_strides[d]);
+    }
+    kern_dims_collapse(&pl->keep);
+    kern_dims_collapse(&pl->red);
+    if (pl->red.nd == 0) /* one element per output: a strided copy */
+        kern_dims_push(&pl->red, 1, 0);
+    return 0;
+}
+
 int kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, const void *in,
                 const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx) {
     if ((unsigned)op >= KRED__COUNT || kern_dtype_size(dt) == 0 || ndim < 0 || ndim > KERN_MAX_DIMS)
         return -1;
     if (dt == KERN_I64 && (op == KRED_MEAN || op == KRED_LOGSUMEXP))
         return -1;
-    kern_rplan pl = {.op = op, .in = in, .out = out, .O = 1, .R = 1};
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0)
-            return -1;
-        bool r = (rmask >> d) & 1;
-        if (r)
-            pl.R *= shape[d];
-        else
-            pl.O *= shape[d];
-        if (shape[d] != 1)
-            kern_dims_push(r ? &pl.red : &pl.keep, shape[d], in_strides[d]);
-    }
+    kern_rplan pl = {.op = op, .in = in, .out = out};
+    if (kern_red_prepare(&pl, ndim, shape, in_strides, rmask) < 0)
+        return -1;
     if (pl.O == 0)
         return 0;
     if (pl.R == 0)
         return kern_red_empty(op, dt, pl.O, out);
-    kern_dims_collapse(&pl.keep);
-    kern_dims_collapse(&pl.red);
-    if (pl.red.nd == 0) /* one element per output: a strided copy */
-        kern_dims_push(&pl.red, 1, 0);
     bool want_idx = idx && (op == KRED_MAX || op == KRED_MIN);
     if (want_idx || dt == KERN_I64) {
         kern_red_plain(&pl, dt, want_idx ? idx : NULL);

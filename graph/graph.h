@@ -127,6 +127,8 @@ void graph_free(graph *g);
  * >= 2, so it broadcasts against a constant 1 but against nothing else. */
 graph_val graph_add(graph *g, const graph_op_args *a, graph_origin origin);
 const char *graph_error(const graph *g);
+/* True when the last failure was an allocation (the graph is fine, memory ran out). */
+bool graph_out_of_memory(const graph *g);
 int graph_count(const graph *g); /* nodes, dead ones included */
 const graph_node *graph_node_at(const graph *g, graph_val v);
 /* The concrete shape of v for the given slot values (for the tracing builder's meta). */
@@ -238,6 +240,7 @@ int graph_sx_count(const graph *g);
 graph_sx_kind graph_sx_get(const graph *g, graph_sx s, int64_t *a, int64_t *b);
 graph_node *graph_node_mut(graph *g, graph_val v);
 /* Record an error message for graph_error; returns -1. */
+int graph_fail_nomem(graph *g, const char *what);
 int graph_fail(graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Check and canonicalise n->a and infer n's dtype, rank and shape (shape.c); -1 on error. */
 int graph_infer(graph *g, graph_node *n);

@@ -77,6 +77,7 @@ struct graph {
     int32_t *hash; /* open addressing over sx ids, -1 = empty; power-of-two size */
     int hash_cap;
     int n_slots;
+    bool oom; /* the last failure was an allocation, not a bad graph */
     char err[512];
 };
 
@@ -108,7 +109,18 @@ void graph_free(graph *g) {
     graph_mem_free(g);
 }
 
+int graph_fail_nomem(graph *g, const char *what) {
+    graph_fail(g, "out of memory %s", what);
+    g->oom = true;
+    return -1;
+}
+
+bool graph_out_of_memory(const graph *g) {
+    return g && g->oom;
+}
+
 int graph_fail(graph *g, const char *fmt, ...) {
+    g->oom = false;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g->err, sizeof g->err, fmt, ap);
@@ -159,11 +171,11 @@ static graph_sx intern(graph *g, graph_sx_kind k, int64_t a, int64_t b) {
     }
     if (2 * (g->n_sx + 1) > g->hash_cap) { /* keep the load under one half */
         if (!rehash(g, g->hash_cap * 2))
-            return graph_fail(g, "out of memory growing the size-expression table");
+            return graph_fail_nomem(g, "growing the size-expression table");
         return intern(g, k, a, b);
     }
     if (!grow((void **)&g->sx, &g->cap_sx, g->n_sx, g->n_sx + 1, sizeof(sx_entry)))
-        return graph_fail(g, "out of memory growing the size-expression table");
+        return graph_fail_nomem(g, "growing the size-expression table");
     g->sx[g->n_sx] = (sx_entry){k, a, b};
     g->hash[j] = g->n_sx;
     return g->n_sx++;
@@ -394,7 +406,7 @@ graph_val graph_add(graph *g, const graph_op_args *a, graph_origin origin) {
     if (!a)
         return graph_fail(g, "graph_add: args are NULL");
     if (!grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes, g->n_nodes + 1, sizeof(graph_node)))
-        return graph_fail(g, "out of memory growing the node list");
+        return graph_fail_nomem(g, "growing the node list");
     graph_node n;
     memset(&n, 0, sizeof n);
     n.a = *a;

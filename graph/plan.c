@@ -595,6 +595,11 @@ static int run_maybe_view(run_ctx *r, graph_val v) {
     const graph_view *in = in_view(r, x, 0);
     graph_view *out = &r->p->views[v];
     node_view(r->p, x, in->data, out);
+    if (x->a.op == GOP_RESHAPE && numel(in) != numel(out))
+        return fail(r->p, v,
+                    "reshape: %lld elements cannot be viewed as %lld (the sizes this "
+                    "graph was compiled for no longer hold)",
+                    (long long)numel(in), (long long)numel(out));
     bool ok = x->a.op == GOP_RESHAPE ? reshape_strides(in, out) : is_contig(in);
     if (ok)
         return 0;

@@ -280,7 +280,7 @@ bool ca_compiled_autograd_enabled(void);
 void ca_compiled_autograd_reset(void);
 
 typedef struct {
-    int64_t captures;        /* graphs traced */
+    int64_t captures; /* graphs traced */
     int64_t cache_hits;
     int64_t cache_misses;
     int64_t graphs;          /* compiled graphs alive in the cache */
