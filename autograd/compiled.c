@@ -12,6 +12,7 @@
 
 #include "autograd/builder_trace.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,8 @@ static struct {
     ca_tensor *seed;
     key_collect key;
     ca_compiled_counters counters;
+    const graph *last_graph; /* the latest compiled backward's, for ca_graph_write_dot */
+    bool last_eager;         /* the latest backward under compiled autograd ran eagerly */
 } S;
 
 /* ---------------------------------------------------------------------------------------
@@ -94,6 +97,8 @@ void ca_compiled_autograd_reset(void) {
     ca_tensor_release(S.seed);
     S.seed = NULL;
     memset(&S.counters, 0, sizeof S.counters);
+    S.last_graph = NULL; /* freed with the cache */
+    S.last_eager = false;
 }
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out) {
@@ -203,6 +208,10 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     if (st == CA_OK) {
         graph_dce(cg->g);
         graph_cse(cg->g);
+        graph_simplify(cg->g); /* out of memory leaves it unsimplified, still right */
+        graph_cse(cg->g);      /* rewrites can make equal nodes */
+        graph_dce(cg->g);
+        graph_fuse(cg->g); /* last before planning; out of memory leaves it unfused, still right */
         cg->plan = graph_plan_new(cg->g);
         if (!cg->plan)
             st = err_nomem("a compiled backward's memory plan");
@@ -330,6 +339,29 @@ static int call_out_cb(void *ctx, const graph_node *n, const graph_view *in, gra
     return r->st != CA_OK;
 }
 
+/* Where a GEMM may write a leaf's gradient itself (beta = 1 onto .grad, or beta = 0 into
+ * a new one): the run-time branch of grad_add_view, without the copy or the add. */
+static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *dst,
+                             bool *has_grad) {
+    *has_grad = t->grad != NULL;
+    if (t->grad) {
+        tensor_bump_version(t->grad); /* the runner writes it next */
+    } else {
+        ca_meta m = {.dtype = (ca_dtype)value->dtype, .ndim = value->ndim};
+        memcpy(m.shape, value->shape, sizeof(int64_t) * (size_t)value->ndim);
+        CA_CHECK(tensor_new(&m, &t->grad));
+    }
+    view_of(t->grad, dst);
+    return CA_OK;
+}
+
+static int accumulate_target_cb(void *ctx, const graph_node *acc, const graph_view *value,
+                                graph_view *dst, bool *has_grad) {
+    run_ctx *r = ctx;
+    r->st = grad_target(S.key.lifted[acc->a.i[0]].t, value, dst, has_grad);
+    return r->st != CA_OK;
+}
+
 /* The eager rules' checks of the saved tensors they read, in their order. */
 static ca_status check_reads(const compiled_graph *cg) {
     for (int i = 0; i < cg->n_reads; i++)
@@ -352,7 +384,7 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
         cg->arena_cap = bytes;
     }
     run_ctx r = {.c = c, .st = CA_OK};
-    graph_callbacks cb = {call_out_cb, &r};
+    graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
     int rc = graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     for (int i = 0; i < r.n_keep; i++)
         ca_tensor_release(r.keep[i]);
@@ -437,6 +469,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     S.counters.cache_misses++;
     S.counters.captures++;
     S.counters.graphs++;
+    S.counters.fused_kernels += graph_count_fused(((const compiled_graph *)e->compiled)->g);
     if (S.log_graph) { /* each traced graph is printed once, when it is made */
         compiled_graph *cg = e->compiled;
         for (int s = 0; s < e->n_symbols; s++)
@@ -484,11 +517,51 @@ ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
     CA_CHECK(key_collect_walk(&S.key, w, &req)); /* the eager engine's errors, if any */
     cache_entry *e;
     CA_CHECK(find_or_compile(c, &e));
+    S.last_graph = e ? ((const compiled_graph *)e->compiled)->g : NULL;
+    S.last_eager = !e;
     if (!e)
         return CA_OK;
     *ran = true;
     ca_status st = run_entry(c, e);
     if (st == CA_OK && !c->retain_graph)
         release_saved();
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The latest compiled backward as a picture
+ */
+static ca_status write_text(const char *path, const char *text) {
+    bool to_stdout = strcmp(path, "-") == 0;
+    FILE *f = to_stdout ? stdout : fopen(path, "w");
+    if (!f)
+        return err_set(CA_STATUS_INVALID, "ca_graph_write_dot: cannot open \"%s\" for writing: %s",
+                       path, strerror(errno));
+    errno = 0;
+    int err = fputs(text, f) < 0 ? errno : 0;
+    int rc = to_stdout ? fflush(f) : fclose(f);
+    if (rc != 0 && !err)
+        err = errno;
+    if (err || rc != 0)
+        return err_set(CA_STATUS_INVALID, "ca_graph_write_dot: writing \"%s\" failed: %s", path,
+                       strerror(err ? err : EIO));
+    return CA_OK;
+}
+
+ca_status ca_graph_write_dot(const char *path) {
+    CA_ARG_NOT_NULL(path, "ca_graph_write_dot");
+    if (!S.last_graph)
+        return err_set(CA_STATUS_INVALID, "ca_graph_write_dot: %s",
+                       S.last_eager ? "the latest backward ran eagerly (cache_size_limit reached, "
+                                      "or an op the compiled backward cannot trace), so it has no "
+                                      "graph; CAGRAD_LOGS=compiled_autograd_verbose says why"
+                                    : "no compiled backward has run yet (or "
+                                      "ca_compiled_autograd_reset dropped it); call ca_backward "
+                                      "with compiled autograd enabled first");
+    char *text = graph_dot(S.last_graph);
+    if (!text)
+        return err_nomem("the DOT text of a compiled backward");
+    ca_status st = write_text(path, text);
+    graph_free_string(text);
     return st;
 }

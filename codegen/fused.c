@@ -28,6 +28,10 @@
 #define KF_TILE_MIN 256         /* elements; a multiple of every vector width */
 #define KF_TILE_MAX 1024        /* longer tiles stop paying once the call overhead is amortised */
 #define KF_BUDGET   (32 * 1024) /* bytes of live tile buffers: about one L1 */
+/* Register buffers are this much further apart than a tile: tiles are often a multiple of
+ * 4 KiB, and buffers 4 KiB apart alias in the load/store unit (a store to one stalls
+ * loads from the others), which made fused loops slower than op by op. */
+#define KF_SLOT_PAD 192
 
 /* How an operand's elements are reached for a tile. */
 typedef enum {
@@ -72,6 +76,7 @@ typedef struct {
     int64_t shape[KERN_MAX_DIMS], total;
     kf_opnd op[KF_NOPS]; /* inputs, then outputs (or the reduction's virtual output) */
     int64_t tile;        /* elements per tile buffer */
+    size_t slot_bytes;   /* distance between register buffers: a tile and KF_SLOT_PAD */
     /* kern_fused_run's tiling: tiles inside rows (tpr per row, `chunk` long) or rpt whole
      * rows per tile */
     bool row_tiles;
@@ -312,12 +317,16 @@ static void kf_pick_direct(kf_plan *pl) {
     }
 }
 
-/* Tiles as big as fit the live buffers in about one L1, at least min_tile. */
-static void kf_choose_tile(kf_plan *pl, int64_t min_tile) {
-    int64_t ns = pl->nslots > 0 ? pl->nslots : 1, t = KF_TILE_MAX;
-    while (t > KF_TILE_MIN && t * ns * pl->esz > KF_BUDGET)
+/* Tiles as big as fit nslots buffers in about one L1, at least min_tile. */
+static int64_t kf_tile_size(int64_t nslots, int64_t esz, int64_t min_tile) {
+    int64_t ns = nslots > 0 ? nslots : 1, t = KF_TILE_MAX;
+    while (t > KF_TILE_MIN && t * ns * esz > KF_BUDGET)
         t /= 2;
-    pl->tile = t < min_tile ? min_tile : t;
+    return t < min_tile ? min_tile : t;
+}
+
+static void kf_choose_tile(kf_plan *pl, int64_t min_tile) {
+    pl->tile = kf_tile_size(pl->nslots, pl->esz, min_tile);
     int64_t L = pl->shape[pl->nd - 1], rows = pl->total / L;
     pl->row_tiles = 2 * L > pl->tile;
     if (pl->row_tiles) { /* split a row evenly, in whole vectors where possible */
@@ -331,15 +340,14 @@ static void kf_choose_tile(kf_plan *pl, int64_t min_tile) {
     }
 }
 
-/* Validates the program and the arguments and works out liveness; -1 on anything bad.
- * Sets pl->total (0: nothing to run). out/out_strides are NULL for reductions. */
+/* Validates the program and the index space and works out liveness; -1 on anything bad.
+ * Sets pl->total (0: nothing to run). */
 static int kf_plan_init(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, int ndim,
-                        const int64_t *shape, const kern_src *in, void *const *out,
-                        const int64_t *const *out_strides, bool reduce) {
+                        const int64_t *shape, bool reduce) {
     memset(pl, 0, sizeof *pl);
     if (kf_validate(p, dt) < 0 || ndim < 0 || ndim > KERN_MAX_DIMS || (ndim > 0 && !shape))
         return -1;
-    if (reduce ? p->n_outputs != 1 : (p->n_outputs > 0 && (!out || !out_strides)))
+    if (reduce && p->n_outputs != 1)
         return -1;
     pl->p = p;
     pl->dt = dt;
@@ -361,10 +369,15 @@ static int kf_plan_init(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, in
         pl->p1[k] = ins->op == KPW_POW_S_BW ? ins->p0 - 1 : ins->p1; /* the exponent of x */
     }
     kf_liveness(pl);
+    return 0;
+}
+
+/* Every input the program reads is given. */
+static bool kf_inputs_given(const kf_plan *pl, const kern_src *in) {
     for (int r = 0; r < pl->n_in; r++)
         if (pl->live[r] && !in)
-            return -1;
-    return 0;
+            return false;
+    return true;
 }
 
 /* Collapses, classifies and sizes everything once the index space is known not empty.
@@ -409,7 +422,8 @@ static void kf_plan_layout(kf_plan *pl, int ndim, const int64_t *shape, const ke
         kf_pick_direct(pl);
     kf_assign_slots(pl);
     pl->n_spare = n_spare;
-    size_t bytes = (size_t)((pl->nslots + n_spare) * pl->tile * pl->esz);
+    pl->slot_bytes = (size_t)(pl->tile * pl->esz) + KF_SLOT_PAD;
+    size_t bytes = (size_t)pl->nslots * pl->slot_bytes + (size_t)(n_spare * pl->tile * pl->esz);
     if (pl->reduce)
         bytes += (size_t)pl->tile * sizeof(kf_run);
     pl->ws_bytes = (bytes + 63) / 64 * 64;
@@ -509,7 +523,7 @@ static void kf_walk(const kf_plan *pl, const kf_opnd *o, int64_t f, int64_t n, c
 
 static char *kf_slot(const kf_plan *pl, const kf_ws *ws, int s) {
     assert(s >= 0 && s < pl->nslots);
-    return ws->slots + (size_t)s * (size_t)(pl->tile * pl->esz);
+    return ws->slots + (size_t)s * pl->slot_bytes;
 }
 
 static bool kf_in_place(const kf_plan *pl, const kf_opnd *o, const kf_run *runs, int nruns) {
@@ -583,7 +597,7 @@ typedef struct {
 
 static kf_ws kf_ws_at(const kf_plan *pl, char *mem, int64_t lane) {
     char *base = mem + (size_t)lane * pl->ws_bytes;
-    size_t tb = (size_t)(pl->tile * pl->esz), sb = (size_t)pl->nslots * tb;
+    size_t tb = (size_t)(pl->tile * pl->esz), sb = (size_t)pl->nslots * pl->slot_bytes;
     kf_ws ws = {base, NULL, NULL, NULL};
     if (pl->reduce) { /* the runs last, so every buffer stays 64-byte aligned */
         ws.tmp = base + sb;
@@ -621,19 +635,21 @@ static void kf_lane(void *ctx, int64_t begin, int64_t end) {
 
 /* Lanes worth running for n units of `grain`: one, or one per thread. */
 static int64_t kf_lanes(int64_t n, int64_t grain) {
+    if (n < 2 * grain) /* before asking the pool: that may cost a system call */
+        return 1;
     int64_t nth = kern_num_threads(), most = n / grain;
-    if (nth < 2 || n < 2 * grain)
+    if (nth < 2)
         return 1;
     return nth < most ? nth : most;
 }
 
-/* Units of work per grab: at least KERN_GRAIN element-instructions. */
-static int64_t kf_grain(const kf_plan *pl, int64_t elems_per_unit) {
-    int64_t n_live = 1;
-    for (int k = 0; k < pl->n_instr; k++)
-        n_live += pl->live[pl->n_in + k];
-    int64_t cost = elems_per_unit * n_live;
-    return cost >= KERN_GRAIN ? 1 : (KERN_GRAIN + cost - 1) / (cost > 0 ? cost : 1);
+/* Units of work per grab: at least KERN_GRAIN elements of the index space, the grain by
+ * which kern_pointwise splits one op, so a fused loop never takes more threads than the
+ * ops it replaces would. (Counting element-instructions instead sent loops of a few
+ * thousand elements to the pool, whose wake-up cost more than the whole loop.) */
+static int64_t kf_grain(int64_t elems_per_unit) {
+    int64_t e = elems_per_unit > 0 ? elems_per_unit : 1;
+    return e >= KERN_GRAIN ? 1 : (KERN_GRAIN + e - 1) / e;
 }
 
 /* Runs block over [0, n) on `lanes` workspaces at mem (lanes * ws_bytes, filled here). */
@@ -647,8 +663,15 @@ static void kf_launch(const kf_plan *pl, char *mem, int64_t lanes, int64_t n, in
         kf_lane(&j, 0, 1);
 }
 
-static char *kf_alloc_lanes(const kf_plan *pl, int64_t lanes, size_t extra) {
-    char *mem = kern_scratch_alloc((size_t)lanes * pl->ws_bytes + extra);
+/* The lanes' workspaces and `extra` bytes after them: the caller's scratch when it is big
+ * enough, else allocated (*owned set: free it with kern_scratch_free). */
+static char *kf_lanes_mem(const kf_plan *pl, int64_t lanes, size_t extra, void *scratch,
+                          size_t scratch_bytes, bool *owned) {
+    size_t need = (size_t)lanes * pl->ws_bytes + extra;
+    char *mem = scratch && scratch_bytes >= need ? scratch : NULL;
+    *owned = !mem;
+    if (!mem)
+        mem = kern_scratch_alloc(need);
     for (int64_t l = 0; mem && l < lanes; l++) {
         kf_ws ws = kf_ws_at(pl, mem, l);
         kf_ws_prefill(pl, &ws);
@@ -682,21 +705,30 @@ static void kf_run_block(void *ctx, const kf_ws *ws, int64_t begin, int64_t end)
     }
 }
 
-int kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                   const kern_src *in, void *const *out, const int64_t *const *out_strides) {
+int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                      const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                      void *scratch, size_t scratch_bytes) {
     kf_plan pl;
-    if (kf_plan_init(&pl, p, dt, ndim, shape, in, out, out_strides, false) < 0)
+    if (kf_plan_init(&pl, p, dt, ndim, shape, false) < 0 || !kf_inputs_given(&pl, in) ||
+        (pl.n_out > 0 && (!out || !out_strides)))
         return -1;
     if (pl.total == 0 || pl.n_out == 0)
         return 0;
     kf_plan_layout(&pl, ndim, shape, in, out, out_strides, KF_TILE_MIN, 0);
-    int64_t grain = kf_grain(&pl, pl.tile), lanes = kf_lanes(pl.ntiles, grain);
-    char *mem = kf_alloc_lanes(&pl, lanes, 0);
+    int64_t grain = kf_grain(pl.tile), lanes = kf_lanes(pl.ntiles, grain);
+    bool owned;
+    char *mem = kf_lanes_mem(&pl, lanes, 0, scratch, scratch_bytes, &owned);
     if (!mem)
         return -2;
     kf_launch(&pl, mem, lanes, pl.ntiles, grain, kf_run_block, &pl);
-    kern_scratch_free(mem);
+    if (owned)
+        kern_scratch_free(mem);
     return 0;
+}
+
+int kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                   const kern_src *in, void *const *out, const int64_t *const *out_strides) {
+    return kern_fused_run_ws(p, dt, ndim, shape, in, out, out_strides, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ kern_fused_reduce */
@@ -933,47 +965,121 @@ static void kf_red_run(kf_red *rd, char *mem, int64_t lanes, int64_t grain) {
     kf_red_pass(rd, mem, lanes, grain, KRM_SUMEXP, KRED_LOGSUMEXP);
 }
 
-int kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                      const kern_src *in, kern_red_op red, uint32_t rmask, void *out) {
-    kf_plan pl;
+/* kern_fused_reduce's planning up to the layout (kern_reduce's plan of the virtual
+ * contiguous pointwise result). Returns -1 on bad arguments, 1 when no element is reduced
+ * or nothing is kept (the caller finishes), else 0 with *levels the column tree's depth. */
+static int kf_red_init(kf_plan *pl, kf_red *rd, const kern_fused_prog *p, kern_dtype dt, int ndim,
+                       const int64_t *shape, kern_red_op red, uint32_t rmask, void *out,
+                       int64_t *levels) {
     if ((unsigned)red >= KRED__COUNT ||
         (dt == KERN_I64 && red != KRED_SUM && red != KRED_MAX && red != KRED_MIN))
         return -1;
-    if (kf_plan_init(&pl, p, dt, ndim, shape, in, NULL, NULL, true) < 0)
+    if (kf_plan_init(pl, p, dt, ndim, shape, true) < 0)
         return -1;
-    kf_red rd = {.pl = &pl, .simd = kern_simd_for(dt)};
+    *rd = (kf_red){.pl = pl, .simd = kern_simd_for(dt)};
     int64_t vstr[KERN_MAX_DIMS], c = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         vstr[d] = c;
         c *= shape[d];
     }
-    rd.rp = (kern_rplan){.op = red, .out = out};
-    if (kern_red_prepare(&rd.rp, ndim, shape, vstr, rmask) < 0)
+    rd->rp = (kern_rplan){.op = red, .out = out};
+    if (kern_red_prepare(&rd->rp, ndim, shape, vstr, rmask) < 0)
         return -1;
-    if (rd.rp.O == 0)
-        return 0;
-    if (rd.rp.R == 0)
-        return kern_red_empty(red, dt, rd.rp.O, out);
-    if (rd.simd) {
-        kern_red_split(&rd.rp, rd.simd->col_tile);
-        rd.leaf = rd.simd->leaf;
+    if (rd->rp.O == 0 || rd->rp.R == 0)
+        return 1;
+    if (rd->simd) {
+        kern_red_split(&rd->rp, rd->simd->col_tile);
+        rd->leaf = rd->simd->leaf;
     } else { /* one item per output, like kern_reduce's plain path */
-        rd.rp.col = false;
-        rd.rp.tile = rd.rp.nseg = 1;
-        rd.rp.nunit = rd.rp.O;
+        rd->rp.col = false;
+        rd->rp.tile = rd->rp.nseg = 1;
+        rd->rp.nunit = rd->rp.O;
     }
-    int64_t levels = rd.rp.col ? kf_col_levels(&rd.rp, rd.simd->leaf_rows) : 0;
+    *levels = rd->rp.col ? kf_col_levels(&rd->rp, rd->simd->leaf_rows) : 0;
+    return 0;
+}
+
+/* The partial results of a segmented reduction, after the lanes' workspaces. */
+static size_t kf_red_part_bytes(const kf_red *rd) {
+    return rd->rp.nseg > 1 ? (size_t)(rd->rp.O * rd->rp.nseg * rd->pl->esz) : 0;
+}
+
+int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                         const kern_src *in, kern_red_op red, uint32_t rmask, void *out,
+                         void *scratch, size_t scratch_bytes) {
+    kf_plan pl;
+    kf_red rd;
+    int64_t levels = 0;
+    int rc = kf_red_init(&pl, &rd, p, dt, ndim, shape, red, rmask, out, &levels);
+    if (rc < 0 || !kf_inputs_given(&pl, in))
+        return -1;
+    if (rc > 0)
+        return rd.rp.O == 0 ? 0 : kern_red_empty(red, dt, rd.rp.O, out);
     kf_plan_layout(&pl, ndim, shape, in, NULL, NULL, rd.simd ? rd.leaf : KF_TILE_MIN, 1 + levels);
     if (rd.rp.col)
         rd.rp.nunit = kf_col_units(&rd.rp, pl.tile);
     int64_t per = rd.rp.R / rd.rp.nseg * rd.rp.tile, n = rd.rp.nunit * rd.rp.nseg;
-    int64_t grain = kf_grain(&pl, per), lanes = kf_lanes(n, grain);
-    size_t part = rd.rp.nseg > 1 ? (size_t)(rd.rp.O * rd.rp.nseg * pl.esz) : 0;
-    char *mem = kf_alloc_lanes(&pl, lanes, part);
+    int64_t grain = kf_grain(per), lanes = kf_lanes(n, grain);
+    size_t part = kf_red_part_bytes(&rd);
+    bool owned;
+    char *mem = kf_lanes_mem(&pl, lanes, part, scratch, scratch_bytes, &owned);
     if (!mem)
         return -2;
     rd.rp.part = part ? mem + (size_t)lanes * pl.ws_bytes : NULL;
     kf_red_run(&rd, mem, lanes, grain);
-    kern_scratch_free(mem);
+    if (owned)
+        kern_scratch_free(mem);
     return 0;
+}
+
+int kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                      const kern_src *in, kern_red_op red, uint32_t rmask, void *out) {
+    return kern_fused_reduce_ws(p, dt, ndim, shape, in, red, rmask, out, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ scratch sizes */
+
+/* The workspace of one lane at most: kf_plan_layout sizes tiles for the slots it counts
+ * first, then may need fewer; a slot count never exceeds one per live register. */
+static size_t kf_lane_bound(const kf_plan *pl, int64_t min_tile, int64_t n_spare) {
+    int64_t ns_max = 0;
+    for (int r = 0; r < pl->n_in + pl->n_instr; r++)
+        ns_max += pl->live[r];
+    size_t most = 0;
+    for (int64_t ns = 0; ns <= ns_max; ns++) {
+        int64_t t = kf_tile_size(ns, pl->esz, min_tile);
+        size_t bytes =
+            (size_t)ns * ((size_t)(t * pl->esz) + KF_SLOT_PAD) + (size_t)(n_spare * t * pl->esz);
+        if (pl->reduce)
+            bytes += (size_t)t * sizeof(kf_run);
+        bytes = (bytes + 63) / 64 * 64;
+        most = bytes > most ? bytes : most;
+    }
+    return most;
+}
+
+size_t kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
+                                const int64_t *shape, int red, uint32_t rmask) {
+    kf_plan pl;
+    size_t lane, part = 0;
+    if (red < 0) {
+        if (kf_plan_init(&pl, p, dt, ndim, shape, false) < 0 || pl.total == 0 || pl.n_out == 0)
+            return 0;
+        lane = kf_lane_bound(&pl, KF_TILE_MIN, 0);
+    } else {
+        kf_red rd;
+        int64_t levels = 0;
+        if (kf_red_init(&pl, &rd, p, dt, ndim, shape, (kern_red_op)red, rmask, NULL, &levels) != 0)
+            return 0;
+        lane = kf_lane_bound(&pl, rd.simd ? rd.leaf : KF_TILE_MIN, 1 + levels);
+        part = kf_red_part_bytes(&rd);
+    }
+    /* More than one lane needs two grains of work (kf_lanes): units cover at most twice
+     * the elements they stand for, so fewer than KERN_GRAIN / 2 elements run on one. */
+    int nth = pl.total < KERN_GRAIN / 2 ? 1 : kern_num_threads();
+    return (size_t)(nth > 1 ? nth : 1) * lane + part;
+}
+
+bool kern_fused_supports(kern_pw_op op, kern_dtype dt) {
+    return kf_dtype_ok(dt) && (unsigned)op < KPW__COUNT && kern_pw_kernel(op, dt) != NULL;
 }

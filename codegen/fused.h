@@ -63,4 +63,24 @@ int kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int6
 int kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
                       const kern_src *in, kern_red_op red, uint32_t rmask, void *out);
 
+/* The same two with caller scratch (the compiled backward's arena, so a run allocates
+ * nothing): scratch, 64-byte aligned, holds scratch_bytes bytes. When it is NULL or too
+ * small for this call, the call allocates its scratch as the functions above do. */
+int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                      const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                      void *scratch, size_t scratch_bytes);
+int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                         const kern_src *in, kern_red_op red, uint32_t rmask, void *out,
+                         void *scratch, size_t scratch_bytes);
+
+/* Bytes of scratch that always suffice for kern_fused_run_ws (red < 0) or
+ * kern_fused_reduce_ws (red a kern_red_op, over rmask) of p over `shape`, whatever the
+ * operands' strides, at the current thread count. 0 for a malformed program or when the
+ * call needs none. */
+size_t kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
+                                const int64_t *shape, int red, uint32_t rmask);
+
+/* Whether an instruction may use op in dtype dt (the fusion pass asks before fusing). */
+bool kern_fused_supports(kern_pw_op op, kern_dtype dt);
+
 #endif /* CAGRAD_FUSED_H */

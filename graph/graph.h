@@ -69,7 +69,8 @@ typedef enum {
     GOP_SCATTER_ADD,    /* in: index, src; shape = full; i[0] = dim */
     GOP_CAST,           /* dtype = target */
     GOP_SCALE_SIZE,     /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over
-                           symbolic dims, where N is only known at run time */
+                           symbolic dims, where N is only known at run time. i[0] = 1: x *
+                           (p[0] * N) instead (a sum of an expand over symbolic dims) */
     GOP_NLL_BW,         /* in: g, target, total_weight; shape = input's; i[0] = reduction,
                            i[1] = ignore_index */
     GOP_HOOK,           /* in: grad; i[0] = hook number. Out: the (possibly replaced) grad */
@@ -108,6 +109,7 @@ typedef struct {
     graph_origin origin;
     bool dead;       /* removed by a pass */
     graph_val alias; /* set by CSE: this node was replaced by that one; -1 otherwise */
+    int32_t fused;   /* set by graph_fuse: 1 + the node's fused group; 0: none (Addition.) */
 } graph_node;
 
 /* The op's short name as printed and in messages ("sum", "matmul", "call_hook"; "pw" for
@@ -213,6 +215,19 @@ typedef struct {
      * (no callbacks: hooks pass their input through). */
     int (*call)(void *ctx, const graph_node *n, const graph_view *in, graph_view *replacement);
     void *ctx;
+    /* (Addition.) Optional (may be NULL): where a GEMM whose only reader is an ACCUMULATE
+     * node may write its result. The runner calls it when it reaches that GEMM, with the
+     * ACCUMULATE node and the value's dtype and shape (value->data is NULL). Set *dst to the
+     * leaf's .grad (allocating it when unset: *has_grad false, its contents are then
+     * overwritten) and *has_grad to whether it already held a gradient (then the GEMM adds
+     * to it, beta = 1). The runner writes dst itself and skips that ACCUMULATE node's call.
+     * Leave dst->data NULL to decline (the ordinary call runs). If dst cannot be written
+     * as is (another dtype or shape, a non-contiguous .grad, memory a GEMM operand reads),
+     * the ordinary call runs after all when *has_grad is true; a .grad it allocated must
+     * therefore be contiguous, of the value's dtype and shape. Return 0, or nonzero to stop
+     * the run, as for call. The callback bumps .grad's version counter when *has_grad. */
+    int (*accumulate_target)(void *ctx, const graph_node *acc, const graph_view *value,
+                             graph_view *dst, bool *has_grad);
 } graph_callbacks;
 
 /* Plan g (after its passes), or NULL when out of memory. The plan keeps a pointer to g. */
@@ -252,5 +267,72 @@ int graph_pw_nparams(kern_pw_op k);
 bool graph_op_is_side_effect(graph_op op);
 /* False for the nodes that make no value (RETAIN, ACCUMULATE, POST_HOOK, OUTPUT). */
 bool graph_op_has_value(graph_op op);
+
+/* ---------------------------------------------------------------------------------------
+ * Graphviz DOT (dot.c). (Addition.)
+ *
+ * The graph as a DOT digraph: one node per live IR node, labelled like the printer
+ * ("aot0_matmul\nmatmul ta=1\nf32[s0, 784]": value name, op and attributes, dtype and
+ * symbolic shape), inputs as boxes, side effects (call_hook, retain_grad, accumulate_grad,
+ * post_accumulate_hook, output) as octagons, and an edge from each input to its users.
+ * The nodes of each origin sit in a light cluster "Name (NodeCall i)"; fused groups
+ * (graph_node_group) are clusters "cluster_fused_<k>", inside their origin's cluster when
+ * all their nodes share it. Returns a string from the graph's allocator (free with
+ * graph_free_string), or NULL when out of memory.
+ */
+char *graph_dot(const graph *g);
+
+/* ---------------------------------------------------------------------------------------
+ * Fusion (fuse.c). (Addition.)
+ *
+ * graph_fuse groups pointwise nodes (GOP_PW) of one dtype and one output shape (their
+ * inputs may broadcast into it) into fused loop kernels, run by the fused-loop interpreter
+ * (codegen/fused.h): a group's members are computed tile by tile at the position of its
+ * last member, and only the values read outside the group (its outputs, at most 8) are
+ * written to memory. A group whose one output is read only by a GOP_SUM or GOP_SUM_TO
+ * takes that reduction in (a fused reduce: the pointwise result is never materialised);
+ * the group then runs at the reduction's position. Groups are greedy in node order;
+ * hooks, GEMMs and every other op are barriers: a non-member reading a member's value
+ * closes the group, and no group spans a side-effect node, so callbacks see exactly what
+ * the unfused run shows them. At most 16 inputs and 64 instructions per group. A group of
+ * one node without a reduction is not fused. graph_print ends each member's line (and a
+ * fused reduction's) with "  # fused k".
+ *
+ * Run it last, after DCE, CSE and simplification, just before graph_plan_new. Returns 0,
+ * or -1 when out of memory (message in graph_error; the graph is left unfused and
+ * valid). The plan validates each group and runs one it cannot honour op by op, so later
+ * edits cannot make a run wrong.
+ */
+int graph_fuse(graph *g);
+/* Fused kernels (groups) of the graph's live nodes. */
+int graph_count_fused(const graph *g);
+/* The fused group of a live node (0, 1, ...), or -1. A fused reduce's SUM / SUM_TO node
+ * belongs to its producers' group. */
+int graph_node_group(const graph *g, graph_val v);
+
+/* ---------------------------------------------------------------------------------------
+ * Algebraic simplification (simplify.c). (Addition.)
+ *
+ * Rewrites that keep every value, run after DCE and CSE (then DCE again, before fusion):
+ *  - transposes fold into GEMM flags: matmul(permute(x, swap of the last two dims)) is
+ *    matmul(x) with the operand's flag toggled; a reshape or unsqueeze that only adds or
+ *    removes leading 1s, or an expand of batch dims only, is dropped in front of a matmul
+ *    operand when the matmul's shape stays the same; a contiguous in front of one too;
+ *  - expand followed by sum cancels: sum / sum_to over dims an expand broadcast becomes a
+ *    multiply by the product of those sizes (mul_s for constants, scale_size with i[0] = 1
+ *    for symbols), reshaped and expanded to the result; a sum over nothing or over dims of
+ *    size 1 is the value, or a reshape of it;
+ *  - identities drop: mul_s by 1, div_s by 1, add_s / sub_s of 0, copy, x + 0 and x * 1
+ *    with a fill, reshape / expand / sum_to to the same shape, identity permutes, cast to
+ *    the same dtype, contiguous of a value known contiguous; chains of views fold
+ *    (permute of permute, expand of expand or of a leading unsqueeze, reshape of reshape,
+ *    unsqueeze or contiguous).
+ * A replaced node is marked dead with alias set (as CSE does) and its readers use the
+ * replacement; new nodes take the origin of the node they replace and its place in the
+ * order, so the printed comments stay right. Accumulation into GEMM beta is the plan's
+ * (see graph_callbacks.accumulate_target). Returns the number of rewrites, or -1 when out
+ * of memory (the graph is then unchanged and valid).
+ */
+int graph_simplify(graph *g);
 
 #endif /* CAGRAD_GRAPH_H */

@@ -7,6 +7,9 @@
  *    strides can differ between runs, so this is decided at run time; the plan gives
  *    them a buffer that is used only when a copy is needed;
  *  - call-outs: no memory (a hook's value is its replacement or its input);
+ *  - members of a fused group (graph_fuse): all computed by one fused loop where the group
+ *    runs (its last member, or the reduction it ends in); only values read outside the
+ *    group get buffers, and the loops' scratch is one region at the end of the arena;
  *  - everything else: a buffer in the arena.
  * Liveness runs over the node order (a view keeps its base alive), and a freed buffer is
  * reused by a later value of provably no larger size. Sizes are symbolic, so a buffer's
@@ -19,10 +22,12 @@
  * so a run allocates nothing.
  */
 #include "codegen/cast.h"
+#include "codegen/fused.h"
 #include "graph/graph.h"
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +35,10 @@
 enum { RED_NONE = 0, RED_MEAN = 1 };
 
 enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL };
+/* Members of a fused group (fuse.c): a value only its group reads (no memory), a value
+ * read outside (a buffer), and the node where the whole group runs (the last member or
+ * the reduction it ends in; a buffer). */
+enum { PK_FUSED_TMP = PK_CALL + 1, PK_FUSED_OUT, PK_FUSED_RUN };
 
 #define N_TMP 3   /* temporaries per node: operand copies, scatter_add's block */
 #define ALIGN 64u /* buffer alignment in the arena */
@@ -38,7 +47,24 @@ typedef struct {
     int8_t kind;
     int32_t buf;        /* the value's buffer, or -1 */
     int32_t tmp[N_TMP]; /* temporaries, or -1 */
+    int32_t grp;        /* the fused group it belongs to (fused kinds only), or -1 */
+    int32_t fold;       /* GEMM <-> the ACCUMULATE whose .grad it may write (find_folds), -1 */
+    bool folded;        /* run scratch, on that ACCUMULATE: the GEMM wrote .grad this run */
 } plan_node;
+
+/* A fused group as the plan runs it: one interpreter program over the members' space. */
+typedef struct {
+    bool ok;               /* false: its members run op by op */
+    graph_val first;       /* the first member: dtype and shape of the index space */
+    graph_val anchor;      /* where it runs */
+    graph_val reduce;      /* the SUM / SUM_TO it ends in, or -1 */
+    int se_first, se_last; /* side effects before the first member and before the anchor */
+    int n_members, n_out;
+    graph_val member[KERN_FUSED_MAX_INSTR];
+    graph_val in[KERN_FUSED_MAX_INPUTS];   /* input registers' values */
+    graph_val out[KERN_FUSED_MAX_OUTPUTS]; /* members written to their buffers */
+    kern_fused_prog prog;
+} plan_group;
 
 /* A buffer's size: cbytes times the product of the symbolic factors (sorted ids). */
 typedef struct {
@@ -56,9 +82,12 @@ typedef struct {
 
 struct graph_plan {
     const graph *g;
-    int n_nodes, n_sx, n_bufs;
+    int n_nodes, n_sx, n_bufs, n_groups;
     plan_node *nodes;
     plan_buf *bufs;
+    plan_group *groups;
+    int64_t scratch_off;  /* run scratch: where the fused loops' scratch starts */
+    size_t scratch_bytes; /* run scratch: its size */
     sx_step *prog;
     int64_t *val;      /* run scratch: every expression's value */
     int64_t *offset;   /* run scratch: each buffer's byte offset */
@@ -119,6 +148,8 @@ static bool same_syms(const plan_buf *a, const plan_buf *b) {
 
 typedef struct {
     plan_node *nodes;
+    plan_group *groups;
+    int n_groups;
     int32_t *last;  /* last node that may read each value (n_nodes: the end of the run) */
     int32_t *head;  /* per node: the first owner whose value dies there */
     int32_t *next;  /* per owner: the next in its list */
@@ -199,25 +230,88 @@ static void mark_use(planner *pl, const graph *g, graph_val v, int32_t use) {
     }
 }
 
+/* The step at which v is computed: its group's anchor for a fused member. */
+static int32_t step_of(const planner *pl, graph_val v) {
+    int32_t k = pl->nodes[v].grp;
+    return k >= 0 ? pl->groups[k].anchor : v;
+}
+
+static bool owns_buffer(int8_t kind) {
+    return kind == PK_BUFFER || kind == PK_MAYBE_VIEW || kind == PK_FUSED_OUT ||
+           kind == PK_FUSED_RUN;
+}
+
 static void liveness(planner *pl, const graph *g, int n) {
     for (int v = 0; v < n; v++)
-        pl->last[v] = v;
+        pl->last[v] = step_of(pl, v);
     for (int v = 0; v < n; v++) {
         const graph_node *x = graph_node_at(g, v);
         if (pl->nodes[v].kind == PK_SKIP || x->a.op == GOP_POST_HOOK)
             continue;
         /* outputs stay readable after the run, until the arena is reused */
-        int32_t use = x->a.op == GOP_OUTPUT ? n : v;
+        int32_t use = x->a.op == GOP_OUTPUT ? n : step_of(pl, v);
         for (int k = 0; k < x->a.n_in; k++)
             mark_use(pl, g, x->a.in[k], use);
     }
     for (int t = 0; t <= n; t++)
         pl->head[t] = -1;
     for (int v = 0; v < n; v++) {
-        int8_t k = pl->nodes[v].kind;
-        if (k == PK_BUFFER || k == PK_MAYBE_VIEW) {
+        if (owns_buffer(pl->nodes[v].kind)) {
             pl->next[v] = pl->head[pl->last[v]];
             pl->head[pl->last[v]] = v;
+        }
+    }
+}
+
+/* A fused group's outputs (and its reduction's result) take buffers where it runs. */
+static void take_group_bufs(planner *pl, const graph *g, const plan_group *G) {
+    plan_buf k;
+    for (int i = 0; i < G->n_out; i++) {
+        val_key(g, G->out[i], &k);
+        pl->nodes[G->out[i]].buf = take_buf(pl, &k);
+    }
+    if (G->reduce >= 0) {
+        val_key(g, G->reduce, &k);
+        pl->nodes[G->reduce].buf = take_buf(pl, &k);
+    }
+}
+
+/* Nodes that run user code (which could read .grad) or can fail on the data (an index
+ * out of range), so the run stops with the eager engine's .grad state. */
+static bool fold_barrier(graph_op op) {
+    return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_INDEX_ADD || op == GOP_SCATTER_ADD ||
+           op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_SLICE_BACKWARD;
+}
+
+/* A matmul whose one reader is an ACCUMULATE node may write the leaf's .grad itself
+ * (graph_callbacks.accumulate_target), with beta = 1 when a gradient is there: no copy,
+ * no add. That write happens at the matmul's step, before the ACCUMULATE's, so only when
+ * no barrier runs in between. The matmul keeps its buffer for runs where the target is
+ * declined. last and head are scratch here (liveness fills them next). */
+static void find_folds(planner *pl, const graph *g, int n) {
+    int32_t *readers = pl->last, *hooks = pl->head; /* hooks[v]: barriers before node v */
+    hooks[0] = 0;
+    for (int v = 0; v < n; v++) {
+        pl->nodes[v].fold = -1;
+        pl->nodes[v].folded = false;
+        readers[v] = 0;
+    }
+    for (int v = 0; v < n; v++) {
+        const graph_node *x = graph_node_at(g, v);
+        bool live = pl->nodes[v].kind != PK_SKIP;
+        hooks[v + 1] = hooks[v] + (live && fold_barrier(x->a.op));
+        for (int k = 0; live && k < x->a.n_in; k++)
+            readers[x->a.in[k]]++;
+    }
+    for (int a = 0; a < n; a++) {
+        const graph_node *x = graph_node_at(g, a);
+        if (pl->nodes[a].kind == PK_SKIP || x->a.op != GOP_ACCUMULATE)
+            continue;
+        graph_val m = x->a.in[0];
+        if (graph_node_at(g, m)->a.op == GOP_MATMUL && pl->nodes[m].kind == PK_BUFFER &&
+            readers[m] == 1 && hooks[a] == hooks[m + 1]) {
+            pl->nodes[m].fold = a;
+            pl->nodes[a].fold = m;
         }
     }
 }
@@ -234,6 +328,8 @@ static void assign(planner *pl, const graph *g, int n) {
             plan_buf k;
             val_key(g, v, &k);
             pn->buf = take_buf(pl, &k);
+        } else if (pn->kind == PK_FUSED_RUN) {
+            take_group_bufs(pl, g, &pl->groups[pn->grp]);
         }
         for (int i = 0; i < N_TMP; i++)
             if (pn->tmp[i] >= 0)
@@ -243,19 +339,183 @@ static void assign(planner *pl, const graph *g, int n) {
     }
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Fused groups: the program of each group graph_fuse marked, checked again here so a
+ * group the plan cannot honour simply runs op by op.
+ */
+static bool same_space(const graph_node *a, const graph_node *b) {
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           memcmp(a->shape, b->shape, sizeof(graph_sx) * (size_t)a->ndim) == 0;
+}
+
+/* Members (pointwise, in node order) and the reduction each group ends in. */
+static void collect_members(planner *pl, const graph *g, int n) {
+    int se = 0; /* side-effect nodes so far: a group must not span one */
+    for (graph_val v = 0; v < n; v++) {
+        const graph_node *x = graph_node_at(g, v);
+        int k = graph_node_group(g, v);
+        if (k < 0 || k >= pl->n_groups) {
+            se += !x->dead && graph_op_is_side_effect(x->a.op);
+            continue;
+        }
+        plan_group *G = &pl->groups[k];
+        if (G->first < 0)
+            G->se_first = se;
+        G->se_last = se;
+        bool sum = x->a.op == GOP_SUM || x->a.op == GOP_SUM_TO;
+        if (x->a.op == GOP_PW && G->reduce < 0 && G->n_members < KERN_FUSED_MAX_INSTR) {
+            if (G->first < 0)
+                G->first = v;
+            G->member[G->n_members++] = v;
+        } else if (sum && G->reduce < 0 && G->n_members > 0) {
+            G->reduce = v;
+        } else {
+            G->ok = false;
+        }
+    }
+    for (int k = 0; k < pl->n_groups; k++) {
+        plan_group *G = &pl->groups[k];
+        G->ok = G->ok && G->n_members > 0 && G->se_first == G->se_last;
+        if (G->n_members > 0)
+            G->anchor = G->reduce >= 0 ? G->reduce : G->member[G->n_members - 1];
+    }
+}
+
+static void add_out(plan_group *G, graph_val v) {
+    for (int i = 0; i < G->n_out; i++)
+        if (G->out[i] == v)
+            return;
+    if (G->reduce >= 0 || G->n_out == KERN_FUSED_MAX_OUTPUTS)
+        G->ok = false; /* a fused reduce's members are read by the reduction alone */
+    else
+        G->out[G->n_out++] = v;
+}
+
+/* Members read outside their group are its outputs; such a reader must come after the
+ * group's anchor (it runs there). */
+static void collect_outputs(planner *pl, const graph *g, int n) {
+    for (graph_val v = 0; v < n; v++) {
+        const graph_node *x = graph_node_at(g, v);
+        int kx = graph_node_group(g, v);
+        for (int i = 0; !x->dead && i < x->a.n_in; i++) {
+            graph_val u = x->a.in[i];
+            int ku = graph_node_group(g, u);
+            if (ku < 0 || ku >= pl->n_groups || ku == kx)
+                continue;
+            plan_group *G = &pl->groups[ku];
+            if (v <= G->anchor)
+                G->ok = false;
+            else if (u != G->reduce)
+                add_out(G, u);
+        }
+    }
+    for (int k = 0; k < pl->n_groups; k++) /* the anchor's value is kept, read or not */
+        if (pl->groups[k].ok && pl->groups[k].reduce < 0)
+            add_out(&pl->groups[k], pl->groups[k].anchor);
+}
+
+/* While a group's program is built, idx[v] is member v's index in it, else -1. */
+static int member_index(const int32_t *idx, graph_val v) {
+    return idx[v];
+}
+
+/* The register holding v: a member's instruction, or an input (added when new). */
+static int reg_of(plan_group *G, const int32_t *idx, graph_val v, bool add) {
+    int i = member_index(idx, v);
+    if (i >= 0)
+        return G->prog.n_inputs + i;
+    for (i = 0; i < G->prog.n_inputs; i++)
+        if (G->in[i] == v)
+            return i;
+    if (!add || G->prog.n_inputs == KERN_FUSED_MAX_INPUTS)
+        return -1;
+    G->in[G->prog.n_inputs] = v;
+    return G->prog.n_inputs++;
+}
+
+/* One instruction per member, in node order, over the inputs gathered first. */
+static bool build_prog(plan_group *G, const graph *g, const int32_t *idx) {
+    kern_fused_prog *p = &G->prog;
+    const graph_node *f = graph_node_at(g, G->first);
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < G->n_members; i++) {
+        const graph_node *x = graph_node_at(g, G->member[i]);
+        kern_pw_op op = (kern_pw_op)x->a.i[0];
+        if (!same_space(f, x) || !kern_fused_supports(op, f->dtype) ||
+            kern_pw_arity(op) != x->a.n_in)
+            return false;
+        for (int k = 0; k < x->a.n_in; k++)
+            if (member_index(idx, x->a.in[k]) < 0 && reg_of(G, idx, x->a.in[k], true) < 0)
+                return false;
+    }
+    for (int r = 0; r < p->n_inputs; r++)
+        p->in_dt[r] = graph_node_at(g, G->in[r])->dtype;
+    for (int i = 0; i < G->n_members; i++) {
+        const graph_node *x = graph_node_at(g, G->member[i]);
+        uint8_t reg[3] = {0, 0, 0};
+        for (int k = 0; k < x->a.n_in; k++)
+            reg[k] = (uint8_t)reg_of(G, idx, x->a.in[k], false);
+        p->instr[i] =
+            (kern_fused_instr){(kern_pw_op)x->a.i[0], reg[0], reg[1], reg[2], x->a.p[0], x->a.p[1]};
+    }
+    p->n_instr = G->n_members;
+    if (G->reduce >= 0) {
+        const graph_node *r = graph_node_at(g, G->reduce);
+        int i = member_index(idx, r->a.in[0]);
+        if (i < 0 || r->dtype != f->dtype)
+            return false;
+        p->n_outputs = 1;
+        p->out_reg[0] = (uint8_t)(p->n_inputs + i);
+        return true;
+    }
+    for (int k = 0; k < G->n_out; k++)
+        p->out_reg[k] = (uint8_t)(p->n_inputs + member_index(idx, G->out[k]));
+    p->n_outputs = G->n_out;
+    return G->n_out > 0;
+}
+
+/* Check every group, build its program, and give its members their kinds. pl->last is
+ * scratch here (liveness fills it later). */
+static void plan_fused(planner *pl, const graph *g, int n) {
+    int32_t *idx = pl->last;
+    for (int v = 0; v < n; v++)
+        idx[v] = -1;
+    for (int k = 0; k < pl->n_groups; k++)
+        pl->groups[k] = (plan_group){.ok = true, .first = -1, .anchor = -1, .reduce = -1};
+    collect_members(pl, g, n);
+    collect_outputs(pl, g, n);
+    for (int k = 0; k < pl->n_groups; k++) {
+        plan_group *G = &pl->groups[k];
+        for (int i = 0; i < G->n_members; i++)
+            idx[G->member[i]] = i;
+        G->ok = G->ok && build_prog(G, g, idx);
+        for (int i = 0; i < G->n_members; i++)
+            idx[G->member[i]] = -1;
+        if (!G->ok)
+            continue;
+        for (int i = 0; i < G->n_members; i++)
+            pl->nodes[G->member[i]] = (plan_node){PK_FUSED_TMP, -1, {-1, -1, -1}, k, -1, false};
+        for (int i = 0; i < G->n_out; i++)
+            pl->nodes[G->out[i]].kind = PK_FUSED_OUT;
+        pl->nodes[G->anchor] = (plan_node){PK_FUSED_RUN, -1, {-1, -1, -1}, k, -1, false};
+    }
+}
+
 static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
 /* The plan and all its run scratch in one block. */
-static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs) {
+static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n_groups) {
     size_t s_plan = round16(sizeof(graph_plan)), s_nodes = round16(sizeof(plan_node) * (size_t)n);
     size_t s_bufs = round16(sizeof(plan_buf) * (size_t)n_bufs);
+    size_t s_groups = round16(sizeof(plan_group) * (size_t)n_groups);
     size_t s_prog = round16(sizeof(sx_step) * (size_t)n_sx);
     size_t s_val = round16(sizeof(int64_t) * (size_t)n_sx);
     size_t s_off = round16(sizeof(int64_t) * (size_t)n_bufs);
     size_t s_views = round16(sizeof(graph_view) * (size_t)n);
-    char *m = graph_mem_alloc(s_plan + s_nodes + s_bufs + s_prog + s_val + s_off + s_views);
+    char *m =
+        graph_mem_alloc(s_plan + s_nodes + s_bufs + s_groups + s_prog + s_val + s_off + s_views);
     if (!m)
         return NULL;
     graph_plan *p = (graph_plan *)m;
@@ -264,11 +524,14 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs) {
     p->n_nodes = n;
     p->n_sx = n_sx;
     p->n_bufs = n_bufs;
+    p->n_groups = n_groups;
     m += s_plan;
     p->nodes = (plan_node *)m;
     m += s_nodes;
     p->bufs = (plan_buf *)m;
     m += s_bufs;
+    p->groups = (plan_group *)m;
+    m += s_groups;
     p->prog = (sx_step *)m;
     m += s_prog;
     p->val = (int64_t *)m;
@@ -290,30 +553,37 @@ static void compile_sx(graph_plan *p) {
 graph_plan *graph_plan_new(const graph *g) {
     if (!g)
         return NULL;
-    int n = graph_count(g), max_bufs = (N_TMP + 1) * n;
+    int n = graph_count(g), max_bufs = (N_TMP + 1) * n, n_groups = graph_count_fused(g);
     size_t s_nodes = round16(sizeof(plan_node) * (size_t)n);
     size_t s_idx = round16(sizeof(int32_t) * (size_t)(n + 1));
     size_t s_bufs = round16(sizeof(plan_buf) * (size_t)max_bufs);
-    char *scratch = graph_mem_alloc(s_nodes + 3 * s_idx + s_bufs + (size_t)max_bufs + 16);
+    size_t s_groups = round16(sizeof(plan_group) * (size_t)n_groups);
+    char *scratch =
+        graph_mem_alloc(s_nodes + 3 * s_idx + s_bufs + s_groups + (size_t)max_bufs + 16);
     if (!scratch)
         return NULL;
-    planner pl = {.nodes = (plan_node *)scratch};
+    planner pl = {.nodes = (plan_node *)scratch, .n_groups = n_groups};
     pl.last = (int32_t *)(scratch + s_nodes);
     pl.head = (int32_t *)(scratch + s_nodes + s_idx);
     pl.next = (int32_t *)(scratch + s_nodes + 2 * s_idx);
     pl.bufs = (plan_buf *)(scratch + s_nodes + 3 * s_idx);
-    pl.busy = (bool *)(scratch + s_nodes + 3 * s_idx + s_bufs);
+    pl.groups = (plan_group *)(scratch + s_nodes + 3 * s_idx + s_bufs);
+    pl.busy = (bool *)(scratch + s_nodes + 3 * s_idx + s_bufs + s_groups);
     memset(pl.busy, 0, (size_t)max_bufs);
     for (int v = 0; v < n; v++)
-        pl.nodes[v] = (plan_node){kind_of(graph_node_at(g, v)), -1, {-1, -1, -1}};
+        pl.nodes[v] = (plan_node){kind_of(graph_node_at(g, v)), -1, {-1, -1, -1}, -1, -1, false};
+    plan_fused(&pl, g, n);
+    find_folds(&pl, g, n);
     liveness(&pl, g, n);
     assign(&pl, g, n);
-    graph_plan *p = plan_alloc(g, n, graph_sx_count(g), pl.n_bufs);
+    graph_plan *p = plan_alloc(g, n, graph_sx_count(g), pl.n_bufs, n_groups);
     if (p) {
         if (n > 0)
             memcpy(p->nodes, pl.nodes, sizeof(plan_node) * (size_t)n);
         if (pl.n_bufs > 0)
             memcpy(p->bufs, pl.bufs, sizeof(plan_buf) * (size_t)pl.n_bufs);
+        if (n_groups > 0)
+            memcpy(p->groups, pl.groups, sizeof(plan_group) * (size_t)n_groups);
         compile_sx(p);
     }
     graph_mem_free(scratch);
@@ -344,11 +614,54 @@ static int64_t buf_bytes(const graph_plan *p, const plan_buf *b, const int64_t *
     return n;
 }
 
+/* Dims where a sum_to's target is 1 but its input is not, and the input's extra leading
+ * dims: the reduced dims. */
+static uint32_t sum_to_mask(int in_nd, const int64_t *in_shape, int out_nd,
+                            const int64_t *out_shape) {
+    int lead = in_nd - out_nd;
+    uint32_t mask = 0;
+    for (int d = 0; d < in_nd; d++)
+        if (d < lead || (out_shape[d - lead] == 1 && in_shape[d] != 1))
+            mask |= 1u << d;
+    return mask;
+}
+
+static void eval_shape(const graph_plan *p, const graph_node *x, const int64_t *vals,
+                       const int64_t *slots, int64_t *shape) {
+    for (int d = 0; d < x->ndim; d++)
+        shape[d] = vals ? vals[x->shape[d]] : graph_sx_eval(p->g, x->shape[d], slots);
+}
+
+/* Scratch the fused loops need: they run one at a time, so they share one region. */
+static size_t fused_scratch(const graph_plan *p, const int64_t *vals, const int64_t *slots) {
+    size_t most = 0;
+    for (int k = 0; p && k < p->n_groups; k++) {
+        const plan_group *G = &p->groups[k];
+        if (!G->ok)
+            continue;
+        const graph_node *f = graph_node_at(p->g, G->first);
+        int64_t shape[KERN_MAX_DIMS], rshape[KERN_MAX_DIMS];
+        eval_shape(p, f, vals, slots, shape);
+        int red = -1;
+        uint32_t mask = 0;
+        if (G->reduce >= 0) {
+            const graph_node *r = graph_node_at(p->g, G->reduce);
+            eval_shape(p, r, vals, slots, rshape);
+            red = KRED_SUM;
+            mask = r->a.op == GOP_SUM ? (uint32_t)r->a.i[0]
+                                      : sum_to_mask(f->ndim, shape, r->ndim, rshape);
+        }
+        size_t b = kern_fused_scratch_bytes(&G->prog, f->dtype, f->ndim, shape, red, mask);
+        most = b > most ? b : most;
+    }
+    return most;
+}
+
 size_t graph_plan_arena_bytes(const graph_plan *p, const int64_t *slots) {
     size_t total = 0;
     for (int b = 0; p && b < p->n_bufs; b++)
         total += align_up(buf_bytes(p, &p->bufs[b], NULL, slots));
-    return total;
+    return total + align_up((int64_t)fused_scratch(p, NULL, slots));
 }
 
 /* Operands precede users in the table, so one pass in id order evaluates everything. */
@@ -370,6 +683,8 @@ static void eval_sizes(graph_plan *p, const int64_t *slots) {
         p->offset[b] = off;
         off += (int64_t)align_up(buf_bytes(p, &p->bufs[b], v, slots));
     }
+    p->scratch_off = off;
+    p->scratch_bytes = fused_scratch(p, v, slots);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -636,8 +951,8 @@ static int run_hook(run_ctx *r, graph_val v) {
 
 static int run_call(run_ctx *r, graph_val v) {
     const graph_node *x = graph_node_at(r->p->g, v);
-    if (!r->cb->call)
-        return 0;
+    if (!r->cb->call || (r->p->nodes[v].fold >= 0 && r->p->nodes[v].folded))
+        return 0; /* no callbacks, or the GEMM already wrote this .grad */
     const graph_view *in = x->a.op == GOP_POST_HOOK ? NULL : in_view(r, x, 0);
     return r->cb->call(r->cb->ctx, x, in, NULL);
 }
@@ -657,13 +972,14 @@ static int run_pw(run_ctx *r, const graph_node *x, const graph_view *out) {
                           src, x->a.p[0], x->a.p[1]);
 }
 
-/* x * (p / N): N is evaluated for this run, so one graph serves every size. */
+/* x * (p / N), or x * (p * N) when i[0] is set: N is evaluated for this run, so one graph
+ * serves every size. */
 static int run_scale_size(run_ctx *r, const graph_node *x, const graph_view *out) {
     kern_src src;
     bcast_src(in_view(r, x, 0), out, &src);
     double n = (double)r->p->val[x->a.shape[0]];
     return kern_pointwise(KPW_MUL_S, out->dtype, out->dtype, out->ndim, out->shape, out->data,
-                          out->strides, &src, x->a.p[0] / n, 0);
+                          out->strides, &src, x->a.i[0] ? x->a.p[0] * n : x->a.p[0] / n, 0);
 }
 
 static int run_sum(run_ctx *r, const graph_node *x, const graph_view *out) {
@@ -672,14 +988,9 @@ static int run_sum(run_ctx *r, const graph_node *x, const graph_view *out) {
                        (uint32_t)x->a.i[0], out->data, NULL);
 }
 
-/* Sum the leading extra dims and the dims where the target is 1 but the input is not. */
 static int run_sum_to(run_ctx *r, const graph_node *x, const graph_view *out) {
     const graph_view *in = in_view(r, x, 0);
-    int lead = in->ndim - out->ndim;
-    uint32_t mask = 0;
-    for (int d = 0; d < in->ndim; d++)
-        if (d < lead || (out->shape[d - lead] == 1 && in->shape[d] != 1))
-            mask |= 1u << d;
+    uint32_t mask = sum_to_mask(in->ndim, in->shape, out->ndim, out->shape);
     return kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides, mask,
                        out->data, NULL);
 }
@@ -782,7 +1093,8 @@ static void batch_collapse(int nb, const int64_t *bshape, const gemm_opnd *A, co
 
 /* The innermost collapsed batch dim is kern_gemm's batch; the others an outer loop. */
 static int gemm_loop(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out,
-                     const gemm_opnd *A, const gemm_opnd *B, const batch_dims *bd, int64_t K) {
+                     const gemm_opnd *A, const gemm_opnd *B, const batch_dims *bd, int64_t K,
+                     double beta) {
     int nd = out->ndim;
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], es = (int64_t)esize(out);
     int64_t batch = 1, bsa = 0, bsb = 0, bsc = M * N, outer = 1;
@@ -806,21 +1118,23 @@ static int gemm_loop(run_ctx *r, graph_val v, const graph_node *x, const graph_v
         kern_mat ma = {A->data + oa * es, A->rs, A->cs, bsa};
         kern_mat mb = {B->data + ob * es, B->rs, B->cs, bsb};
         int rc = kern_gemm(out->dtype, batch, M, N, K, 1.0, ma, x->a.i[0] != 0, mb, x->a.i[1] != 0,
-                           0.0, (char *)out->data + oc * es, N, bsc);
+                           beta, (char *)out->data + oc * es, N, bsc);
         if (rc)
             return kern_fail(r->p, v, rc, "matmul");
     }
     return 0;
 }
 
-static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+/* out = a @ b, or out += a @ b when beta is 1 (out contiguous). */
+static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out,
+                      double beta) {
     const graph_view *a = in_view(r, x, 0), *b = in_view(r, x, 1);
     int nb = out->ndim - 2;
     int64_t K = a->shape[a->ndim - (x->a.i[0] ? 2 : 1)];
     if (numel(out) == 0)
         return 0;
     if (K == 0) /* an empty sum */
-        return fill_zero(out);
+        return beta != 0.0 ? 0 : fill_zero(out);
     const plan_node *pn = &r->p->nodes[v];
     gemm_opnd A, B;
     if (gemm_prep(r, v, a, pn->tmp[0], nb, out->shape, &A) ||
@@ -828,7 +1142,77 @@ static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_
         return -1;
     batch_dims bd;
     batch_collapse(nb, out->shape, &A, &B, out->shape[nb] * out->shape[nb + 1], &bd);
-    return gemm_loop(r, v, x, out, &A, &B, &bd, K);
+    return gemm_loop(r, v, x, out, &A, &B, &bd, K, beta);
+}
+
+/* Whether w's bytes meet dst's (each taken as the span from its lowest to its highest
+ * element). */
+static bool views_overlap(const graph_view *w, const graph_view *dst) {
+    const graph_view *vs[2] = {w, dst};
+    uintptr_t lo[2], hi[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t first = 0, last = 0, es = (int64_t)esize(vs[i]);
+        if (numel(vs[i]) == 0 || !vs[i]->data)
+            return false;
+        for (int d = 0; d < vs[i]->ndim; d++) {
+            int64_t span = (vs[i]->shape[d] - 1) * vs[i]->strides[d];
+            first += span < 0 ? span : 0;
+            last += span > 0 ? span : 0;
+        }
+        lo[i] = (uintptr_t)vs[i]->data + (uintptr_t)(first * es);
+        hi[i] = (uintptr_t)vs[i]->data + (uintptr_t)((last + 1) * es);
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
+/* Whether dst shares memory from outside the arena (inputs, hook results): the GEMM's
+ * operands may be views of it. */
+static bool target_is_read(const run_ctx *r, graph_val v, const graph_view *dst) {
+    for (graph_val u = 0; u < v; u++) {
+        int8_t k = r->p->nodes[u].kind;
+        if ((k == PK_INPUT || k == PK_HOOK) && views_overlap(&r->p->views[u], dst))
+            return true;
+    }
+    return false;
+}
+
+/* A matmul whose ACCUMULATE may be folded in (find_folds): ask for the .grad and write
+ * it, GEMM beta = 1 onto a gradient that is there, 0 into a fresh one. */
+static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_view *out) {
+    const plan_node *pn = &r->p->nodes[v];
+    plan_node *pa = &r->p->nodes[pn->fold];
+    pa->folded = false;
+    if (!r->cb->accumulate_target)
+        return run_matmul(r, v, x, out, 0.0);
+    graph_view want = *out, dst;
+    want.data = NULL;
+    memset(&dst, 0, sizeof dst);
+    bool has = false;
+    int rc =
+        r->cb->accumulate_target(r->cb->ctx, graph_node_at(r->p->g, pn->fold), &want, &dst, &has);
+    if (rc)
+        return rc;
+    if (!dst.data) /* declined */
+        return run_matmul(r, v, x, out, 0.0);
+    bool fits = view_matches(&dst, out->dtype, out->ndim, out->shape);
+    char b1[96], b2[96];
+    if (!fits && !has)
+        return fail(r->p, v, "the new .grad is %s for a gradient %s",
+                    view_str(dst.dtype, dst.ndim, dst.shape, b1),
+                    view_str(out->dtype, out->ndim, out->shape, b2));
+    if (fits && is_contig(&dst) && !target_is_read(r, v, &dst)) {
+        if ((rc = run_matmul(r, v, x, &dst, has ? 1.0 : 0.0)) == 0) {
+            pa->folded = true;
+            *out = dst;
+        }
+        return rc;
+    }
+    if ((rc = run_matmul(r, v, x, out, 0.0)) != 0 || has)
+        return rc; /* the ACCUMULATE's call adds it, at its step */
+    if ((rc = copy_strided(dst.data, dst.strides, out)) != 0)
+        return kern_fail(r->p, v, rc, "copy into .grad");
+    pa->folded = true;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -994,6 +1378,46 @@ static int run_nll_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Fused loops
+ */
+
+/* A whole fused group at its anchor v: inputs broadcast into the members' space, outputs
+ * into their buffers, or the reduction's result into its buffer. */
+static int run_fused(run_ctx *r, graph_val v) {
+    graph_plan *p = r->p;
+    const plan_group *G = &p->groups[p->nodes[v].grp];
+    graph_view space;
+    node_view(p, graph_node_at(p->g, G->first), NULL, &space);
+    kern_src in[KERN_FUSED_MAX_INPUTS];
+    for (int i = 0; i < G->prog.n_inputs; i++)
+        bcast_src(&p->views[G->in[i]], &space, &in[i]);
+    void *scratch = r->arena + p->scratch_off;
+    int rc;
+    if (G->reduce >= 0) {
+        const graph_node *x = graph_node_at(p->g, G->reduce);
+        graph_view *out = &p->views[G->reduce];
+        node_view(p, x, buf_ptr(r, p->nodes[G->reduce].buf), out);
+        uint32_t mask = x->a.op == GOP_SUM
+                            ? (uint32_t)x->a.i[0]
+                            : sum_to_mask(space.ndim, space.shape, out->ndim, out->shape);
+        rc = kern_fused_reduce_ws(&G->prog, space.dtype, space.ndim, space.shape, in, KRED_SUM,
+                                  mask, out->data, scratch, p->scratch_bytes);
+    } else {
+        void *out[KERN_FUSED_MAX_OUTPUTS];
+        const int64_t *out_strides[KERN_FUSED_MAX_OUTPUTS];
+        for (int k = 0; k < G->n_out; k++) {
+            graph_view *o = &p->views[G->out[k]];
+            node_view(p, graph_node_at(p->g, G->out[k]), buf_ptr(r, p->nodes[G->out[k]].buf), o);
+            out[k] = o->data;
+            out_strides[k] = o->strides;
+        }
+        rc = kern_fused_run_ws(&G->prog, space.dtype, space.ndim, space.shape, in, out, out_strides,
+                               scratch, p->scratch_bytes);
+    }
+    return rc ? kern_fail(p, v, rc, "fused loop") : 0;
+}
+
+/* ---------------------------------------------------------------------------------------
  * The run
  */
 static int run_buffer(run_ctx *r, graph_val v) {
@@ -1008,7 +1432,9 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_SLICE_BACKWARD: rc = run_slice_backward(r, v, x, out); break;
     case GOP_CAST: rc = run_cast(r, x, out); break;
     case GOP_SCALE_SIZE: rc = run_scale_size(r, x, out); break;
-    case GOP_MATMUL: return run_matmul(r, v, x, out);
+    case GOP_MATMUL:
+        return r->p->nodes[v].fold >= 0 ? run_matmul_acc(r, v, x, out)
+                                        : run_matmul(r, v, x, out, 0.0);
     case GOP_INDEX_ADD: return run_index_add(r, v, x, out);
     case GOP_SCATTER_ADD: return run_scatter_add(r, v, x, out);
     case GOP_NLL_BW: return run_nll_bw(r, v, x, out);
@@ -1035,6 +1461,9 @@ int graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs
         case PK_MAYBE_VIEW: rc = run_maybe_view(&r, v); break;
         case PK_HOOK: rc = run_hook(&r, v); break;
         case PK_CALL: rc = run_call(&r, v); break;
+        case PK_FUSED_TMP:
+        case PK_FUSED_OUT: break; /* computed where its group runs */
+        case PK_FUSED_RUN: rc = run_fused(&r, v); break;
         default: rc = run_buffer(&r, v); break;
         }
         if (rc)

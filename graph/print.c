@@ -192,6 +192,8 @@ static void print_attrs(sbuf *b, const graph *g, const graph_node *x) {
         sb_printf(b, ", dim=%lld", (long long)a->i[0]);
     else if (a->op == GOP_NLL_BW)
         sb_printf(b, ", reduction=%lld, ignore_index=%lld", (long long)a->i[0], (long long)a->i[1]);
+    else if (a->op == GOP_SCALE_SIZE && a->i[0])
+        sb_printf(b, ", mul=1");
 }
 
 static void print_callout(sbuf *b, const graph_node *x, char (*names)[NAME_MAX_LEN]) {
@@ -233,6 +235,15 @@ static void print_node(sbuf *b, const graph *g, const graph_node *x, graph_val v
     print_inputs(b, x, names, true);
     print_attrs(b, g, x);
     sb_printf(b, ")\n");
+}
+
+/* A member of a fused group ends its line with "  # fused k" (graph_fuse). */
+static void mark_fused(sbuf *b, const graph *g, graph_val v) {
+    int k = graph_node_group(g, v);
+    if (k < 0 || b->oom || b->len == 0 || b->s[b->len - 1] != '\n')
+        return;
+    b->len--;
+    sb_printf(b, "  # fused %d\n", k);
 }
 
 static bool same_origin(const graph_origin *a, const graph_origin *b) {
@@ -296,6 +307,7 @@ static void print_body(sbuf *b, const graph *g, bool verbose, const int64_t *slo
             print_origin(b, &x->origin);
         prev = x->origin;
         print_node(b, g, x, v, names);
+        mark_fused(b, g, v);
     }
     print_return(b, g, names);
 }

@@ -86,7 +86,6 @@ static int op_n_ints(graph_op op) {
     case GOP_RESHAPE:
     case GOP_PERMUTE:
     case GOP_CONTIGUOUS:
-    case GOP_SCALE_SIZE:
     case GOP_CAST: return 0;
     default: return 1;
     }
@@ -769,6 +768,7 @@ static int infer_scale_size(graph *g, graph_node *n) {
                           n->a.n_shape);
     if (x->dtype == KERN_I64)
         return graph_fail(g, "scale_size: needs a float input, got int64");
+    n->a.i[0] = n->a.i[0] != 0; /* 1: multiply by N instead of dividing */
     set_out(n, x->dtype, x->ndim, x->shape);
     return 0;
 }

@@ -290,6 +290,16 @@ typedef struct {
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out);
 
+/* Write the graph of the latest compiled backward (the last one run, cache hit or miss) as
+ * Graphviz DOT to path, or to stdout for "-". Render it with `dot -Tsvg in.dot -o out.svg`.
+ * Nodes are labelled like the CAGRAD_LOGS=compiled_autograd graph (value name, op,
+ * dtype and symbolic shape); each autograd node's part is a light cluster "Name (NodeCall
+ * i)", and each fused kernel a cluster "fused k". CA_STATUS_INVALID when path is NULL, when
+ * no compiled backward has run since start-up or ca_compiled_autograd_reset, when the
+ * latest backward ran eagerly (see eager_fallbacks), or when the file cannot be written
+ * (the message names the path and the system's reason). */
+ca_status ca_graph_write_dot(const char *path);
+
 /* ---------------------------------------------------------------------------------------
  * Ops. Each records a node in the autograd graph when grad mode is on and an input
  * requires grad. Binary ops broadcast with NumPy's rules. Results are new references.

@@ -2876,3 +2876,77 @@ Test(compiled, steady_state_backward_with_a_seed_allocates_nothing) {
     long n = steady_third_backward_allocs(true);
     cr_assert_eq(n, 0, "a steady-state compiled backward with a seed made %ld allocations", n);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Fusion in the compiled backward
+ */
+/* loss = sum(chain of 24 pointwise ops of x and w): its backward is pointwise chains. */
+static ca_tensor *pointwise_chain(ca_tensor *x, ca_tensor *w) {
+    ca_tensor *h = ca_tensor_retain(x), *y, *loss;
+    for (int i = 0; i < 24; i++) {
+        switch (i % 4) {
+        case 0: TU_OK(ca_mul(h, w, &y)); break;
+        case 1: TU_OK(ca_tanh(h, &y)); break;
+        case 2: TU_OK(ca_add_scalar(h, 0.25, &y)); break;
+        default: TU_OK(ca_sigmoid(h, &y)); break;
+        }
+        ca_tensor_release(h);
+        h = y;
+    }
+    TU_OK(ca_sum(h, 0, NULL, false, &loss));
+    ca_tensor_release(h);
+    return loss;
+}
+
+Test(compiled, pointwise_chains_are_fused_and_agree_with_eager) {
+    ca_compiled_autograd_reset();
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(4, 33), true);
+    ca_tensor *w = tu_randn(CA_FLOAT64, TU_SHAPE(33), true);
+    ca_tensor *le = pointwise_chain(x, w), *lc = pointwise_chain(x, w);
+    TU_OK(ca_backward(le));
+    ca_tensor *gx = ca_tensor_retain(ca_tensor_grad(x)), *gw = ca_tensor_retain(ca_tensor_grad(w));
+    TU_OK(ca_tensor_set_grad(x, NULL));
+    TU_OK(ca_tensor_set_grad(w, NULL));
+    TU_OK(ca_compiled_autograd_enable(NULL));
+    TU_OK(ca_backward(lc));
+    TU_OK(ca_compiled_autograd_disable());
+    ca_compiled_counters c = counters();
+    cr_assert_eq(c.captures, 1);
+    cr_assert_gt(c.fused_kernels, 0, "the chain's backward forms fused groups");
+    tu_assert_close(ca_tensor_grad(x), gx, 1e-12, 1e-12);
+    tu_assert_close(ca_tensor_grad(w), gw, 1e-12, 1e-12);
+    int64_t fused = c.fused_kernels;
+    ca_tensor *l2 = pointwise_chain(x, w);
+    TU_OK(ca_compiled_autograd_enable(NULL));
+    TU_OK(ca_backward(l2));
+    TU_OK(ca_compiled_autograd_disable());
+    cr_assert_eq(counters().cache_hits, 1);
+    cr_assert_eq(counters().fused_kernels, fused, "a hit compiles nothing new");
+    tu_release_n((ca_tensor *[]){x, w, le, lc, l2, gx, gw}, 7);
+    ca_compiled_autograd_reset();
+}
+
+/* The zero-allocation promise holds for fused graphs too: their tile scratch lives in the
+ * arena. */
+Test(compiled, steady_state_fused_backward_allocates_nothing) {
+    tu_alloc_install();
+    ca_compiled_autograd_reset();
+    ca_tensor *x = tu_randn(CA_FLOAT32, TU_SHAPE(64, 129), true);
+    ca_tensor *w = tu_randn(CA_FLOAT32, TU_SHAPE(129), true);
+    ca_tensor *loss = pointwise_chain(x, w);
+    ca_backward_options keep = {.retain_graph = true};
+    TU_OK(ca_compiled_autograd_enable(NULL));
+    TU_OK(ca_backward_ex(loss, &keep)); /* capture; .grad allocated */
+    TU_OK(ca_backward_ex(loss, &keep)); /* a hit */
+    tu_alloc_arm(0);
+    TU_OK(ca_backward_ex(loss, &keep)); /* the steady state */
+    long n = tu_alloc_count();
+    TU_OK(ca_compiled_autograd_disable());
+    cr_assert_gt(counters().fused_kernels, 0);
+    cr_assert_eq(n, 0, "a steady-state fused compiled backward made %ld allocations", n);
+    tu_release_n((ca_tensor *[]){x, w, loss}, 3);
+    ca_compiled_autograd_reset();
+    long live = tu_alloc_live();
+    tu_alloc_uninstall();
+    cr_assert_eq(live, 0, "%ld allocations leaked", live);
+}
