@@ -146,38 +146,14 @@ static int kf_validate(const kern_fused_prog *p, kern_dtype dt) {
 /* ------------------------------------------------------------------ planning */
 
 /* Drops size-1 dims and merges neighbours contiguous for all nops operands (their
- * caller strides in str); leaves the collapsed dims in pl->shape and str. */
+ * caller strides in str); leaves the collapsed dims in pl->shape and the operands. */
 static void kf_collapse(kf_plan *pl, int ndim, const int64_t *shape, int nops,
                         int64_t (*str)[KERN_MAX_DIMS]) {
-    int64_t cs[KF_NOPS][KERN_MAX_DIMS], csh[KERN_MAX_DIMS];
-    int nd = 0; /* collected innermost first */
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (shape[d] == 1)
-            continue;
-        bool merge = nd > 0;
-        for (int k = 0; merge && k < nops; k++)
-            merge = str[k][d] == cs[k][nd - 1] * csh[nd - 1];
-        if (merge) {
-            csh[nd - 1] *= shape[d];
-            continue;
-        }
-        csh[nd] = shape[d];
-        for (int k = 0; k < nops; k++)
-            cs[k][nd] = str[k][d];
-        nd++;
-    }
-    if (nd == 0) {
-        csh[0] = 1;
-        for (int k = 0; k < nops; k++)
-            cs[k][0] = 0;
-        nd = 1;
-    }
-    pl->nd = nd;
-    for (int d = 0; d < nd; d++) { /* back to outermost first */
-        pl->shape[d] = csh[nd - 1 - d];
-        for (int k = 0; k < nops; k++)
-            pl->op[k].str[d] = cs[k][nd - 1 - d];
-    }
+    int64_t cs[KF_NOPS][KERN_MAX_DIMS];
+    pl->nd = kern_collapse_dims(ndim, shape, nops, str, pl->shape, cs);
+    for (int k = 0; k < nops; k++)
+        for (int d = 0; d < pl->nd; d++)
+            pl->op[k].str[d] = cs[k][d];
 }
 
 static kf_kind kf_classify(const kf_plan *pl, const kf_opnd *o) {
@@ -443,33 +419,7 @@ static void kf_move(int64_t esz, char *dst, int64_t ds, const char *src, int64_t
             memcpy(dst + k * esz, dst, (size_t)((n - k < k ? n - k : k) * esz));
         return;
     }
-    if (esz == 4)
-        for (int64_t i = 0; i < n; i++)
-            memcpy(dst + 4 * i * ds, src + 4 * i * s, 4);
-    else
-        for (int64_t i = 0; i < n; i++)
-            memcpy(dst + 8 * i * ds, src + 8 * i * s, 8);
-}
-
-/* A mask of dtype o->mdt as 1/0 of the program dtype, exactly as kern_pointwise packs it. */
-static void kf_convert(const kf_plan *pl, const kf_opnd *o, char *dst, const char *src, int64_t s,
-                       int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const char *q = src + i * s * o->isz;
-        bool on;
-        if (o->mdt == KERN_I64)
-            on = *(const int64_t *)q != 0;
-        else if (o->mdt == KERN_F32)
-            on = *(const float *)q != 0;
-        else
-            on = *(const double *)q != 0;
-        if (pl->dt == KERN_F32)
-            ((float *)dst)[i] = on;
-        else if (pl->dt == KERN_F64)
-            ((double *)dst)[i] = on;
-        else
-            ((int64_t *)dst)[i] = on;
-    }
+    kern_move_strided(esz, dst, ds, src, s, n);
 }
 
 /* Element offset of flat index f in operand o; *j gets f's position in its row and idx
@@ -500,7 +450,7 @@ static void kf_walk(const kf_plan *pl, const kf_opnd *o, int64_t f, int64_t n, c
             from += len * pl->esz;
         } else {
             if (o->cvt)
-                kf_convert(pl, o, buf, o->src + off * o->isz, s, len);
+                kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src + off * o->isz, s, len);
             else
                 kf_move(pl->esz, buf, 1, o->src + off * o->isz, s, len);
             buf += len * pl->esz;
@@ -615,7 +565,7 @@ static void kf_ws_prefill(const kf_plan *pl, const kf_ws *ws) {
             continue;
         char *buf = kf_slot(pl, ws, pl->slot[r]);
         if (o->cvt)
-            kf_convert(pl, o, buf, o->src, 0, pl->tile);
+            kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src, 0, pl->tile);
         else
             kf_move(pl->esz, buf, 1, o->src, 0, pl->tile);
     }

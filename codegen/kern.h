@@ -257,7 +257,12 @@ typedef struct {
     void (*free)(void *p);
 } kern_allocator;
 
+/* Set the scratch allocator; one with a NULL alloc or free restores the default. */
 void kern_set_allocator(kern_allocator a);
+/* The default: 64-byte aligned_alloc (sizes rounded up to a multiple of 64; 0 takes 64
+ * bytes) and free. graph/ uses it too, so there is one default in the library. */
+void *kern_default_alloc(size_t nbytes);
+kern_allocator kern_default_allocator(void);
 
 /* BLAS core name as OpenBLAS reports it (e.g. "Haswell", "SkylakeX"), for reports. */
 const char *kern_blas_core(void);

@@ -85,18 +85,19 @@ const kern_simd *kern_simd_for(kern_dtype dt) {
 
 /* ------------------------------------------------------------------ scratch memory */
 
-static void *kern_default_alloc(size_t nbytes) {
+void *kern_default_alloc(size_t nbytes) {
     size_t n = (nbytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of 64 */
     return aligned_alloc(64, n ? n : 64);
+}
+
+kern_allocator kern_default_allocator(void) {
+    return (kern_allocator){kern_default_alloc, free};
 }
 
 static kern_allocator kern_alloc_cur = {kern_default_alloc, free};
 
 void kern_set_allocator(kern_allocator a) {
-    if (a.alloc && a.free)
-        kern_alloc_cur = a;
-    else
-        kern_alloc_cur = (kern_allocator){kern_default_alloc, free};
+    kern_alloc_cur = a.alloc && a.free ? a : kern_default_allocator();
 }
 
 void *kern_scratch_alloc(size_t nbytes) {

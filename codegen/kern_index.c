@@ -37,6 +37,17 @@ static int64_t kern_index_grain(int64_t per_item) {
     return per_item >= KERN_GRAIN ? 1 : KERN_GRAIN / (per_item > 0 ? per_item : 1);
 }
 
+/* The accumulating kernels' work units: (outer, chunk of KERN_INDEX_CHUNK inner elements)
+ * pairs, chunk fastest. */
+static int64_t kern_index_nchunks(int64_t inner) {
+    return (inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
+}
+
+static void kern_index_run_chunked(kern_index_job *j, kern_range_fn fn) {
+    int64_t per = (j->inner < KERN_INDEX_CHUNK ? j->inner : KERN_INDEX_CHUNK) * j->m;
+    kern_parallel_for(j->outer * kern_index_nchunks(j->inner), kern_index_grain(per), fn, j);
+}
+
 /* dst[0..len) += src[0..len) in the dtype. */
 static void kern_add_into(kern_dtype dt, char *dst, const char *src, int64_t len) {
     if (dt == KERN_F32) {
@@ -84,7 +95,7 @@ int kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, co
 static void kern_index_add_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
     size_t esz = kern_dtype_size(j->dt);
-    int64_t nch = (j->inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
+    int64_t nch = kern_index_nchunks(j->inner);
     for (int64_t u = begin; u < end; u++) {
         int64_t o = u / nch, i0 = (u % nch) * KERN_INDEX_CHUNK;
         int64_t len = j->inner - i0 < KERN_INDEX_CHUNK ? j->inner - i0 : KERN_INDEX_CHUNK;
@@ -106,9 +117,7 @@ int kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void 
     if (inner == 0)
         return 0;
     kern_index_job j = {dt, outer, n, inner, n_index, index, src, out};
-    int64_t nch = (inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
-    int64_t per = (inner < KERN_INDEX_CHUNK ? inner : KERN_INDEX_CHUNK) * n_index;
-    kern_parallel_for(outer * nch, kern_index_grain(per), kern_index_add_range, &j);
+    kern_index_run_chunked(&j, kern_index_add_range);
     return 0;
 }
 
@@ -158,7 +167,7 @@ int kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const vo
 
 static void kern_scatter_add_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
-    int64_t nch = (j->inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
+    int64_t nch = kern_index_nchunks(j->inner);
     for (int64_t u = begin; u < end; u++) {
         int64_t o = u / nch, i0 = (u % nch) * KERN_INDEX_CHUNK;
         int64_t i1 = j->inner - i0 < KERN_INDEX_CHUNK ? j->inner : i0 + KERN_INDEX_CHUNK;
@@ -181,8 +190,6 @@ int kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, voi
     if (inner == 0)
         return 0;
     kern_index_job j = {dt, outer, n, inner, n_src, index, src, out};
-    int64_t nch = (inner + KERN_INDEX_CHUNK - 1) / KERN_INDEX_CHUNK;
-    int64_t per = (inner < KERN_INDEX_CHUNK ? inner : KERN_INDEX_CHUNK) * n_src;
-    kern_parallel_for(outer * nch, kern_index_grain(per), kern_scatter_add_range, &j);
+    kern_index_run_chunked(&j, kern_scatter_add_range);
     return 0;
 }

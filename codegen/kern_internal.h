@@ -10,6 +10,8 @@
 
 #include "kern.h"
 
+#include <string.h>
+
 /* Elements per unit of parallel work: small enough to balance, big enough to amortise. */
 #define KERN_GRAIN 16384
 
@@ -84,12 +86,38 @@ int kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64
 void kern_red_split(kern_rplan *pl, int tile);
 int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out);
 
+/* Drops size-1 dims of the index space shape[0..ndim) and merges neighbours that are
+ * contiguous for all nops operands (str[k]: operand k's strides, in elements). Writes the
+ * collapsed dims, outermost first, to cshape and cstr (which must not alias shape or str)
+ * and returns their count: at least 1, a space of one element being one dim of size 1
+ * with stride 0. Shared by the pointwise iterator and the fused interpreter. */
+int kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[KERN_MAX_DIMS],
+                       int64_t *cshape, int64_t (*cstr)[KERN_MAX_DIMS]);
+
+/* n mask elements of dtype mdt at src (stride s) as 1/0 of dtype dt at dst (stride ds);
+ * strides in elements. How where / masked_fill read a condition of another dtype. */
+void kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
+                    int64_t s, int64_t n);
+
 /* Scratch buffers through the allocator set by kern_set_allocator. */
 void *kern_scratch_alloc(size_t nbytes);
 void kern_scratch_free(void *p);
 
 /* One Philox-4x32-10 block (exposed for known-answer tests). */
 void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* dst[i * ds] = src[i * s] for n elements of esz (4 or 8) bytes. Constant-size memcpy
+ * compiles to plain moves (a runtime size would call libc per element); bytes, not values,
+ * so NaN payloads survive. */
+static inline void kern_move_strided(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s,
+                                     int64_t n) {
+    if (esz == 4)
+        for (int64_t i = 0; i < n; i++)
+            memcpy(dst + 4 * i * ds, src + 4 * i * s, 4);
+    else
+        for (int64_t i = 0; i < n; i++)
+            memcpy(dst + 8 * i * ds, src + 8 * i * s, 8);
+}
 
 /* Offset of row-major index `flat` over the first nd dims of d; fills idx[0..nd). */
 static inline int64_t kern_dims_seek(const kern_dims *d, int nd, int64_t flat, int64_t *idx) {

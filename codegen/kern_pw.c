@@ -146,87 +146,68 @@ static inline int kern_pw_nin(const kern_pw_plan *pl) {
     return pl->nin < 0 ? 0 : pl->nin > 3 ? 3 : pl->nin;
 }
 
-/* Drops size-1 dims and merges neighbours that are contiguous for every operand. On entry
- * pl->str holds the caller's strides; on exit shape/str hold the collapsed dims. */
-static void kern_pw_collapse(kern_pw_plan *pl, int ndim, const int64_t *shape, int nops) {
-    int64_t str[4][KERN_MAX_DIMS];
-    memcpy(str, pl->str, sizeof str);
+int kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[KERN_MAX_DIMS],
+                       int64_t *cshape, int64_t (*cstr)[KERN_MAX_DIMS]) {
     int nd = 0; /* collected innermost first */
     for (int d = ndim - 1; d >= 0; d--) {
         if (shape[d] == 1)
             continue;
         bool merge = nd > 0;
         for (int k = 0; merge && k < nops; k++)
-            merge = str[k][d] == pl->str[k][nd - 1] * pl->shape[nd - 1];
+            merge = str[k][d] == cstr[k][nd - 1] * cshape[nd - 1];
         if (merge) {
-            pl->shape[nd - 1] *= shape[d];
+            cshape[nd - 1] *= shape[d];
             continue;
         }
-        pl->shape[nd] = shape[d];
+        cshape[nd] = shape[d];
         for (int k = 0; k < nops; k++)
-            pl->str[k][nd] = str[k][d];
+            cstr[k][nd] = str[k][d];
         nd++;
     }
     if (nd == 0) {
-        pl->shape[0] = 1;
+        cshape[0] = 1;
         for (int k = 0; k < nops; k++)
-            pl->str[k][0] = 0;
+            cstr[k][0] = 0;
         nd = 1;
     }
     for (int i = 0, j = nd - 1; i < j; i++, j--) { /* flip to outermost first */
-        int64_t t = pl->shape[i];
-        pl->shape[i] = pl->shape[j];
-        pl->shape[j] = t;
+        int64_t t = cshape[i];
+        cshape[i] = cshape[j];
+        cshape[j] = t;
         for (int k = 0; k < nops; k++) {
-            t = pl->str[k][i];
-            pl->str[k][i] = pl->str[k][j];
-            pl->str[k][j] = t;
+            t = cstr[k][i];
+            cstr[k][i] = cstr[k][j];
+            cstr[k][j] = t;
         }
     }
-    pl->nd = nd;
+    return nd;
 }
 
-static double kern_load_as_double(kern_dtype dt, const char *p) {
-    if (dt == KERN_F32)
-        return *(const float *)p;
-    if (dt == KERN_F64)
-        return *(const double *)p;
-    return (double)*(const int64_t *)p;
-}
-
-/* dst[i * ds] = src[i * s] for n elements of esz bytes. Constant-size memcpy compiles to
- * plain moves (a runtime size would call libc per element); bytes, not values, so NaN
- * payloads survive. */
-static void kern_pw_move(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s,
-                         int64_t n) {
-    if (esz == 4)
-        for (int64_t i = 0; i < n; i++)
-            memcpy(dst + 4 * i * ds, src + 4 * i * s, 4);
-    else
-        for (int64_t i = 0; i < n; i++)
-            memcpy(dst + 8 * i * ds, src + 8 * i * s, 8);
+void kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
+                    int64_t s, int64_t n) {
+    int64_t isz = (int64_t)kern_dtype_size(mdt);
+    for (int64_t i = 0; i < n; i++) {
+        const char *q = src + i * s * isz;
+        bool on = mdt == KERN_I64   ? *(const int64_t *)q != 0
+                  : mdt == KERN_F32 ? *(const float *)q != 0
+                                    : *(const double *)q != 0;
+        if (dt == KERN_F32)
+            ((float *)dst)[i * ds] = on;
+        else if (dt == KERN_F64)
+            ((double *)dst)[i * ds] = on;
+        else
+            ((int64_t *)dst)[i * ds] = on;
+    }
 }
 
 /* Packs n elements at stride s into dst at stride ds (elements), converting a mask input
  * to 1/0 of dt. */
 static void kern_pw_pack(const kern_pw_plan *pl, int k, char *dst, int64_t ds, const char *src,
                          int64_t s, int64_t n) {
-    int64_t isz = pl->sz[k + 1];
-    if (k != pl->conv) {
-        kern_pw_move(pl->sz[0], dst, ds, src, s, n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const char *q = src + i * s * isz;
-        bool on = pl->cond_dt == KERN_I64 ? *(const int64_t *)q != 0
-                                          : kern_load_as_double(pl->cond_dt, q) != 0;
-        if (pl->dt == KERN_F32)
-            ((float *)dst)[i * ds] = on;
-        else if (pl->dt == KERN_F64)
-            ((double *)dst)[i * ds] = on;
-        else
-            ((int64_t *)dst)[i * ds] = on;
-    }
+    if (k != pl->conv)
+        kern_move_strided(pl->sz[0], dst, ds, src, s, n);
+    else
+        kern_mask_pack(pl->dt, dst, ds, pl->cond_dt, src, s, n);
 }
 
 typedef struct {
@@ -252,7 +233,7 @@ static void kern_pw_block(const kern_pw_plan *pl, int64_t m, char *const *p, con
     char *o = s[0] == 1 ? p[0] : bf->b[0];
     pl->fn(m, o, in[0], in[1], in[2], pl->p0, pl->p1);
     if (s[0] != 1)
-        kern_pw_move(pl->sz[0], p[0], s[0], bf->b[0], 1, m);
+        kern_move_strided(pl->sz[0], p[0], s[0], bf->b[0], 1, m);
 }
 
 /* One row of n elements; p[k] point at its first element, s[k] are its strides. */
@@ -295,8 +276,8 @@ static void kern_pw_tile(const kern_pw_plan *pl, int64_t nrows, int64_t m, char 
             kern_pw_pack(pl, k, buf[k + 1] + c * esz, ld, p[k + 1] + c * sk * isz, rs[k + 1],
                          nrows);
         for (int64_t r = 0; sk == 0 && r < nrows; r++) /* ...spread over the row */
-            kern_pw_move(esz, buf[k + 1] + (r * ld + 1) * esz, 1, buf[k + 1] + r * ld * esz, 0,
-                         m - 1);
+            kern_move_strided(esz, buf[k + 1] + (r * ld + 1) * esz, 1, buf[k + 1] + r * ld * esz, 0,
+                              m - 1);
     }
     for (int64_t r = 0; r < nrows; r++) {
         const void *in[3] = {NULL, NULL, NULL};
@@ -307,7 +288,7 @@ static void kern_pw_tile(const kern_pw_plan *pl, int64_t nrows, int64_t m, char 
         pl->fn(m, o, in[0], in[1], in[2], pl->p0, pl->p1);
     }
     for (int64_t c = 0; s[0] != 1 && c < m; c++)
-        kern_pw_move(esz, p[0] + c * s[0] * esz, rs[0], buf[0] + c * esz, ld, nrows);
+        kern_move_strided(esz, p[0] + c * s[0] * esz, rs[0], buf[0] + c * esz, ld, nrows);
 }
 
 /* nrows full rows of n, rs[k] elements apart: column blocks outside, row groups inside,
@@ -408,15 +389,16 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
     pl.p1 = op == KPW_POW_S_BW ? p0 - 1 : p1; /* the kernel wants the exponent of x */
     for (int k = 0; k < 4; k++)
         pl.sz[k] = (int64_t)(k - 1 == pl.conv && k > 0 ? kern_dtype_size(pl.cond_dt) : pl.esz);
+    int64_t str[4][KERN_MAX_DIMS]; /* the caller's strides; pl.str gets them collapsed */
     pl.base[0] = out;
     for (int d = 0; d < ndim; d++)
-        pl.str[0][d] = out_strides[d];
+        str[0][d] = out_strides[d];
     for (int k = 0; k < pl.nin; k++) {
         pl.base[k + 1] = (char *)src[k].data;
         for (int d = 0; d < ndim; d++)
-            pl.str[k + 1][d] = src[k].strides[d];
+            str[k + 1][d] = src[k].strides[d];
     }
-    kern_pw_collapse(&pl, ndim, shape, pl.nin + 1);
+    pl.nd = kern_collapse_dims(ndim, shape, pl.nin + 1, str, pl.shape, pl.str);
     if (total >= 2 * KERN_GRAIN)
         kern_parallel_for(total, KERN_GRAIN, kern_pw_range, &pl);
     else

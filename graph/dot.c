@@ -2,235 +2,117 @@
  * edges from each input to its users, fused groups drawn as clusters, and the rest of
  * each autograd node's IR grouped in a light cluster named after it.
  *
- * Labels use the printer's value names (graph_print), so a box in the picture and a line
- * of the CAGRAD_LOGS=compiled_autograd log can be matched by eye. Graphviz clusters must
+ * Labels use the printer's value names (graph_value_names, as graph_print), so a box in the picture
+ * and a line of the CAGRAD_LOGS=compiled_autograd log can be matched by eye. Graphviz clusters must
  * nest, so a fused group sits inside its origin's cluster when all its nodes share one
  * origin, and at the top level when it spans several.
  */
-#include "graph/graph.h"
+#include "graph/internal.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#define NAME_MAX_LEN 64
-
 /* ---------------------------------------------------------------------------------------
- * A growable string on the graph's allocator
+ * Strings (graph_sbuf): DOT's escaping
  */
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static bool sb_reserve(sbuf *b, size_t extra) {
-    if (b->oom)
-        return false;
-    if (b->len + extra + 1 <= b->cap)
-        return true;
-    size_t ncap = b->cap ? b->cap : 4096;
-    while (ncap < b->len + extra + 1)
-        ncap *= 2;
-    char *p = graph_mem_alloc(ncap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    if (b->s)
-        memcpy(p, b->s, b->len + 1);
-    graph_mem_free(b->s);
-    b->s = p;
-    b->cap = ncap;
-    return true;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || !sb_reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-static void sb_reset(sbuf *b) {
+static void sb_reset(graph_sbuf *b) {
     b->len = 0;
     if (b->s)
         b->s[0] = '\0';
 }
 
-static const char *sb_str(const sbuf *b) {
+static const char *sb_str(const graph_sbuf *b) {
     return b->oom || !b->s ? "" : b->s;
 }
 
 /* text as the inside of a DOT escString: quotes and backslashes escaped (a bare backslash
  * would start \N, \G ... substitutions), a newline as DOT's centred line break \n, and
  * other control characters dropped. */
-static void sb_escaped(sbuf *b, const char *text) {
+static void sb_escaped(graph_sbuf *b, const char *text) {
     for (const char *p = text; *p; p++) {
         if (*p == '"' || *p == '\\')
-            sb_printf(b, "\\%c", *p);
+            graph_sb_printf(b, "\\%c", *p);
         else if (*p == '\n')
-            sb_printf(b, "\\n");
+            graph_sb_printf(b, "\\n");
         else if ((unsigned char)*p >= 0x20)
-            sb_printf(b, "%c", *p);
-    }
-}
-
-/* ---------------------------------------------------------------------------------------
- * Value names: the printer's (graph_print), so the picture matches the log
- */
-typedef struct {
-    char base[NAME_MAX_LEN];
-    int count;
-} name_count;
-
-static void op_name(const graph_node *x, char *buf) {
-    const char *src =
-        x->a.op == GOP_PW ? kern_pw_name((kern_pw_op)x->a.i[0]) : graph_op_name(x->a.op);
-    size_t k = 0;
-    for (; src[k] && k + 1 < NAME_MAX_LEN; k++)
-        buf[k] = (char)(src[k] >= 'A' && src[k] <= 'Z' ? src[k] - 'A' + 'a' : src[k]);
-    buf[k] = '\0';
-}
-
-static void base_name(const graph_node *x, char *buf) {
-    char op[NAME_MAX_LEN];
-    op_name(x, op);
-    if (x->origin.fwd_graph >= 0 && x->a.op != GOP_INPUT)
-        snprintf(buf, NAME_MAX_LEN, "aot%d_%.40s", x->origin.fwd_graph, op);
-    else
-        snprintf(buf, NAME_MAX_LEN, "%s", op);
-}
-
-static void assign_names(const graph *g, char (*names)[NAME_MAX_LEN], name_count *counts) {
-    int n_counts = 0;
-    for (int v = 0; v < graph_count(g); v++) {
-        const graph_node *x = graph_node_at(g, v);
-        names[v][0] = '\0';
-        if (x->dead || !graph_op_has_value(x->a.op))
-            continue;
-        char base[NAME_MAX_LEN];
-        base_name(x, base);
-        int c = 0;
-        while (c < n_counts && strcmp(counts[c].base, base) != 0)
-            c++;
-        if (c == n_counts) {
-            memcpy(counts[c].base, base, sizeof base);
-            counts[c].count = 0;
-            n_counts++;
-        }
-        if (counts[c].count == 0)
-            snprintf(names[v], NAME_MAX_LEN, "%s", base);
-        else
-            snprintf(names[v], NAME_MAX_LEN, "%.50s_%d", base, counts[c].count);
-        counts[c].count++;
+            graph_sb_printf(b, "%c", *p);
     }
 }
 
 /* ---------------------------------------------------------------------------------------
  * Labels: "name\nop attrs\ndtype[shape]"; call-outs that make no value: "op\ntarget"
  */
-static const char *dtype_short(kern_dtype dt) {
-    return dt == KERN_F32 ? "f32" : dt == KERN_F64 ? "f64" : dt == KERN_I64 ? "i64" : "?";
-}
-
-static void label_shape(sbuf *b, const graph *g, int n, const graph_sx *shape) {
-    char buf[512];
-    sb_printf(b, "%s", graph_shape_str(g, n, shape, buf, sizeof buf));
-}
-
-static void label_pw_params(sbuf *b, const graph_node *x) {
-    kern_pw_op k = (kern_pw_op)x->a.i[0];
-    if (k == KPW_ADD || k == KPW_SUB) {
-        if (x->a.p[0] != 1.0)
-            sb_printf(b, " alpha=%g", x->a.p[0]);
-        return;
-    }
-    for (int j = 0; j < graph_pw_nparams(k); j++)
-        sb_printf(b, " %g", x->a.p[j]);
-}
-
-static void label_slice(sbuf *b, const int64_t *i) {
-    sb_printf(b, " dim=%lld %lld:%lld:%lld", (long long)i[0], (long long)i[1], (long long)i[2],
-              (long long)i[3]);
+static void label_slice(graph_sbuf *b, const int64_t *i) {
+    graph_sb_printf(b, " dim=%lld %lld:%lld:%lld", (long long)i[0], (long long)i[1],
+                    (long long)i[2], (long long)i[3]);
 }
 
 /* The op's attributes after its name, space separated; flags only when set. */
-static void label_attrs(sbuf *b, const graph *g, const graph_node *x) {
+static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
     const graph_op_args *a = &x->a;
     switch (a->op) {
-    case GOP_PW: label_pw_params(b, x); break;
+    case GOP_PW: graph_sb_pw_params(b, x, " "); break;
     case GOP_SUM:
-        sb_printf(b, " [");
-        for (int d = 0, first = 1; d < KERN_MAX_DIMS; d++)
-            if ((a->i[0] >> d) & 1) {
-                sb_printf(b, "%s%d", first ? "" : ", ", d);
-                first = 0;
-            }
-        sb_printf(b, "]%s", a->i[1] ? " keepdim=1" : "");
+        graph_sb_printf(b, " ");
+        graph_sb_dim_mask(b, a->i[0]);
+        if (a->i[1])
+            graph_sb_printf(b, " keepdim=1");
         break;
     case GOP_PERMUTE:
-        sb_printf(b, " [");
-        for (int d = 0; d < a->n_perm; d++)
-            sb_printf(b, "%s%d", d ? ", " : "", a->perm[d]);
-        sb_printf(b, "]");
+        graph_sb_printf(b, " ");
+        graph_sb_perm(b, a->n_perm, a->perm);
         break;
-    case GOP_UNSQUEEZE: sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_UNSQUEEZE: graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
     case GOP_SLICE:
     case GOP_SLICE_BACKWARD: label_slice(b, a->i); break;
     case GOP_MATMUL:
         if (a->i[0])
-            sb_printf(b, " ta=1");
+            graph_sb_printf(b, " ta=1");
         if (a->i[1])
-            sb_printf(b, " tb=1");
+            graph_sb_printf(b, " tb=1");
         break;
     case GOP_INDEX_ADD:
-    case GOP_SCATTER_ADD: sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_SCATTER_ADD: graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
     case GOP_SCALE_SIZE: { /* x * (p/N), or x * (p*N) when i[0] is set */
         char n[256];
-        sb_printf(b, " %g%s(%s)", a->p[0], a->i[0] ? "*" : "/",
-                  graph_sx_str(g, a->shape[0], n, sizeof n));
+        graph_sb_printf(b, " %g%s(%s)", a->p[0], a->i[0] ? "*" : "/",
+                        graph_sx_str(g, a->shape[0], n, sizeof n));
         break;
     }
     case GOP_NLL_BW:
-        sb_printf(b, " reduction=%lld ignore_index=%lld", (long long)a->i[0], (long long)a->i[1]);
+        graph_sb_printf(b, " reduction=%lld ignore_index=%lld", (long long)a->i[0],
+                        (long long)a->i[1]);
         break;
-    case GOP_HOOK: sb_printf(b, " hooks[%lld]", (long long)a->i[0]); break;
+    case GOP_HOOK: graph_sb_printf(b, " hooks[%lld]", (long long)a->i[0]); break;
     default: break;
     }
 }
 
 /* The label's text, unescaped, into t (reset first). */
-static void label_text(sbuf *t, const graph *g, const graph_node *x, const char *name) {
+static void label_text(graph_sbuf *t, const graph *g, const graph_node *x, const char *name) {
     sb_reset(t);
     const graph_op_args *a = &x->a;
     switch (a->op) {
-    case GOP_RETAIN: sb_printf(t, "retain_grad\nretain=%lld", (long long)a->i[0]); return;
-    case GOP_ACCUMULATE: sb_printf(t, "accumulate_grad\nleaf=%lld", (long long)a->i[0]); return;
-    case GOP_POST_HOOK:
-        sb_printf(t, "post_accumulate_hook\nhooks[%lld], leaf=%lld", (long long)a->i[1],
-                  (long long)a->i[0]);
+    case GOP_RETAIN: graph_sb_printf(t, "retain_grad\nretain=%lld", (long long)a->i[0]); return;
+    case GOP_ACCUMULATE:
+        graph_sb_printf(t, "accumulate_grad\nleaf=%lld", (long long)a->i[0]);
         return;
-    case GOP_OUTPUT: sb_printf(t, "output\nreturn[%lld]", (long long)a->i[0]); return;
-    case GOP_INPUT: sb_printf(t, "%s\ninputs[%lld]\n", name, (long long)a->i[0]); break;
+    case GOP_POST_HOOK:
+        graph_sb_printf(t, "post_accumulate_hook\nhooks[%lld], leaf=%lld", (long long)a->i[1],
+                        (long long)a->i[0]);
+        return;
+    case GOP_OUTPUT: graph_sb_printf(t, "output\nreturn[%lld]", (long long)a->i[0]); return;
+    case GOP_INPUT: graph_sb_printf(t, "%s\ninputs[%lld]\n", name, (long long)a->i[0]); break;
     default: {
-        char op[NAME_MAX_LEN];
-        op_name(x, op);
-        sb_printf(t, "%s\n%s", name, op);
+        graph_name op;
+        graph_node_op_name(x, op);
+        graph_sb_printf(t, "%s\n%s", name, op);
         label_attrs(t, g, x);
-        sb_printf(t, "\n");
+        graph_sb_printf(t, "\n");
     }
     }
-    sb_printf(t, "%s", dtype_short(x->dtype));
-    label_shape(t, g, x->ndim, x->shape);
+    graph_sb_printf(t, "%s", graph_dtype_short(x->dtype));
+    graph_sb_shape(t, g, x->ndim, x->shape);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -247,22 +129,14 @@ typedef struct {
     int *group_parent; /* per group: the origin cluster it nests in, or NO_CLUSTER */
     int *group_id;     /* per group: graph_node_group's id */
     int n_groups;
-    char (*names)[NAME_MAX_LEN];
+    graph_name *names;
 } layout;
-
-static bool same_origin(const graph_origin *a, const graph_origin *b) {
-    if (a->node_call != b->node_call)
-        return false;
-    if (!a->name || !b->name)
-        return a->name == b->name;
-    return strcmp(a->name, b->name) == 0;
-}
 
 static int origin_index(layout *l, const graph_origin *o) {
     if (o->node_call < 0 && !o->name)
         return NO_CLUSTER;
     for (int k = 0; k < l->n_origins; k++)
-        if (same_origin(&l->origins[k], o))
+        if (graph_same_origin(&l->origins[k], o))
             return k;
     l->origins[l->n_origins] = *o;
     return l->n_origins++;
@@ -298,16 +172,11 @@ static bool layout_new(const graph *g, layout *l) {
     l->origins = graph_mem_alloc(n * sizeof(graph_origin));
     l->group_parent = graph_mem_alloc(n * sizeof(int));
     l->group_id = graph_mem_alloc(n * sizeof(int));
-    l->names = graph_mem_alloc(n * NAME_MAX_LEN);
-    name_count *counts = graph_mem_alloc(n * sizeof(name_count));
-    if (!l->origin || !l->group || !l->origins || !l->group_parent || !l->group_id || !l->names ||
-        !counts) {
-        graph_mem_free(counts);
+    l->names = graph_value_names(g);
+    if (!l->origin || !l->group || !l->origins || !l->group_parent || !l->group_id || !l->names) {
         layout_free(l);
         return false;
     }
-    assign_names(g, l->names, counts);
-    graph_mem_free(counts);
     for (int v = 0; v < l->n_nodes; v++) {
         const graph_node *x = graph_node_at(g, v);
         l->origin[v] = l->group[v] = NO_CLUSTER;
@@ -325,48 +194,48 @@ static bool layout_new(const graph *g, layout *l) {
  * Output
  */
 /* "MmBackward0 (NodeCall 3)", as the printer's origin comments, into t (reset first). */
-static void origin_text(sbuf *t, const graph_origin *o) {
+static void origin_text(graph_sbuf *t, const graph_origin *o) {
     sb_reset(t);
     if (o->name)
-        sb_printf(t, "%s%s", o->name, o->node_call >= 0 ? " " : "");
+        graph_sb_printf(t, "%s%s", o->name, o->node_call >= 0 ? " " : "");
     if (o->node_call >= 0)
-        sb_printf(t, "(NodeCall %d)", o->node_call);
+        graph_sb_printf(t, "(NodeCall %d)", o->node_call);
 }
 
-static void emit_node(sbuf *b, sbuf *t, const graph *g, const layout *l, graph_val v,
+static void emit_node(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l, graph_val v,
                       const char *indent) {
     const graph_node *x = graph_node_at(g, v);
     label_text(t, g, x, l->names[v]);
-    sb_printf(b, "%sn%d [", indent, v);
+    graph_sb_printf(b, "%sn%d [", indent, v);
     if (x->a.op == GOP_INPUT)
-        sb_printf(b, "shape=box, fillcolor=\"#dbe8f7\", ");
+        graph_sb_printf(b, "shape=box, fillcolor=\"#dbe8f7\", ");
     else if (graph_op_is_side_effect(x->a.op))
-        sb_printf(b, "shape=octagon, fillcolor=\"#f8dada\", ");
-    sb_printf(b, "label=\"");
+        graph_sb_printf(b, "shape=octagon, fillcolor=\"#f8dada\", ");
+    graph_sb_printf(b, "label=\"");
     sb_escaped(b, sb_str(t));
-    sb_printf(b, "\"");
+    graph_sb_printf(b, "\"");
     if (l->origin[v] != NO_CLUSTER) {
         origin_text(t, &x->origin);
-        sb_printf(b, ", tooltip=\"");
+        graph_sb_printf(b, ", tooltip=\"");
         sb_escaped(b, sb_str(t));
-        sb_printf(b, "\"");
+        graph_sb_printf(b, "\"");
     }
-    sb_printf(b, "];\n");
+    graph_sb_printf(b, "];\n");
 }
 
-static void emit_group(sbuf *b, sbuf *t, const graph *g, const layout *l, int k,
+static void emit_group(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l, int k,
                        const char *indent) {
-    sb_printf(b, "%ssubgraph cluster_fused_%d {\n", indent, l->group_id[k]);
-    sb_printf(b,
-              "%s    label=\"fused %d\"; style=\"rounded,filled\"; fillcolor=\"#fff2d9\"; "
-              "color=\"#e0a040\"; fontcolor=\"#a06000\";\n",
-              indent, l->group_id[k]);
+    graph_sb_printf(b, "%ssubgraph cluster_fused_%d {\n", indent, l->group_id[k]);
+    graph_sb_printf(b,
+                    "%s    label=\"fused %d\"; style=\"rounded,filled\"; fillcolor=\"#fff2d9\"; "
+                    "color=\"#e0a040\"; fontcolor=\"#a06000\";\n",
+                    indent, l->group_id[k]);
     char inner[32];
     snprintf(inner, sizeof inner, "%s    ", indent);
     for (int v = 0; v < l->n_nodes; v++)
         if (l->group[v] == k)
             emit_node(b, t, g, l, v, inner);
-    sb_printf(b, "%s}\n", indent);
+    graph_sb_printf(b, "%s}\n", indent);
 }
 
 /* Whether origin k's cluster would hold anything: its nodes may all be in groups that span
@@ -381,20 +250,20 @@ static bool origin_has_content(const layout *l, int k) {
     return false;
 }
 
-static void emit_origin(sbuf *b, sbuf *t, const graph *g, const layout *l, int k) {
+static void emit_origin(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l, int k) {
     if (!origin_has_content(l, k))
         return;
-    sb_printf(b, "    subgraph cluster_origin_%d {\n        label=\"", k);
+    graph_sb_printf(b, "    subgraph cluster_origin_%d {\n        label=\"", k);
     origin_text(t, &l->origins[k]);
     sb_escaped(b, sb_str(t));
-    sb_printf(b, "\"; style=\"rounded,dashed\"; color=\"#b0b0b0\"; fontcolor=\"#707070\";\n");
+    graph_sb_printf(b, "\"; style=\"rounded,dashed\"; color=\"#b0b0b0\"; fontcolor=\"#707070\";\n");
     for (int v = 0; v < l->n_nodes; v++)
         if (l->origin[v] == k && l->group[v] == NO_CLUSTER)
             emit_node(b, t, g, l, v, "        ");
     for (int gk = 0; gk < l->n_groups; gk++)
         if (l->group_parent[gk] == k)
             emit_group(b, t, g, l, gk, "        ");
-    sb_printf(b, "    }\n");
+    graph_sb_printf(b, "    }\n");
 }
 
 /* The input an edge starts from: CSE's replacement when the input was merged away. */
@@ -408,7 +277,7 @@ static graph_val edge_source(const graph *g, graph_val u) {
     return -1;
 }
 
-static void emit_edges(sbuf *b, const graph *g, const layout *l) {
+static void emit_edges(graph_sbuf *b, const graph *g, const layout *l) {
     for (int v = 0; v < l->n_nodes; v++) {
         const graph_node *x = graph_node_at(g, v);
         if (x->dead)
@@ -418,19 +287,20 @@ static void emit_edges(sbuf *b, const graph *g, const layout *l) {
             if (u < 0)
                 continue;
             /* a post hook reads no value: it only runs after its accumulation */
-            sb_printf(b, "    n%d -> n%d%s;\n", u, v,
-                      x->a.op == GOP_POST_HOOK ? " [style=dashed]" : "");
+            graph_sb_printf(b, "    n%d -> n%d%s;\n", u, v,
+                            x->a.op == GOP_POST_HOOK ? " [style=dashed]" : "");
         }
     }
 }
 
-static void emit_graph(sbuf *b, sbuf *t, const graph *g, const layout *l) {
-    sb_printf(b, "digraph compiled_backward {\n"
-                 "    graph [rankdir=TB, fontname=\"Helvetica,Arial,sans-serif\", fontsize=10, "
-                 "labeljust=l, nodesep=0.25, ranksep=0.35];\n"
-                 "    node [shape=ellipse, style=filled, fillcolor=white, "
-                 "fontname=\"Helvetica,Arial,sans-serif\", fontsize=10];\n"
-                 "    edge [color=\"#606060\", arrowsize=0.6];\n");
+static void emit_graph(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l) {
+    graph_sb_printf(b,
+                    "digraph compiled_backward {\n"
+                    "    graph [rankdir=TB, fontname=\"Helvetica,Arial,sans-serif\", fontsize=10, "
+                    "labeljust=l, nodesep=0.25, ranksep=0.35];\n"
+                    "    node [shape=ellipse, style=filled, fillcolor=white, "
+                    "fontname=\"Helvetica,Arial,sans-serif\", fontsize=10];\n"
+                    "    edge [color=\"#606060\", arrowsize=0.6];\n");
     for (int v = 0; v < l->n_nodes; v++)
         if (!graph_node_at(g, v)->dead && l->origin[v] == NO_CLUSTER && l->group[v] == NO_CLUSTER)
             emit_node(b, t, g, l, v, "    ");
@@ -440,7 +310,7 @@ static void emit_graph(sbuf *b, sbuf *t, const graph *g, const layout *l) {
     for (int k = 0; k < l->n_origins; k++)
         emit_origin(b, t, g, l, k);
     emit_edges(b, g, l);
-    sb_printf(b, "}\n");
+    graph_sb_printf(b, "}\n");
 }
 
 char *graph_dot(const graph *g) {
@@ -449,7 +319,7 @@ char *graph_dot(const graph *g) {
     layout l;
     if (!layout_new(g, &l))
         return NULL;
-    sbuf b = {0}, t = {0};
+    graph_sbuf b = {.first_cap = 4096}, t = {.first_cap = 4096};
     emit_graph(&b, &t, g, &l);
     layout_free(&l);
     bool oom = b.oom || t.oom || !b.s;

@@ -16,7 +16,7 @@
  * memory plan (plan.c) derives each group's program from its members and checks it again.
  */
 #include "codegen/fused.h"
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <string.h>
 

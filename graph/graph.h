@@ -12,6 +12,9 @@
  *
  * Prefixes: graph_ (the IR), graph_sx_ (size expressions), graph_plan_ (memory plan and
  * run).
+ *
+ * This is the layer's contract with the autograd layer and the tests; what only the
+ * graph/ source files share is in graph/internal.h.
  */
 #ifndef CAGRAD_GRAPH_H
 #define CAGRAD_GRAPH_H
@@ -241,32 +244,6 @@ size_t graph_plan_arena_bytes(const graph_plan *p, const int64_t *slots);
 int graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
                    graph_callbacks cb);
 const char *graph_plan_error(const graph_plan *p);
-
-/* ---------------------------------------------------------------------------------------
- * Internal: shared by the graph/ source files only (the layer has no private header).
- * Other layers must not call these. (Addition.)
- */
-void *graph_mem_alloc(size_t nbytes); /* the layer's allocator; NULL when out of memory */
-void graph_mem_free(void *p);
-/* Expressions in the table. Ids run 0..count-1 and operands always precede their users,
- * so one pass in id order evaluates every expression. */
-int graph_sx_count(const graph *g);
-/* Kind and operands of s: CONST a = value; SLOT a = slot; ops a, b = operand ids. */
-graph_sx_kind graph_sx_get(const graph *g, graph_sx s, int64_t *a, int64_t *b);
-graph_node *graph_node_mut(graph *g, graph_val v);
-/* Record an error message for graph_error; returns -1. */
-int graph_fail_nomem(graph *g, const char *what);
-int graph_fail(graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Check and canonicalise n->a and infer n's dtype, rank and shape (shape.c); -1 on error. */
-int graph_infer(graph *g, graph_node *n);
-/* "[s0, 10]" into buf; returns buf. */
-const char *graph_shape_str(const graph *g, int n, const graph_sx *shape, char *buf, size_t size);
-/* How many of p[0..1] pointwise op k reads. */
-int graph_pw_nparams(kern_pw_op k);
-/* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT. */
-bool graph_op_is_side_effect(graph_op op);
-/* False for the nodes that make no value (RETAIN, ACCUMULATE, POST_HOOK, OUTPUT). */
-bool graph_op_has_value(graph_op op);
 
 /* ---------------------------------------------------------------------------------------
  * Graphviz DOT (dot.c). (Addition.)

@@ -9,7 +9,7 @@
  * Shape inference is in shape.c, the passes in passes.c, printing in print.c and the
  * memory plan and runner in plan.c.
  */
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,18 +19,11 @@
 /* ---------------------------------------------------------------------------------------
  * Allocator
  */
-static void *default_alloc(size_t nbytes) {
-    size_t n = (nbytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of 64 */
-    return aligned_alloc(64, n ? n : 64);
-}
-
-static kern_allocator g_alloc = {default_alloc, free};
+/* codegen's default (64-byte aligned) until the library wires in its hook. */
+static kern_allocator g_alloc = {kern_default_alloc, free};
 
 void graph_set_allocator(kern_allocator a) {
-    if (a.alloc && a.free)
-        g_alloc = a;
-    else
-        g_alloc = (kern_allocator){default_alloc, free};
+    g_alloc = a.alloc && a.free ? a : kern_default_allocator();
 }
 
 void *graph_mem_alloc(size_t nbytes) {
@@ -204,6 +197,11 @@ bool graph_sx_const_value(const graph *g, graph_sx s, int64_t *v) {
     if (v)
         *v = g->sx[s].a;
     return true;
+}
+
+bool graph_sx_is(const graph *g, graph_sx s, int64_t v) {
+    int64_t c;
+    return graph_sx_const_value(g, s, &c) && c == v;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -428,6 +426,15 @@ const graph_node *graph_node_at(const graph *g, graph_val v) {
 
 graph_node *graph_node_mut(graph *g, graph_val v) {
     return g && v >= 0 && v < g->n_nodes ? &g->nodes[v] : NULL;
+}
+
+graph_val graph_resolve(const graph *g, graph_val v) {
+    const graph_node *x = graph_node_at(g, v);
+    while (x && x->alias >= 0) {
+        v = x->alias;
+        x = graph_node_at(g, v);
+    }
+    return v;
 }
 
 void graph_eval_shape(const graph *g, graph_val v, const int64_t *slots, int64_t *shape) {

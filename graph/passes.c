@@ -6,7 +6,7 @@
  * pure, so a node no root reaches is dead, and two nodes with the same op, args and
  * inputs compute the same value.
  */
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <string.h>
 
@@ -80,15 +80,6 @@ static bool node_same(const graph_node *x, const graph_node *y) {
            memcmp(a->perm, b->perm, (size_t)a->n_perm) == 0;
 }
 
-static graph_val resolve(const graph *g, graph_val v) {
-    const graph_node *x = graph_node_at(g, v);
-    while (x && x->alias >= 0) {
-        v = x->alias;
-        x = graph_node_at(g, v);
-    }
-    return v;
-}
-
 /* In node order: rewrite inputs to their replacements, then look the node up; a match
  * replaces it. Replacements always come first, so one pass settles chains. */
 void graph_cse(graph *g) {
@@ -103,7 +94,7 @@ void graph_cse(graph *g) {
     for (int v = 0; v < n; v++) {
         graph_node *x = graph_node_mut(g, v);
         for (int k = 0; k < x->a.n_in; k++)
-            x->a.in[k] = resolve(g, x->a.in[k]);
+            x->a.in[k] = graph_resolve(g, x->a.in[k]);
         if (x->dead || x->a.op == GOP_INPUT || graph_op_is_side_effect(x->a.op))
             continue;
         size_t j = node_hash(x) & (cap - 1);

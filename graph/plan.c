@@ -23,7 +23,7 @@
  */
 #include "codegen/cast.h"
 #include "codegen/fused.h"
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <limits.h>
 #include <stdarg.h>

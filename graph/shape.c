@@ -7,7 +7,7 @@
  * constant 1. Anything not provably right is an error that names the dims, so the tracer
  * can fall back instead of running a graph that might be wrong.
  */
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <string.h>
 
@@ -28,17 +28,12 @@ static const char *sx_s(const graph *g, graph_sx s, char *buf) {
     return graph_sx_str(g, s, buf, SHAPE_STR);
 }
 
-static bool sx_is(const graph *g, graph_sx s, int64_t v) {
-    int64_t c;
-    return graph_sx_const_value(g, s, &c) && c == v;
-}
-
 /* -1 in a RESHAPE or EXPAND target: the id -1 or the constant -1. */
 static bool sx_infer(const graph *g, graph_sx s) {
-    return s == -1 || sx_is(g, s, -1);
+    return s == -1 || graph_sx_is(g, s, -1);
 }
 
-static bool same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
+bool graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
     if (na != nb)
         return false;
     for (int d = 0; d < na; d++)
@@ -140,10 +135,8 @@ static int check_inputs(graph *g, graph_op_args *a, int n_in) {
         if (!in)
             return graph_fail(g, "%s: input %d is value %d, which does not exist (%d nodes)", op, k,
                               a->in[k], graph_count(g));
-        while (in->alias >= 0) {
-            a->in[k] = in->alias;
-            in = graph_node_at(g, a->in[k]);
-        }
+        a->in[k] = graph_resolve(g, a->in[k]);
+        in = graph_node_at(g, a->in[k]);
         bool want_acc = a->op == GOP_POST_HOOK;
         if (want_acc ? in->a.op != GOP_ACCUMULATE : !graph_op_has_value(in->a.op))
             return graph_fail(g, "%s: input %d is a %s node, %s", op, k, graph_op_name(in->a.op),
@@ -193,11 +186,11 @@ static void copy_out(graph_node *n, const graph_node *in) {
  */
 /* One dim of a broadcast: equal ids, or a constant 1 on either side. */
 static bool bcast_dim(const graph *g, graph_sx a, graph_sx b, graph_sx *out) {
-    if (a == b || sx_is(g, b, 1)) {
+    if (a == b || graph_sx_is(g, b, 1)) {
         *out = a;
         return true;
     }
-    if (sx_is(g, a, 1)) {
+    if (graph_sx_is(g, a, 1)) {
         *out = b;
         return true;
     }
@@ -336,7 +329,7 @@ static int infer_sum_to(graph *g, graph_node *n) {
     bool ok = a->n_shape <= x->ndim;
     for (int k = 0; ok && k < a->n_shape; k++) {
         graph_sx t = a->shape[k];
-        ok = t == x->shape[x->ndim - a->n_shape + k] || sx_is(g, t, 1);
+        ok = t == x->shape[x->ndim - a->n_shape + k] || graph_sx_is(g, t, 1);
     }
     if (!ok) {
         char s1[SHAPE_STR], s2[SHAPE_STR];
@@ -366,7 +359,7 @@ static int infer_expand(graph *g, graph_node *n) {
             return graph_fail(g, "expand: -1 at dim %d is a new leading dim; give its size", i);
         if (sx_infer(g, t))
             t = a->shape[i] = xs;
-        if (i >= lead && xs != t && !sx_is(g, xs, 1))
+        if (i >= lead && xs != t && !graph_sx_is(g, xs, 1))
             return graph_fail(g,
                               "expand: the input's size %s cannot be expanded to %s at dim %d "
                               "(input shape %s, target %s); only size-1 dims can be expanded",
@@ -614,7 +607,7 @@ static int infer_slice_backward(graph *g, graph_node *n) {
         return -1;
     memcpy(expect, a->shape, sizeof expect);
     expect[a->i[0]] = len;
-    if (!same_shape(x->ndim, x->shape, a->n_shape, expect)) {
+    if (!graph_same_shape(x->ndim, x->shape, a->n_shape, expect)) {
         char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR];
         return graph_fail(
             g,
@@ -698,8 +691,8 @@ static int infer_index_add(graph *g, graph_node *n) {
     memcpy(expect, a->shape, sizeof expect);
     if (a->n_shape > 0)
         expect[a->i[0]] = n_idx;
-    bool ok = same_shape(src->ndim, src->shape, a->n_shape, expect) &&
-              (a->n_shape > 0 || sx_is(g, n_idx, 1));
+    bool ok = graph_same_shape(src->ndim, src->shape, a->n_shape, expect) &&
+              (a->n_shape > 0 || graph_sx_is(g, n_idx, 1));
     if (!ok)
         return graph_fail(g,
                           "index_add: src has shape %s but the index of shape %s along dim %lld "
@@ -717,7 +710,7 @@ static int infer_scatter_add(graph *g, graph_node *n) {
     char s1[SHAPE_STR], s2[SHAPE_STR];
     if (need_index(g, "scatter_add", "the index", idx) || check_shape_attr(g, a, false))
         return -1;
-    if (!same_shape(idx->ndim, idx->shape, src->ndim, src->shape))
+    if (!graph_same_shape(idx->ndim, idx->shape, src->ndim, src->shape))
         return graph_fail(g,
                           "scatter_add: src has shape %s but index has shape %s; they must "
                           "match",
@@ -793,7 +786,7 @@ static int infer_nll_bw(graph *g, graph_node *n) {
         return graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
                           dtype_name(tw->dtype), dtype_name(gr->dtype));
     bool per_elem = a->i[0] == RED_NONE;
-    if (per_elem ? !same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
+    if (per_elem ? !graph_same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
         return graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
                           shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
     set_out(n, gr->dtype, a->n_shape, a->shape);

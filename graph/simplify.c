@@ -13,7 +13,7 @@
  * Every rule keeps the value exactly, except expand-then-sum, which multiplies instead of
  * adding N copies (a rounding difference far below the compiled-vs-eager tolerance).
  */
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -45,32 +45,18 @@ static const graph_node *input(const simp *s, const graph_node *x, int k) {
     return graph_node_at(s->g, x->a.in[k]);
 }
 
-static bool sx_is(const graph *g, graph_sx sx, int64_t v) {
-    int64_t c;
-    return graph_sx_const_value(g, sx, &c) && c == v;
-}
-
-static bool same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
-    if (na != nb)
-        return false;
-    for (int d = 0; d < na; d++)
-        if (a[d] != b[d])
-            return false;
-    return true;
-}
-
 static bool same_type(const graph_node *a, const graph_node *b) {
-    return a->dtype == b->dtype && same_shape(a->ndim, a->shape, b->ndim, b->shape);
+    return a->dtype == b->dtype && graph_same_shape(a->ndim, a->shape, b->ndim, b->shape);
 }
 
 /* The shapes differ only by leading 1s (a reshape or unsqueeze that moves nothing). */
 static bool ones_only(const graph *g, int na, const graph_sx *a, int nb, const graph_sx *b) {
     int ia = 0, ib = 0;
-    while (ia < na && sx_is(g, a[ia], 1))
+    while (ia < na && graph_sx_is(g, a[ia], 1))
         ia++;
-    while (ib < nb && sx_is(g, b[ib], 1))
+    while (ib < nb && graph_sx_is(g, b[ib], 1))
         ib++;
-    return same_shape(na - ia, a + ia, nb - ib, b + ib);
+    return graph_same_shape(na - ia, a + ia, nb - ib, b + ib);
 }
 
 static bool leading_ones_only(const graph *g, const graph_node *a, const graph_node *b) {
@@ -121,15 +107,6 @@ static bool is_fill(const graph_node *x, double c) {
 /* ---------------------------------------------------------------------------------------
  * Edits
  */
-static graph_val resolve(const graph *g, graph_val v) {
-    const graph_node *x = graph_node_at(g, v);
-    while (x && x->alias >= 0) {
-        v = x->alias;
-        x = graph_node_at(g, v);
-    }
-    return v;
-}
-
 /* v's readers use r from now on (r makes the same dtype and shape). */
 static bool replace(simp *s, graph_val v, graph_val r) {
     graph_node *x = graph_node_mut(s->g, v);
@@ -194,7 +171,7 @@ static bool pw_identity(simp *s, graph_val v, const graph_node *x) {
 static bool sum_of_ones(simp *s, graph_val v, const graph_node *x, uint32_t mask) {
     const graph_node *in = input(s, x, 0);
     for (int d = 0; d < in->ndim; d++)
-        if (((mask >> d) & 1) && !sx_is(s->g, in->shape[d], 1))
+        if (((mask >> d) & 1) && !graph_sx_is(s->g, in->shape[d], 1))
             return false;
     if (replace(s, v, x->a.in[0]))
         return true;
@@ -208,7 +185,8 @@ static uint32_t sum_to_mask(const simp *s, const graph_node *x, const graph_node
     int lead = in->ndim - x->ndim;
     uint32_t mask = 0;
     for (int d = 0; d < in->ndim; d++)
-        if (d < lead || (sx_is(s->g, x->shape[d - lead], 1) && !sx_is(s->g, in->shape[d], 1)))
+        if (d < lead ||
+            (graph_sx_is(s->g, x->shape[d - lead], 1) && !graph_sx_is(s->g, in->shape[d], 1)))
             mask |= 1u << d;
     return mask;
 }
@@ -236,7 +214,7 @@ static graph_val scale_by(simp *s, graph_val y, graph_sx n, graph_origin o) {
 static graph_val shape_to(simp *s, graph_op op, graph_val y, int nd, const graph_sx *shape,
                           graph_origin o) {
     const graph_node *yn = node(s, y);
-    if (same_shape(yn->ndim, yn->shape, nd, shape))
+    if (graph_same_shape(yn->ndim, yn->shape, nd, shape))
         return y;
     graph_op_args a = {.op = op, .n_in = 1, .in = {y}, .n_shape = nd};
     memcpy(a.shape, shape, sizeof(graph_sx) * (size_t)nd);
@@ -258,7 +236,7 @@ static bool expand_sum(simp *s, graph_val v, const graph_node *x, uint32_t mask,
     for (int d = 0; d < e->ndim; d++) {
         bool bcast = d < off || y->shape[d - off] != e->shape[d];
         bool reduced = (mask >> d) & 1;
-        if (reduced && !bcast && !sx_is(g, e->shape[d], 1))
+        if (reduced && !bcast && !graph_sx_is(g, e->shape[d], 1))
             return false; /* a real sum remains */
         if (reduced && bcast && (n = graph_sx_op(g, GSX_MUL, n, e->shape[d])) < 0)
             return false;
@@ -274,7 +252,7 @@ static bool expand_sum(simp *s, graph_val v, const graph_node *x, uint32_t mask,
         return false;
     graph_origin o = x->origin;
     /* an expand adds leading 1s itself: no reshape just for them */
-    bool reshape = same_shape(nr, r, x->ndim, x->shape) || nr < y->ndim ||
+    bool reshape = graph_same_shape(nr, r, x->ndim, x->shape) || nr < y->ndim ||
                    !ones_only(g, nr, r, y->ndim, y->shape);
     graph_val t = scale_by(s, e->a.in[0], n, o);
     if (t >= 0 && reshape)
@@ -466,7 +444,7 @@ int graph_simplify(graph *g) {
     for (graph_val v = 0; v < graph_count(g); v++) { /* new nodes are visited too */
         graph_node *x = graph_node_mut(g, v);
         for (int k = 0; k < x->a.n_in; k++)
-            x->a.in[k] = resolve(g, x->a.in[k]);
+            x->a.in[k] = graph_resolve(g, x->a.in[k]);
         if (x->dead || x->a.op == GOP_INPUT || graph_op_is_side_effect(x->a.op))
             continue;
         s.cur = s.anchor[v];
@@ -476,7 +454,7 @@ int graph_simplify(graph *g) {
     for (graph_val v = 0; v < graph_count(g); v++) { /* readers of later replacements */
         graph_node *x = graph_node_mut(g, v);
         for (int k = 0; k < x->a.n_in; k++)
-            x->a.in[k] = resolve(g, x->a.in[k]);
+            x->a.in[k] = graph_resolve(g, x->a.in[k]);
     }
     if (graph_count(g) > s.n_orig)
         reorder(&s);

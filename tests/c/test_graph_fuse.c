@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "codegen/kern.h"
-#include "graph/graph.h"
+#include "graph/internal.h"
 
 /* ------------------------------------------------------------------ building */
 
