@@ -79,11 +79,52 @@ static bool same_view(const ca_tensor *a, const ca_tensor *b) {
     return true;
 }
 
+/* Lifting runs on every compiled backward, hits included, so finding a tensor already
+ * lifted is a hash probe, not a scan of all lifted tensors. */
+static uint32_t lift_slot(const key_collect *k, const ca_tensor *t, key_lift_kind kind) {
+    uint64_t h = (uint64_t)(uintptr_t)t->storage * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)t->offset + (uint64_t)kind * 0x85EBCA6Bull) * 0xC2B2AE3D27D4EB4Full;
+    return (uint32_t)(h >> 32) & (uint32_t)(k->hash_cap - 1);
+}
+
 int key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind) {
-    for (int i = 0; i < k->n_lifted; i++)
+    if (k->hash_cap == 0)
+        return -1;
+    for (uint32_t s = lift_slot(k, t, kind);; s = (s + 1) & (uint32_t)(k->hash_cap - 1)) {
+        int32_t i = k->lift_hash[s];
+        if (i < 0)
+            return -1;
         if (k->lifted[i].kind == kind && same_view(k->lifted[i].t, t))
             return i;
-    return -1;
+    }
+}
+
+static void hash_insert(key_collect *k, int idx) {
+    const key_lifted *l = &k->lifted[idx];
+    uint32_t s = lift_slot(k, l->t, l->kind);
+    while (k->lift_hash[s] >= 0)
+        s = (s + 1) & (uint32_t)(k->hash_cap - 1);
+    k->lift_hash[s] = idx;
+}
+
+/* Keep the table at most half full; rebuilding only grows it, so a steady state with the
+ * same graph never allocates. */
+static ca_status hash_reserve(key_collect *k, int n) {
+    if (2 * n <= k->hash_cap)
+        return CA_OK;
+    int cap = k->hash_cap ? k->hash_cap : 64;
+    while (cap < 2 * n)
+        cap *= 2;
+    int32_t *h = mem_alloc(sizeof(int32_t) * (size_t)cap);
+    if (!h)
+        return err_nomem("the compiled backward's key");
+    mem_free(k->lift_hash);
+    k->lift_hash = h;
+    k->hash_cap = cap;
+    memset(h, 0xff, sizeof(int32_t) * (size_t)cap);
+    for (int i = 0; i < k->n_lifted; i++)
+        hash_insert(k, i);
+    return CA_OK;
 }
 
 int key_node_first_slot(const key_collect *k, int call) {
@@ -96,8 +137,10 @@ static ca_status lift_tensor(key_collect *k, ca_tensor *t, key_lift_kind kind, k
     int idx = key_find_lifted(k, t, kind);
     if (idx < 0) {
         CA_CHECK(grow((void **)&k->lifted, &k->cap_lifted, k->n_lifted + 1, sizeof(key_lifted)));
+        CA_CHECK(hash_reserve(k, k->n_lifted + 1));
         idx = k->n_lifted++;
         k->lifted[idx] = (key_lifted){t, kind, k->n_sizes};
+        hash_insert(k, idx);
         for (o.dim = 0; o.dim < t->ndim; o.dim++)
             CA_CHECK(lift_size(k, t->shape[o.dim], o));
     }
@@ -204,6 +247,8 @@ ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *
     k->nodes = w->order.v;
     k->n_nodes = w->order.n;
     k->n_lifted = k->n_sizes = k->n_hooks = k->n_bytes = 0;
+    if (k->hash_cap)
+        memset(k->lift_hash, 0xff, sizeof(int32_t) * (size_t)k->hash_cap);
     for (int i = 0; i < k->n_nodes; i++)
         k->nodes[i]->call_id = i + 1;
     CA_CHECK(mark_offset(k, 0));
@@ -217,6 +262,7 @@ ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *
 
 void key_collect_free(key_collect *k) {
     mem_free(k->lifted);
+    mem_free(k->lift_hash);
     mem_free(k->sizes);
     mem_free(k->owners);
     mem_free(k->hooks);

@@ -44,6 +44,8 @@ typedef struct {
     /* lifted tensors, deduplicated by identity (same storage, offset, shape, strides) */
     key_lifted *lifted;
     int n_lifted, cap_lifted;
+    int32_t *lift_hash; /* open addressing over lifted indices by (storage, offset), -1 empty */
+    int hash_cap;       /* a power of two, at least twice n_lifted */
     /* size slots */
     int64_t *sizes;
     key_slot_owner *owners;
