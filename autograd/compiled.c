@@ -147,7 +147,7 @@ static void log_changed_shapes(const cache_leaf *leaf) {
 }
 
 static void log_graph(const compiled_graph *cg) {
-    char *text = graph_print(cg->g, S.log_verbose, cg->sym_values);
+    char *text = graph_print_inputs(cg->g, S.log_verbose, cg->sym_values, cg->inputs);
     if (text)
         fprintf(stderr, "[compiled_autograd] TRACED GRAPH\n%s", text);
     graph_free_string(text);
@@ -369,12 +369,18 @@ static ca_status check_reads(const compiled_graph *cg) {
     return CA_OK;
 }
 
-static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
+/* This call's symbol values and input views, from the collected key. */
+static void bind(const cache_entry *e) {
     compiled_graph *cg = e->compiled;
     for (int s = 0; s < e->n_symbols; s++)
         cg->sym_values[s] = S.key.sizes[e->first_slot[s]];
     for (int i = 0; i < S.key.n_lifted; i++)
         view_of(S.key.lifted[i].t, &cg->inputs[i]);
+}
+
+static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
+    compiled_graph *cg = e->compiled;
+    bind(e);
     size_t bytes = graph_plan_arena_bytes(cg->plan, cg->sym_values);
     if (bytes > cg->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
         mem_free(cg->arena);
@@ -471,10 +477,8 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     S.counters.graphs++;
     S.counters.fused_kernels += graph_count_fused(((const compiled_graph *)e->compiled)->g);
     if (S.log_graph) { /* each traced graph is printed once, when it is made */
-        compiled_graph *cg = e->compiled;
-        for (int s = 0; s < e->n_symbols; s++)
-            cg->sym_values[s] = S.key.sizes[e->first_slot[s]];
-        log_graph(cg);
+        bind(e);
+        log_graph(e->compiled);
     }
     *out = e;
     return CA_OK;

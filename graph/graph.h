@@ -207,6 +207,11 @@ typedef struct {
     int64_t strides[KERN_MAX_DIMS]; /* elements */
 } graph_view;
 
+/* The same, and when verbose with inputs (one view per GOP_INPUT), each input's type also
+ * shows its strides this run: getitem_1: "f32[s0, 784][784, 1]" = inputs[1]. */
+char *graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
+                         const graph_view *inputs);
+
 typedef struct {
     /* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT nodes call this with the node and
      * its input's view. A HOOK may set *replacement to a view of the same shape and dtype

@@ -83,8 +83,17 @@ static void print_callout(graph_sbuf *b, const graph_node *x, graph_name *names)
     }
 }
 
+/* Verbose dumps show each input's strides as they are this run: "f32[s0, 784][784, 1]",
+ * as PyTorch's verbose compiled-autograd graph does. */
+static void print_strides(graph_sbuf *b, const graph_view *in) {
+    graph_sb_printf(b, "[");
+    for (int d = 0; d < in->ndim; d++)
+        graph_sb_printf(b, d ? ", %lld" : "%lld", (long long)in->strides[d]);
+    graph_sb_printf(b, "]");
+}
+
 static void print_node(graph_sbuf *b, const graph *g, const graph_node *x, graph_val v,
-                       graph_name *names) {
+                       graph_name *names, const graph_view *inputs) {
     graph_sb_printf(b, "    ");
     if (!graph_op_has_value(x->a.op)) {
         print_callout(b, x, names);
@@ -92,6 +101,11 @@ static void print_node(graph_sbuf *b, const graph *g, const graph_node *x, graph
     }
     graph_sb_printf(b, "%s: ", names[v]);
     print_type(b, g, x);
+    if (x->a.op == GOP_INPUT && inputs) {
+        b->len--; /* reopen the type's closing quote */
+        print_strides(b, &inputs[x->a.i[0]]);
+        graph_sb_printf(b, "\"");
+    }
     if (x->a.op == GOP_INPUT) {
         graph_sb_printf(b, " = inputs[%lld]\n", (long long)x->a.i[0]);
         return;
@@ -153,7 +167,7 @@ static void print_return(graph_sbuf *b, const graph *g, graph_name *names) {
 }
 
 static void print_body(graph_sbuf *b, const graph *g, bool verbose, const int64_t *slots,
-                       graph_name *names) {
+                       const graph_view *inputs, graph_name *names) {
     graph_sb_printf(b, "===== Compiled autograd graph =====\n");
     graph_sb_printf(b, "def forward(inputs, sizes, hooks):\n");
     if (verbose && slots && graph_n_slots(g) > 0) {
@@ -170,19 +184,24 @@ static void print_body(graph_sbuf *b, const graph *g, bool verbose, const int64_
         if (!graph_same_origin(&x->origin, &prev))
             print_origin(b, &x->origin);
         prev = x->origin;
-        print_node(b, g, x, v, names);
+        print_node(b, g, x, v, names, verbose ? inputs : NULL);
         mark_fused(b, g, v);
     }
     print_return(b, g, names);
 }
 
 char *graph_print(const graph *g, bool verbose, const int64_t *slots) {
+    return graph_print_inputs(g, verbose, slots, NULL);
+}
+
+char *graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
+                         const graph_view *inputs) {
     if (!g)
         return NULL;
     graph_name *names = graph_value_names(g);
     graph_sbuf b = {.first_cap = 1024};
     if (names)
-        print_body(&b, g, verbose, slots, names);
+        print_body(&b, g, verbose, slots, inputs, names);
     else
         b.oom = true;
     graph_mem_free(names);

@@ -183,7 +183,8 @@ static int tg_run(const graph *g, const int64_t *slots, const graph_view *inputs
     cr_assert_not_null(p);
     size_t bytes = graph_plan_arena_bytes(p, slots);
     void *arena = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
-    int rc = graph_plan_run(p, slots, inputs, arena, (graph_callbacks){tg_call, rec});
+    int rc =
+        graph_plan_run(p, slots, inputs, arena, (graph_callbacks){.call = tg_call, .ctx = rec});
     if (err)
         snprintf(err, err_size, "%s", graph_plan_error(p));
     free(arena);
@@ -661,6 +662,26 @@ Test(graph, print_exact_text) {
     graph_free(g);
 }
 
+/* Verbose dumps show each input's strides this run; plain dumps never do. */
+Test(graph, print_verbose_input_strides) {
+    graph *g = graph_new();
+    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3);
+    graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c3});
+    tg_add(g, (graph_op_args){.op = GOP_OUTPUT, .n_in = 1, .in = {x}});
+    float data[15];
+    graph_view in = tg_view(data, KERN_F32, 2, (int64_t[]){5, 3}, (int64_t[]){1, 5});
+    int64_t slots[] = {5};
+    char *v = graph_print_inputs(g, true, slots, &in),
+         *p = graph_print_inputs(g, false, slots, &in);
+    cr_assert_not_null(v);
+    cr_assert_not_null(p);
+    cr_assert(strstr(v, "    getitem: \"f32[s0, 3][1, 5]\" = inputs[0]\n"), "%s", v);
+    cr_assert(strstr(p, "    getitem: \"f32[s0, 3]\" = inputs[0]\n"), "%s", p);
+    graph_free_string(v);
+    graph_free_string(p);
+    graph_free(g);
+}
+
 Test(graph, print_attrs_and_empty_return) {
     graph *g = graph_new();
     graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1), c5 = graph_sx_const(g, 5);
@@ -787,7 +808,8 @@ Test(graph, run_linear_relu_backward_dynamic_batch) {
         size_t bytes = graph_plan_arena_bytes(p, &sizes[k]);
         void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
         tg_rec rec = {0};
-        int rc = graph_plan_run(p, &sizes[k], d.in, arena, (graph_callbacks){tg_call, &rec});
+        int rc = graph_plan_run(p, &sizes[k], d.in, arena,
+                                (graph_callbacks){.call = tg_call, .ctx = &rec});
         cr_assert_eq(rc, 0, "run failed: %s", graph_plan_error(p));
         cr_assert_eq(rec.calls, 3);
         tg_linear_check(&d, &rec);
@@ -831,7 +853,7 @@ Test(graph, run_makes_no_allocation) {
     void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     tg_rec rec = {0};
     tg_allocs = 0;
-    int rc = graph_plan_run(p, &n, d.in, arena, (graph_callbacks){tg_call, &rec});
+    int rc = graph_plan_run(p, &n, d.in, arena, (graph_callbacks){.call = tg_call, .ctx = &rec});
     long during = tg_allocs;
     cr_assert_eq(rc, 0, "%s", graph_plan_error(p));
     cr_assert_eq(during, 0, "graph_plan_run allocated %ld times", during);
@@ -1202,11 +1224,14 @@ Test(graph, run_reshape_view_or_copy_decided_per_run) {
     graph_view contiguous = tg_view(rows, KERN_F32, 2, (int64_t[]){2, 3}, NULL);
     graph_view strided = tg_view(cols, KERN_F32, 2, (int64_t[]){2, 3}, (int64_t[]){1, 2});
     tg_rec a = {0}, b = {0};
-    cr_assert_eq(graph_plan_run(p, NULL, &contiguous, arena, (graph_callbacks){tg_call, &a}), 0);
+    cr_assert_eq(
+        graph_plan_run(p, NULL, &contiguous, arena, (graph_callbacks){.call = tg_call, .ctx = &a}),
+        0);
     cr_assert_eq(a.out_data[0], (const void *)rows, "contiguous input: reshape is a view");
     cr_assert_eq(a.out_data[1], (const void *)rows, "contiguous input: contiguous is a view");
     tg_close(a.out[0], want, 6, 0, "reshape (view)");
-    cr_assert_eq(graph_plan_run(p, NULL, &strided, arena, (graph_callbacks){tg_call, &b}), 0);
+    cr_assert_eq(
+        graph_plan_run(p, NULL, &strided, arena, (graph_callbacks){.call = tg_call, .ctx = &b}), 0);
     cr_assert_neq(b.out_data[0], (const void *)cols, "strided input: reshape copies");
     cr_assert_neq(b.out_data[1], (const void *)cols);
     tg_close(b.out[0], want, 6, 0, "reshape (copy)");
@@ -1244,7 +1269,9 @@ Test(graph, run_outputs_stay_valid_after_the_run) {
     double xs[5] = {1, 2, 3, 4, 5};
     graph_view in = tg_view(xs, KERN_F64, 1, &n, NULL);
     tg_views seen = {0};
-    cr_assert_eq(graph_plan_run(p, &n, &in, arena, (graph_callbacks){tg_keep_views, &seen}), 0);
+    cr_assert_eq(
+        graph_plan_run(p, &n, &in, arena, (graph_callbacks){.call = tg_keep_views, .ctx = &seen}),
+        0);
     for (int i = 0; i < 5; i++) {
         cr_assert_eq(tg_get(&seen.out[0], i), -xs[i], "output 0 was overwritten");
         cr_assert_eq(tg_get(&seen.out[1], i), -xs[i] * 81);
