@@ -351,13 +351,6 @@ static void outputs_for(trace_builder *tb, const ca_node *n, graph_val g) {
             side_effect(tb, GOP_OUTPUT, g, i, 0);
 }
 
-static bool leads_on(const trace_builder *tb, const ca_node *n) {
-    for (int i = 0; i < n->n_in; i++)
-        if (n->next[i].fn && n->next[i].fn->needed)
-            return true;
-    return false;
-}
-
 static void trace_node(trace_builder *tb, int call) {
     ca_node *n = tb->req->k->nodes[call - 1];
     graph_val g = tb->buf[call];
@@ -377,7 +370,7 @@ static void trace_node(trace_builder *tb, int call) {
         graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);
-    } else if (!is_acc && leads_on(tb, n)) {
+    } else if (!is_acc && node_leads_on(n)) {
         run_rule(tb, n, call, g);
     }
 }

@@ -405,24 +405,12 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
 /* ---------------------------------------------------------------------------------------
  * One compiled backward
  */
-static bool leads_on(const ca_node *n) {
-    for (int i = 0; i < n->n_in; i++)
-        if (n->next[i].fn && n->next[i].fn->needed)
-            return true;
-    return false;
-}
-
 /* Free saved values as the eager engine does: those of every node whose rule ran. */
 static void release_saved(void) {
     for (int i = 0; i < S.key.n_nodes; i++) {
         ca_node *n = S.key.nodes[i];
-        if (!n->needed || n->op == CA_OP_ACCUMULATE_GRAD || !leads_on(n))
-            continue;
-        for (int k = 0; k < n->n_saved; k++) {
-            ca_tensor_release(n->saved[k].t);
-            n->saved[k].t = NULL;
-        }
-        n->released = true;
+        if (n->needed && n->op != CA_OP_ACCUMULATE_GRAD && node_leads_on(n))
+            node_release_saved(n);
     }
 }
 

@@ -30,14 +30,6 @@ typedef struct {
 /* ---------------------------------------------------------------------------------------
  * 4. run
  */
-static void release_saved(ca_node *n) {
-    for (int i = 0; i < n->n_saved; i++) {
-        ca_tensor_release(n->saved[i].t);
-        n->saved[i].t = NULL;
-    }
-    n->released = true;
-}
-
 /* buf += g, out of place: buf and g may alias tensors the user or a saved value holds. */
 static ca_status buffer_add(ca_node *n, ca_tensor *g) {
     if (!n->buf) {
@@ -136,15 +128,6 @@ static ca_status retain_grad(ca_node *n, ca_tensor *g) {
     return accumulate_grad(t, g);
 }
 
-/* A node's rule runs only if one of its edges leads somewhere needed: autograd.grad
- * w.r.t. a non-leaf y stops at y and leaves y's own grad_fn (and its saved values) alone. */
-static bool leads_on(const ca_node *n) {
-    for (int i = 0; i < n->n_in; i++)
-        if (n->next[i].fn && n->next[i].fn->needed)
-            return true;
-    return false;
-}
-
 static ca_status run_node(engine_run *r, ca_node *n) {
     ca_tensor *g = n->buf;
     n->buf = NULL;
@@ -162,13 +145,13 @@ static ca_status run_node(engine_run *r, ca_node *n) {
         st = accumulate_grad(n->leaf, g);
         if (st == CA_OK)
             st = hook_run_post(n->leaf->post_acc_hooks, n->leaf);
-    } else if (st == CA_OK && !is_acc && leads_on(n)) {
+    } else if (st == CA_OK && !is_acc && node_leads_on(n)) {
         st = run_rule(n, g);
         ran_rule = true;
     }
     ca_tensor_release(g);
     if (st == CA_OK && ran_rule && !r->retain_graph)
-        release_saved(n);
+        node_release_saved(n);
     return st;
 }
 

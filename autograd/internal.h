@@ -214,10 +214,17 @@ void walk_free(ca_walk *w);
 /* Set node->needed: every node for a backward; for autograd.grad (capture), the targets and
  * the nodes on a path to one. */
 void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets);
+/* Whether one of n's edges leads to a needed node. A node's rule runs only then:
+ * autograd.grad w.r.t. a non-leaf y stops at y and leaves y's own grad_fn (and its saved
+ * values) alone. Every backward (eager, traced, compiled) asks this one question. */
+bool node_leads_on(const ca_node *n);
 /* A fresh epoch, for marking nodes outside a walk. */
 uint64_t walk_new_epoch(void);
 
 ca_node *node_retain(ca_node *n);
+/* Free n's saved values and mark them freed: a backward without retain_graph does this to
+ * every node whose rule ran, so a second backward through n gives PyTorch's error. */
+void node_release_saved(ca_node *n);
 void node_release(ca_node *n);
 /* True if the rule must produce a gradient for input i. */
 static inline bool node_needs_grad(const ca_node *n, int i) {

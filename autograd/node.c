@@ -12,12 +12,12 @@ ca_node *node_retain(ca_node *n) {
     return n;
 }
 
-/* Free the saved aliases (a backward without retain_graph does this too). */
-static void node_free_saved(ca_node *n) {
+void node_release_saved(ca_node *n) {
     for (int i = 0; i < n->n_saved; i++) {
         ca_tensor_release(n->saved[i].t);
         n->saved[i].t = NULL;
     }
+    n->released = true;
 }
 
 void node_release(ca_node *n) {
@@ -30,7 +30,7 @@ void node_release(ca_node *n) {
     while (work) {
         n = work;
         work = n->free_link;
-        node_free_saved(n);
+        node_release_saved(n);
         hook_list_free(&n->pre_hooks);
         ca_tensor_release(n->buf);
         if (n->retained)

@@ -153,3 +153,10 @@ void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_t
                 x->needed = true;
     }
 }
+
+bool node_leads_on(const ca_node *n) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->next[i].fn && n->next[i].fn->needed)
+            return true;
+    return false;
+}
