@@ -53,6 +53,23 @@ void *mem_calloc(size_t n, size_t size) {
     return p;
 }
 
+bool mem_grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap)
+        return true;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = mem_alloc(elem * (size_t)c);
+    if (!q)
+        return false;
+    if (*cap)
+        memcpy(q, *p, elem * (size_t)*cap);
+    mem_free(*p);
+    *p = q;
+    *cap = c;
+    return true;
+}
+
 void mem_free(void *p) {
     if (p)
         current.free(p, current.ctx);

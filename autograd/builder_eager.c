@@ -9,17 +9,8 @@
 #include <string.h>
 
 static bool track(ca_eager_builder *eb, ca_tensor *t) {
-    if (eb->n_temps == eb->cap_temps) {
-        int cap = eb->cap_temps ? eb->cap_temps * 2 : 16;
-        ca_tensor **grown = mem_alloc(sizeof(ca_tensor *) * (size_t)cap);
-        if (!grown)
-            return false;
-        if (eb->n_temps)
-            memcpy(grown, eb->temps, sizeof(ca_tensor *) * (size_t)eb->n_temps);
-        mem_free(eb->temps);
-        eb->temps = grown;
-        eb->cap_temps = cap;
-    }
+    if (!mem_grow((void **)&eb->temps, &eb->cap_temps, eb->n_temps + 1, sizeof(ca_tensor *)))
+        return false;
     eb->temps[eb->n_temps++] = t;
     return true;
 }

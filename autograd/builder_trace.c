@@ -170,17 +170,8 @@ static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
 }
 
 static bool record_read(trace_builder *tb, int k) {
-    if (tb->n_reads == tb->cap_reads) {
-        int cap = tb->cap_reads ? 2 * tb->cap_reads : 16;
-        trace_read *grown = mem_alloc(sizeof(trace_read) * (size_t)cap);
-        if (!grown)
-            return false;
-        if (tb->n_reads)
-            memcpy(grown, tb->reads, sizeof(trace_read) * (size_t)tb->n_reads);
-        mem_free(tb->reads);
-        tb->reads = grown;
-        tb->cap_reads = cap;
-    }
+    if (!mem_grow((void **)&tb->reads, &tb->cap_reads, tb->n_reads + 1, sizeof(trace_read)))
+        return false;
     tb->reads[tb->n_reads++] = (trace_read){tb->call, k};
     return true;
 }

@@ -276,17 +276,8 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
 }
 
 static ca_status keep_tensor(run_ctx *r, ca_tensor *t) {
-    if (r->n_keep == r->cap_keep) {
-        int cap = r->cap_keep ? 2 * r->cap_keep : 8;
-        ca_tensor **grown = mem_alloc(sizeof(ca_tensor *) * (size_t)cap);
-        if (!grown)
-            return err_nomem("the hook replacements of a compiled backward");
-        if (r->n_keep)
-            memcpy(grown, r->keep, sizeof(ca_tensor *) * (size_t)r->n_keep);
-        mem_free(r->keep);
-        r->keep = grown;
-        r->cap_keep = cap;
-    }
+    if (!mem_grow((void **)&r->keep, &r->cap_keep, r->n_keep + 1, sizeof(ca_tensor *)))
+        return err_nomem("the hook replacements of a compiled backward");
     r->keep[r->n_keep++] = t;
     return CA_OK;
 }

@@ -12,22 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Grow *p (of *cap elements of size elem) to hold need elements. */
 static ca_status grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap)
-        return CA_OK;
-    int c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = mem_alloc(elem * (size_t)c);
-    if (!q)
-        return err_nomem("the compiled backward's key");
-    if (*cap)
-        memcpy(q, *p, elem * (size_t)*cap);
-    mem_free(*p);
-    *p = q;
-    *cap = c;
-    return CA_OK;
+    return mem_grow(p, cap, need, elem) ? CA_OK : err_nomem("the compiled backward's key");
 }
 
 /* ---- key bytes ---- */

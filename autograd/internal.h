@@ -56,6 +56,9 @@ void *mem_alloc(size_t size); /* 16-byte aligned; NULL on failure */
 void *mem_alloc_aligned(size_t size, size_t align);
 void *mem_calloc(size_t n, size_t size);
 void mem_free(void *p);
+/* Grow the array *p of *cap elements (of elem bytes) to hold at least need, doubling and
+ * keeping its contents. False when out of memory; *p and *cap are then unchanged. */
+bool mem_grow(void **p, int *cap, int need, size_t elem);
 
 /* ---------------------------------------------------------------------------------------
  * Shapes

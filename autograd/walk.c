@@ -15,19 +15,8 @@
 static uint64_t epoch_counter = 0;
 
 static ca_status vec_reserve(node_vec *vec, int need) {
-    if (need <= vec->cap)
-        return CA_OK;
-    int cap = vec->cap ? vec->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    ca_node **grown = mem_alloc(sizeof(ca_node *) * (size_t)cap);
-    if (!grown)
+    if (!mem_grow((void **)&vec->v, &vec->cap, need, sizeof(ca_node *)))
         return err_nomem("the backward's node list");
-    if (vec->n)
-        memcpy(grown, vec->v, sizeof(ca_node *) * (size_t)vec->n);
-    mem_free(vec->v);
-    vec->v = grown;
-    vec->cap = cap;
     return CA_OK;
 }
 
