@@ -265,13 +265,9 @@ static ca_status tensor_from_view(const graph_view *v, ca_tensor **out) {
 static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
     if (!t->grad)
         return tensor_from_view(v, &t->grad);
-    ca_tensor *acc = t->grad;
-    kern_src src[2];
-    tensor_src(acc, acc->ndim, acc->shape, &src[0]);
-    src_of(v, &src[1]);
-    kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape, tensor_ptr(acc),
-                   acc->strides, src, 1.0, 0);
-    tensor_bump_version(acc);
+    kern_src src;
+    src_of(v, &src);
+    tensor_add_into(t->grad, &src);
     return CA_OK;
 }
 

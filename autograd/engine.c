@@ -56,13 +56,9 @@ static ca_status accumulate_grad(ca_tensor *leaf, ca_tensor *g) {
         tensor_meta(g, &m);
         return tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &leaf->grad);
     }
-    ca_tensor *acc = leaf->grad;
-    kern_src src[2];
-    tensor_src(acc, acc->ndim, acc->shape, &src[0]);
-    tensor_src(g, acc->ndim, acc->shape, &src[1]);
-    kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape, tensor_ptr(acc),
-                   acc->strides, src, 1.0, 0);
-    tensor_bump_version(acc);
+    kern_src src;
+    tensor_src(g, leaf->grad->ndim, leaf->grad->shape, &src);
+    tensor_add_into(leaf->grad, &src);
     return CA_OK;
 }
 

@@ -133,6 +133,9 @@ ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *co
                            double p1, ca_tensor **out);
 /* A contiguous tensor with t's values: a new ref to t itself if already contiguous. */
 ca_status tensor_contiguous(ca_tensor *t, ca_tensor **out);
+/* acc += other in place (other has acc's shape, as a kernel source), bumping acc's
+ * version: how .grad accumulates, in the eager and the compiled backward alike. */
+void tensor_add_into(ca_tensor *acc, const kern_src *other);
 /* Bump the version counter: call after every in-place write. */
 void tensor_bump_version(ca_tensor *t);
 /* Raw, autograd-free fills used by creation functions and the engine. */

@@ -141,6 +141,15 @@ void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern
     }
 }
 
+void tensor_add_into(ca_tensor *acc, const kern_src *other) {
+    kern_src src[2];
+    tensor_src(acc, acc->ndim, acc->shape, &src[0]);
+    src[1] = *other;
+    kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape, tensor_ptr(acc),
+                   acc->strides, src, 1.0, 0);
+    tensor_bump_version(acc);
+}
+
 void tensor_bump_version(ca_tensor *t) {
     t->storage->version++;
 }
