@@ -98,6 +98,11 @@ typedef struct ca_storage {
     void *data;
     size_t nbytes;
     uint64_t version; /* shared by every view: bumped by each in-place write */
+    /* Memory owned elsewhere (ca_tensor_from_blob): handed back through the deleter
+     * instead of freed. */
+    bool external;
+    ca_blob_deleter_fn deleter;
+    void *deleter_ctx;
 } ca_storage;
 
 struct ca_tensor {
@@ -494,6 +499,8 @@ kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a);
  */
 bool grad_mode_enabled(void);
 int fwd_graph_current(void);
+/* Tell this thread's op observer (if any) that op `name` ran. */
+void op_observe(const char *name);
 uint64_t node_next_seq(void);
 
 /* ---------------------------------------------------------------------------------------

@@ -143,6 +143,8 @@ ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
     ca_status st = op_run(row, n_in, in, &a, metas, out, aux_out);
     if (metas != local)
         mem_free(metas);
+    if (st == CA_OK)
+        op_observe(row->name);
     return st;
 }
 

@@ -83,6 +83,19 @@ const char *ca_graph_break_last_reason(void) {
 int ca_tensor_forward_graph_id(const ca_tensor *t) {
     return t && t->grad_fn ? t->grad_fn->graph_id : -1;
 }
+
+static _Thread_local ca_op_observer_fn op_observer;
+static _Thread_local void *op_observer_ctx;
+
+void ca_set_op_observer(ca_op_observer_fn fn, void *ctx) {
+    op_observer = fn;
+    op_observer_ctx = fn ? ctx : NULL;
+}
+
+void op_observe(const char *op) {
+    if (op_observer)
+        op_observer(op, fwd_graph_current(), op_observer_ctx);
+}
 uint64_t node_next_seq(void) {
     return atomic_fetch_add(&seq_counter, 1);
 }

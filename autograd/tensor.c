@@ -31,10 +31,13 @@ static ca_status storage_new(size_t nbytes, ca_storage **out) {
 }
 
 static void storage_release(ca_storage *s) {
-    if (s && --s->refcnt == 0) {
+    if (!s || --s->refcnt > 0)
+        return;
+    if (!s->external)
         mem_free(s->data);
-        mem_free(s);
-    }
+    else if (s->deleter)
+        s->deleter(s->deleter_ctx);
+    mem_free(s);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -352,6 +355,67 @@ ca_status ca_from_data(ca_dtype dt, int ndim, const int64_t *shape, const void *
     CA_ARG_NOT_NULL(data, "ca_from_data");
     CA_CHECK(ca_empty(dt, ndim, shape, out));
     memcpy(tensor_ptr(*out), data, (*out)->storage->nbytes);
+    return CA_OK;
+}
+
+/* The bytes a view reaches from its first element, so an external storage knows its
+ * extent (0 for an empty tensor). */
+static size_t blob_extent(const ca_meta *m, const int64_t *strides) {
+    int64_t last = 0;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->shape[d] == 0)
+            return 0;
+        last += (m->shape[d] - 1) * strides[d];
+    }
+    return (size_t)(last + 1) * ca_dtype_size(m->dtype);
+}
+
+static ca_status blob_check(const ca_meta *m, const int64_t *strides, const void *data) {
+    static const char fn[] = "ca_tensor_from_blob";
+    for (int d = 0; d < m->ndim; d++)
+        if (strides[d] < 0)
+            return err_set(CA_STATUS_INVALID,
+                           "%s: stride %lld at dim %d is negative; cagrad views need "
+                           "strides >= 0: copy the data into a contiguous buffer first",
+                           fn, (long long)strides[d], d);
+    if ((uintptr_t)data % ca_dtype_size(m->dtype))
+        return err_set(CA_STATUS_INVALID,
+                       "%s: data %p is not aligned to its %s elements (%zu bytes); copy it "
+                       "into an aligned buffer first",
+                       fn, data, ca_dtype_name(m->dtype), ca_dtype_size(m->dtype));
+    return CA_OK;
+}
+
+ca_status ca_tensor_from_blob(ca_dtype dt, int ndim, const int64_t *shape, const int64_t *strides,
+                              void *data, ca_blob_deleter_fn deleter, void *ctx, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_tensor_from_blob");
+    *out = NULL;
+    CA_CHECK(ca_init());
+    CA_ARG_NOT_NULL(data, "ca_tensor_from_blob");
+    if (ndim > 0)
+        CA_ARG_NOT_NULL(shape, "ca_tensor_from_blob");
+    ca_meta m = {.dtype = dt, .ndim = ndim};
+    if (ndim > 0 && ndim <= CA_MAX_DIMS)
+        memcpy(m.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    int64_t st[CA_MAX_DIMS];
+    CA_CHECK(meta_validate(&m, "ca_tensor_from_blob"));
+    if (strides)
+        memcpy(st, strides, sizeof(int64_t) * (size_t)ndim);
+    else
+        tensor_contiguous_strides(ndim, m.shape, st);
+    CA_CHECK(blob_check(&m, st, data));
+    ca_storage *s = mem_calloc(1, sizeof *s);
+    if (!s)
+        return err_nomem("a tensor storage header");
+    *s = (ca_storage){.refcnt = 1, .data = data, .nbytes = blob_extent(&m, st), .external = true};
+    ca_status status = tensor_header(s, &m, out);
+    if (status != CA_OK) {
+        mem_free(s); /* not storage_release: the caller keeps data on failure */
+        return status;
+    }
+    memcpy((*out)->strides, st, sizeof(int64_t) * (size_t)ndim);
+    s->deleter = deleter; /* only now: from here on the storage owns data */
+    s->deleter_ctx = ctx;
     return CA_OK;
 }
 

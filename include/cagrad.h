@@ -140,6 +140,16 @@ ca_status ca_rand(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **ou
 ca_status ca_from_data(ca_dtype dtype, int ndim, const int64_t *shape, const void *data,
                        ca_tensor **out);
 
+/* Wrap memory owned by someone else (a NumPy array, a DLPack producer) as a tensor,
+ * without copying. strides are in elements (NULL: contiguous) and must be >= 0; data must
+ * be aligned to the dtype's size. On success, deleter(ctx) (deleter may be NULL) is called
+ * exactly once, when the last view of that memory is released; on failure it is never
+ * called and the caller still owns data. */
+typedef void (*ca_blob_deleter_fn)(void *ctx);
+ca_status ca_tensor_from_blob(ca_dtype dtype, int ndim, const int64_t *shape,
+                              const int64_t *strides, void *data, ca_blob_deleter_fn deleter,
+                              void *ctx, ca_tensor **out);
+
 /* References. retain returns its argument; release(NULL) does nothing. */
 ca_tensor *ca_tensor_retain(ca_tensor *t);
 void ca_tensor_release(ca_tensor *t);
@@ -201,6 +211,11 @@ int ca_forward_graph_id(void);
 const char *ca_graph_break_last_reason(void);
 /* The forward graph t's grad_fn was recorded in, or -1 for a leaf. */
 int ca_tensor_forward_graph_id(const ca_tensor *t);
+/* Per thread: fn (NULL removes it) is called after every op that succeeds, with the op's
+ * name ("mul") and the forward graph it ran in. Tools such as explain() count ops with
+ * it; with no observer set, ops pay one branch. */
+typedef void (*ca_op_observer_fn)(const char *op, int forward_graph, void *ctx);
+void ca_set_op_observer(ca_op_observer_fn fn, void *ctx);
 
 /* ---------------------------------------------------------------------------------------
  * Hooks
