@@ -80,6 +80,10 @@ ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
     }
     ca_node *n;
     CA_CHECK(node_alloc(CA_OP_ACCUMULATE_GRAD, 0, &n));
+    /* Accumulate as soon as ready (as PyTorch does), whenever the node was made: a leaf's
+     * accumulator can outlive one step while older tensors keep it, and the walk order,
+     * and so the compiled-autograd cache key, must not depend on that. */
+    n->seq = UINT64_MAX;
     tensor_meta(leaf, &n->out_meta);
     n->leaf = ca_tensor_retain(leaf);
     leaf->grad_accumulator = n;

@@ -15,7 +15,7 @@
  * Storage
  */
 static ca_status storage_new(size_t nbytes, ca_storage **out) {
-    ca_storage *s = mem_alloc(sizeof *s);
+    ca_storage *s = mem_calloc(1, sizeof *s); /* zeroed: not external, no deleter */
     if (!s)
         return err_nomem("a tensor storage header");
     s->data = mem_alloc_aligned(nbytes ? nbytes : 1, 64);

@@ -1343,6 +1343,32 @@ Test(compiled, same_graph_twice_is_one_capture_one_hit) {
     net_free(&n);
 }
 
+/* Python keeps the previous step's activations alive until the new ones are bound, and
+ * they keep the leaves' AccumulateGrad nodes (made in step 0) alive. The walk order, and
+ * so the cache key, must not depend on when an accumulator was made. */
+Test(compiled, previous_steps_tensors_alive_do_not_cause_a_recompile) {
+    ca_tensor *p[4] = {
+        tu_randn(CA_FLOAT32, TU_SHAPE(10, 6), true), tu_randn(CA_FLOAT32, TU_SHAPE(10), true),
+        tu_randn(CA_FLOAT32, TU_SHAPE(3, 10), true), tu_randn(CA_FLOAT32, TU_SHAPE(3), true)};
+    ca_tensor *kept[3] = {0};
+    ca_compiled_autograd_reset();
+    TU_OK(ca_compiled_autograd_enable(NULL));
+    for (int step = 0; step < 4; step++) {
+        ca_tensor *x = tu_randn(CA_FLOAT32, TU_SHAPE(8, 6), false), *h, *o, *loss;
+        TU_OK(ca_linear(x, p[0], p[1], &h));
+        TU_OK(ca_linear(h, p[2], p[3], &o));
+        TU_OK(ca_sum(o, 0, NULL, false, &loss));
+        TU_OK(ca_backward(loss));
+        ca_tensor_release(loss);
+        tu_release_n(kept, 3); /* only now drop the previous step's tensors */
+        kept[0] = x, kept[1] = h, kept[2] = o;
+    }
+    TU_OK(ca_compiled_autograd_disable());
+    assert_counters("4 steps, previous step alive", 1, 3, 1, 0);
+    tu_release_n(kept, 3);
+    tu_release_n(p, 4);
+}
+
 Test(compiled, batch_change_is_one_recompile_then_hits) {
     net n = net_new();
     static const int64_t sizes[] = {8, 16, 24, 32, 8, 5, 16};
