@@ -1,10 +1,15 @@
 # cagrad — top-level driver. Newcomers need only:  make test   and   make demo
 #
 #   make deps          check/install build+test dependencies (scripts/install-deps.sh)
-#   make build         deps, configure build/ (RelWithDebInfo, -O2 -g), build with -j2
-#   make test          build, run build/cagrad_tests   (extra args: CRITERION_ARGS=...)
-#   make sanitize      ASan+UBSan build in build-asan/, run tests and every example
-#   make demo          build, run build/mlp_sgd
+#   make pyenv         create .venv/ with numpy, pytest, torch 2.13 (CPU), scikit-learn
+#   make build         deps, pyenv, configure build/ (RelWithDebInfo, -O2 -g) with the
+#                      Python extension, build with -j2
+#   make test          build, run the C suites (build/cagrad_tests) and the Python suites
+#                      (pytest tests/python against build/python)
+#   make test-c        only the C suites;  make test-py  only the Python suites
+#   make sanitize      ASan+UBSan build in build-asan/, run C tests and every example
+#   make demo          build, train an MLP on the digits data from Python (examples/digits_mlp.py)
+#   make demo-c        the C example: build/mlp_sgd
 #   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)
 #   make format        clang-format -i on all C sources/headers
 #   make format-check  clang-format --dry-run -Werror
@@ -12,7 +17,8 @@
 #   make clean         remove build directories
 #
 # Variables: JOBS (2), BUILD_TYPE (RelWithDebInfo), CMAKE_ARGS (extra -D...),
-#            CRITERION_ARGS (e.g. CRITERION_ARGS='--filter tensor/*' or '--verbose').
+#            CRITERION_ARGS (e.g. CRITERION_ARGS='--filter tensor/*' or '--verbose'),
+#            PYTEST_ARGS (e.g. PYTEST_ARGS='-k parity -x').
 
 SHELL := /bin/bash
 MAKEFLAGS += --no-print-directory
@@ -24,6 +30,8 @@ BUILD_DIR      ?= build
 ASAN_DIR       ?= build-asan
 CMAKE_ARGS     ?=
 CRITERION_ARGS ?=
+PYTEST_ARGS    ?=
+VENV_PY        := .venv/bin/python
 CLANG_FORMAT   ?= clang-format
 CLANG_TIDY     ?= clang-tidy
 CPPCHECK       ?= cppcheck
@@ -59,7 +67,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps configure build test sanitize demo bench-compiled format format-check lint clean
+.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py sanitize demo demo-c bench-compiled format format-check lint clean
 
 all: build
 
@@ -69,18 +77,33 @@ deps:
 dev-deps:
 	@bash scripts/install-deps.sh --dev-tools
 
-configure: deps
-	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+pyenv:
+	@bash scripts/python-env.sh >/dev/null
+
+configure: deps pyenv
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_PYTHON=ON \
+	    -DPython3_EXECUTABLE=$(abspath $(VENV_PY)) $(CMAKE_ARGS)
 
 build: configure
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
+	@$(MAKE) test-c test-py
+
+# Aliases for the Python side: the extension is part of every build.
+py-build: build
+py-test: test-py
+
+test-c:
 	$(BUILD_DIR)/cagrad_tests --jobs $(JOBS) $(CRITERION_ARGS)
 	@bash scripts/check-header-example.sh $(BUILD_DIR)
 
+# The package under test is build/python (the extension plus symlinked sources).
+test-py:
+	PYTHONPATH=$(abspath $(BUILD_DIR))/python $(VENV_PY) -m pytest tests/python -q $(PYTEST_ARGS)
+
 sanitize: deps
-	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_SANITIZE=ON $(CMAKE_ARGS)
+	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_SANITIZE=ON -DCAGRAD_PYTHON=OFF $(CMAKE_ARGS)
 	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
 	$(SAN_ENV) bash scripts/run-sanitized.sh $(ASAN_DIR)/cagrad_tests --jobs $(JOBS) $(CRITERION_ARGS)
 	@set -e; for ex in $(EXAMPLES); do \
@@ -92,6 +115,9 @@ bench-compiled: build
 	$(BUILD_DIR)/bench_compiled
 
 demo: build
+	PYTHONPATH=$(abspath $(BUILD_DIR))/python $(VENV_PY) examples/digits_mlp.py
+
+demo-c: build
 	$(BUILD_DIR)/mlp_sgd
 
 format: dev-deps

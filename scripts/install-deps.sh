@@ -109,6 +109,11 @@ check_all() {
         py_ok=1
     fi
     [[ $py_ok -eq 1 ]] || need python3-dev "Python 3 headers (Python.h)"
+    # scripts/python-env.sh makes .venv with `python3 -m venv` (Debian splits it out).
+    python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need python3-venv "Python venv + ensurepip"
+
+    # Graphviz's dot renders the compiled backward graph as SVG (make demo).
+    have dot || need graphviz "graphviz (dot, for the demo's graph SVG)"
 
     if [[ $dev_tools -eq 1 ]]; then
         have clang-format || need clang-format "clang-format"

@@ -1,0 +1,47 @@
+"""cagrad: a compiled-autograd engine in C with PyTorch's Python API.
+
+Code that stays inside the supported subset runs unchanged with `import cagrad as torch`
+and gives the same gradients. docs/python-api.md lists the subset and every difference.
+"""
+
+import types as _types
+
+from . import _C
+from ._dtype import Size, device, dtype, float32, float64, int64
+from ._tensor import Tensor
+from ._creation import (arange, as_tensor, empty, empty_like, from_dlpack, from_numpy, full,
+                        full_like, get_default_dtype, get_num_threads, manual_seed, ones,
+                        ones_like, rand, rand_like, randn, randn_like, set_default_dtype,
+                        set_num_threads, tensor, zeros, zeros_like)
+from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from ._functions import (abs, absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
+                         chunk, clamp, clip, clone, concat, concatenate, cos, detach, div,
+                         divide, eq, exp, flatten, gather, ge, gelu, greater, greater_equal, gt,
+                         index_select, is_floating_point, is_tensor, le, less, less_equal, log,
+                         log_softmax, logical_and, logical_not, logical_or, logical_xor,
+                         logsumexp, lt, masked_fill, matmul, max, maximum, mean, min, minimum,
+                         mm, mul, multiply, narrow, ne, neg, negative, not_equal, numel, permute,
+                         pow, relu, reshape, rsqrt, select, sigmoid, silu, sin, softmax, split,
+                         sqrt, squeeze, stack, sub, subtract, sum, swapaxes, swapdims, t, tanh,
+                         transpose, true_divide, unbind, unsqueeze, where)
+from ._graph_break import graph_break
+from ._explain import ExplainOutput, explain
+from . import autograd, compiled_autograd, nn, optim
+
+# torch's dtype aliases
+float = float32  # noqa: A001 (torch.float, as in PyTorch)
+double = float64
+long = int64
+
+# cagrad computes on the CPU only; code that asks for CUDA is told there is none.
+cuda = _types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # only reached for names cagrad lacks: say that it is a subset, not a typo
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(f"module 'cagrad' has no attribute {name!r}: cagrad implements a "
+                         f"subset of torch's API, listed in docs/python-api.md")

@@ -1,0 +1,261 @@
+"""Tensor creation: tensor, as_tensor, from_numpy, from_dlpack, zeros, ones, ..., arange,
+and the global settings they read (default dtype, seed, threads).
+
+Results are instances of cagrad.Tensor: _tensor.py registers the class with _C.
+"""
+
+import operator
+
+import numpy as np
+
+from . import _C
+from ._dtype import (check_device, check_dtype, dtype_from_numpy, float32, float64, int64)
+
+_TensorBase = _C.TensorBase
+
+# The dtype of floating-point data whose dtype is not given (torch.get_default_dtype()).
+_default_float = float32
+
+
+def get_default_dtype():
+    return _default_float
+
+
+def set_default_dtype(d):
+    """Set the dtype of Python float data and of zeros/ones/randn/... without a dtype."""
+    global _default_float
+    if check_dtype(d) is int64:
+        raise TypeError("only floating-point types are supported as the default type "
+                        "(cagrad.float32 or cagrad.float64)")
+    _default_float = d
+
+
+def manual_seed(seed):
+    """Seed the generator behind randn, rand and dropout. Returns None (torch returns a
+    Generator; cagrad has one global generator and no Generator objects)."""
+    _C.manual_seed(operator.index(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+set_num_threads = _C.set_num_threads
+get_num_threads = _C.get_num_threads
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+# ------------------------------------------------------------------------------ from data
+# numpy kinds whose values convert to an int64 tensor without loss
+_INT_KINDS = ("i", "u")
+
+
+def _target_dtype(arr, from_python):
+    """The cagrad dtype for data that numpy read as arr, following torch.tensor's rules."""
+    kind = arr.dtype.kind
+    if kind == "f":
+        if from_python or arr.dtype.itemsize < 4:  # Python floats, float16 -> default
+            return _default_float
+        return float64 if arr.dtype.itemsize == 8 else float32
+    if kind in _INT_KINDS:
+        if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise ValueError("uint64 values above 2**63-1 do not fit in cagrad.int64")
+        return int64
+    if kind == "b":
+        return _default_float  # cagrad has no bool dtype: masks are 0/1 floats
+    raise TypeError(f"cannot make a tensor from data of numpy dtype {arr.dtype}: cagrad has "
+                    f"float32, float64 and int64 tensors only")
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor holding a copy of data (a number, nested lists, a numpy array, a Tensor).
+
+    Like torch.tensor: Python floats give the default dtype (float32), Python ints give
+    int64, numpy arrays keep float32/float64/int64. Booleans give 0/1 in the default float
+    dtype (cagrad has no bool dtype); such a tensor indexes as a boolean mask.
+    """
+    check_device(device)
+    if dtype is not None:
+        check_dtype(dtype)
+    if isinstance(data, _TensorBase) and (dtype is None or dtype._code == data._dtype):
+        return _finish(_C.copy_from_buffer(data), requires_grad)
+    # Python numbers and lists take torch's default dtypes; arrays (numpy, or anything with
+    # __array__) keep theirs; np.float64 subclasses float, hence the exact type test.
+    from_python = isinstance(data, (list, tuple)) or type(data) in (int, float)
+    arr = np.asarray(data)
+    is_mask = arr.dtype.kind == "b"
+    target = _target_dtype(arr, from_python) if dtype is None else dtype
+    # order="C" flips negative strides, which _C.copy_from_buffer does not take
+    t = _C.copy_from_buffer(np.asarray(arr, dtype=target._numpy, order="C"))
+    if is_mask:
+        t._is_mask = True
+    return _finish(t, requires_grad)
+
+
+def from_numpy(ndarray):
+    """A tensor sharing memory with a numpy array (float32, float64 or int64)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    if dtype_from_numpy(ndarray.dtype) is None:
+        raise TypeError(f"can't convert np.ndarray of type {ndarray.dtype}. The only supported "
+                        f"types are: float64, float32 and int64 (native byte order). Convert "
+                        f"with arr.astype(np.float32), or use cagrad.tensor(arr) to copy.")
+    if any(s < 0 for s in ndarray.strides):
+        raise ValueError("At least one stride in the given numpy array is negative; tensors "
+                         "with negative strides are not supported. Make a copy with "
+                         "array.copy() first.")
+    return _C.from_buffer(ndarray)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """data as a tensor, sharing memory when data already is a tensor or a numpy array of
+    that dtype, copying otherwise."""
+    check_device(device)
+    if isinstance(data, _TensorBase):
+        if dtype is None or check_dtype(dtype)._code == data._dtype:
+            return data
+        return _C.to_dtype(data, dtype._code)
+    if isinstance(data, np.ndarray):
+        d = dtype_from_numpy(data.dtype)
+        if d is not None and (dtype is None or dtype is d) and min(data.strides, default=0) >= 0:
+            return _C.from_buffer(data)
+    return tensor(data, dtype=dtype)
+
+
+def from_dlpack(ext_tensor):
+    """A tensor sharing memory with any DLPack producer (an object with __dlpack__, e.g. a
+    torch or JAX array on the CPU) or with a DLPack capsule."""
+    if not hasattr(ext_tensor, "__dlpack__"):
+        return _C.from_dlpack(ext_tensor)  # a capsule; _C raises TypeError for anything else
+    device_type, _ = ext_tensor.__dlpack_device__()
+    if device_type != 1:  # kDLCPU
+        raise BufferError(f"cagrad.from_dlpack: the producer's data lives on DLPack device "
+                          f"type {device_type}, but cagrad reads CPU memory only; move it to "
+                          f"the CPU first (e.g. t.cpu())")
+    try:
+        capsule = ext_tensor.__dlpack__(max_version=(1, 0))
+    except TypeError:  # a producer older than DLPack 1.0 takes no max_version
+        capsule = ext_tensor.__dlpack__()
+    return _C.from_dlpack(capsule)
+
+
+# ------------------------------------------------------------------------------ from sizes
+def _size(fname, sizes, size):
+    """The shape from zeros(2, 3), zeros((2, 3)), zeros([2, 3]) or zeros(size=(2, 3))."""
+    if size is not None:
+        if sizes:
+            raise TypeError(f"{fname}() got the size both positionally and as size=")
+        sizes = (size,)
+    if len(sizes) == 1 and not hasattr(sizes[0], "__index__"):
+        sizes = sizes[0]
+    try:
+        return tuple(map(operator.index, sizes))
+    except TypeError:
+        raise TypeError(f"{fname}(): size must be ints or one sequence of ints, got "
+                        f"{sizes!r}") from None
+
+
+def _float_dtype(dtype):
+    return _default_float._code if dtype is None else check_dtype(dtype)._code
+
+
+def zeros(*sizes, size=None, dtype=None, device=None, requires_grad=False):
+    check_device(device)
+    return _finish(_C.zeros(_float_dtype(dtype), _size("zeros", sizes, size)), requires_grad)
+
+
+def ones(*sizes, size=None, dtype=None, device=None, requires_grad=False):
+    check_device(device)
+    return _finish(_C.ones(_float_dtype(dtype), _size("ones", sizes, size)), requires_grad)
+
+
+def empty(*sizes, size=None, dtype=None, device=None, requires_grad=False):
+    check_device(device)
+    return _finish(_C.empty(_float_dtype(dtype), _size("empty", sizes, size)), requires_grad)
+
+
+def randn(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None):
+    check_device(device)
+    _no_generator(generator)
+    return _finish(_C.randn(_float_dtype(dtype), _size("randn", sizes, size)), requires_grad)
+
+
+def rand(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None):
+    check_device(device)
+    _no_generator(generator)
+    return _finish(_C.rand(_float_dtype(dtype), _size("rand", sizes, size)), requires_grad)
+
+
+def _no_generator(generator):
+    if generator is not None:
+        raise NotImplementedError("cagrad has one global generator and no Generator objects; "
+                                  "seed it with cagrad.manual_seed() instead of generator=")
+
+
+def _scalar_dtype(value):
+    """torch's dtype for a Python number: bool and float -> default float, int -> int64."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int64._code
+    if isinstance(value, (float, bool, np.floating, np.bool_)):
+        return _default_float._code
+    raise TypeError(f"fill_value must be a number, not {type(value).__name__}")
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    check_device(device)
+    code = _scalar_dtype(fill_value) if dtype is None else check_dtype(dtype)._code
+    return _finish(_C.full(code, _size("full", (size,), None), fill_value), requires_grad)
+
+
+def _like_dtype(input, dtype):
+    return input._dtype if dtype is None else check_dtype(dtype)._code
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    check_device(device)
+    return _finish(_C.zeros(_like_dtype(input, dtype), input._shape), requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    check_device(device)
+    return _finish(_C.ones(_like_dtype(input, dtype), input._shape), requires_grad)
+
+
+def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    check_device(device)
+    return _finish(_C.empty(_like_dtype(input, dtype), input._shape), requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None):
+    check_device(device)
+    return _finish(_C.full(_like_dtype(input, dtype), input._shape, fill_value), requires_grad)
+
+
+def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    check_device(device)
+    return _finish(_C.randn(_like_dtype(input, dtype), input._shape), requires_grad)
+
+
+def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    check_device(device)
+    return _finish(_C.rand(_like_dtype(input, dtype), input._shape), requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    """Values from start up to (not including) end, step apart. Like torch.arange, int
+    arguments give int64 and any float argument gives the default float dtype."""
+    check_device(device)
+    if end is None:
+        start, end = 0, start
+    for v in (start, end, step):
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+            raise TypeError(f"arange() takes numbers for start, end and step, not "
+                            f"{type(v).__name__}")
+    if dtype is None:
+        all_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+        code = int64._code if all_int else _default_float._code
+    else:
+        code = check_dtype(dtype)._code
+    return _finish(_C.arange(float(start), float(end), float(step), code), requires_grad)

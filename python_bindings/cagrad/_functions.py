@@ -1,0 +1,625 @@
+"""Every core op as a function with PyTorch's name and signature (cagrad.exp(x), ...).
+
+Most of these are also Tensor methods: _tensor.py binds the same function objects into the
+class, so `x.exp()` and `cagrad.exp(x)` run one code path. Functions whose method form
+has another signature (reshape(*shape), permute(*dims), ...) live in _tensor.py instead.
+
+Dispatch is kept flat because it runs on every op: a Tensor operand goes straight to the
+_C tensor op, a Python number to the _C scalar op, and only other kinds (numpy scalars and
+arrays, wrong types) take the slow path.
+"""
+
+import builtins
+import math
+import operator
+from collections import namedtuple
+
+import numpy as np
+
+from . import _C
+from ._creation import get_default_dtype
+from ._creation import tensor as _tensor_from_data
+from ._dtype import check_dtype, int64
+
+_TensorBase = _C.TensorBase
+_INT64 = 2  # _C dtype code
+
+
+# ------------------------------------------------------------------------------ operands
+def _coerce(other):
+    """A numpy scalar or array operand as a Python number or a tensor; None if unusable."""
+    if isinstance(other, np.generic) and other.dtype.kind in "biuf":
+        return other.item()
+    if isinstance(other, np.ndarray) and other.dtype.kind in "biuf":
+        return other.item() if other.ndim == 0 else _tensor_from_data(other)
+    return None
+
+
+def _int_float_error(name, value):
+    return RuntimeError(f"{name}(): an int64 tensor with the Python float {value!r}: cagrad "
+                        f"does not promote dtypes (torch would give a float tensor); convert "
+                        f"the tensor first with .float()")
+
+
+def _operand_error(name, other):
+    return TypeError(f"{name}(): 'other' must be a Tensor or a number, not "
+                     f"{type(other).__name__}")
+
+
+def _arith(name, tensor_fn, scalar_fn):
+    """op(input, other) for an arithmetic op; NotImplemented for unusable operands (so the
+    same function serves as a Python operator)."""
+
+    def op(input, other):
+        if isinstance(other, _TensorBase):
+            return tensor_fn(input, other)
+        t = type(other)
+        if t is float:
+            if input._dtype == _INT64:  # cagrad would silently truncate the float
+                raise _int_float_error(name, other)
+            return scalar_fn(input, other)
+        if t is int or t is bool:
+            return scalar_fn(input, other)
+        other = _coerce(other)
+        return NotImplemented if other is None else op(input, other)
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _mask(out):
+    """Tag a 0/1 result as a mask, so that indexing with it selects (Tensor.__getitem__).
+    Float tensors index as masks anyway; only int64 ones need the tag."""
+    if out._dtype == _INT64:
+        out._is_mask = True
+    return out
+
+
+def _compare(name, tensor_fn, scalar_fn):
+    """op(input, other) for a comparison: 0/1 in the input's dtype, tagged as a mask."""
+
+    def op(input, other):
+        if isinstance(other, _TensorBase):
+            out = tensor_fn(input, other)
+        elif type(other) in (float, int, bool):  # int64 vs float compares exactly in _C
+            out = scalar_fn(input, other)
+        else:
+            other = _coerce(other)
+            return NotImplemented if other is None else op(input, other)
+        if out._dtype == _INT64:  # _mask() inlined: comparisons are hot
+            out._is_mask = True
+        return out
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _swap(fn):
+    return lambda a, b: fn(b, a)
+
+
+add_op = _arith("add", _C.add, _C.add_scalar)
+sub_op = _arith("sub", _C.sub, _C.sub_scalar)
+rsub_op = _arith("rsub", _swap(_C.sub), _C.rsub_scalar)
+mul_op = _arith("mul", _C.mul, _C.mul_scalar)
+div_op = _arith("div", _C.div, _C.div_scalar)
+rdiv_op = _arith("rdiv", _swap(_C.div), _C.rdiv_scalar)
+pow_op = _arith("pow", _C.pow, _C.pow_scalar)
+rpow_op = _arith("rpow", _swap(_C.pow), _C.rpow_scalar)
+maximum_op = _arith("maximum", _C.maximum, _C.maximum_scalar)
+minimum_op = _arith("minimum", _C.minimum, _C.minimum_scalar)
+
+lt_op = _compare("lt", _C.lt, _C.lt_scalar)
+le_op = _compare("le", _C.le, _C.le_scalar)
+gt_op = _compare("gt", _C.gt, _C.gt_scalar)
+ge_op = _compare("ge", _C.ge, _C.ge_scalar)
+eq_op = _compare("eq", _C.eq, _C.eq_scalar)
+ne_op = _compare("ne", _C.ne, _C.ne_scalar)
+
+
+def _checked(name, op):
+    """The function form of an operator: a TypeError instead of NotImplemented."""
+
+    def fn(input, other):
+        r = op(input, other)
+        if r is NotImplemented:
+            raise _operand_error(name, other)
+        return r
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+lt = less = _checked("lt", lt_op)
+le = less_equal = _checked("le", le_op)
+gt = greater = _checked("gt", gt_op)
+ge = greater_equal = _checked("ge", ge_op)
+eq = _checked("eq", eq_op)
+ne = not_equal = _checked("ne", ne_op)
+
+
+def _scaled(other, alpha, name):
+    """alpha * other, for add/sub's alpha=."""
+    if isinstance(other, _TensorBase):
+        return _C.mul_scalar(other, alpha)
+    if isinstance(other, (int, float)):
+        return other * alpha
+    raise _operand_error(name, other)
+
+
+def add(input, other, *, alpha=1):
+    """input + alpha * other."""
+    r = add_op(input, other if alpha == 1 else _scaled(other, alpha, "add"))
+    if r is NotImplemented:
+        raise _operand_error("add", other)
+    return r
+
+
+def sub(input, other, *, alpha=1):
+    """input - alpha * other."""
+    r = sub_op(input, other if alpha == 1 else _scaled(other, alpha, "sub"))
+    if r is NotImplemented:
+        raise _operand_error("sub", other)
+    return r
+
+
+subtract = sub
+mul = multiply = _checked("mul", mul_op)
+maximum = _checked("maximum", maximum_op)
+minimum = _checked("minimum", minimum_op)
+
+
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode is not None:
+        raise NotImplementedError(f"cagrad's div() has no rounding_mode (got "
+                                  f"{rounding_mode!r}); only true division is supported")
+    r = div_op(input, other)
+    if r is NotImplemented:
+        raise _operand_error("div", other)
+    return r
+
+
+divide = true_divide = div
+
+
+def pow(input, exponent):
+    """input ** exponent; input may be a Python number when exponent is a tensor."""
+    if not isinstance(input, _TensorBase) and isinstance(exponent, _TensorBase):
+        r = rpow_op(exponent, input)
+    else:
+        r = pow_op(input, exponent)
+    if r is NotImplemented:
+        raise _operand_error("pow", exponent)
+    return r
+
+
+def where(condition, input, other):
+    """input where condition is nonzero, else other. input or other may be numbers."""
+    cond = as_mask(condition)
+    if isinstance(input, _TensorBase):
+        if isinstance(other, _TensorBase):
+            return _C.where(cond, input, other)
+        return _C.where_scalar(cond, input, _number(other, "where"))
+    if isinstance(other, _TensorBase):  # swap the branches by negating the condition
+        return _C.where_scalar(_C.eq_scalar(cond, 0), other, _number(input, "where"))
+    # two numbers: a tensor of cond's shape, with torch's dtype for the numbers
+    both_int = type(input) is int and type(other) is int
+    code = (int64 if both_int else get_default_dtype())._code
+    full = _C.full(code, cond._shape, _number(input, "where"))
+    return _C.where_scalar(cond, full, _number(other, "where"))
+
+
+def _number(value, fname):
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return value.item()
+    raise TypeError(f"{fname}(): expected a Tensor or a number, not {type(value).__name__}")
+
+
+def as_mask(mask):
+    """A condition/mask argument as a tensor: tensors pass through; numpy bool arrays and
+    lists of bools become 0/1 tensors."""
+    if isinstance(mask, _TensorBase):
+        return mask
+    if isinstance(mask, (np.ndarray, list, tuple)):
+        return _tensor_from_data(mask)
+    raise TypeError(f"expected a Tensor (or a numpy bool array) as the mask/condition, not "
+                    f"{type(mask).__name__}")
+
+
+# ------------------------------------------------------------------------------ logical
+# cagrad has no bool dtype: these return 0/1 in the input's dtype, tagged as masks.
+def logical_not(input):
+    return _mask(_C.eq_scalar(input, 0))
+
+
+def logical_and(input, other):
+    return _mask(_C.mul(_C.ne_scalar(input, 0), _C.ne_scalar(other, 0)))
+
+
+def logical_or(input, other):
+    return _mask(_C.maximum(_C.ne_scalar(input, 0), _C.ne_scalar(other, 0)))
+
+
+def logical_xor(input, other):
+    return _mask(_C.ne(_C.ne_scalar(input, 0), _C.ne_scalar(other, 0)))
+
+
+# ------------------------------------------------------------------------------ unary
+def neg(input):
+    return _C.neg(input)
+
+
+negative = neg
+
+
+def exp(input):
+    return _C.exp(input)
+
+
+def log(input):
+    return _C.log(input)
+
+
+def sqrt(input):
+    return _C.sqrt(input)
+
+
+def rsqrt(input):
+    return _C.rsqrt(input)
+
+
+def abs(input):
+    return _C.abs(input)
+
+
+absolute = abs
+
+
+def sin(input):
+    return _C.sin(input)
+
+
+def cos(input):
+    return _C.cos(input)
+
+
+def tanh(input):
+    return _C.tanh(input)
+
+
+def sigmoid(input):
+    return _C.sigmoid(input)
+
+
+def relu(input):
+    return _C.relu(input)
+
+
+def silu(input):
+    return _C.silu(input)
+
+
+_GELU_APPROX = {"none": 0, "tanh": 1}
+
+
+def gelu(input, approximate="none"):
+    code = _GELU_APPROX.get(approximate)
+    if code is None:
+        raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _C.gelu(input, code)
+
+
+def clamp(input, min=None, max=None):
+    """Values limited to [min, max]; min and max may be numbers, tensors or None."""
+    if isinstance(min, _TensorBase) or isinstance(max, _TensorBase):
+        out = input if min is None else maximum(input, min)
+        return out if max is None else minimum(out, max)
+    if min is None and max is None:
+        raise ValueError("clamp(): at least one of 'min' or 'max' must not be None")
+    if input._dtype == _INT64 and (type(min) is float or type(max) is float):
+        raise _int_float_error("clamp", min if type(min) is float else max)
+    return _C.clamp(input, math.nan if min is None else min, math.nan if max is None else max)
+
+
+clip = clamp
+
+
+# ------------------------------------------------------------------------------ reductions
+def _dims(dim, fname):
+    """dim=None/int/sequence of ints as the tuple _C takes (() = every dim)."""
+    if dim is None:
+        return ()
+    if type(dim) is int:
+        return (dim,)
+    try:
+        if isinstance(dim, (tuple, list)):
+            return tuple(map(operator.index, dim))
+        return (operator.index(dim),)
+    except TypeError:
+        raise TypeError(f"{fname}(): dim must be an int, a tuple of ints or None, not "
+                        f"{dim!r}") from None
+
+
+def _dim(dim, fname):
+    """A single dim as an int."""
+    if type(dim) is int:
+        return dim
+    try:
+        return operator.index(dim)
+    except TypeError:
+        raise TypeError(f"{fname}(): dim must be an int, not {type(dim).__name__}") from None
+
+
+def _cast(input, dtype):
+    return input if dtype is None else _C.to_dtype(input, check_dtype(dtype)._code)
+
+
+def sum(input, dim=None, keepdim=False, *, dtype=None):
+    return _C.sum(_cast(input, dtype), _dims(dim, "sum"), keepdim)
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    return _C.mean(_cast(input, dtype), _dims(dim, "mean"), keepdim)
+
+
+def logsumexp(input, dim, keepdim=False):
+    return _C.logsumexp(input, _dims(dim, "logsumexp"), keepdim)
+
+
+def _int_reduce(cfn, input, dims, keepdim):
+    """(values, indices) of an int64 input, which _C reduces only as floats: the arg indices
+    come from a float64 copy (exact below 2**53), the values are gathered from input."""
+    shape = input._shape
+    nd = len(shape)
+    red = sorted({d % nd for d in dims}) if dims and nd else list(range(nd))
+    keep = [d for d in range(nd) if d not in red]
+    # reduced dims last, flattened into one, so one gather finds the values
+    x = _C.reshape(_C.permute(input, tuple(keep + red)), tuple(shape[d] for d in keep) + (-1,))
+    idx = cfn(_C.to_dtype(x, 1), (-1,), True)[1]
+    values = _C.gather(x, -1, idx)
+    out = tuple(1 if d in red else shape[d] for d in range(nd)) if keepdim else tuple(
+        shape[d] for d in keep)
+    return _C.reshape(values, out), _C.reshape(idx, out)
+
+
+def _max(input, dims, keepdim):
+    if input._dtype == _INT64:
+        return _int_reduce(_C.max, input, dims, keepdim)
+    return _C.max(input, dims, keepdim)
+
+
+def _min(input, dims, keepdim):
+    if input._dtype == _INT64:
+        return _int_reduce(_C.min, input, dims, keepdim)
+    return _C.min(input, dims, keepdim)
+
+
+class _ValuesIndices:
+    """Printed like torch.return_types.max: one field per line."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return (f"cagrad.return_types.{type(self).__name__}(\nvalues={self.values!r},"
+                f"\nindices={self.indices!r})")
+
+
+# torch.return_types.max / min: named (values, indices) pairs
+class _MaxResult(_ValuesIndices, namedtuple("max", ["values", "indices"])):
+    __slots__ = ()
+
+
+class _MinResult(_ValuesIndices, namedtuple("min", ["values", "indices"])):
+    __slots__ = ()
+
+
+_MaxResult.__name__, _MinResult.__name__ = "max", "min"
+
+
+def max(input, dim=None, keepdim=False):
+    """max() -> the largest value; max(dim) -> (values, indices); max(other) -> maximum."""
+    if dim is None:
+        return _max(input, (), False)[0]
+    if isinstance(dim, _TensorBase):
+        return _C.maximum(input, dim)
+    return _MaxResult(*_max(input, (_dim(dim, "max"),), keepdim))
+
+
+def min(input, dim=None, keepdim=False):
+    """min() -> the smallest value; min(dim) -> (values, indices); min(other) -> minimum."""
+    if dim is None:
+        return _min(input, (), False)[0]
+    if isinstance(dim, _TensorBase):
+        return _C.minimum(input, dim)
+    return _MinResult(*_min(input, (_dim(dim, "min"),), keepdim))
+
+
+def amax(input, dim=(), keepdim=False):
+    return _max(input, _dims(dim, "amax"), keepdim)[0]
+
+
+def amin(input, dim=(), keepdim=False):
+    return _min(input, _dims(dim, "amin"), keepdim)[0]
+
+
+def argmax(input, dim=None, keepdim=False):
+    """Index of the largest value along dim; with dim=None, into the flattened tensor."""
+    return _max(input, _dims(dim, "argmax"), keepdim)[1]
+
+
+def argmin(input, dim=None, keepdim=False):
+    return _min(input, _dims(dim, "argmin"), keepdim)[1]
+
+
+def any(input, dim=None, keepdim=False):
+    """1 where any value along dim is nonzero, else 0 (a mask; cagrad has no bool dtype)."""
+    return _mask(_max(_C.ne_scalar(input, 0), _dims(dim, "any"), keepdim)[0])
+
+
+def all(input, dim=None, keepdim=False):
+    """1 where every value along dim is nonzero, else 0 (a mask)."""
+    return _mask(_min(_C.ne_scalar(input, 0), _dims(dim, "all"), keepdim)[0])
+
+
+# ------------------------------------------------------------------------------ shapes
+def reshape(input, shape):
+    return _C.reshape(input, tuple(shape))
+
+
+def permute(input, dims):
+    return _C.permute(input, tuple(dims))
+
+
+def transpose(input, dim0, dim1):
+    return _C.transpose(input, dim0, dim1)
+
+
+swapaxes = swapdims = transpose
+
+
+def t(input):
+    """The transpose of a 2-D tensor; 0-D and 1-D tensors come back as they are (a view)."""
+    nd = input.ndim
+    if nd == 2:
+        return _C.transpose(input, 0, 1)
+    if nd < 2:
+        return _C.view(input, input._shape)
+    raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but the input is {nd}D; "
+                       f"use transpose(dim0, dim1) or permute()")
+
+
+def squeeze(input, dim=None):
+    return _C.squeeze(input, _dims(dim, "squeeze"))
+
+
+def unsqueeze(input, dim):
+    return _C.unsqueeze(input, dim)
+
+
+def flatten(input, start_dim=0, end_dim=-1):
+    return _C.flatten(input, start_dim, end_dim)
+
+
+def narrow(input, dim, start, length):
+    return _C.narrow(input, dim, start, length)
+
+
+def select(input, dim, index):
+    return _C.select(input, dim, index)
+
+
+def _tensor_seq(tensors, fname):
+    if isinstance(tensors, _TensorBase) or not isinstance(tensors, (tuple, list)):
+        raise TypeError(f"{fname}(): expected a sequence of Tensors, not "
+                        f"{type(tensors).__name__}")
+    return tensors
+
+
+def cat(tensors, dim=0):
+    return _C.cat(_tensor_seq(tensors, "cat"), dim)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    return _C.stack(_tensor_seq(tensors, "stack"), dim)
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    """Views of consecutive pieces along dim: of size split_size (the last may be smaller),
+    or of the sizes listed."""
+    n = tensor._shape[dim]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0:
+            raise ValueError(f"split(): split_size must be positive, got {step}")
+        sizes = [step] * (n // step) + ([n % step] if n % step else [])
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split(): split sizes {sizes} do not add up to the size "
+                               f"{n} of dim {dim}")
+    out, start = [], 0
+    for size in sizes or [0]:
+        out.append(_C.narrow(tensor, dim, start, size))
+        start += size
+    return tuple(out)
+
+
+def chunk(input, chunks, dim=0):
+    """At most `chunks` views along dim, each of ceil(size / chunks) (the last smaller)."""
+    if chunks <= 0:
+        raise ValueError(f"chunk(): chunks must be positive, got {chunks}")
+    n = input._shape[dim]
+    return split(input, -(-n // chunks) or 1, dim)
+
+
+def unbind(input, dim=0):
+    return tuple(_C.select(input, dim, i) for i in range(input._shape[dim]))
+
+
+# ------------------------------------------------------------------------------ indexing
+def masked_fill(input, mask, value):
+    """value where mask is nonzero (mask broadcasts to input); value: a number or 0-d Tensor."""
+    mask = as_mask(mask)
+    if isinstance(value, _TensorBase):
+        return _C.where(mask, value, input)  # keeps value's gradient
+    return _C.masked_fill(input, mask, _number(value, "masked_fill"))
+
+
+def _index_tensor(index):
+    return index if isinstance(index, _TensorBase) else _tensor_from_data(index)
+
+
+def index_select(input, dim, index):
+    return _C.index_select(input, dim, _index_tensor(index))
+
+
+def gather(input, dim, index):
+    return _C.gather(input, dim, _index_tensor(index))
+
+
+# ------------------------------------------------------------------------------ linalg / nn
+def matmul(input, other):
+    return _C.matmul(input, other)
+
+
+def mm(input, mat2):
+    return _C.mm(input, mat2)
+
+
+def bmm(input, mat2):
+    return _C.bmm(input, mat2)
+
+
+def softmax(input, dim, dtype=None):
+    return _C.softmax(_cast(input, dtype), dim)
+
+
+def log_softmax(input, dim, dtype=None):
+    return _C.log_softmax(_cast(input, dtype), dim)
+
+
+# ------------------------------------------------------------------------------ misc
+def clone(input):
+    """A copy with its own storage; gradients flow back to input (as ToCopyBackward0)."""
+    return _C.to_dtype(input, input._dtype)
+
+
+def detach(input):
+    return _C.detach(input)
+
+
+def numel(input):
+    return input.numel()
+
+
+def is_tensor(obj):
+    return isinstance(obj, _TensorBase)
+
+
+def is_floating_point(input):
+    return input._dtype != _INT64

@@ -1,0 +1,99 @@
+"""Grad mode: no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled.
+
+Grad mode lives in the C core and is per thread, as in PyTorch. Each class here is both a
+context manager and a function decorator; `@no_grad` works with and without parentheses.
+"""
+
+import functools
+import inspect
+
+from . import _C
+
+is_grad_enabled = _C.is_grad_enabled
+
+
+class _GradModeContext:
+    """Sets grad mode to self._mode on enter and restores the previous mode on exit."""
+
+    _mode = False
+
+    def __new__(cls, orig_func=None):
+        # `@no_grad` without parentheses passes the function straight to the class.
+        if orig_func is not None:
+            return cls()(orig_func)
+        return super().__new__(cls)
+
+    def __enter__(self):
+        self._prev = _C.set_grad_enabled(self._mode)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        _C.set_grad_enabled(self._prev)
+
+    def clone(self):
+        return type(self)()
+
+    def __call__(self, func):
+        if inspect.isgeneratorfunction(func):
+            raise TypeError(f"cagrad's {type(self).__name__} cannot decorate a generator "
+                            f"function; use `with` inside the generator instead")
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self.clone():
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Context manager / decorator that turns gradient recording off, like torch.no_grad."""
+
+    _mode = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager / decorator that turns gradient recording on, like torch.enable_grad."""
+
+    _mode = True
+
+
+class inference_mode(_GradModeContext):
+    """torch.inference_mode(mode=True): in cagrad exactly no_grad; mode=False changes nothing."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # bare @inference_mode
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode=True):
+        self._enabled = mode
+
+    def __enter__(self):
+        self._prev = _C.set_grad_enabled(False) if self._enabled else _C.is_grad_enabled()
+
+    def clone(self):
+        return inference_mode(self._enabled)
+
+
+class set_grad_enabled(_GradModeContext):
+    """set_grad_enabled(mode): sets grad mode at once (so it also works as a plain call);
+    as a context manager or decorator it restores the previous mode on exit."""
+
+    def __new__(cls, mode):
+        return super().__new__(cls)
+
+    def __init__(self, mode):
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_grad_enabled() takes a bool, not {type(mode).__name__}")
+        self._mode = mode
+        self._prev = _C.set_grad_enabled(mode)
+
+    def __enter__(self):
+        pass  # the mode was already set by the constructor
+
+    def __call__(self, func):
+        _C.set_grad_enabled(self._prev)  # as a decorator, the constructor must not stick
+        return super().__call__(func)
+
+    def clone(self):
+        return set_grad_enabled(self._mode)

@@ -1,0 +1,905 @@
+"""cagrad.Tensor: the Python face of a C tensor (_C.TensorBase), with PyTorch's members.
+
+The op methods are the functions of _functions.py bound into the class (x.exp() is
+cagrad.exp(x)); this module adds what only a tensor object has: properties, autograd
+methods, conversions, operators, indexing and repr.
+"""
+
+import copy as _copy
+import operator
+import weakref
+
+import numpy as np
+
+from . import _C
+from . import _creation
+from . import _functions as F
+from ._dtype import CPU, DTYPES, Size, check_device
+from ._dtype import device as _device_type
+from ._dtype import dtype as _dtype_type
+from ._graph_break import break_graph
+
+_TensorBase = _C.TensorBase
+_INT64 = 2  # _C dtype code
+_NO_STOP = 2**63 - 1  # slice end for `start:` (C clamps it like Python)
+
+
+# ------------------------------------------------------------------------------ grad_fn
+class Node:
+    """A backward node, as returned by Tensor.grad_fn. Its class is named after the node
+    (type(y.grad_fn).__name__ == "MmBackward0"), as in torch."""
+
+    __slots__ = ()
+
+    def name(self):
+        return type(self).__name__
+
+    def __repr__(self):
+        return f"<{type(self).__name__} object at {id(self):#x}>"
+
+
+_NODE_TYPES = {}
+
+
+def _node_type(name):
+    cls = _NODE_TYPES.get(name)
+    if cls is None:
+        cls = _NODE_TYPES[name] = type(name, (Node,), {"__slots__": (), "__module__": "cagrad"})
+    return cls
+
+
+# ------------------------------------------------------------------------------ hooks
+class RemovableHandle:
+    """Returned by register_hook(); remove() unregisters the hook (also as `with` block).
+
+    It holds the tensor weakly: once the tensor object is gone, remove() does nothing.
+    """
+
+    __slots__ = ("_tensor", "id", "__weakref__")
+
+    def __init__(self, tensor, hook_id):
+        self._tensor = weakref.ref(tensor)
+        self.id = hook_id
+
+    def remove(self):
+        t = self._tensor and self._tensor()
+        self._tensor = None  # a second remove() is a no-op
+        if t is not None:
+            _C.remove_hook(t, self.id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        self.remove()
+
+
+# ------------------------------------------------------------------------------ helpers
+def _scalar_value(self, value, fname):
+    """value (a number) checked against self's dtype: an int64 tensor takes no float."""
+    if type(value) is not float and type(value) is not int and type(value) is not bool:
+        value = F._number(value, fname)
+    if type(value) is float and self._dtype == _INT64:
+        raise F._int_float_error(fname, value)
+    return value
+
+
+def _to_code(t, code):
+    """t converted to the dtype with _C code `code` (t itself if it has it already)."""
+    if t._dtype == code:
+        return t
+    if code == _INT64:
+        # _C converts int64 -> float only; float -> int64 truncates toward zero like torch
+        # and carries no gradient, so numpy may do it.
+        return _creation.tensor(np.trunc(np.asarray(t)).astype(np.int64))
+    return _C.to_dtype(t, code)
+
+
+def _shape_args(shape):
+    """reshape(2, 3) / reshape((2, 3)) / reshape([2, 3]) -> (2, 3)."""
+    if len(shape) == 1 and type(shape[0]) is not int:
+        return tuple(shape[0])
+    return shape
+
+
+def _legacy_new(args, kwargs):
+    """torch.Tensor(...) without a source tensor: Tensor(2, 3) and Tensor(Size) are
+    uninitialised, Tensor(data) copies data as the default float dtype."""
+    if kwargs:
+        raise TypeError(f"Tensor() takes no keyword arguments, got {sorted(kwargs)}; use "
+                        f"cagrad.tensor(data, dtype=..., requires_grad=...)")
+    if len(args) == 1 and not isinstance(args[0], (int, Size)):
+        return _creation.tensor(args[0], dtype=_creation.get_default_dtype())
+    return _creation.empty(*args) if args else _creation.empty(0)
+
+
+_GRAPH_BREAK_REASONS = {
+    name: f"Tensor.{name}() needs a concrete value (graph break)"
+    for name in ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
+}
+
+
+# ------------------------------------------------------------------------------ the class
+class Tensor(_TensorBase):
+    """A multi-dimensional array that records the ops run on it for backward(), like
+    torch.Tensor. Create tensors with cagrad.tensor(), zeros(), randn(), from_numpy()..."""
+
+    __module__ = "cagrad"
+    __array_priority__ = 1000  # numpy defers `array OP tensor` to the tensor's operators
+    __hash__ = object.__hash__  # identity, since __eq__ is elementwise
+
+    def __new__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], _TensorBase):
+            return super().__new__(cls, args[0])  # a detached alias (used by nn.Parameter)
+        return super().__new__(cls, _legacy_new(args, kwargs))
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def shape(self):
+        return Size(self._shape)
+
+    @property
+    def dtype(self):
+        return DTYPES[self._dtype]
+
+    device = CPU
+    is_cuda = False
+    is_cpu = True
+
+    def dim(self):
+        return self.ndim
+
+    ndimension = dim
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[_dim_index(self, dim)]
+
+    def stride(self, dim=None):
+        if dim is None:
+            return self._strides
+        return self._strides[_dim_index(self, dim)]
+
+    nelement = _TensorBase.numel
+
+    def element_size(self):
+        return DTYPES[self._dtype].itemsize
+
+    def is_floating_point(self):
+        return self._dtype != _INT64
+
+    def data_ptr(self):
+        return self._data_ptr
+
+    # ---------------------------------------------------------------- autograd
+    def requires_grad_(self, requires_grad=True):
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad_fn(self):
+        name = self._grad_fn_name
+        return None if name is None else _node_type(name)()
+
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into every leaf's .grad. gradient is needed unless
+        self has one element; retain_graph=True keeps the graph for another backward."""
+        if create_graph or inputs is not None:
+            _unsupported_backward_args(create_graph, inputs)
+        _C.backward(self, gradient, bool(retain_graph))
+
+    def detach(self):
+        return _C.detach(self)
+
+    def retain_grad(self):
+        _C.retain_grad(self)
+
+    def register_hook(self, hook):
+        """hook(grad) runs when self's gradient is computed; it may return a replacement
+        gradient (same shape and dtype) or None. Returns a RemovableHandle."""
+        if not callable(hook):
+            raise TypeError(f"register_hook() takes a callable, not {type(hook).__name__}")
+        return RemovableHandle(self, _C.register_hook(self, hook))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor) runs after a leaf's .grad has been updated by backward()."""
+        if not callable(hook):
+            raise TypeError(f"register_post_accumulate_grad_hook() takes a callable, not "
+                            f"{type(hook).__name__}")
+        return RemovableHandle(self, _C.register_post_accumulate_grad_hook(self, hook))
+
+    @property
+    def data(self):
+        """A detached alias: same storage, outside the autograd graph."""
+        return _C.detach(self)
+
+    @data.setter
+    def data(self, value):
+        # torch swaps in value's storage; cagrad copies the values into the existing one.
+        if not isinstance(value, _TensorBase) or value._shape != self._shape:
+            raise RuntimeError("cagrad supports `t.data = other` only for a Tensor of the same "
+                               "shape (it copies the values); to change the shape make a new "
+                               "tensor instead")
+        alias = _C.detach(self)
+        _C.copy_(alias, _to_code(_C.detach(value), self._dtype))
+
+    # ---------------------------------------------------------------- values (graph breaks)
+    def item(self):
+        break_graph(_GRAPH_BREAK_REASONS["item"])
+        return self._item()
+
+    def tolist(self):
+        break_graph(_GRAPH_BREAK_REASONS["tolist"])
+        return np.asarray(self).tolist()
+
+    def numpy(self, *, force=False):
+        """A numpy array sharing memory with the tensor."""
+        if not force and self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        break_graph(_GRAPH_BREAK_REASONS["numpy"])
+        return np.asarray(self)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = np.asarray(memoryview(self))  # zero-copy through the buffer protocol
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError(f"converting a {self.dtype} tensor to numpy {dtype} needs a "
+                                 f"copy, but copy=False was given")
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def __bool__(self):
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with "
+                               f"{'no values' if n == 0 else 'more than one value'} is "
+                               f"ambiguous; reduce it first, e.g. with .any() or .all()")
+        break_graph(_GRAPH_BREAK_REASONS["__bool__"])
+        return bool(self._item())
+
+    def __float__(self):
+        break_graph(_GRAPH_BREAK_REASONS["__float__"])
+        return float(self._item())
+
+    def __int__(self):
+        break_graph(_GRAPH_BREAK_REASONS["__int__"])
+        return int(self._item())
+
+    def __index__(self):
+        if self._dtype != _INT64 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        break_graph(_GRAPH_BREAK_REASONS["__index__"])
+        return self._item()
+
+    def __format__(self, format_spec):
+        if self.ndim == 0 and format_spec:
+            return format(self.item(), format_spec)
+        return object.__format__(self, format_spec)
+
+    def __len__(self):
+        shape = self._shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(F.unbind(self, 0))
+
+    def __contains__(self, element):
+        return bool(F.any(F.eq(self, element)))
+
+    def __repr__(self):
+        return _repr(self)
+
+    # ---------------------------------------------------------------- copies and dtypes
+    def contiguous(self, memory_format=None):
+        return _C.contiguous(self)
+
+    def float(self):
+        return _to_code(self, 0)
+
+    def double(self):
+        return _to_code(self, 1)
+
+    def long(self):
+        return _to_code(self, _INT64)
+
+    def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
+           memory_format=None):
+        """to(dtype), to(device), to(other_tensor), to(device, dtype): converts the dtype;
+        the device can only be the CPU."""
+        for a in args:
+            if type(a) is _dtype_type:
+                dtype = a
+            elif isinstance(a, _TensorBase):
+                dtype = DTYPES[a._dtype]
+            elif isinstance(a, (str, _device_type)):
+                check_device(a)
+            elif type(a) is not bool:  # to(dtype, non_blocking, copy) passes bools
+                raise TypeError(f"to() takes a cagrad dtype, a device or a Tensor, not {a!r}")
+        check_device(device)
+        if dtype is None or dtype._code == self._dtype:
+            return F.clone(self) if copy else self
+        return _to_code(self, dtype._code)
+
+    # new_*: tensors with self's dtype unless told otherwise
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return _creation.zeros(*size, dtype=dtype or self.dtype, device=device,
+                               requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return _creation.ones(*size, dtype=dtype or self.dtype, device=device,
+                              requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return _creation.empty(*size, dtype=dtype or self.dtype, device=device,
+                               requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        return _creation.full(size, fill_value, dtype=dtype or self.dtype, device=device,
+                              requires_grad=requires_grad)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return _creation.tensor(data, dtype=dtype or self.dtype, device=device,
+                                requires_grad=requires_grad)
+
+    def type_as(self, other):
+        return _to_code(self, other._dtype)
+
+    def cpu(self):
+        return self
+
+    def cuda(self, *args, **kwargs):
+        raise RuntimeError("cagrad runs on the CPU only; .cuda() is not available")
+
+    @property
+    def T(self):
+        return _C.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self):
+        return _C.transpose(self, -2, -1)
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol; detach() it first")
+        new = Tensor.__new__(type(self), F.clone(_C.detach(self)))
+        new.requires_grad = self.requires_grad
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = _copy.deepcopy(self.grad, memo)
+        new.__dict__.update(_copy.deepcopy(self.__dict__, memo))
+        return new
+
+    def __reduce_ex__(self, protocol):
+        data = np.array(memoryview(self))  # a copy of the values
+        return (_rebuild, (type(self), data, self.requires_grad, self.__dict__))
+
+    # ---------------------------------------------------------------- shape methods
+    def view(self, *shape):
+        if len(shape) == 1 and type(shape[0]) is _dtype_type:
+            raise NotImplementedError("cagrad has no view(dtype) (reinterpreting the bytes); "
+                                      "convert values with .to(dtype)")
+        return _C.view(self, _shape_args(shape))
+
+    def reshape(self, *shape):
+        return _C.reshape(self, _shape_args(shape))
+
+    def permute(self, *dims):
+        return _C.permute(self, _shape_args(dims))
+
+    def expand(self, *sizes):
+        return _C.expand(self, _shape_args(sizes))
+
+    def expand_as(self, other):
+        return _C.expand(self, other._shape)
+
+    def view_as(self, other):
+        return _C.view(self, other._shape)
+
+    def reshape_as(self, other):
+        return _C.reshape(self, other._shape)
+
+    def where(self, condition, other):
+        return F.where(condition, self, other)
+
+    # ---------------------------------------------------------------- in-place ops
+    # They bump the version counter, so backward notices a changed saved tensor.
+    def add_(self, other, *, alpha=1):
+        if isinstance(other, _TensorBase):
+            _C.add_(self, other, alpha)
+        else:
+            value = _scalar_value(self, other, "add_") * alpha
+            _C.add_(self, _C.full(self._dtype, (), value), 1)
+        return self
+
+    def sub_(self, other, *, alpha=1):
+        return self.add_(other, alpha=-alpha)
+
+    def mul_(self, other):
+        if isinstance(other, _TensorBase):
+            _C.mul_(self, other)
+        else:
+            _C.mul_scalar_(self, _scalar_value(self, other, "mul_"))
+        return self
+
+    def div_(self, other):
+        # computed out of place so the values equal div() exactly, then copied in
+        _C.copy_(self, F.div(self, other))
+        return self
+
+    def zero_(self):
+        _C.zero_(self)
+        return self
+
+    def fill_(self, value):
+        if isinstance(value, _TensorBase):
+            _C.copy_(self, _to_code(value, self._dtype))
+        else:
+            _C.fill_(self, _scalar_value(self, value, "fill_"))
+        return self
+
+    def copy_(self, src, non_blocking=False):
+        """Copy src's values (broadcast to self's shape, converted to self's dtype)."""
+        if not isinstance(src, _TensorBase):
+            raise TypeError(f"copy_(): src must be a Tensor, not {type(src).__name__}")
+        _C.copy_(self, _to_code(src, self._dtype))
+        return self
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.add_(other, alpha=-1)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    # ---------------------------------------------------------------- operators
+    __add__ = __radd__ = F.add_op
+    __sub__ = F.sub_op
+    __rsub__ = F.rsub_op
+    __mul__ = __rmul__ = F.mul_op
+    __truediv__ = F.div_op
+    __rtruediv__ = F.rdiv_op
+    __pow__ = F.pow_op
+    __rpow__ = F.rpow_op
+    __lt__ = F.lt_op
+    __le__ = F.le_op
+    __gt__ = F.gt_op
+    __ge__ = F.ge_op
+    __eq__ = F.eq_op
+    __ne__ = F.ne_op
+
+    def __matmul__(self, other):
+        if isinstance(other, _TensorBase):
+            return _C.matmul(self, other)
+        if isinstance(other, np.ndarray):
+            return _C.matmul(self, _creation.tensor(other))
+        return NotImplemented
+
+    def __rmatmul__(self, other):
+        if isinstance(other, np.ndarray):
+            return _C.matmul(_creation.tensor(other), self)
+        return NotImplemented
+
+    def __neg__(self):
+        return _C.neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _C.abs(self)
+
+    # Logical operators on masks (cagrad has no bool dtype, so no bitwise ops on int64).
+    def __invert__(self):
+        _check_mask(self, "~")
+        return F.logical_not(self)
+
+    def __and__(self, other):
+        _check_mask(self, "&")
+        _check_mask(other, "&")
+        return F.logical_and(self, other)
+
+    def __or__(self, other):
+        _check_mask(self, "|")
+        _check_mask(other, "|")
+        return F.logical_or(self, other)
+
+    def __xor__(self, other):
+        _check_mask(self, "^")
+        _check_mask(other, "^")
+        return F.logical_xor(self, other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    # ---------------------------------------------------------------- indexing
+    def __getitem__(self, index):
+        t = type(index)
+        if t is int:
+            return _C.select(self, 0, index)
+        if t is slice:
+            return _slice(self, 0, index)
+        return _index(self, index if t is tuple else (index,))
+
+    def __setitem__(self, index, value):
+        if self.requires_grad and _C.is_grad_enabled():
+            raise RuntimeError("cagrad cannot assign into a tensor that requires grad while "
+                               "grad mode is on (it has no in-place autograd); wrap the "
+                               "assignment in `with cagrad.no_grad():` or build the result "
+                               "out of place with where()/masked_fill()")
+        items = index if type(index) is tuple else (index,)
+        if len(items) == 1 and _is_mask_item(items[0]):
+            _assign_masked(self, items[0], value)
+            return
+        target = _index(self, items, writable=True)
+        if isinstance(value, _TensorBase):
+            _C.copy_(target, _to_code(value, self._dtype))
+        elif isinstance(value, (list, tuple, np.ndarray)):
+            _C.copy_(target, _creation.tensor(value, dtype=DTYPES[self._dtype]))
+        else:
+            _C.fill_(target, _scalar_value(self, value, "__setitem__"))
+
+
+# ------------------------------------------------------------------------------ methods
+# Ops whose method is exactly the function of _functions.py (self is the input).
+for _name in (
+        "add sub subtract mul multiply div divide true_divide pow maximum minimum "
+        "lt less le less_equal gt greater ge greater_equal eq ne not_equal "
+        "logical_not logical_and logical_or logical_xor "
+        "neg negative exp log sqrt rsqrt abs absolute sin cos tanh sigmoid relu silu gelu "
+        "clamp clip sum mean logsumexp max min amax amin argmax argmin any all "
+        "transpose swapaxes swapdims t squeeze unsqueeze flatten narrow select split chunk "
+        "unbind masked_fill index_select gather matmul mm bmm softmax log_softmax clone"
+).split():
+    setattr(Tensor, _name, getattr(F, _name))
+del _name
+
+_C._set_tensor_class(Tensor)
+
+
+def _rebuild(cls, data, requires_grad, state):
+    t = Tensor.__new__(cls, _creation.tensor(data))
+    t.requires_grad = requires_grad
+    t.__dict__.update(state)
+    return t
+
+
+def _unsupported_backward_args(create_graph, inputs):
+    if create_graph:
+        raise NotImplementedError("cagrad does not support higher-order gradients "
+                                  "(create_graph=True)")
+    raise NotImplementedError("cagrad's backward() does not take inputs=; use "
+                              "cagrad.autograd.grad(outputs, inputs) for chosen tensors")
+
+
+def _dim_index(t, dim):
+    nd = len(t._shape)
+    d = operator.index(dim)
+    if not -nd <= d < nd:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-nd}, {nd - 1}], but got {d})" if nd else
+                         f"Dimension specified as {d} but tensor has no dimensions")
+    return d + nd if d < 0 else d
+
+
+def _check_mask(t, op):
+    if isinstance(t, _TensorBase) and t._dtype == _INT64 and not t.__dict__.get("_is_mask"):
+        raise TypeError(f"cagrad has no bitwise `{op}` on int64 tensors; `{op}` works on masks "
+                        f"(results of comparisons, float 0/1 tensors). For integer bit "
+                        f"operations use numpy.")
+
+
+# ------------------------------------------------------------------------------ indexing
+def _slice(x, d, s):
+    step = s.step
+    if step is None:
+        step = 1
+    elif step <= 0:
+        raise ValueError("step must be greater than zero (cagrad, like torch, has no negative "
+                         "slice steps; use flip via index_select with a reversed arange)")
+    start = 0 if s.start is None else s.start
+    stop = _NO_STOP if s.stop is None else s.stop
+    return _C.slice(x, d, start, stop, step)
+
+
+# kinds of index items
+_INT, _SLICE, _NONE, _ELLIPSIS, _MASK, _INDEX = range(6)
+
+
+def _is_mask_item(item):
+    if isinstance(item, _TensorBase):
+        return item._dtype != _INT64 or item.__dict__.get("_is_mask", False)
+    if isinstance(item, np.ndarray):
+        return item.dtype.kind == "b"
+    return type(item) is bool or (isinstance(item, list) and item
+                                  and np.asarray(item).dtype.kind == "b")
+
+
+def _classify(item):
+    """(kind, value) for one index item; masks and index lists become numpy arrays or
+    tensors here."""
+    t = type(item)
+    if t is int:
+        return _INT, item
+    if t is slice:
+        return _SLICE, item
+    if item is None:
+        return _NONE, None
+    if item is Ellipsis:
+        return _ELLIPSIS, None
+    if isinstance(item, _TensorBase):
+        if item._dtype != _INT64 or item.__dict__.get("_is_mask", False):
+            break_graph("indexing with a mask tensor needs the mask's values (graph break)")
+            return _MASK, np.asarray(item) != 0
+        return _INDEX, item
+    if t is bool:
+        return _MASK, np.array(item)
+    if isinstance(item, (list, tuple, np.ndarray)):
+        arr = np.asarray(item)
+        if arr.dtype.kind == "b":
+            return _MASK, arr
+        if arr.dtype.kind in "iu" or arr.size == 0:
+            return _INDEX, arr.astype(np.int64)
+    elif hasattr(item, "__index__"):
+        return _INT, operator.index(item)
+    raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None, int64 index "
+                     f"tensors or lists, and boolean masks are valid indices (got "
+                     f"{type(item).__name__})")
+
+
+_BASIC = frozenset((int, slice, type(None), type(Ellipsis)))
+
+
+def _index(x, items, writable=False):
+    """x[items] for a tuple of index items, following torch's rules for one advanced
+    index (an index tensor/list or a mask). writable=True (for __setitem__) allows only
+    basic items, whose result is a view."""
+    for it in items:
+        if type(it) not in _BASIC:
+            return _index_advanced(x, items, writable)
+    # the common case, only ints, slices, None and Ellipsis: no classification needed
+    n_none = n_ellipsis = 0
+    for it in items:
+        if it is None:
+            n_none += 1
+        elif it is Ellipsis:
+            n_ellipsis += 1
+    consumed = len(items) - n_none - n_ellipsis
+    ndim = x.ndim
+    if consumed > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    if n_ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    d = 0
+    for it in items:
+        t = type(it)
+        if t is int:
+            x = _C.select(x, d, it)
+        elif t is slice:
+            if it.start is not None or it.stop is not None or it.step is not None:
+                x = _slice(x, d, it)
+            d += 1
+        elif it is None:
+            x = _C.unsqueeze(x, d)
+            d += 1
+        else:
+            d += ndim - consumed
+    return x
+
+
+def _index_advanced(x, items, writable):
+    """_index() for items that include an index tensor/list, a mask or a numpy int."""
+    parsed = [_classify(it) for it in items]
+    if sum(k == _ELLIPSIS for k, _ in parsed) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(v.ndim if k == _MASK else 1 for k, v in parsed if k not in (_NONE, _ELLIPSIS))
+    ndim = x.ndim
+    if consumed > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    advanced = [i for i, (k, _) in enumerate(parsed) if k in (_MASK, _INDEX)]
+    if writable and advanced:
+        raise NotImplementedError("cagrad can assign through ints, slices, None, ... and a "
+                                  "single boolean mask; not through an index tensor. Build "
+                                  "the result out of place instead.")
+    if len(advanced) > 1:
+        raise IndexError("cagrad supports one index tensor or mask per indexing expression "
+                         "(torch would pair several up elementwise); use gather(), or index "
+                         "one dim at a time")
+    # Ints select first, as in torch (numpy's rule of moving the indexed dims to the front
+    # when an int and an index tensor are apart does not apply).
+    d = 0  # the dim of the result the next item applies to
+    for k, v in parsed:
+        if k == _INT:
+            x = _C.select(x, d, v)
+        elif k == _SLICE:
+            if v.start is not None or v.stop is not None or v.step is not None:
+                x = _slice(x, d, v)
+            d += 1
+        elif k == _NONE:
+            x = _C.unsqueeze(x, d)
+            d += 1
+        elif k == _ELLIPSIS:
+            d += ndim - consumed  # the dims the Ellipsis stands for are left as they are
+        elif k == _MASK:
+            x = _index_mask(x, d, v)
+            d += 1
+        else:
+            x, n = _index_tensor(x, d, v)
+            d += n
+    return x
+
+
+def _index_mask(x, d, mask):
+    """x with the mask.ndim dims from d replaced by one dim of the selected positions."""
+    k = mask.ndim
+    shape = x._shape[d:d + k]
+    if mask.shape != shape:
+        raise IndexError(f"the shape of the mask {list(mask.shape)} does not match the shape "
+                         f"{list(shape)} of the indexed dims starting at dim {d}")
+    if k == 0:
+        x = _C.unsqueeze(x, d)
+    elif k > 1:
+        x = _C.flatten(x, d, d + k - 1)
+    idx = _creation.from_numpy(np.flatnonzero(mask).astype(np.int64))
+    return _C.index_select(x, d, idx)
+
+
+def _index_tensor(x, d, idx):
+    """x indexed along d by int64 indices (a tensor or numpy array); returns (result,
+    number of dims the index put in place of dim d)."""
+    if isinstance(idx, np.ndarray):
+        if idx.size and idx.min() < 0:  # torch wraps negative indices
+            idx = np.where(idx < 0, idx + x._shape[d], idx)
+        idx = _creation.from_numpy(np.ascontiguousarray(idx))
+    shape = idx._shape
+    if len(shape) == 0:
+        return _C.squeeze(_C.index_select(x, d, _C.reshape(idx, (1,))), (d,)), 0
+    if len(shape) == 1:
+        return _C.index_select(x, d, idx), 1
+    out = _C.index_select(x, d, _C.reshape(idx, (-1,)))
+    xs = x._shape
+    return _C.reshape(out, xs[:d] + shape + xs[d + 1:]), len(shape)
+
+
+def _assign_masked(x, mask_item, value):
+    """x[mask] = value for a number or a one-element tensor value."""
+    mask = mask_item if isinstance(mask_item, _TensorBase) else _creation.tensor(mask_item)
+    k = mask.ndim
+    if mask._shape != x._shape[:k]:
+        raise IndexError(f"the shape of the mask {list(mask._shape)} does not match the shape "
+                         f"{list(x._shape[:k])} of the indexed dims")
+    mask = _C.reshape(mask, mask._shape + (1,) * (x.ndim - k))  # broadcast over the rest
+    if isinstance(value, _TensorBase):
+        if value.numel() != 1:
+            raise NotImplementedError("cagrad assigns through a mask only a number or a "
+                                      "one-element tensor; use where(mask, values, x)")
+        _C.copy_(x, _C.where(mask, _to_code(_C.reshape(value, ()), x._dtype), x))
+    else:
+        _C.copy_(x, _C.masked_fill(x, mask, _scalar_value(x, value, "__setitem__")))
+
+
+# ------------------------------------------------------------------------------ repr
+# torch's default print options
+_PRECISION = 4
+_LINEWIDTH = 80
+_EDGEITEMS = 3
+_THRESHOLD = 1000
+
+
+class _Formatter:
+    """Formats the elements of one tensor as torch does: ints as they are; floats as '1.'
+    when all are integers, '1.5000' fixed point, or '1.5000e+09' when the magnitudes span
+    too much; all right-aligned to the width of the widest nonzero finite value."""
+
+    def __init__(self, values):
+        self.floating = values.dtype.kind == "f"
+        self.int_mode = self.sci = False
+        if not self.floating:
+            self.width = max(len(str(values.min())), len(str(values.max())))
+            return
+        nz = values[np.isfinite(values) & (values != 0)].astype(np.float64)
+        self.int_mode = bool(np.all(nz == np.ceil(nz)))
+        self.width = 1
+        if nz.size:
+            mags = np.abs(nz)
+            lo, hi = mags.min(), mags.max()
+            self.sci = hi / lo > 1000.0 or hi > 1.0e8 or (not self.int_mode and lo < 1.0e-4)
+            # the widest strings come from the extremes and the smallest magnitude
+            samples = (nz.min(), nz.max(), nz[mags.argmin()])
+            self.width = max(len(self._plain(float(v))) for v in samples)
+
+    def _plain(self, v):
+        if not self.floating:
+            return str(v)
+        if self.sci:
+            return f"{v:.{_PRECISION}e}"
+        if self.int_mode:
+            return f"{v:.0f}." if np.isfinite(v) else f"{v:.0f}"
+        return f"{v:.{_PRECISION}f}"
+
+    def __call__(self, v):
+        return self._plain(v).rjust(self.width)
+
+
+def _summarized(arr):
+    """Only the first and last _EDGEITEMS entries along every long dim."""
+    for d in range(arr.ndim):
+        if arr.shape[d] > 2 * _EDGEITEMS:
+            keep = list(range(_EDGEITEMS)) + list(range(-_EDGEITEMS, 0))
+            arr = arr.take(keep, axis=d)
+    return arr
+
+
+def _array_str(arr, indent, summarize, fmt):
+    if arr.ndim == 0:
+        return fmt(arr.item())
+    long_dim = summarize and arr.shape[0] > 2 * _EDGEITEMS
+    if arr.ndim == 1:
+        items = arr.tolist()
+        if long_dim:
+            cells = [fmt(v) for v in items[:_EDGEITEMS]] + [" ..."] + [
+                fmt(v) for v in items[-_EDGEITEMS:]]
+        else:
+            cells = [fmt(v) for v in items]
+        per_line = max(1, (_LINEWIDTH - indent) // (fmt.width + 2))
+        lines = [", ".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
+        return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+    rows = range(arr.shape[0])
+    if long_dim:
+        rows = list(range(_EDGEITEMS)) + [None] + list(range(-_EDGEITEMS, 0))
+    parts = ["..." if i is None else _array_str(arr[i], indent + 1, summarize, fmt)
+             for i in rows]
+    return "[" + ("," + "\n" * (arr.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
+
+
+def _repr(t):
+    arr = np.asarray(memoryview(t))
+    prefix = "tensor("
+    indent = len(prefix)
+    extras = []
+    dtype = DTYPES[t._dtype]
+    default = _creation.get_default_dtype()
+    if arr.size == 0:
+        body = "[]"
+        if arr.ndim != 1:
+            extras.append(f"size={tuple(arr.shape)}")
+        if dtype is not default:
+            extras.append(f"dtype={dtype!r}")
+    else:
+        summarize = arr.size > _THRESHOLD
+        fmt = _Formatter((_summarized(arr) if summarize else arr).reshape(-1))
+        body = _array_str(arr, indent, summarize, fmt)
+        if dtype is not default and t._dtype != _INT64:
+            extras.append(f"dtype={dtype!r}")
+    name = t._grad_fn_name
+    if name is not None:
+        extras.append(f"grad_fn=<{name}>")
+    elif t.requires_grad:
+        extras.append("requires_grad=True")
+    # suffixes go on the last line while it fits in the line width, else on their own
+    out = [prefix, body]
+    last_len = len(body) - body.rfind("\n") - 1 + (indent if "\n" not in body else 0)
+    for extra in extras:
+        if last_len + len(extra) + 2 > _LINEWIDTH:
+            out.append(",\n" + " " * indent + extra)
+            last_len = indent + len(extra)
+        else:
+            out.append(", " + extra)
+            last_len += len(extra) + 2
+    out.append(")")
+    return "".join(out)

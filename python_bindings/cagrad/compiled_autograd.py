@@ -1,0 +1,95 @@
+"""cagrad.compiled_autograd: run backward() as one traced, optimised, cached graph.
+
+    with cagrad.compiled_autograd.enable():
+        loss.backward()
+    cagrad.compiled_autograd.counters   # {'captures': 1, 'cache_hits': 0, ...}
+
+Mirrors torch._dynamo.compiled_autograd. CAGRAD_LOGS=compiled_autograd (or
+compiled_autograd_verbose) is read by the C engine each time enable() is entered.
+"""
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+
+from . import _C
+
+__all__ = ["enable", "reset", "counters", "write_graph"]
+
+
+@contextlib.contextmanager
+def enable(compiler_fn=None, *, dynamic=False, cache_size_limit=None):
+    """Compile every backward()/autograd.grad() run inside the block.
+
+    compiler_fn is accepted for torch compatibility and ignored: cagrad compiles backward
+    graphs itself. dynamic=True makes every size symbolic from the first capture; otherwise
+    a size becomes symbolic the first time it changes (one recompile). cache_size_limit
+    (default 8) bounds the compiled graphs kept per cache entry. Calls nest, and the
+    innermost settings apply until its block ends, even when it ends by an exception.
+    """
+    if compiler_fn is not None and not callable(compiler_fn):
+        raise TypeError(f"compiler_fn must be callable or None, not {type(compiler_fn).__name__}")
+    if cache_size_limit is None:
+        cache_size_limit = 0  # the C default
+    elif type(cache_size_limit) is not int or cache_size_limit < 1:
+        raise ValueError(f"cache_size_limit must be a positive int, got {cache_size_limit!r}")
+    _C.compiled_autograd_enable(bool(dynamic), cache_size_limit)
+    try:
+        yield
+    finally:
+        _C.compiled_autograd_disable()
+
+
+def reset():
+    """Drop every compiled graph and zero the counters."""
+    _C.compiled_autograd_reset()
+
+
+def write_graph(path):
+    """Write the graph of the latest compiled backward to path: Graphviz DOT for a .dot/.gv
+    path (or "-" for stdout), rendered with Graphviz's `dot` program for .svg/.png/.pdf.
+
+    Raises RuntimeError if no compiled backward ran since start-up or reset(), if the latest
+    one ran eagerly, or if rendering needs `dot` and it is not installed.
+    """
+    path = os.fspath(path)
+    fmt = os.path.splitext(path)[1][1:].lower()
+    if path == "-" or fmt in ("dot", "gv"):
+        _C.graph_write_dot(path)
+        return
+    if fmt not in ("svg", "png", "pdf"):
+        raise ValueError(f"write_graph(): cannot tell the format of {path!r}; end the name "
+                         f"with .dot, .gv, .svg, .png or .pdf")
+    dot = shutil.which("dot")
+    if dot is None:
+        raise RuntimeError(f"write_graph(): rendering {fmt} needs Graphviz's `dot` program, "
+                           f"which is not on PATH; install graphviz, or write a .dot file")
+    with tempfile.TemporaryDirectory() as tmp:
+        dot_path = os.path.join(tmp, "graph.dot")
+        _C.graph_write_dot(dot_path)
+        done = subprocess.run([dot, f"-T{fmt}", dot_path, "-o", path], capture_output=True,
+                              text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"write_graph(): `dot -T{fmt}` failed: {done.stderr.strip()}")
+
+
+class _Counters(Mapping):
+    """The live counters: every access reads the C engine's current values."""
+
+    def __getitem__(self, key):
+        return _C.compiled_autograd_counters()[key]
+
+    def __iter__(self):
+        return iter(_C.compiled_autograd_counters())
+
+    def __len__(self):
+        return len(_C.compiled_autograd_counters())
+
+    def __repr__(self):
+        return repr(_C.compiled_autograd_counters())
+
+
+counters = _Counters()

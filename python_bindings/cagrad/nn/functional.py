@@ -1,0 +1,212 @@
+"""cagrad.nn.functional: torch.nn.functional's names, signatures and defaults.
+
+Each function checks its arguments in Python (so a wrong kind or value fails with
+PyTorch's exception type and a message naming the argument) and then makes one call into
+the C core, which records the op for autograd. Arguments that PyTorch accepts but cagrad
+does not implement raise NotImplementedError naming the argument.
+"""
+
+import warnings
+
+from .. import _C
+
+__all__ = [
+    "relu", "gelu", "silu", "leaky_relu", "softplus", "sigmoid", "tanh", "softmax",
+    "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "layer_norm", "linear",
+    "embedding", "dropout",
+]
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # = ca_reduction
+_GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}  # = ca_gelu_approximate
+_INT64 = 2  # the _C dtype code of int64 class indices
+
+
+def _tensor(fn, name, value):
+    if not isinstance(value, _C.TensorBase):
+        raise TypeError(f"{fn}(): argument '{name}' must be Tensor, not {type(value).__name__}")
+    return value
+
+
+def _optional_tensor(fn, name, value):
+    return None if value is None else _tensor(fn, name, value)
+
+
+def _unsupported(fn, what, hint=""):
+    raise NotImplementedError(f"cagrad's {fn}() does not support {what}{hint}")
+
+
+def _no_inplace(fn, inplace):
+    if inplace:
+        _unsupported(fn, "inplace=True", "; use the result of the out-of-place call")
+
+
+def _reduction_code(fn, size_average, reduce, reduction):
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    try:
+        return _REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise ValueError(f"{fn}(): {reduction!r} is not a valid value for reduction; use "
+                         f"'none', 'mean' or 'sum'") from None
+
+
+def _legacy_reduction(size_average, reduce):
+    """PyTorch's mapping of the deprecated size_average/reduce flags, with its warning."""
+    if reduce is not None and not reduce:
+        reduction = "none"
+    elif size_average is not None and not size_average:
+        reduction = "sum"
+    else:
+        reduction = "mean"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{reduction}' instead.", stacklevel=4)
+    return reduction
+
+
+def _dim(fn, dim):
+    # PyTorch picks an implicit dim with a deprecation warning; that guess is often
+    # wrong, so cagrad asks for the dim instead of guessing.
+    if dim is None:
+        raise TypeError(f"{fn}(): pass dim explicitly, e.g. {fn}(x, dim=-1); the implicit "
+                        f"dimension choice (dim=None) is deprecated in PyTorch and not "
+                        f"supported by cagrad")
+    return dim
+
+
+def _as_dtype(input, dtype):
+    return input if dtype is None else input.to(dtype)
+
+
+# --- activations -------------------------------------------------------------------------
+
+def relu(input, inplace=False):
+    _no_inplace("relu", inplace)
+    return _C.relu(_tensor("relu", "input", input))
+
+
+def gelu(input, approximate="none"):
+    code = _GELU_APPROXIMATIONS.get(approximate) if isinstance(approximate, str) else None
+    if code is None:
+        raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', not {approximate!r}")
+    return _C.gelu(_tensor("gelu", "input", input), code)
+
+
+def silu(input, inplace=False):
+    _no_inplace("silu", inplace)
+    return _C.silu(_tensor("silu", "input", input))
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    _no_inplace("leaky_relu", inplace)
+    return _C.leaky_relu(_tensor("leaky_relu", "input", input), float(negative_slope))
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _C.softplus(_tensor("softplus", "input", input), float(beta), float(threshold))
+
+
+def sigmoid(input):
+    return _C.sigmoid(_tensor("sigmoid", "input", input))
+
+
+def tanh(input):
+    return _C.tanh(_tensor("tanh", "input", input))
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    dim = _dim("softmax", dim)
+    return _C.softmax(_as_dtype(_tensor("softmax", "input", input), dtype), dim)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    dim = _dim("log_softmax", dim)
+    return _C.log_softmax(_as_dtype(_tensor("log_softmax", "input", input), dtype), dim)
+
+
+# --- losses ------------------------------------------------------------------------------
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    if weight is not None:
+        _unsupported("cross_entropy", "class weights (weight=...)")
+    if label_smoothing != 0.0:
+        _unsupported("cross_entropy", f"label_smoothing={label_smoothing!r}")
+    code = _reduction_code("cross_entropy", size_average, reduce, reduction)
+    _tensor("cross_entropy", "input", input)
+    if _tensor("cross_entropy", "target", target)._dtype != _INT64:
+        _unsupported("cross_entropy", "class-probability targets",
+                     "; pass int64 class indices as target")
+    return _C.cross_entropy(input, target, code, ignore_index)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    if weight is not None:
+        _unsupported("nll_loss", "class weights (weight=...)")
+    code = _reduction_code("nll_loss", size_average, reduce, reduction)
+    return _C.nll_loss(_tensor("nll_loss", "input", input),
+                       _tensor("nll_loss", "target", target), code, ignore_index)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    if weight is not None:
+        _unsupported("mse_loss", "weight=...")
+    code = _reduction_code("mse_loss", size_average, reduce, reduction)
+    _tensor("mse_loss", "input", input)
+    _tensor("mse_loss", "target", target)
+    if input._shape != target._shape:  # legal, but usually a bug: PyTorch warns too
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input "
+                      f"size ({input.shape}). This will likely lead to incorrect results due "
+                      f"to broadcasting. Please ensure they have the same size.", stacklevel=2)
+    return _C.mse_loss(input, target, code)
+
+
+# --- layers ------------------------------------------------------------------------------
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return _C.layer_norm(_tensor("layer_norm", "input", input), tuple(normalized_shape),
+                         _optional_tensor("layer_norm", "weight", weight),
+                         _optional_tensor("layer_norm", "bias", bias), float(eps))
+
+
+def linear(input, weight, bias=None):
+    return _C.linear(_tensor("linear", "input", input), _tensor("linear", "weight", weight),
+                     _optional_tensor("linear", "bias", bias))
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    if max_norm is not None:
+        _unsupported("embedding", "max_norm=...")
+    if scale_grad_by_freq:
+        _unsupported("embedding", "scale_grad_by_freq=True")
+    if sparse:
+        _unsupported("embedding", "sparse=True", " (cagrad has no sparse gradients)")
+    _tensor("embedding", "input", input)
+    out = _C.embedding(_tensor("embedding", "weight", weight), input)
+    if padding_idx is None:
+        return out
+    padding_idx = _padding_index(padding_idx, weight._shape[0])
+    if not weight.requires_grad:
+        return out
+    # The padding row reads as usual but must get no gradient: take the value from a
+    # detached alias at the padded positions, so backward sends them zeros.
+    keep = _C.unsqueeze(_C.ne_scalar(input, float(padding_idx)), -1)
+    return _C.where(keep, out, _C.detach(out))
+
+
+def _padding_index(padding_idx, num_embeddings):
+    """padding_idx in [0, num_embeddings), as PyTorch normalizes it."""
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"Padding_idx must be within num_embeddings: got padding_idx="
+                         f"{padding_idx} for {num_embeddings} embeddings")
+    return padding_idx % num_embeddings
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    _no_inplace("dropout", inplace)
+    return _C.dropout(_tensor("dropout", "input", input), float(p), bool(training))

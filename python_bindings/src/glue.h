@@ -1,0 +1,171 @@
+/* glue.h - what every file of the cagrad._C extension shares.
+ *
+ * The extension is glue only: it converts Python arguments, wraps ca_tensor pointers in
+ * TensorBase objects, maps ca_status to exceptions, and keeps the threading rules below.
+ * No numeric or autograd logic lives here; that is the C library's job.
+ *
+ * Threading. libcagrad is single-threaded per call and its refcounts are not atomic, so
+ * one process-wide RECURSIVE library lock guards every call that may run kernels or touch
+ * refcounts. The GIL is released while the lock is held (kernels run in parallel with
+ * Python threads), and the rule that keeps this deadlock-free is:
+ *
+ *     never block on the library lock while holding the GIL.
+ *
+ * A thread that holds the lock may take the GIL (hooks, deleters and the op observer do,
+ * with PyGILState_Ensure); a thread that holds the GIL only ever try-locks, and on failure
+ * releases the GIL before it waits. GLUE_CALL is the normal path (release the GIL, lock,
+ * call, unlock, re-take the GIL); GLUE_CALL_QUICK first try-locks with the GIL held, for
+ * calls too cheap to be worth a GIL round trip (refcounts, metadata, dealloc).
+ *
+ * Module state is process-global on purpose: the library it wraps is (one lock, one
+ * allocator, one compiled-autograd cache), so the module uses single-phase init and
+ * static types, and is not meant for subinterpreters.
+ */
+#ifndef CAGRAD_GLUE_H
+#define CAGRAD_GLUE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cagrad.h>
+
+/* ---------------------------------------------------------------------------------------
+ * Library lock
+ */
+/* Create the lock (idempotent; called at module init). */
+void glue_lock_init(void);
+/* Release the GIL (the caller holds it), then take the lock. Returns the saved state. */
+PyThreadState *glue_enter(void);
+/* Take the lock keeping the GIL when the lock is free (returns NULL); else as glue_enter. */
+PyThreadState *glue_enter_quick(void);
+/* Drop the lock, then re-take the GIL if `saved` says it was released. */
+void glue_leave(PyThreadState *saved);
+
+/* Run `stmt` (a libcagrad call) under the lock with the GIL released. */
+#define GLUE_CALL(stmt)                                                                            \
+    do {                                                                                           \
+        PyThreadState *glue_saved_ = glue_enter();                                                 \
+        stmt;                                                                                      \
+        glue_leave(glue_saved_);                                                                   \
+    } while (0)
+
+/* The same for cheap calls: keeps the GIL when the lock is free. */
+#define GLUE_CALL_QUICK(stmt)                                                                      \
+    do {                                                                                           \
+        PyThreadState *glue_saved_ = glue_enter_quick();                                           \
+        stmt;                                                                                      \
+        glue_leave(glue_saved_);                                                                   \
+    } while (0)
+
+/* True when Python code may run on this thread: the interpreter is up and not shutting
+ * down. Callbacks from the library check it before PyGILState_Ensure, which would end a
+ * non-main thread during finalization while it holds the library lock. */
+bool glue_python_alive(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Errors
+ */
+/* Raise the exception for a failed libcagrad call (IndexError for DIM/INDEX, MemoryError
+ * for NOMEM, else RuntimeError) with ca_last_error()'s message. Returns NULL. */
+PyObject *glue_raise(ca_status status);
+
+/* Hook exceptions. A hook trampoline that caught a Python exception stores it for this
+ * thread (glue_hook_store) and fails the C call with CA_STATUS_HOOK; the binding that made
+ * the call then re-raises that same object (glue_hook_reraise). */
+ca_status glue_hook_store(void); /* GIL held, an exception set; clears it */
+void glue_hook_clear(void);      /* GIL held; drops a stale stored exception */
+bool glue_hook_reraise(void);    /* GIL held; raises the stored exception, if any */
+
+/* ---------------------------------------------------------------------------------------
+ * TensorBase
+ */
+typedef struct {
+    PyObject ob_base; /* PyObject_HEAD */
+    ca_tensor *t;     /* owned; set once at creation, never changed */
+    PyObject *grad;   /* the wrapper last handed out for ca_tensor_grad(t), or NULL */
+    PyObject *weakrefs;
+} glue_tensor;
+
+extern PyTypeObject glue_tensor_type;
+/* The class ops return (set by _set_tensor_class; TensorBase until then). Strong ref. */
+extern PyTypeObject *glue_tensor_class;
+
+static inline bool glue_tensor_check(PyObject *o) {
+    return PyObject_TypeCheck(o, &glue_tensor_type);
+}
+
+static inline ca_tensor *glue_tensor_unwrap(PyObject *o) {
+    return ((glue_tensor *)o)->t;
+}
+
+/* A new instance of glue_tensor_class owning t (steals the reference). On failure t is
+ * released and NULL returned with an exception set. */
+PyObject *glue_wrap(ca_tensor *t);
+/* Release a reference with the GIL held, keeping the locking rule. NULL is a no-op. */
+void glue_release(ca_tensor *t);
+/* The same from any thread, with or without the GIL (DLPack deleters). */
+void glue_release_any_thread(ca_tensor *t);
+
+/* ---------------------------------------------------------------------------------------
+ * Argument conversion
+ *
+ * A spec lists a function's parameters as "name:kind" words in order, optional ones after
+ * a "|": "x:t dims:d keepdim:b". Kinds:
+ *   t Tensor            T Tensor or None (NULL)     o any object (borrowed; NULL if omitted)
+ *   f float             i int (int64)               b bool         h hook handle (uint64)
+ *   y dtype code 0..2   s shape: a sequence of ints d dims: an int or a sequence of ints
+ *   l sequence of Tensors                           m None, or a sequence of Tensor/None
+ * Arguments may be given by position or by name; wrong kinds raise TypeError naming the
+ * function and the parameter.
+ */
+#define GLUE_MAX_ARGS 8
+
+typedef struct {
+    int n;
+    int64_t v[CA_MAX_DIMS];
+} glue_ints;
+
+typedef struct {
+    int n;
+    ca_tensor **v; /* NULL for kind m given None */
+} glue_tensors;
+
+typedef union {
+    ca_tensor *t;
+    double f;
+    int64_t i;
+    uint64_t h;
+    bool b;
+    PyObject *o;
+    glue_ints ints;
+    glue_tensors list;
+} glue_arg;
+
+typedef struct {
+    glue_arg a[GLUE_MAX_ARGS];
+    PyObject *keep[GLUE_MAX_ARGS]; /* tuples that own the tensors a list borrows */
+} glue_args;
+
+/* Parse a METH_FASTCALL | METH_KEYWORDS call. Returns 0, or -1 with TypeError/ValueError
+ * set. A successful parse of a spec with a list (kinds l, m) needs glue_args_done, once the
+ * call that uses the lists has returned; for other specs it is a no-op. */
+int glue_parse(const char *fname, const char *spec, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, glue_args *out);
+void glue_args_done(glue_args *p);
+
+/* ---------------------------------------------------------------------------------------
+ * Method tables of the module's files, joined by module.c
+ */
+extern PyMethodDef glue_ops_methods[];
+extern PyMethodDef glue_autograd_methods[];
+extern PyMethodDef glue_interop_methods[];
+
+/* TensorBase.__dlpack__ and __dlpack_device__ (interop.c). */
+PyObject *glue_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
+PyObject *glue_tensor_dlpack_device(PyObject *self, PyObject *unused);
+
+#endif /* CAGRAD_GLUE_H */

@@ -1,0 +1,124 @@
+/* module.c - the cagrad._C module: init, the tensor class registry, seeds and threads.
+ *
+ * The bindings themselves live by concern: ops.c (one per op), autograd.c, interop.c and
+ * tensor_type.c (TensorBase). This file joins their method tables.
+ */
+#include "glue.h"
+
+#include <limits.h>
+
+/* OpenBLAS's own entry points (libcagrad links OpenBLAS; its cblas.h is not needed). */
+char *openblas_get_corename(void);
+int openblas_get_num_threads(void);
+
+/* _set_tensor_class(cls): ops return instances of cls, a subclass of TensorBase. */
+static PyObject *py_set_tensor_class(PyObject *module, PyObject *cls) {
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &glue_tensor_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "_set_tensor_class(): argument must be a subclass of TensorBase, not %R", cls);
+        return NULL;
+    }
+    PyTypeObject *old = glue_tensor_class;
+    glue_tensor_class = (PyTypeObject *)Py_NewRef(cls);
+    Py_DECREF(old);
+    Py_RETURN_NONE;
+}
+
+/* manual_seed(seed): any int in [-2**63, 2**64); negative ones wrap modulo 2**64, as in
+ * PyTorch. */
+static PyObject *py_manual_seed(PyObject *module, PyObject *arg) {
+    PyObject *index = PyNumber_Index(arg);
+    if (!index)
+        return NULL;
+    long long value = PyLong_AsLongLong(index);
+    uint64_t seed = (uint64_t)value;
+    if (value == -1 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear(); /* in [2**63, 2**64)? */
+        seed = PyLong_AsUnsignedLongLong(index);
+    }
+    Py_DECREF(index);
+    if (PyErr_Occurred())
+        return NULL;
+    GLUE_CALL_QUICK(ca_manual_seed(seed));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1 || n > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "set_num_threads(): n must be >= 1, not %ld", n);
+        return NULL;
+    }
+    /* Under the lock: the kernel pool is resized, and no kernel may be running on it. */
+    GLUE_CALL(ca_set_num_threads((int)n));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) {
+    return PyLong_FromLong(ca_get_num_threads());
+}
+
+static PyObject *py_blas_info(PyObject *module, PyObject *unused) {
+    const char *core = openblas_get_corename();
+    return Py_BuildValue("{s:s,s:i}", "corename", core ? core : "unknown", "num_threads",
+                         openblas_get_num_threads());
+}
+
+static PyMethodDef module_methods[] = {
+    {"_set_tensor_class", py_set_tensor_class, METH_O,
+     "_set_tensor_class(cls): the class (a TensorBase subclass) that ops return"},
+    {"manual_seed", py_manual_seed, METH_O, "manual_seed(seed): seed randn, rand and dropout"},
+    {"set_num_threads", py_set_num_threads, METH_O, "set_num_threads(n): threads for kernels"},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> int"},
+    {"blas_info", py_blas_info, METH_NOARGS,
+     "blas_info() -> {'corename': ..., 'num_threads': ...}"},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(module_doc,
+             "cagrad._C: the CPython glue over libcagrad (include/cagrad.h).\n\n"
+             "Dtype codes: 0 float32, 1 float64, 2 int64. Reductions: 0 none, 1 mean, 2 sum.\n"
+             "gelu approx: 0 none, 1 tanh. A missing clamp bound is float('nan').\n"
+             "Each op's docstring lists its parameters as name:kind, with kinds\n"
+             "t Tensor, T Tensor or None, f float, i int, b bool, y dtype code,\n"
+             "s shape (sequence of ints), d dims (int or sequence of ints),\n"
+             "l sequence of Tensors, m None or a sequence of Tensors and Nones.");
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,       .m_name = "cagrad._C",
+    .m_doc = module_doc,         .m_size = -1, /* process-global, like the library: see glue.h */
+    .m_methods = module_methods,
+};
+
+static int module_add_functions(PyObject *m) {
+    PyMethodDef *tables[] = {glue_ops_methods, glue_autograd_methods, glue_interop_methods};
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (PyModule_AddFunctions(m, tables[i]) < 0)
+            return -1;
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__C(void) {
+    glue_lock_init();
+    ca_status st = ca_init();
+    if (st) {
+        PyErr_Format(PyExc_ImportError, "cagrad._C: libcagrad failed to start: %s",
+                     ca_last_error());
+        return NULL;
+    }
+    if (PyType_Ready(&glue_tensor_type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    Py_INCREF(glue_tensor_class); /* the registry holds a reference, as after a set */
+    if (module_add_functions(m) < 0 ||
+        PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&glue_tensor_type) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_DIMS", CA_MAX_DIMS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
