@@ -3,7 +3,9 @@
  */
 #include "glue.h"
 
+#include <ctype.h>
 #include <pthread.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------------------------------
  * Library lock
@@ -81,6 +83,54 @@ void glue_release_any_thread(ca_tensor *t) {
 /* ---------------------------------------------------------------------------------------
  * Errors
  */
+/* The C core's advice names C calls ("convert with ca_to_dtype"); a Python user needs
+ * the Python spelling. Longer names first, so a prefix never shadows a whole name. */
+static const char *const glue_c_to_python[][2] = {
+    {"ca_backward_ex with options.gradient", "backward(gradient=...)"},
+    {"ca_set_grad_enabled(false)", "with cagrad.no_grad()"},
+    {"ca_compiled_autograd_disable", "compiled_autograd.enable() exit"},
+    {"ca_tensor_detach()", "Tensor.detach()"},
+    {"ca_to_dtype", "Tensor.to(dtype)"},
+    {"ca_backward", "backward()"},
+    {"ca_contiguous", "Tensor.contiguous()"},
+    {"ca_reshape", "Tensor.reshape()"},
+    {"ca_stack", "cagrad.stack()"},
+    {"ca_sum", "Tensor.sum()"},
+};
+
+static const char *glue_match(const char *at, size_t *c_len) {
+    for (size_t k = 0; k < sizeof glue_c_to_python / sizeof glue_c_to_python[0]; k++) {
+        size_t n = strlen(glue_c_to_python[k][0]);
+        bool word_end = !(isalnum((unsigned char)at[n]) || at[n] == '_');
+        if (strncmp(at, glue_c_to_python[k][0], n) == 0 && word_end) {
+            *c_len = n;
+            return glue_c_to_python[k][1];
+        }
+    }
+    return NULL;
+}
+
+/* Rewrites msg into out: table names get their Python spelling; any other "ca_name"
+ * (the C function a message starts with) loses its prefix. */
+static void glue_python_message(const char *msg, char *out, size_t size) {
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 1 < size;) {
+        bool word_start = p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        size_t c_len = 0;
+        const char *py = word_start && strncmp(p, "ca_", 3) == 0 ? glue_match(p, &c_len) : NULL;
+        if (py) {
+            o += (size_t)snprintf(out + o, size - o, "%s", py);
+            p += c_len;
+        } else if (word_start && strncmp(p, "ca_", 3) == 0) {
+            p += 3;
+        } else {
+            out[o++] = *p++;
+        }
+        o = o < size ? o : size - 1;
+    }
+    out[o] = '\0';
+}
+
 PyObject *glue_raise(ca_status status) {
     PyObject *type = PyExc_RuntimeError;
     if (status == CA_STATUS_DIM || status == CA_STATUS_INDEX)
@@ -88,7 +138,9 @@ PyObject *glue_raise(ca_status status) {
     else if (status == CA_STATUS_NOMEM)
         type = PyExc_MemoryError;
     const char *msg = ca_last_error();
-    PyErr_SetString(type, msg[0] ? msg : ca_status_name(status));
+    char text[1024];
+    glue_python_message(msg[0] ? msg : ca_status_name(status), text, sizeof text);
+    PyErr_SetString(type, text);
     return NULL;
 }
 
