@@ -13,7 +13,7 @@
 #   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)
 #   make format        clang-format -i on all C sources/headers
 #   make format-check  clang-format --dry-run -Werror
-#   make lint          clang-tidy + cppcheck on the library sources
+#   make lint          clang-tidy + cppcheck on the library sources, ruff on the Python
 #   make clean         remove build directories
 #
 # Variables: JOBS (2), BUILD_TYPE (RelWithDebInfo), CMAKE_ARGS (extra -D...),
@@ -140,6 +140,8 @@ lint: dev-deps configure
 	    --enable=warning,performance,portability --error-exitcode=1 --inline-suppr \
 	    --suppress=missingIncludeSystem --suppress=invalidPointerCast -D__x86_64__ -D_GNU_SOURCE -Iinclude -I. \
 	    $(LIB_SRCS) || rc=1; \
+	echo "== ruff (Python)"; \
+	$(dir $(VENV_PY))ruff check --quiet python_bindings/cagrad tests/python examples benchmarks || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "lint: FAILED"; else echo "lint: OK"; fi; \
 	exit $$rc
 

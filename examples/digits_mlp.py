@@ -67,9 +67,9 @@ class Progress:
         print(f"\r  {self.label} [{bar}] {done}/{self.total} loss {loss:.4f}", end="", flush=True)
 
     def finish(self, text):
-        if self.live:
-            print("\r" + " " * (self.width + 40) + "\r", end="")
-        print(text, flush=True)
+        """The epoch's line, with the bar full: on a terminal it replaces the live bar."""
+        bar = "#" * self.width
+        print(f"\r  {self.label} [{bar}] {self.total}/{self.total} {text}", flush=True)
 
 
 def accuracy(model, x, y):
@@ -101,7 +101,7 @@ def train(model, data, epochs, batch, lr):
             losses.append(loss.item())
             bar.update(step + 1, losses[-1])
         acc = accuracy(model, x_test, y_test)
-        bar.finish(f"  epoch {epoch:2d}  loss {np.mean(losses):.4f}  test accuracy {acc:6.2%}")
+        bar.finish(f"loss {np.mean(losses):.4f}  test accuracy {acc:6.2%}")
     return backward_s, acc
 
 
@@ -141,9 +141,14 @@ def main():
     print(f"  compiled  {c_med:8.1f} us   total {sum(comp_s) * 1e3:7.1f} ms"
           f"   ({e_med / c_med:.2f}x eager; the total includes compiling)")
     print(f"test accuracy: eager {eager_acc:.2%}, compiled {comp_acc:.2%}")
+    counters = dict(torch.compiled_autograd.counters)
     print("\ncompiled-autograd counters:")
-    for key, value in torch.compiled_autograd.counters.items():
+    for key, value in counters.items():
         print(f"  {key:16s} {value}")
+    if counters["captures"] > 1:
+        print("  (more than one capture: a size changed, e.g. the smaller last batch of an epoch;\n"
+              "   that dim became dynamic and was compiled once more. CAGRAD_LOGS=\n"
+              "   compiled_autograd_verbose prints each cache miss and its reason.)")
     write_graph_svg(args.svg)
 
 

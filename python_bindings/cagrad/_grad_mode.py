@@ -97,3 +97,15 @@ class set_grad_enabled(_GradModeContext):
 
     def clone(self):
         return set_grad_enabled(self._mode)
+
+
+def zero_grads(params, set_to_none=True):
+    """What Module.zero_grad and Optimizer.zero_grad share: reset each param's .grad, to
+    None (the default), or to zeros in place."""
+    for param in params:
+        if param.grad is None:
+            continue
+        if set_to_none:
+            param.grad = None
+        else:
+            param.grad.zero_()

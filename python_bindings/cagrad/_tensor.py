@@ -120,6 +120,22 @@ _GRAPH_BREAK_REASONS = {
 
 
 # ------------------------------------------------------------------------------ the class
+# The C core names a tensor-with-number node after PyTorch's C++ Scalar overload
+# ("AddBackward1"). From Python, PyTorch wraps the number in a 0-d tensor and records the
+# Tensor overload's node, so Python code sees "AddBackward0": show that name.
+_PYTHON_NODE_NAMES = {
+    "AddBackward1": "AddBackward0",
+    "SubBackward1": "SubBackward0",
+    "MulBackward1": "MulBackward0",
+    "DivBackward1": "DivBackward0",
+}
+
+
+def _node_name(t):
+    name = t._grad_fn_name
+    return _PYTHON_NODE_NAMES.get(name, name)
+
+
 class Tensor(_TensorBase):
     """A multi-dimensional array that records the ops run on it for backward(), like
     torch.Tensor. Create tensors with cagrad.tensor(), zeros(), randn(), from_numpy()..."""
@@ -179,7 +195,7 @@ class Tensor(_TensorBase):
 
     @property
     def grad_fn(self):
-        name = self._grad_fn_name
+        name = _node_name(self)
         return None if name is None else _node_type(name)()
 
     @property
@@ -886,7 +902,7 @@ def _repr(t):
         body = _array_str(arr, indent, summarize, fmt)
         if dtype is not default and t._dtype != _INT64:
             extras.append(f"dtype={dtype!r}")
-    name = t._grad_fn_name
+    name = _node_name(t)
     if name is not None:
         extras.append(f"grad_fn=<{name}>")
     elif t.requires_grad:

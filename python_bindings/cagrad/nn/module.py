@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .. import _C
 from .._dtype import check_device, dtype, float32, float64
-from .._grad_mode import no_grad
+from .._grad_mode import no_grad, zero_grads
 from .parameter import Parameter
 
 
@@ -252,13 +252,7 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         """Reset the .grad of every parameter: to None (the default), or to zeros in place."""
-        for param in self.parameters():
-            if param.grad is None:
-                continue
-            if set_to_none:
-                param.grad = None
-            else:
-                param.grad.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     # --- state_dict ----------------------------------------------------------------------
 

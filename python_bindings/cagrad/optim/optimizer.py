@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from .. import _C
 from .._functions import clone
-from .._grad_mode import enable_grad, no_grad
+from .._grad_mode import enable_grad, no_grad, zero_grads
 
 
 class _RequiredParameter:
@@ -88,14 +88,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Reset every parameter's .grad: to None (the default), or to zeros in place."""
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                if set_to_none:
-                    param.grad = None
-                else:
-                    param.grad.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure=None):
         """One update of every parameter that has a .grad. closure, if given, recomputes
