@@ -126,3 +126,7 @@ int ca_set_num_threads(int n) {
 int ca_get_num_threads(void) {
     return kern_num_threads();
 }
+
+const char *ca_kernel_isa(void) {
+    return ca_init() == CA_OK ? kern_isa_name(kern_isa()) : "unknown";
+}

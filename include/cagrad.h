@@ -113,6 +113,9 @@ void ca_get_allocator(ca_allocator *out);
 /* Threads used by cagrad's kernels (1..cores). OpenBLAS keeps its own setting. */
 int ca_set_num_threads(int n);
 int ca_get_num_threads(void);
+/* The kernel path in use: "avx512", "avx2" or "scalar" (chosen at start-up from the CPU,
+ * capped by CAGRAD_ISA). Static string. */
+const char *ca_kernel_isa(void);
 /* Seed the generator behind ca_randn, ca_rand and ca_dropout. */
 void ca_manual_seed(uint64_t seed);
 

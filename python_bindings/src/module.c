@@ -62,8 +62,8 @@ static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) {
 
 static PyObject *py_blas_info(PyObject *module, PyObject *unused) {
     const char *core = openblas_get_corename();
-    return Py_BuildValue("{s:s,s:i}", "corename", core ? core : "unknown", "num_threads",
-                         openblas_get_num_threads());
+    return Py_BuildValue("{s:s,s:i,s:s}", "corename", core ? core : "unknown", "num_threads",
+                         openblas_get_num_threads(), "kernel_isa", ca_kernel_isa());
 }
 
 static PyMethodDef module_methods[] = {
@@ -73,7 +73,7 @@ static PyMethodDef module_methods[] = {
     {"set_num_threads", py_set_num_threads, METH_O, "set_num_threads(n): threads for kernels"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> int"},
     {"blas_info", py_blas_info, METH_NOARGS,
-     "blas_info() -> {'corename': ..., 'num_threads': ...}"},
+     "blas_info() -> {'corename': ..., 'num_threads': ..., 'kernel_isa': ...}"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cagrad.h"
 #include "codegen/kern.h"
 #include "codegen/kern_internal.h"
 
@@ -1399,4 +1400,12 @@ Test(kern, parallel_for_covers_range_once) {
             cr_assert_eq(atomic_load(&hits[i]), 50);
     }
     free(hits);
+}
+
+/* The public name of the kernel path is the one the kernels really take. */
+Test(kern, public_isa_name_is_the_path_in_use) {
+    const char *isa = ca_kernel_isa();
+    cr_assert_str_eq(isa, kern_isa_name(kern_isa()));
+    cr_assert(strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0 || strcmp(isa, "scalar") == 0,
+              "unexpected ISA name %s", isa);
 }
