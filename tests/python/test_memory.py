@@ -148,6 +148,10 @@ WORKLOADS = {
 
 
 @needs_cagrad
+@pytest.mark.skipif(
+    os.environ.get("CAGRAD_SANITIZED") == "1",
+    reason="ASan's quarantine keeps freed memory resident: RSS says nothing there",
+)
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_rss_stable(name):
     model = make_model()
