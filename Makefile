@@ -11,6 +11,9 @@
 #   make demo          build, train an MLP on the digits data from Python (examples/digits_mlp.py)
 #   make demo-c        the C example: build/mlp_sgd
 #   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)
+#   make bench         cagrad vs PyTorch eager and compiled autograd, 1 and 2 threads; writes
+#                      benchmarks/results.json, docs/benchmarks.md and docs/benchmarks.png
+#   make bench-quick   the same with fewer reps, in under 2 minutes
 #   make format        clang-format -i on all C sources/headers
 #   make format-check  clang-format --dry-run -Werror
 #   make lint          clang-tidy + cppcheck on the library sources, ruff on the Python
@@ -67,7 +70,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py sanitize demo demo-c bench-compiled format format-check lint clean
+.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py sanitize demo demo-c bench-compiled bench bench-quick format format-check lint clean
 
 all: build
 
@@ -122,6 +125,19 @@ sanitize: deps pyenv
 # Eager vs compiled backward, side by side in one run (medians; see benchmarks/).
 bench-compiled: build
 	$(BUILD_DIR)/bench_compiled
+
+# cagrad against PyTorch eager and PyTorch compiled autograd, side by side (issue 5):
+# benchmarks/bench.py runs one child process per thread count (1, 2) with the malloc-count
+# shim preloaded, then writes results.json, docs/benchmarks.md and docs/benchmarks.png.
+# Extra harness arguments: BENCH_ARGS='--threads 2 --workloads w1,w5'.
+BENCH_ARGS ?=
+bench: build
+	PYTHONPATH=$(abspath $(BUILD_DIR))/python $(VENV_PY) benchmarks/bench.py \
+	    --build-dir $(BUILD_DIR) $(BENCH_ARGS)
+
+bench-quick: build
+	PYTHONPATH=$(abspath $(BUILD_DIR))/python $(VENV_PY) benchmarks/bench.py --quick \
+	    --build-dir $(BUILD_DIR) $(BENCH_ARGS)
 
 demo: build
 	PYTHONPATH=$(abspath $(BUILD_DIR))/python $(VENV_PY) examples/digits_mlp.py

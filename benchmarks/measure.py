@@ -1,0 +1,696 @@
+"""What runs inside one benchmark child process (one thread count): the environment probe,
+the gradient check, the timings and the RSS-only runs. bench.py starts these processes.
+
+Timing child (``run_timing``): both libraries in one process, alternating rep by rep:
+  ce  cagrad eager           cc  cagrad compiled autograd (cache hit)
+  te  torch eager            tc  torch compiled autograd (inductor, steady state)
+Each rep of each config is one training step, timed in parts:
+  zero_grad(set_to_none=True); loss = forward(); loss.backward(); SGD step
+The backward figure is the loss.backward() part; the step figure is the whole step. The
+heap-allocation count is read from the LD_PRELOAD shim around loss.backward().
+
+RSS child (``run_rss``): one library only, so the process's RSS belongs to it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import gc
+import json
+import math
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import workloads as W
+
+CONFIGS = ("ce", "cc", "te", "tc")
+CONFIG_NAMES = {
+    "ce": "cagrad eager",
+    "cc": "cagrad compiled (hit)",
+    "te": "torch eager",
+    "tc": "torch compiled autograd",
+}
+LR = 1e-4  # SGD step: small, so the values hardly drift over the reps
+# Before each timed step: a pause, then one untimed step of the same configuration. Both
+# libraries keep worker threads in one process: libgomp's (PyTorch/MKL, inductor kernels)
+# spin for some milliseconds after a parallel region, OpenBLAS's spin-yield, and a
+# spinning pool of one library takes a core from the other's next step. The pause lets
+# them go idle; the untimed step wakes the configuration's own pool and warms the caches,
+# as in a training loop that runs one library back to back. (Measured at 2 threads: with
+# both, each library's median is within noise of its median in a process of its own.)
+GAP_S = 0.015
+U32 = 2.0 ** -24  # float32 unit roundoff
+
+
+class Mismatch(Exception):
+    """cagrad's gradients differ from PyTorch's beyond the tolerance: the run fails."""
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def stats(v):
+    v = [float(x) for x in v]
+    m = statistics.median(v)
+    return {"median": m, "min": min(v), "max": max(v), "n": len(v),
+            "mad": statistics.median(abs(x - m) for x in v)}
+
+
+# ---------------------------------------------------------------------------------------
+# Process-level helpers: the allocation counter, RSS, libc
+# ---------------------------------------------------------------------------------------
+class AllocCounter:
+    """Reads the malloc_count shim (LD_PRELOAD). Without it, counts are None."""
+
+    def __init__(self):
+        self.active = False
+        try:
+            lib = ctypes.CDLL(None)
+            self._var = ctypes.c_uint64.in_dll(lib, "malloc_count_total_calls")
+            self._bytes = ctypes.c_uint64.in_dll(lib, "malloc_count_total_bytes")
+            self.active = True
+        except (OSError, ValueError):
+            self._var = self._bytes = None
+
+    def read(self):
+        return self._var.value if self.active else 0
+
+    def read_bytes(self):
+        return self._bytes.value if self.active else 0
+
+
+_libc = ctypes.CDLL("libc.so.6")
+
+
+def trim_heap():
+    """Give freed heap pages back to the kernel, so RSS follows live memory."""
+    gc.collect()
+    _libc.malloc_trim(0)
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def rss_mb():
+    return _status_kb("VmRSS") / 1024.0
+
+
+def reset_peak_rss():
+    """Reset VmHWM to the current RSS (Linux >= 4.0). False if the kernel refuses."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb():
+    return _status_kb("VmHWM") / 1024.0
+
+
+def maxrss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ---------------------------------------------------------------------------------------
+# Libraries
+# ---------------------------------------------------------------------------------------
+def import_cagrad(threads):
+    import cagrad
+
+    cagrad.set_num_threads(threads)
+    return cagrad
+
+
+def import_torch(threads):
+    import torch
+
+    torch.set_num_threads(threads)
+    return torch
+
+
+def torch_mkl_lib():
+    """libtorch_cpu.so, which holds PyTorch's MKL (for MKL_Verbose, its C interface)."""
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f if "libtorch_cpu" in line})
+    if not paths:
+        return None
+    lib = ctypes.CDLL(paths[0])
+    return lib if hasattr(lib, "MKL_Verbose") else None
+
+
+def torch_compiled_ctx(torch):
+    """PyTorch 2.13's compiled autograd with torch.compile (inductor, CPU) as the compiler
+    of the captured backward graph. dynamic=False on both: static shapes, like cagrad's
+    default, which gives inductor its best steady-state code."""
+    from torch._dynamo import compiled_autograd as tca
+
+    compiler = functools.partial(torch.compile, backend="inductor", fullgraph=True,
+                                 dynamic=False)
+    return lambda: tca._enable(compiler, dynamic=False)
+
+
+def torch_ca_counters(torch):
+    from torch._dynamo.utils import counters
+
+    return dict(counters["compiled_autograd"])
+
+
+def torch_reset_compiled(torch):
+    from torch._dynamo import compiled_autograd as tca
+
+    tca.reset()
+    torch._dynamo.reset()
+
+
+class Lib:
+    """One library's side of a workload: its model, optimizer and how to run a step."""
+
+    def __init__(self, L, build, compiled_ctx):
+        self.L = L
+        self.b = build(L)
+        self.opt = L.optim.SGD(self.b.params, lr=LR)
+        self.compiled_ctx = compiled_ctx
+
+    def zero(self):
+        for p in self.b.params:
+            p.grad = None
+
+    def grads(self):
+        return [p.grad.detach().numpy().astype(np.float64).copy() for p in self.b.params]
+
+    def backward_once(self, compiled):
+        """A fresh forward and one backward; returns the backward's seconds."""
+        self.zero()
+        if compiled:
+            with self.compiled_ctx():
+                loss = self.b.loss()
+                t0 = time.perf_counter()
+                loss.backward()
+                t1 = time.perf_counter()
+        else:
+            loss = self.b.loss()
+            t0 = time.perf_counter()
+            loss.backward()
+            t1 = time.perf_counter()
+        self.last_loss = float(loss.detach().numpy())
+        return t1 - t0
+
+    def step(self, compiled, counter):
+        """One timed training step: (forward s, backward s, step s, allocs, bytes)."""
+        if compiled:
+            with self.compiled_ctx():
+                return self._step(counter)
+        return self._step(counter)
+
+    def _step(self, counter):
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.b.loss()
+        a0, y0 = counter.read(), counter.read_bytes()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        a1, y1 = counter.read(), counter.read_bytes()
+        self.opt.step()
+        t3 = time.perf_counter()
+        return t1 - t0, t2 - t1, t3 - t0, a1 - a0, y1 - y0
+
+
+# ---------------------------------------------------------------------------------------
+# Gradient check
+# ---------------------------------------------------------------------------------------
+def rel_err(g, ref):
+    """Norm-wise relative error, max|g - ref| / max|ref| (max|ref| floored at tiny)."""
+    scale = max(float(np.max(np.abs(ref))), 1e-30)
+    return float(np.max(np.abs(g - ref))) / scale
+
+
+def check_grads(spec, names, ref, torch32, candidates):
+    """ref: float64 gradients (PyTorch eager in float64, the exact answer to ~1e-16).
+    torch32: PyTorch float32 eager gradients. candidates: {label: cagrad float32 grads}.
+
+    Tolerance, per parameter: cagrad's error against the float64 answer may be at most
+    10x PyTorch's own float32 error on the same inputs, with a floor of 100 u (u = 2^-24,
+    ~6e-6) for parameters where PyTorch happens to be nearly exact. Both libraries run
+    the same float32 math with different summation orders and kernels, so their errors
+    are of the same order; a wrong gradient is off by orders of magnitude more.
+    """
+    out = {"params": len(names), "torch32_err": [], "checks": {}}
+    tol = []
+    for n, r, t in zip(names, ref, torch32):
+        e = rel_err(t, r)
+        out["torch32_err"].append(e)
+        tol.append(max(10.0 * e, 100.0 * U32))
+    failures = []
+    for label, grads in candidates.items():
+        errs = [rel_err(g, r) for g, r in zip(grads, ref)]
+        worst = max(range(len(errs)), key=lambda i: errs[i] / tol[i])
+        out["checks"][label] = {"max_err": max(errs), "worst_param": names[worst],
+                                "worst_ratio_to_tol": errs[worst] / tol[worst]}
+        for i, e in enumerate(errs):
+            if not e <= tol[i]:  # also catches NaN
+                failures.append(f"{label}: grad of {names[i]} has relative error {e:.3g} "
+                                f"against float64, tolerance {tol[i]:.3g} (PyTorch float32: "
+                                f"{out['torch32_err'][i]:.3g})")
+    out["tolerance"] = "max(10 x torch float32 error, 100 u), per parameter, vs float64"
+    if failures:
+        raise Mismatch(f"{spec.key} ({spec.title}): cagrad gradients do not match:\n  "
+                       + "\n  ".join(failures))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# sgemm reference for workload 6
+# ---------------------------------------------------------------------------------------
+def find_openblas():
+    """The libopenblas that cagrad._C links (already mapped into this process)."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "/" in line}
+    cands = sorted(p for p in paths if re.search(r"/libopenblas[^/]*\.so", p)
+                   and "scipy_openblas" not in p and "numpy" not in p)
+    if not cands:
+        return None, None
+    lib = ctypes.CDLL(cands[0])
+    return cands[0], lib
+
+
+def aligned_empty(shape, align=64):
+    n = int(np.prod(shape))
+    raw = np.empty(n * 4 + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n * 4].view(np.float32).reshape(shape)
+
+
+class Sgemm:
+    """cblas_sgemm of the same GEMM shapes as workload 6's backward, row-major."""
+
+    ROW, NOTRANS, TRANS = 101, 111, 112
+
+    def __init__(self, lib, gemms):
+        self.f = lib.cblas_sgemm
+        self.f.restype = None
+        i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+        self.f.argtypes = [i, i, i, i, i, i, f, p, i, p, i, f, p, i]
+        rng = np.random.default_rng(0)
+        self.calls = []
+        for m, n, k, ta, tb in gemms:
+            a = aligned_empty((k, m) if ta else (m, k))
+            b = aligned_empty((n, k) if tb else (k, n))
+            c = aligned_empty((m, n))
+            a[...] = rng.standard_normal(a.shape)
+            b[...] = rng.standard_normal(b.shape)
+            c[...] = 0
+            lda = m if ta else k
+            ldb = k if tb else n
+            self.calls.append((self.ROW, self.TRANS if ta else self.NOTRANS,
+                               self.TRANS if tb else self.NOTRANS, m, n, k, 1.0,
+                               a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n,
+                               (a, b, c)))
+
+    def run(self):
+        t0 = time.perf_counter()
+        for c in self.calls:
+            self.f(*c[:-1])
+        return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------
+def cpu_info():
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        for key in ("model name", "cpu family", "model", "stepping", "flags"):
+            m = re.search(rf"^{key}\s*:\s*(.*)$", text, re.M)
+            if m:
+                info[key] = m.group(1).strip()
+        flags = set(info.pop("flags", "").split())
+        info["isa_flags"] = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                                         "avx512_bf16", "amx_tile") if f in flags]
+        info["logical_cpus"] = os.cpu_count()
+        m = re.search(r"^flags\s*:.*\bhypervisor\b", text, re.M)
+        info["virtualised"] = bool(m)
+    except OSError:
+        pass
+    return info
+
+
+def tool_version(cmd):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+        return out.splitlines()[0].strip() if out else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def child_environment(cagrad, torch, blas_path, blas):
+    env = {}
+    bi = dict(cagrad._C.blas_info())
+    env["cagrad"] = {"version": getattr(cagrad, "__version__", "?"), "blas_info": bi,
+                     "num_threads": cagrad.get_num_threads(), "module": cagrad.__file__}
+    ob = {"path": blas_path}
+    if blas is not None:
+        for name in ("openblas_get_corename", "openblas_get_config"):
+            fn = getattr(blas, name)
+            fn.restype = ctypes.c_char_p
+            ob[name[len("openblas_get_"):]] = fn().decode()
+        blas.openblas_get_num_threads.restype = ctypes.c_int
+        ob["num_threads"] = blas.openblas_get_num_threads()
+    env["openblas"] = ob
+    tinfo = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
+             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+             "mkl": torch.backends.mkl.is_available(),
+             "mkldnn": torch.backends.mkldnn.is_available()}
+    m = re.search(r"Math Kernel Library Version ([^\n]*)", torch.__config__.show())
+    if m:
+        tinfo["mkl_version"] = m.group(1).strip()
+    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    if m:
+        tinfo["blas"] = m.group(1)
+    env["torch"] = tinfo
+    env["numpy"] = np.__version__
+    env["vars"] = {k: os.environ.get(k) for k in (
+        "OPENBLAS_NUM_THREADS", "CAGRAD_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+        "OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "LD_PRELOAD",
+        "TORCHINDUCTOR_CACHE_DIR")}
+    return env
+
+
+# ---------------------------------------------------------------------------------------
+# The timing child
+# ---------------------------------------------------------------------------------------
+def run_timing(threads, reps, big_reps, miss_reps, keys):
+    counter = AllocCounter()
+    t_start = time.perf_counter()
+    cagrad = import_cagrad(threads)
+    torch = import_torch(threads)
+    blas_path, blas = find_openblas()
+    res = {"threads": threads, "alloc_counter": counter.active,
+           "environment": child_environment(cagrad, torch, blas_path, blas),
+           "workloads": {}}
+    if os.environ.get("MKL_VERBOSE") == "1":
+        # one MKL sgemm: its MKL_VERBOSE line (stdout) names the code path MKL picked on
+        # this CPU; then verbose mode is switched off again before anything is timed
+        a = torch.ones(64, 64)
+        (a @ a).sum()
+        mkl = torch_mkl_lib()
+        if mkl is not None:
+            mkl.MKL_Verbose(0)
+    e = res["environment"]
+    log(f"[{threads} thr] cagrad {e['cagrad']['version']} kernel ISA "
+        f"{e['cagrad']['blas_info']['kernel_isa']}, OpenBLAS core "
+        f"{e['openblas'].get('corename')} ({e['openblas'].get('num_threads')} threads); torch "
+        f"{e['torch']['version']} ({e['torch']['blas']}, {e['torch']['num_threads']} threads)")
+    tc_ctx = torch_compiled_ctx(torch)
+    cc_ctx = cagrad.compiled_autograd.enable
+
+    # One-time costs of the first torch.compile in a process (importing inductor, probing
+    # the compiler and vector ISA) belong to no workload: pay them on a throwaway graph.
+    t0 = time.perf_counter()
+    a = torch.randn(8, requires_grad=True)
+    with tc_ctx():
+        (a.sin() * 2).sum().backward()
+    res["torch_compile_warmup_s"] = time.perf_counter() - t0
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        res["environment"]["torch"]["inductor_vec_isa"] = str(cpu_vec_isa.pick_vec_isa())
+    except Exception as e:  # noqa: BLE001 - informational only
+        res["environment"]["torch"]["inductor_vec_isa"] = f"unknown ({e.__class__.__name__})"
+    torch_reset_compiled(torch)
+    log(f"[{threads} thr] torch.compile warm-up {res['torch_compile_warmup_s']:.1f} s")
+
+    for key in keys:
+        spec = W.BY_KEY[key]
+        n = big_reps if key == "w6" else reps
+        tw = time.perf_counter()
+        res["workloads"][key] = bench_workload(spec, n, miss_reps, threads, cagrad, torch,
+                                               cc_ctx, tc_ctx, counter, blas)
+        r = res["workloads"][key]
+        bw = r["backward_us"]
+        log(f"[{threads} thr] {key} {spec.title}: backward median us  "
+            + "  ".join(f"{c} {bw[c]['median']:.0f}" for c in CONFIGS)
+            + f"  ({time.perf_counter() - tw:.1f} s)")
+        torch_reset_compiled(torch)
+        cagrad.compiled_autograd.reset()
+        trim_heap()
+    res["wall_s"] = time.perf_counter() - t_start
+    return res
+
+
+def bench_workload(spec, reps, miss_reps, threads, cagrad, torch, cc_ctx, tc_ctx, counter,
+                   blas):
+    out = {"title": spec.title, "detail": spec.detail, "reps": reps}
+    phase = {}
+    t_phase = time.perf_counter()
+
+    def mark(name):
+        nonlocal t_phase
+        now = time.perf_counter()
+        phase[name] = now - t_phase
+        t_phase = now
+
+    out["harness_phase_s"] = phase
+    tl = Lib(torch, spec.build, tc_ctx)
+    cl = Lib(cagrad, spec.build, cc_ctx)
+    mark("build")
+
+    # -- gradients, before anything is timed ------------------------------------------
+    ref = Lib(torch, lambda L: spec.build(L, np.float64), None)
+    ref.backward_once(False)
+    g_ref = ref.grads()
+    del ref
+    mark("float64 reference")
+    tl.backward_once(False)
+    g_t32 = tl.grads()
+    torch_loss = tl.last_loss
+    before = torch_ca_counters(torch)
+    torch_miss_s = tl.backward_once(True)  # first backward under compiled autograd: a miss
+    g_tc = tl.grads()
+    mark("torch eager + compile")
+    after = torch_ca_counters(torch)
+    out["torch_compiled_counters_first"] = {k: after.get(k, 0) - before.get(k, 0)
+                                            for k in after}
+    cl.backward_once(False)
+    g_ce = cl.grads()
+    cagrad.compiled_autograd.reset()
+    cl.backward_once(True)
+    g_cc_miss = cl.grads()
+    cl.backward_once(True)
+    g_cc_hit = cl.grads()
+    out["loss"] = {"torch": torch_loss, "cagrad": cl.last_loss}
+    out["grad_check"] = check_grads(spec, cl.b.names, g_ref, g_t32,
+                                    {"cagrad eager": g_ce, "cagrad compiled (miss)": g_cc_miss,
+                                     "cagrad compiled (hit)": g_cc_hit})
+    tc_err = max(rel_err(g, r) for g, r in zip(g_tc, g_ref))
+    out["grad_check"]["torch_compiled_err"] = tc_err
+    if tc_err > 10 * max(out["grad_check"]["torch32_err"]) + 100 * U32:
+        log(f"warning: {spec.key}: torch compiled autograd's gradients differ from torch "
+            f"eager's (relative error {tc_err:.3g})")
+
+    mark("gradient check")
+    # -- cagrad compile time: a miss after reset(), minus the hit right after it ----------
+    if spec.key == "w6":
+        miss_reps = max(1, miss_reps // 3)
+    time.sleep(GAP_S)
+    misses, pairs = [], []
+    for _ in range(miss_reps):
+        cagrad.compiled_autograd.reset()
+        m = cl.backward_once(True)
+        h = cl.backward_once(True)
+        misses.append(m * 1e6)
+        pairs.append((m - h) * 1e6)
+
+    # -- steady state: alternate the configs rep by rep ------------------------------------
+    runners = {
+        "ce": lambda: cl.step(False, counter),
+        "cc": lambda: cl.step(True, counter),
+        "te": lambda: tl.step(False, counter),
+        "tc": lambda: tl.step(True, counter),
+    }
+    mark("cagrad misses")
+    sg = Sgemm(blas, spec.gemms) if spec.gemms and blas is not None else None
+    # w6 takes 0.3-0.6 s per step: no untimed step per rep, and no warm pass either when
+    # there are few reps (every configuration already ran above)
+    big = spec.key == "w6"
+    if not big or reps >= 10:
+        for c in CONFIGS:
+            runners[c]()
+        if sg:
+            sg.run()
+    c_before = dict(cagrad.compiled_autograd.counters)
+    t_before = torch_ca_counters(torch)
+    rec = {c: {"fwd": [], "bw": [], "step": [], "allocs": [], "bytes": []} for c in CONFIGS}
+    sgemm_s = []
+    order = list(CONFIGS) + (["sgemm"] if sg else [])
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(reps):
+            k = r % len(order)
+            for c in order[k:] + order[:k]:  # rotate, so no config always runs first
+                time.sleep(GAP_S)
+                if c == "sgemm":
+                    sgemm_s.append(sg.run())
+                    continue
+                if not big:
+                    runners[c]()  # untimed: wakes this configuration's threads
+                f, b, s, a, y = runners[c]()
+                d = rec[c]
+                d["fwd"].append(f * 1e6)
+                d["bw"].append(b * 1e6)
+                d["step"].append(s * 1e6)
+                d["allocs"].append(a)
+                d["bytes"].append(y)
+    finally:
+        gc.enable()
+    mark("timed reps")
+    c_after = dict(cagrad.compiled_autograd.counters)
+    t_after = torch_ca_counters(torch)
+    out["cagrad_counters_steady"] = {k: c_after[k] - c_before.get(k, 0) for k in c_after}
+    out["torch_counters_steady"] = {k: t_after.get(k, 0) - t_before.get(k, 0) for k in t_after}
+
+    out["samples_us"] = {c: {m: [round(v, 1) for v in rec[c][m]] for m in ("bw", "step")}
+                         for c in CONFIGS}  # per rep, in the order they ran
+    if sgemm_s:
+        out["samples_us"]["sgemm"] = [round(v * 1e6, 1) for v in sgemm_s]
+    out["backward_us"] = {c: stats(rec[c]["bw"]) for c in CONFIGS}
+    out["step_us"] = {c: stats(rec[c]["step"]) for c in CONFIGS}
+    out["forward_us"] = {c: stats(rec[c]["fwd"]) for c in CONFIGS}
+    out["allocs_per_backward"] = {c: stats(rec[c]["allocs"]) if counter.active else None
+                                  for c in CONFIGS}
+    out["alloc_bytes_per_backward"] = {c: stats(rec[c]["bytes"]) if counter.active else None
+                                       for c in CONFIGS}
+    # A miss minus a hit carries the run-to-run noise of two backwards; report.py tells
+    # from the differences' own spread whether the compile time stands out of it.
+    out["compile_us"] = {
+        "cagrad": stats(pairs),
+        "cagrad_miss_backward": stats(misses),
+        "cagrad_method": f"{miss_reps} pairs of (reset(), a backward: the miss; the next "
+                         "backward: a hit); the figure is the median of miss minus hit",
+        "torch": stats([torch_miss_s * 1e6 - out["backward_us"]["tc"]["median"]]),
+        "torch_method": "the first backward under compiled autograd (one sample: capture, "
+                        "dynamo, AOT, inductor and C++ compile, run) minus the median "
+                        "steady-state backward",
+    }
+    if sg:
+        flops = W.gemm_flops(spec.gemms)
+        out["gemm"] = {
+            "flops": flops,
+            "shapes": [list(g) for g in spec.gemms],
+            "sgemm_us": stats([s * 1e6 for s in sgemm_s]),
+            "blas": "cblas_sgemm of cagrad's OpenBLAS (ctypes), beta=0, same shapes and "
+                    "transposes, alternated with the backwards",
+        }
+        med = statistics.median(sgemm_s)
+        out["gemm"]["sgemm_gflops"] = flops / med / 1e9
+        out["gemm"]["gflops"] = {c: flops / (out["backward_us"][c]["median"] * 1e-6) / 1e9
+                                 for c in CONFIGS}
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The RSS child: one library per process
+# ---------------------------------------------------------------------------------------
+def run_rss(lib_name, threads, keys, steps, compiled):
+    """Peak RSS of one library alone. Per workload, once the model is built: VmHWM is reset
+    (clear_refs) and read after `steps` eager training steps, and again around `steps`
+    compiled ones (after the first compiled step, which compiles, and is read separately).
+    ru_maxrss is the whole process's peak."""
+    base = rss_mb()
+    L = import_cagrad(threads) if lib_name == "cagrad" else import_torch(threads)
+    imported = rss_mb()
+    if lib_name == "cagrad":
+        ctx = L.compiled_autograd.enable
+    else:
+        ctx = torch_compiled_ctx(L) if compiled else None  # imports torch._dynamo
+    out = {"lib": lib_name, "threads": threads, "python_rss_mb": base,
+           "import_rss_mb": imported, "hwm_reset": reset_peak_rss(), "workloads": {}}
+    counter = AllocCounter()
+    for key in keys:
+        spec = W.BY_KEY[key]
+        trim_heap()
+        before = rss_mb()
+        lib = Lib(L, spec.build, ctx)
+        trim_heap()  # drop the NumPy temporaries of the initialisation
+        reset_peak_rss()
+        start = rss_mb()
+        for _ in range(steps):
+            lib.step(False, counter)
+        r = {"before_build_mb": before, "start_mb": start, "eager_peak_mb": peak_rss_mb()}
+        if ctx is not None:
+            reset_peak_rss()
+            lib.step(True, counter)  # the miss
+            r["compile_peak_mb"] = peak_rss_mb()
+            reset_peak_rss()
+            for _ in range(steps):
+                lib.step(True, counter)
+            r["compiled_peak_mb"] = peak_rss_mb()
+        out["workloads"][key] = r
+        del lib
+        if lib_name == "cagrad":
+            L.compiled_autograd.reset()
+        elif ctx is not None:
+            torch_reset_compiled(L)
+    out["process_peak_mb"] = maxrss_mb()
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+def main(argv):
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("timing", "rss"), required=True)
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--big-reps", type=int, default=50)
+    ap.add_argument("--miss-reps", type=int, default=9)
+    ap.add_argument("--workloads", default=",".join(W.BY_KEY))
+    ap.add_argument("--lib", choices=("cagrad", "torch"))
+    ap.add_argument("--rss-steps", type=int, default=3)
+    ap.add_argument("--no-compiled", action="store_true")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    keys = [k for k in a.workloads.split(",") if k]
+    try:
+        if a.mode == "timing":
+            res = run_timing(a.threads, a.reps, a.big_reps, a.miss_reps, keys)
+        else:
+            res = run_rss(a.lib, a.threads, keys, a.rss_steps, not a.no_compiled)
+    except Mismatch as e:
+        log(f"\nGRADIENT MISMATCH ({a.threads} thread(s)): {e}")
+        return 3
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=_json_default)
+    return 0
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    return str(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

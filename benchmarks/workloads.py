@@ -1,0 +1,268 @@
+"""The six benchmark workloads of issue 5, written once against PyTorch's API.
+
+Each factory receives the library module ``L`` (``cagrad`` or ``torch``) and builds the
+same model with it, so `import cagrad as torch` code is what is measured. Weights and data
+come from NumPy with a fixed seed and are loaded into both libraries, so both run on
+bit-identical float32 inputs.
+
+A workload is a ``Spec``: ``build(L, threads)`` returns a ``Bound`` with the model's
+parameters, a ``loss()`` closure (the forward) and the leaves whose gradients are checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+SEED = 20250105
+
+
+@dataclass
+class Bound:
+    """One workload instantiated in one library."""
+
+    params: list  # leaves that require grad (the optimizer's parameters)
+    names: list  # their names, for messages
+    loss: Callable  # runs the forward, returns the scalar loss
+    model: object = None
+
+
+@dataclass
+class Spec:
+    key: str  # short id: w1..w6
+    title: str
+    build: Callable  # (L) -> Bound
+    detail: str  # what exactly runs, for the report
+    gemms: list = field(default_factory=list)  # backward GEMMs (M, N, K, transA, transB)
+
+
+# ---------------------------------------------------------------------------------------
+# Initialisation: NumPy draws, copied into either library
+# ---------------------------------------------------------------------------------------
+def _init_params(L, model, seed, dtype):
+    """Give every parameter of model a deterministic value drawn with NumPy.
+
+    Linear weights and biases follow PyTorch's default bound U(-1/sqrt(fan_in), ...);
+    LayerNorm weights are 1 + 0.1 N(0,1) and biases 0.1 N(0,1), so that their gradients
+    are not trivially symmetric. The draws depend only on the names and shapes, so both
+    libraries get the same values.
+    """
+    if dtype == np.float64:
+        model.double()
+    rng = np.random.default_rng(seed)
+    named = list(model.named_parameters())
+    with L.no_grad():
+        for name, p in named:
+            shape = tuple(p.shape)
+            if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name.endswith("ln.weight"):
+                v = 1.0 + 0.1 * rng.standard_normal(shape)
+            elif name.endswith("ln1.bias") or name.endswith("ln2.bias") or name.endswith("ln.bias"):
+                v = 0.1 * rng.standard_normal(shape)
+            else:
+                fan_in = shape[1] if len(shape) == 2 else shape[0]
+                bound = 1.0 / math.sqrt(fan_in)
+                v = rng.uniform(-bound, bound, shape)
+            p.copy_(L.tensor(np.ascontiguousarray(v, dtype=dtype)))
+    return [n for n, _ in named], [p for _, p in named]
+
+
+def _tensor(L, a, dtype=None):
+    if dtype is not None and a.dtype.kind == "f":
+        a = a.astype(dtype)
+    return L.tensor(np.ascontiguousarray(a))
+
+
+# ---------------------------------------------------------------------------------------
+# 1, 2, 6: MLPs
+# ---------------------------------------------------------------------------------------
+def _mlp(L, widths, batch, loss_kind, seed, dtype=np.float32):
+    nn, F = L.nn, L.nn.functional
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1]))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    x = _tensor(L, rng.standard_normal((batch, widths[0])).astype(np.float32), dtype)
+    if loss_kind == "ce":
+        y = _tensor(L, rng.integers(0, widths[-1], (batch,)).astype(np.int64))
+
+        def loss():
+            return F.cross_entropy(model(x), y)
+    else:
+        t = _tensor(L, rng.standard_normal((batch, widths[-1])).astype(np.float32), dtype)
+
+        def loss():
+            return F.mse_loss(model(x), t)
+    return Bound(params=params, names=names, loss=loss, model=model)
+
+
+def _mlp_gemms(widths, batch):
+    """Backward GEMMs of a Linear stack whose input needs no grad, row-major:
+    dW = dY^T X (M=out, N=in, K=batch, A transposed) and dX = dY W (M=batch, N=in, K=out),
+    the latter for every layer but the first."""
+    g = []
+    for i in range(len(widths) - 1):
+        fin, fout = widths[i], widths[i + 1]
+        g.append((fout, fin, batch, True, False))  # grad of the weight
+        if i > 0:
+            g.append((batch, fin, fout, False, False))  # grad of the layer's input
+    return g
+
+
+# ---------------------------------------------------------------------------------------
+# 3: GPT-style transformer block
+# ---------------------------------------------------------------------------------------
+def _gpt_block(L, seed, dtype=np.float32, D=128, H=4, T=64, B=8):
+    nn, F = L.nn, L.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(D)
+            self.qkv = nn.Linear(D, 3 * D)
+            self.proj = nn.Linear(D, D)
+            self.ln2 = nn.LayerNorm(D)
+            self.fc1 = nn.Linear(D, 4 * D)
+            self.act = nn.GELU()
+            self.fc2 = nn.Linear(4 * D, D)
+            # True (1) above the diagonal: the future a position must not see
+            self.future = L.tensor(np.triu(np.ones((T, T), dtype=np.float32), 1)) > 0.5
+
+        def attn(self, x):
+            b, t, _ = x.shape
+            dh = D // H
+            q, k, v = self.qkv(x).split(D, dim=2)
+            q = q.reshape(b, t, H, dh).transpose(1, 2)
+            k = k.reshape(b, t, H, dh).transpose(1, 2)
+            v = v.reshape(b, t, H, dh).transpose(1, 2)
+            s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
+            s = s.masked_fill(self.future, float("-inf"))
+            a = F.softmax(s, dim=-1)
+            y = (a @ v).transpose(1, 2).reshape(b, t, D)
+            return self.proj(y)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+
+    model = Block()
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    x = _tensor(L, rng.standard_normal((B, T, D)).astype(np.float32), dtype)
+    tgt = _tensor(L, rng.standard_normal((B, T, D)).astype(np.float32), dtype)
+
+    def loss():
+        return F.mse_loss(model(x), tgt)
+
+    return Bound(params=params, names=names, loss=loss, model=model)
+
+
+# ---------------------------------------------------------------------------------------
+# 4: LayerNorm + GELU MLP block
+# ---------------------------------------------------------------------------------------
+def _ln_gelu(L, seed, dtype=np.float32, N=256, D=128):
+    nn, F = L.nn, L.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = nn.LayerNorm(D)
+            self.fc1 = nn.Linear(D, 4 * D)
+            self.act = nn.GELU()
+            self.fc2 = nn.Linear(4 * D, D)
+
+        def forward(self, x):
+            return x + self.fc2(self.act(self.fc1(self.ln(x))))
+
+    model = Block()
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    x = _tensor(L, (rng.standard_normal((N, D)) * 2.0 + 0.3).astype(np.float32), dtype)
+    tgt = _tensor(L, rng.standard_normal((N, D)).astype(np.float32), dtype)
+
+    def loss():
+        return F.mse_loss(model(x), tgt)
+
+    return Bound(params=params, names=names, loss=loss, model=model)
+
+
+# ---------------------------------------------------------------------------------------
+# 5: pointwise chain
+# ---------------------------------------------------------------------------------------
+CHAIN_OPS = 200
+CHAIN_CYCLE = ("mul(w)", "tanh", "add 0.1", "sigmoid", "mul 1.5", "sin", "add(v)", "neg")
+
+
+def _chain(L, seed, dtype=np.float32, n=4096, ops=CHAIN_OPS):
+    """200 pointwise ops cycling through CHAIN_CYCLE, then sum(). Every value stays bounded:
+    tanh and sigmoid come right after the ops that can grow it (|w|, |v| < ~4.5)."""
+    rng = np.random.default_rng(seed)
+    x = _tensor(L, rng.standard_normal(n).astype(np.float32), dtype).requires_grad_()
+    w = _tensor(L, rng.standard_normal(n).astype(np.float32), dtype).requires_grad_()
+    v = _tensor(L, rng.standard_normal(n).astype(np.float32), dtype).requires_grad_()
+
+    def loss():
+        h = x
+        for i in range(ops):
+            k = i % 8
+            if k == 0:
+                h = h * w
+            elif k == 1:
+                h = L.tanh(h)
+            elif k == 2:
+                h = h + 0.1
+            elif k == 3:
+                h = L.sigmoid(h)
+            elif k == 4:
+                h = h * 1.5
+            elif k == 5:
+                h = L.sin(h)
+            elif k == 6:
+                h = h + v
+            else:
+                h = -h
+        return h.sum()
+
+    return Bound(params=[x, w, v], names=["x", "w", "v"], loss=loss)
+
+
+# ---------------------------------------------------------------------------------------
+W1 = (784, 256, 256, 10)
+W2 = (128, 128, 128, 128, 128)
+W6 = (1024, 4096, 4096, 1024)
+
+SPECS = [
+    Spec("w1", "MLP 784-256-256-10, batch 64",
+         lambda L, dtype=np.float32: _mlp(L, W1, 64, "ce", SEED + 1, dtype),
+         "Linear-ReLU-Linear-ReLU-Linear, cross_entropy over 10 classes, batch 64"),
+    Spec("w2", "Tiny MLP 4x128, batch 16",
+         lambda L, dtype=np.float32: _mlp(L, W2, 16, "mse", SEED + 2, dtype),
+         "input 128, four Linear(128, 128) layers with ReLU between them, mse_loss, batch 16"),
+    Spec("w3", "GPT block d=128, 4 heads, seq 64, batch 8",
+         lambda L, dtype=np.float32: _gpt_block(L, SEED + 3, dtype),
+         "pre-LN block: x + proj(causal softmax attention(qkv(ln1 x))), then "
+         "x + fc2(GELU(fc1(ln2 x))) with fc1 128->512; masked_fill(-inf) causal mask; mse_loss"),
+    Spec("w4", "LayerNorm+GELU MLP, 256 tokens, d=128",
+         lambda L, dtype=np.float32: _ln_gelu(L, SEED + 4, dtype),
+         "x + fc2(GELU(fc1(layer_norm(x)))), x [256, 128], fc1 128->512, mse_loss"),
+    Spec("w5", "Pointwise chain, 200 ops x 4096",
+         lambda L, dtype=np.float32: _chain(L, SEED + 5, dtype),
+         "200 ops on 4096-element leaves x, w, v cycling through "
+         + ", ".join(CHAIN_CYCLE) + "; then sum()"),
+    Spec("w6", "Large MLP 1024-4096-4096-1024, batch 256",
+         lambda L, dtype=np.float32: _mlp(L, W6, 256, "ce", SEED + 6, dtype),
+         "Linear-ReLU-Linear-ReLU-Linear, cross_entropy over 1024 classes, batch 256",
+         gemms=_mlp_gemms(W6, 256)),
+]
+
+BY_KEY = {s.key: s for s in SPECS}
+
+
+def gemm_flops(gemms):
+    return sum(2.0 * m * n * k for m, n, k, _, _ in gemms)
