@@ -118,7 +118,10 @@ def cagrad_compile(cu):
     se = 1.2533 * 1.4826 * d["mad"] / math.sqrt(d["n"])
     if d["median"] > 2 * se:
         return d["median"], True
-    return max(d["median"], 0.0) + 2 * se, False
+    bound = max(d["median"], 0.0) + 2 * se
+    if bound <= 0:  # too few samples to bound it (quick mode): the whole miss backward does
+        bound = cu["cagrad_miss_backward"]["median"]
+    return bound, False
 
 
 def compile_ratio(w):
