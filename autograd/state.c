@@ -130,3 +130,7 @@ int ca_get_num_threads(void) {
 const char *ca_kernel_isa(void) {
     return ca_init() == CA_OK ? kern_isa_name(kern_isa()) : "unknown";
 }
+
+const char *ca_blas_core(void) {
+    return kern_blas_core();
+}

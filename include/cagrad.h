@@ -116,6 +116,9 @@ int ca_get_num_threads(void);
 /* The kernel path in use: "avx512", "avx2" or "scalar" (chosen at start-up from the CPU,
  * capped by CAGRAD_ISA). Static string. */
 const char *ca_kernel_isa(void);
+/* OpenBLAS's core type in use ("Cooperlake", "Haswell", ...; OPENBLAS_CORETYPE forces it),
+ * or "unknown". Static string. Benchmarks report it beside the kernel ISA. */
+const char *ca_blas_core(void);
 /* Seed the generator behind ca_randn, ca_rand and ca_dropout. */
 void ca_manual_seed(uint64_t seed);
 

@@ -7,8 +7,8 @@
 
 #include <limits.h>
 
-/* OpenBLAS's own entry points (libcagrad links OpenBLAS; its cblas.h is not needed). */
-char *openblas_get_corename(void);
+/* OpenBLAS's own thread setting, reported as it is (libcagrad links OpenBLAS; its cblas.h
+ * is not needed). The core type comes through the C API, ca_blas_core. */
 int openblas_get_num_threads(void);
 
 /* _set_tensor_class(cls): ops return instances of cls, a subclass of TensorBase. */
@@ -61,8 +61,7 @@ static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) {
 }
 
 static PyObject *py_blas_info(PyObject *module, PyObject *unused) {
-    const char *core = openblas_get_corename();
-    return Py_BuildValue("{s:s,s:i,s:s}", "corename", core ? core : "unknown", "num_threads",
+    return Py_BuildValue("{s:s,s:i,s:s}", "corename", ca_blas_core(), "num_threads",
                          openblas_get_num_threads(), "kernel_isa", ca_kernel_isa());
 }
 

@@ -1409,3 +1409,9 @@ Test(kern, public_isa_name_is_the_path_in_use) {
     cr_assert(strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0 || strcmp(isa, "scalar") == 0,
               "unexpected ISA name %s", isa);
 }
+
+/* The public BLAS core is the one the kernels' OpenBLAS reports. */
+Test(kern, public_blas_core_is_openblas_core) {
+    cr_assert_str_eq(ca_blas_core(), kern_blas_core());
+    cr_assert(strlen(ca_blas_core()) > 0);
+}
