@@ -211,11 +211,14 @@ bool glue_hook_reraise(void) {
  * Wrapping
  */
 PyObject *glue_wrap(ca_tensor *t) {
+    return glue_wrap_as(glue_tensor_class, t);
+}
+
+PyObject *glue_wrap_as(PyTypeObject *cls, ca_tensor *t) {
     if (!t) {
         PyErr_SetString(PyExc_SystemError, "libcagrad reported success but returned no tensor");
         return NULL;
     }
-    PyTypeObject *cls = glue_tensor_class;
     glue_tensor *self = (glue_tensor *)cls->tp_alloc(cls, 0);
     if (!self) {
         glue_release(t);

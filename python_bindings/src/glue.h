@@ -104,6 +104,8 @@ static inline ca_tensor *glue_tensor_unwrap(PyObject *o) {
 /* A new instance of glue_tensor_class owning t (steals the reference). On failure t is
  * released and NULL returned with an exception set. */
 PyObject *glue_wrap(ca_tensor *t);
+/* The same as an instance of cls (a TensorBase subclass): TensorBase.__new__. */
+PyObject *glue_wrap_as(PyTypeObject *cls, ca_tensor *t);
 /* Release a reference with the GIL held, keeping the locking rule. NULL is a no-op. */
 void glue_release(ca_tensor *t);
 /* The same from any thread, with or without the GIL (DLPack deleters). */

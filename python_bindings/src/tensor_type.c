@@ -26,15 +26,7 @@ static PyObject *tensor_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     ca_tensor *alias = NULL;
     ca_status st;
     GLUE_CALL_QUICK(st = ca_tensor_detach(T(source), &alias));
-    if (st)
-        return glue_raise(st);
-    glue_tensor *self = (glue_tensor *)cls->tp_alloc(cls, 0);
-    if (!self) {
-        glue_release(alias);
-        return NULL;
-    }
-    self->t = alias;
-    return (PyObject *)self;
+    return st ? glue_raise(st) : glue_wrap_as(cls, alias);
 }
 
 static int tensor_traverse(PyObject *self, visitproc visit, void *arg) {
