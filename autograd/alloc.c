@@ -23,6 +23,7 @@ static void default_free(void *ptr, void *ctx) {
 static ca_allocator current = {default_alloc, default_free, NULL};
 
 void ca_set_allocator(const ca_allocator *allocator) {
+    ca_empty_cache(); /* the cache holds only the default allocator's blocks */
     if (allocator && allocator->alloc && allocator->free)
         current = *allocator;
     else
@@ -68,6 +69,14 @@ bool mem_grow(void **p, int *cap, int need, size_t elem) {
     *p = q;
     *cap = c;
     return true;
+}
+
+bool mem_is_default(void) {
+    return current.alloc == default_alloc;
+}
+
+void mem_default_free(void *p) {
+    default_free(p, NULL);
 }
 
 void mem_free(void *p) {

@@ -163,7 +163,7 @@ static void compiled_free(void *p) {
     graph_plan_free(cg->plan);
     graph_free(cg->g);
     mem_free(cg->reads);
-    mem_free(cg->arena);
+    mem_data_free(cg->arena);
     mem_free(cg->sym_values);
     mem_free(cg->inputs);
     mem_free(cg);
@@ -370,9 +370,9 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     bind(e);
     size_t bytes = graph_plan_arena_bytes(cg->plan, cg->sym_values);
     if (bytes > cg->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
-        mem_free(cg->arena);
+        mem_data_free(cg->arena);
         cg->arena_cap = 0;
-        if (!(cg->arena = mem_alloc_aligned(bytes, 64)))
+        if (!(cg->arena = mem_data_alloc(bytes)))
             return err_nomem("a compiled backward's arena");
         cg->arena_cap = bytes;
     }

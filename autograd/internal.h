@@ -56,6 +56,12 @@ void *mem_alloc(size_t size); /* 16-byte aligned; NULL on failure */
 void *mem_alloc_aligned(size_t size, size_t align);
 void *mem_calloc(size_t n, size_t size);
 void mem_free(void *p);
+bool mem_is_default(void);      /* the default allocator is installed */
+void mem_default_free(void *p); /* frees a block the default allocator made */
+/* Data blocks (alloc_cache.c): tensor storage and scratch, 64-byte aligned, kept in a
+ * cache by size when freed. Free them only with mem_data_free. */
+void *mem_data_alloc(size_t nbytes);
+void mem_data_free(void *p);
 /* Grow the array *p of *cap elements (of elem bytes) to hold at least need, doubling and
  * keeping its contents. False when out of memory; *p and *cap are then unchanged. */
 bool mem_grow(void **p, int *cap, int need, size_t elem);

@@ -16,13 +16,9 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static ca_status init_status = CA_OK;
 static char init_msg[1024];
 
-static void *kern_scratch_alloc(size_t n) {
-    return mem_alloc_aligned(n, 64);
-}
-
 static void init_run(void) {
-    kern_set_allocator((kern_allocator){kern_scratch_alloc, mem_free});
-    graph_set_allocator((kern_allocator){kern_scratch_alloc, mem_free});
+    kern_set_allocator((kern_allocator){mem_data_alloc, mem_data_free});
+    graph_set_allocator((kern_allocator){mem_data_alloc, mem_data_free});
     init_status = op_table_check();
     if (init_status != CA_OK)
         snprintf(init_msg, sizeof init_msg, "%s", ca_last_error());

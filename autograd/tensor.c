@@ -18,7 +18,7 @@ static ca_status storage_new(size_t nbytes, ca_storage **out) {
     ca_storage *s = mem_calloc(1, sizeof *s); /* zeroed: not external, no deleter */
     if (!s)
         return err_nomem("a tensor storage header");
-    s->data = mem_alloc_aligned(nbytes ? nbytes : 1, 64);
+    s->data = mem_data_alloc(nbytes);
     if (!s->data) {
         mem_free(s);
         return err_nomem("tensor data");
@@ -34,7 +34,7 @@ static void storage_release(ca_storage *s) {
     if (!s || --s->refcnt > 0)
         return;
     if (!s->external)
-        mem_free(s->data);
+        mem_data_free(s->data);
     else if (s->deleter)
         s->deleter(s->deleter_ctx);
     mem_free(s);

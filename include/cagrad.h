@@ -107,6 +107,24 @@ typedef struct {
 void ca_set_allocator(const ca_allocator *allocator);
 void ca_get_allocator(ca_allocator *out);
 
+/* The data cache. Freed tensor data and kernel scratch of 1 KiB or more stay cached by
+ * exact size (rounded up to 64 bytes), so a training loop that frees and re-allocates the
+ * same sizes every step neither calls malloc nor page-faults fresh memory in. The least
+ * recently freed blocks go back to the allocator once the cache holds more than its
+ * limit: 512 MiB, or CAGRAD_CACHE_LIMIT_MB (read once, at first use; 0 turns caching
+ * off). Only the default allocator's blocks are cached; installing an allocator empties
+ * the cache. Running out of memory empties it and retries once. Thread-safe. */
+typedef struct {
+    size_t limit;          /* bytes the cache may hold */
+    size_t cached_bytes;   /* bytes it holds now */
+    size_t cached_blocks;  /* blocks it holds now */
+    uint64_t hits, misses; /* cacheable allocations served from it / from the allocator */
+} ca_cache_info;
+
+void ca_empty_cache(void);             /* gives every cached block back to the allocator */
+void ca_set_cache_limit(size_t bytes); /* 0 turns caching off; shrinks the cache now */
+void ca_get_cache_info(ca_cache_info *out);
+
 /* ---------------------------------------------------------------------------------------
  * Threads and random numbers
  */

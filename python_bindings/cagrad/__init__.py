@@ -26,7 +26,7 @@ from ._functions import (abs, absolute, add, all, amax, amin, any, argmax, argmi
                          transpose, true_divide, unbind, unsqueeze, where)
 from ._graph_break import graph_break
 from ._explain import ExplainOutput, explain
-from . import autograd, compiled_autograd, nn, optim
+from . import autograd, compiled_autograd, memory, nn, optim
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)

@@ -65,6 +65,32 @@ static PyObject *py_blas_info(PyObject *module, PyObject *unused) {
                          openblas_get_num_threads(), "kernel_isa", ca_kernel_isa());
 }
 
+static PyObject *py_empty_cache(PyObject *module, PyObject *unused) {
+    GLUE_CALL_QUICK(ca_empty_cache());
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_cache_limit(PyObject *module, PyObject *arg) {
+    Py_ssize_t bytes = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (bytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (bytes < 0) {
+        PyErr_Format(PyExc_ValueError, "set_cache_limit: limit must be >= 0 bytes, got %zd", bytes);
+        return NULL;
+    }
+    GLUE_CALL_QUICK(ca_set_cache_limit((size_t)bytes));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cache_info(PyObject *module, PyObject *unused) {
+    ca_cache_info ci;
+    GLUE_CALL_QUICK(ca_get_cache_info(&ci));
+    return Py_BuildValue("{s:n,s:n,s:n,s:K,s:K}", "limit", (Py_ssize_t)ci.limit, "cached_bytes",
+                         (Py_ssize_t)ci.cached_bytes, "cached_blocks", (Py_ssize_t)ci.cached_blocks,
+                         "hits", (unsigned long long)ci.hits, "misses",
+                         (unsigned long long)ci.misses);
+}
+
 static PyMethodDef module_methods[] = {
     {"_set_tensor_class", py_set_tensor_class, METH_O,
      "_set_tensor_class(cls): the class (a TensorBase subclass) that ops return"},
@@ -73,6 +99,12 @@ static PyMethodDef module_methods[] = {
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> int"},
     {"blas_info", py_blas_info, METH_NOARGS,
      "blas_info() -> {'corename': ..., 'num_threads': ..., 'kernel_isa': ...}"},
+    {"empty_cache", py_empty_cache, METH_NOARGS,
+     "empty_cache(): give every cached data block back to the allocator"},
+    {"set_cache_limit", py_set_cache_limit, METH_O,
+     "set_cache_limit(bytes): most bytes the data cache holds (0 turns it off)"},
+    {"cache_info", py_cache_info, METH_NOARGS,
+     "cache_info() -> {'limit', 'cached_bytes', 'cached_blocks', 'hits', 'misses'}"},
     {NULL, NULL, 0, NULL},
 };
 
