@@ -54,7 +54,7 @@ void *mem_calloc(size_t n, size_t size) {
     return p;
 }
 
-bool mem_grow(void **p, int *cap, int need, size_t elem) {
+bool mem_grow_slow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap)
         return true;
     int c = *cap ? *cap : 16;

@@ -64,7 +64,12 @@ void *mem_data_alloc(size_t nbytes);
 void mem_data_free(void *p);
 /* Grow the array *p of *cap elements (of elem bytes) to hold at least need, doubling and
  * keeping its contents. False when out of memory; *p and *cap are then unchanged. */
-bool mem_grow(void **p, int *cap, int need, size_t elem);
+bool mem_grow_slow(void **p, int *cap, int need, size_t elem);
+/* Inline: the key collection calls it for every value it records, and nearly always
+ * there is room already. */
+static inline bool mem_grow(void **p, int *cap, int need, size_t elem) {
+    return need <= *cap || mem_grow_slow(p, cap, need, elem);
+}
 
 /* ---------------------------------------------------------------------------------------
  * Shapes

@@ -356,6 +356,16 @@ static bool kf_inputs_given(const kf_plan *pl, const kern_src *in) {
     return true;
 }
 
+/* Tile buffers for the outputs now computed in place, and one lane's workspace size. */
+static void kf_plan_slots(kf_plan *pl) {
+    kf_assign_slots(pl);
+    pl->slot_bytes = (size_t)(pl->tile * pl->esz) + KF_SLOT_PAD;
+    size_t bytes = (size_t)pl->nslots * pl->slot_bytes + (size_t)(pl->n_spare * pl->tile * pl->esz);
+    if (pl->reduce)
+        bytes += (size_t)pl->tile * sizeof(kf_run);
+    pl->ws_bytes = (bytes + 63) / 64 * 64;
+}
+
 /* Collapses, classifies and sizes everything once the index space is known not empty.
  * Operands are the inputs, then the outputs, or (out_strides NULL) the one contiguous
  * virtual output a reduction reads. */
@@ -394,15 +404,10 @@ static void kf_plan_layout(kf_plan *pl, int ndim, const int64_t *shape, const ke
         pl->out_of[r] = -1;
     kf_assign_slots(pl);
     kf_choose_tile(pl, min_tile);
+    pl->n_spare = n_spare;
     if (!pl->reduce)
         kf_pick_direct(pl);
-    kf_assign_slots(pl);
-    pl->n_spare = n_spare;
-    pl->slot_bytes = (size_t)(pl->tile * pl->esz) + KF_SLOT_PAD;
-    size_t bytes = (size_t)pl->nslots * pl->slot_bytes + (size_t)(n_spare * pl->tile * pl->esz);
-    if (pl->reduce)
-        bytes += (size_t)pl->tile * sizeof(kf_run);
-    pl->ws_bytes = (bytes + 63) / 64 * 64;
+    kf_plan_slots(pl);
 }
 
 /* ------------------------------------------------------------------ moving elements */
@@ -655,25 +660,132 @@ static void kf_run_block(void *ctx, const kf_ws *ws, int64_t begin, int64_t end)
     }
 }
 
-int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                      const kern_src *in, void *const *out, const int64_t *const *out_strides,
-                      void *scratch, size_t scratch_bytes) {
-    kf_plan pl;
-    if (kf_plan_init(&pl, p, dt, ndim, shape, false) < 0 || !kf_inputs_given(&pl, in) ||
-        (pl.n_out > 0 && (!out || !out_strides)))
-        return -1;
-    if (pl.total == 0 || pl.n_out == 0)
-        return 0;
-    kf_plan_layout(&pl, ndim, shape, in, out, out_strides, KF_TILE_MIN, 0);
-    int64_t grain = kf_grain(pl.tile), lanes = kf_lanes(pl.ntiles, grain);
+/* Runs a laid-out plan over its tiles. */
+static int kf_run_planned(const kf_plan *pl, void *scratch, size_t scratch_bytes) {
+    int64_t grain = kf_grain(pl->tile), lanes = kf_lanes(pl->ntiles, grain);
     bool owned;
-    char *mem = kf_lanes_mem(&pl, lanes, 0, scratch, scratch_bytes, &owned);
+    char *mem = kf_lanes_mem(pl, lanes, 0, scratch, scratch_bytes, &owned);
     if (!mem)
         return -2;
-    kf_launch(&pl, mem, lanes, pl.ntiles, grain, kf_run_block, &pl);
+    kf_launch(pl, mem, lanes, pl->ntiles, grain, kf_run_block, (void *)pl);
     if (owned)
         kern_scratch_free(mem);
     return 0;
+}
+
+/* A laid-out plan and what it was laid out for: the program, dtype, index space and the
+ * strides of the inputs it reads and of the outputs. Nothing in it depends on where the
+ * operands are, except which outputs are computed in place, which is checked per call. */
+struct kern_fused_memo {
+    bool full;            /* false: empty */
+    kern_fused_prog prog; /* compared by value: a caller may reuse the program's memory */
+    kern_dtype dt;
+    int ndim;
+    int64_t shape[KERN_MAX_DIMS];
+    int64_t in_str[KERN_FUSED_MAX_INPUTS][KERN_MAX_DIMS];
+    int64_t out_str[KERN_FUSED_MAX_OUTPUTS][KERN_MAX_DIMS];
+    kf_plan pl;
+};
+
+size_t kern_fused_memo_bytes(void) {
+    return sizeof(kern_fused_memo);
+}
+
+static size_t kf_dims_bytes(int ndim) {
+    return sizeof(int64_t) * (size_t)ndim;
+}
+
+static bool kf_same_prog(const kern_fused_prog *a, const kern_fused_prog *b) {
+    return a->n_inputs == b->n_inputs && a->n_instr == b->n_instr && a->n_outputs == b->n_outputs &&
+           memcmp(a->instr, b->instr, sizeof(kern_fused_instr) * (size_t)a->n_instr) == 0 &&
+           memcmp(a->out_reg, b->out_reg, (size_t)a->n_outputs) == 0 &&
+           memcmp(a->in_dt, b->in_dt, sizeof(kern_dtype) * (size_t)a->n_inputs) == 0;
+}
+
+static bool kf_memo_fits(const kern_fused_memo *m, const kern_fused_prog *p, kern_dtype dt,
+                         int ndim, const int64_t *shape, const kern_src *in,
+                         const int64_t *const *out_strides) {
+    size_t db = kf_dims_bytes(ndim);
+    if (!m->full || m->dt != dt || m->ndim != ndim || memcmp(m->shape, shape, db) != 0 ||
+        !kf_same_prog(&m->prog, p))
+        return false;
+    for (int r = 0; r < m->pl.n_in; r++)
+        if (m->pl.live[r] && memcmp(m->in_str[r], in[r].strides, db) != 0)
+            return false;
+    for (int k = 0; k < m->pl.n_out; k++)
+        if (memcmp(m->out_str[k], out_strides[k], db) != 0)
+            return false;
+    return true;
+}
+
+static void kf_memo_key(kern_fused_memo *m, const kern_fused_prog *p, kern_dtype dt, int ndim,
+                        const int64_t *shape, const kern_src *in,
+                        const int64_t *const *out_strides) {
+    size_t db = kf_dims_bytes(ndim);
+    m->full = true;
+    m->prog = *p;
+    m->dt = dt;
+    m->ndim = ndim;
+    memcpy(m->shape, shape, db);
+    for (int r = 0; r < m->pl.n_in; r++)
+        if (m->pl.live[r])
+            memcpy(m->in_str[r], in[r].strides, db);
+    for (int k = 0; k < m->pl.n_out; k++)
+        memcpy(m->out_str[k], out_strides[k], db);
+}
+
+/* Outputs computed straight into their memory, as a bit mask. */
+static unsigned kf_direct_mask(const kf_plan *pl) {
+    unsigned mask = 0;
+    for (int k = 0; k < pl->n_out; k++)
+        if (pl->out_of[pl->p->out_reg[k]] == k)
+            mask |= 1u << k;
+    return mask;
+}
+
+/* Points a remembered plan at this call's operands. Which outputs may be computed in
+ * place depends on where the operands are; when that changes, the tile buffers are
+ * handed out again. */
+static void kf_plan_rebind(kf_plan *pl, const kern_src *in, void *const *out) {
+    for (int r = 0; r < pl->n_in; r++)
+        if (pl->live[r])
+            pl->op[r].src = in[r].data;
+    for (int k = 0; k < pl->n_out; k++)
+        pl->op[pl->n_in + k].dst = out[k];
+    unsigned before = kf_direct_mask(pl);
+    kf_pick_direct(pl);
+    if (kf_direct_mask(pl) != before)
+        kf_plan_slots(pl);
+}
+
+int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                        const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                        void *scratch, size_t scratch_bytes, kern_fused_memo *memo) {
+    if (memo && p && in && out && out_strides && ndim >= 0 && ndim <= KERN_MAX_DIMS &&
+        kf_memo_fits(memo, p, dt, ndim, shape, in, out_strides)) {
+        memo->pl.p = p; /* equal to the remembered one, and alive */
+        kf_plan_rebind(&memo->pl, in, out);
+        return kf_run_planned(&memo->pl, scratch, scratch_bytes);
+    }
+    kf_plan local, *pl = memo ? &memo->pl : &local;
+    if (memo)
+        memo->full = false; /* until the new plan is complete */
+    if (kf_plan_init(pl, p, dt, ndim, shape, false) < 0 || !kf_inputs_given(pl, in) ||
+        (pl->n_out > 0 && (!out || !out_strides)))
+        return -1;
+    if (pl->total == 0 || pl->n_out == 0)
+        return 0;
+    kf_plan_layout(pl, ndim, shape, in, out, out_strides, KF_TILE_MIN, 0);
+    if (memo)
+        kf_memo_key(memo, p, dt, ndim, shape, in, out_strides);
+    return kf_run_planned(pl, scratch, scratch_bytes);
+}
+
+int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                      const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                      void *scratch, size_t scratch_bytes) {
+    return kern_fused_run_memo(p, dt, ndim, shape, in, out, out_strides, scratch, scratch_bytes,
+                               NULL);
 }
 
 int kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,

@@ -73,6 +73,18 @@ int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, cons
                          const kern_src *in, kern_red_op red, uint32_t rmask, void *out,
                          void *scratch, size_t scratch_bytes);
 
+/* kern_fused_run_ws that remembers its plan (validation, liveness, the collapsed index
+ * space, tiles and buffers) in caller memory, so a call with an equal program and the
+ * same dtype, shape and strides only points it at the new operands. A compiled backward
+ * keeps one memo per fused group: planning each group on every run was a tenth of a
+ * 200-op pointwise chain's backward. memo: kern_fused_memo_bytes() bytes, zeroed before
+ * first use, 16-byte aligned, used by one call at a time; NULL runs without one. */
+typedef struct kern_fused_memo kern_fused_memo;
+size_t kern_fused_memo_bytes(void);
+int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                        const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                        void *scratch, size_t scratch_bytes, kern_fused_memo *memo);
+
 /* Bytes of scratch that always suffice for kern_fused_run_ws (red < 0) or
  * kern_fused_reduce_ws (red a kern_red_op, over rmask) of p over `shape`, whatever the
  * operands' strides, at the current thread count. 0 for a malformed program or when the

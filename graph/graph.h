@@ -242,7 +242,7 @@ typedef struct {
 graph_plan *graph_plan_new(const graph *g);
 void graph_plan_free(graph_plan *p);
 /* Bytes of arena the plan needs for these slot values (64-byte aligned buffers). */
-size_t graph_plan_arena_bytes(const graph_plan *p, const int64_t *slots);
+size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots);
 /* Run the plan: inputs[k] is GOP_INPUT k's view; arena has at least
  * graph_plan_arena_bytes bytes, 64-byte aligned. Returns 0, the callback's nonzero value,
  * or -1 for a kernel error (e.g. an index out of range; message via graph_plan_error). */

@@ -64,6 +64,7 @@ typedef struct {
     graph_val in[KERN_FUSED_MAX_INPUTS];   /* input registers' values */
     graph_val out[KERN_FUSED_MAX_OUTPUTS]; /* members written to their buffers */
     kern_fused_prog prog;
+    kern_fused_memo *memo; /* the loop's plan, kept from run to run (run scratch) */
 } plan_group;
 
 /* A buffer's size: cbytes times the product of the symbolic factors (sorted ids). */
@@ -88,6 +89,12 @@ struct graph_plan {
     plan_group *groups;
     int64_t scratch_off;  /* run scratch: where the fused loops' scratch starts */
     size_t scratch_bytes; /* run scratch: its size */
+    /* The fused loops' scratch for the last slot values and thread count: working it out
+     * plans every group, so a steady state (same sizes each run) does it once. */
+    int n_slots;
+    int64_t *memo_slots;
+    int memo_threads; /* 0: nothing memoised yet */
+    size_t memo_scratch;
     sx_step *prog;
     int64_t *val;      /* run scratch: every expression's value */
     int64_t *offset;   /* run scratch: each buffer's byte offset */
@@ -514,8 +521,11 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     size_t s_val = round16(sizeof(int64_t) * (size_t)n_sx);
     size_t s_off = round16(sizeof(int64_t) * (size_t)n_bufs);
     size_t s_views = round16(sizeof(graph_view) * (size_t)n);
-    char *m =
-        graph_mem_alloc(s_plan + s_nodes + s_bufs + s_groups + s_prog + s_val + s_off + s_views);
+    int n_slots = graph_n_slots(g);
+    size_t s_slots = round16(sizeof(int64_t) * (size_t)n_slots);
+    size_t s_memo = round16(kern_fused_memo_bytes()) * (size_t)n_groups;
+    char *m = graph_mem_alloc(s_plan + s_nodes + s_bufs + s_groups + s_prog + s_val + s_off +
+                              s_views + s_slots + s_memo);
     if (!m)
         return NULL;
     graph_plan *p = (graph_plan *)m;
@@ -539,6 +549,11 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     p->offset = (int64_t *)m;
     m += s_off;
     p->views = (graph_view *)m;
+    m += s_views;
+    p->n_slots = n_slots;
+    p->memo_slots = (int64_t *)m;
+    m += s_slots;
+    memset(m, 0, s_memo); /* empty memos; graph_plan_new points each group at its own */
     return p;
 }
 
@@ -584,6 +599,9 @@ graph_plan *graph_plan_new(const graph *g) {
             memcpy(p->bufs, pl.bufs, sizeof(plan_buf) * (size_t)pl.n_bufs);
         if (n_groups > 0)
             memcpy(p->groups, pl.groups, sizeof(plan_group) * (size_t)n_groups);
+        char *memo = (char *)p->memo_slots + round16(sizeof(int64_t) * (size_t)p->n_slots);
+        for (int k = 0; k < n_groups; k++)
+            p->groups[k].memo = (kern_fused_memo *)(memo + round16(kern_fused_memo_bytes()) * k);
         compile_sx(p);
     }
     graph_mem_free(scratch);
@@ -633,7 +651,7 @@ static void eval_shape(const graph_plan *p, const graph_node *x, const int64_t *
 }
 
 /* Scratch the fused loops need: they run one at a time, so they share one region. */
-static size_t fused_scratch(const graph_plan *p, const int64_t *vals, const int64_t *slots) {
+static size_t fused_scratch(const graph_plan *p, const int64_t *slots) {
     size_t most = 0;
     for (int k = 0; p && k < p->n_groups; k++) {
         const plan_group *G = &p->groups[k];
@@ -641,12 +659,12 @@ static size_t fused_scratch(const graph_plan *p, const int64_t *vals, const int6
             continue;
         const graph_node *f = graph_node_at(p->g, G->first);
         int64_t shape[KERN_MAX_DIMS], rshape[KERN_MAX_DIMS];
-        eval_shape(p, f, vals, slots, shape);
+        eval_shape(p, f, NULL, slots, shape);
         int red = -1;
         uint32_t mask = 0;
         if (G->reduce >= 0) {
             const graph_node *r = graph_node_at(p->g, G->reduce);
-            eval_shape(p, r, vals, slots, rshape);
+            eval_shape(p, r, NULL, slots, rshape);
             red = KRED_SUM;
             mask = r->a.op == GOP_SUM ? (uint32_t)r->a.i[0]
                                       : sum_to_mask(f->ndim, shape, r->ndim, rshape);
@@ -657,11 +675,27 @@ static size_t fused_scratch(const graph_plan *p, const int64_t *vals, const int6
     return most;
 }
 
-size_t graph_plan_arena_bytes(const graph_plan *p, const int64_t *slots) {
+/* fused_scratch for these slot values, worked out again only when they or the thread
+ * count changed since the last call. */
+static size_t fused_scratch_memo(graph_plan *p, const int64_t *slots) {
+    int nth = kern_num_threads();
+    size_t bytes = sizeof(int64_t) * (size_t)p->n_slots;
+    if (!slots && bytes) /* no slot values given: every slot reads as 0, do not memoise */
+        return fused_scratch(p, slots);
+    if (p->memo_threads == nth && (bytes == 0 || memcmp(p->memo_slots, slots, bytes) == 0))
+        return p->memo_scratch;
+    p->memo_scratch = fused_scratch(p, slots);
+    if (bytes)
+        memcpy(p->memo_slots, slots, bytes);
+    p->memo_threads = nth;
+    return p->memo_scratch;
+}
+
+size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
     size_t total = 0;
     for (int b = 0; p && b < p->n_bufs; b++)
         total += align_up(buf_bytes(p, &p->bufs[b], NULL, slots));
-    return total + align_up((int64_t)fused_scratch(p, NULL, slots));
+    return p ? total + align_up((int64_t)fused_scratch_memo(p, slots)) : 0;
 }
 
 /* Operands precede users in the table, so one pass in id order evaluates everything. */
@@ -684,7 +718,7 @@ static void eval_sizes(graph_plan *p, const int64_t *slots) {
         off += (int64_t)align_up(buf_bytes(p, &p->bufs[b], v, slots));
     }
     p->scratch_off = off;
-    p->scratch_bytes = fused_scratch(p, v, slots);
+    p->scratch_bytes = fused_scratch_memo(p, slots);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -1411,8 +1445,8 @@ static int run_fused(run_ctx *r, graph_val v) {
             out[k] = o->data;
             out_strides[k] = o->strides;
         }
-        rc = kern_fused_run_ws(&G->prog, space.dtype, space.ndim, space.shape, in, out, out_strides,
-                               scratch, p->scratch_bytes);
+        rc = kern_fused_run_memo(&G->prog, space.dtype, space.ndim, space.shape, in, out,
+                                 out_strides, scratch, p->scratch_bytes, G->memo);
     }
     return rc ? kern_fail(p, v, rc, "fused loop") : 0;
 }

@@ -169,6 +169,9 @@ static void tf_assert_same(const kern_fused_prog *p, kern_dtype dt, int nd, cons
     }
 }
 
+/* When set, tf_check_run runs through this memo (kern_fused_run_memo). */
+static kern_fused_memo *tf_memo;
+
 /* Runs p fused and op by op; outputs are fresh buffers with strides ost (NULL: contiguous). */
 static void tf_check_run(const kern_fused_prog *p, kern_dtype dt, int nd, const int64_t *shape,
                          const kern_src *in, const int64_t (*ost)[KERN_MAX_DIMS],
@@ -183,7 +186,9 @@ static void tf_check_run(const kern_fused_prog *p, kern_dtype dt, int nd, const 
         out[k] = malloc((size_t)span * 8);
         memset(out[k], 0xA5, (size_t)span * 8);
     }
-    cr_assert_eq(kern_fused_run(p, dt, nd, shape, in, out, osp), 0, "%s", what);
+    int rc = tf_memo ? kern_fused_run_memo(p, dt, nd, shape, in, out, osp, NULL, 0, tf_memo)
+                     : kern_fused_run(p, dt, nd, shape, in, out, osp);
+    cr_assert_eq(rc, 0, "%s", what);
     void **ref = tf_reference(p, dt, nd, shape, in);
     tf_assert_same(p, dt, nd, shape, in, ref, out, osp, what);
     tf_regs_free(ref, p->n_inputs + p->n_instr);
@@ -411,6 +416,70 @@ Test(fused, random_chain_50) {
                 tf_check_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, ost, what);
                 tf_inputs_free(&t);
             }
+}
+
+/* One memo through every random chain and layout, each run twice with fresh inputs: the
+ * second run reuses the plan and must read the new operands; a new program, layout or
+ * dtype (the program reuses the same memory) must be planned afresh. */
+Test(fused, memo_reuses_a_plan_only_for_the_same_program_and_layout) {
+    tf_memo = calloc(1, kern_fused_memo_bytes());
+    char what[96];
+    for (int dt = 0; dt < 2; dt++)
+        for (int li = 0; li < TF_NLAYOUTS; li++)
+            for (uint64_t seed = 1; seed <= 2; seed++) {
+                const tf_layout *l = &tf_layouts[li];
+                kern_fused_prog p = tf_random_prog((kern_dtype)dt, 3, 30, 3, seed);
+                int64_t ost[3][KERN_MAX_DIMS] = {{0}};
+                for (int k = 0; k < 3; k++)
+                    tf_contig(l->nd, l->shape, ost[k]);
+                memcpy(ost[2], l->ost, sizeof l->ost);
+                tf_inputs t[2]; /* both alive: the second run's inputs are elsewhere */
+                for (int rep = 0; rep < 2; rep++) {
+                    tf_rng = seed * 131 + (uint64_t)rep;
+                    tf_inputs_make(&t[rep], (kern_dtype)dt, l, -1.5, 1.5);
+                    snprintf(what, sizeof what, "memo seed %d rep %d on %s dt %d", (int)seed, rep,
+                             l->name, dt);
+                    tf_check_run(&p, (kern_dtype)dt, l->nd, l->shape, t[rep].src, ost, what);
+                }
+                tf_inputs_free(&t[0]);
+                tf_inputs_free(&t[1]);
+            }
+    free(tf_memo);
+    tf_memo = NULL;
+}
+
+/* A remembered plan computes an output in place only while no input overlaps it: an
+ * output over input 0 (read again after it is written) needs a tile buffer, and the next
+ * call with separate memory may go back to writing in place. */
+Test(fused, memo_rechecks_outputs_over_inputs_each_call) {
+    const tf_layout *l = &tf_layouts[0];
+    int64_t n = tf_numel(l->nd, l->shape);
+    size_t bytes = (size_t)n * sizeof(float);
+    kern_fused_memo *memo = calloc(1, kern_fused_memo_bytes());
+    kern_fused_prog r = tf_prog(KERN_F32, 2);
+    int x2 = tf_add(&r, KPW_MUL_S, 0, 0, 0, 2, 0);
+    tf_out(&r, x2);
+    tf_out(&r, tf_add(&r, KPW_ADD, 0, x2, 0, 1, 0)); /* 3x */
+    const int64_t *cst2[2] = {l->ost, l->ost};
+    for (int call = 0; call < 4; call++) {
+        tf_rng = 11 + (uint64_t)call;
+        tf_inputs t;
+        tf_inputs_make(&t, KERN_F32, l, -1, 1);
+        float *x0 = malloc(bytes), *a = malloc(bytes), *b = malloc(bytes);
+        memcpy(x0, t.buf[0], bytes);
+        bool over = call % 2 == 1; /* calls 1 and 3 write output 0 over x */
+        void *out[2] = {over ? t.buf[0] : a, b};
+        cr_assert_eq(
+            kern_fused_run_memo(&r, KERN_F32, l->nd, l->shape, t.src, out, cst2, NULL, 0, memo), 0);
+        for (int64_t i = 0; i < n; i++) {
+            cr_assert_eq(b[i], (float)(3.0 * x0[i]), "call %d element %lld", call, (long long)i);
+            cr_assert_eq(((float *)out[0])[i], 2 * x0[i], "call %d element %lld", call,
+                         (long long)i);
+        }
+        free(x0), free(a), free(b);
+        tf_inputs_free(&t);
+    }
+    free(memo);
 }
 
 /* Outputs: an input register, one register twice, a strided view, and an in-place update

@@ -245,6 +245,31 @@ Test(graph_fuse, chain_is_one_group) {
     graph_free(g);
 }
 
+/* The arena's size is remembered between runs of the same sizes, but a new thread count
+ * (each lane of a fused loop has its own workspace) or a new size still changes it. */
+Test(graph_fuse, arena_bytes_follow_the_sizes_and_the_thread_count) {
+    graph *g = graph_new();
+    graph_sx s0 = graph_sx_slot(g, 0), c10 = graph_sx_const(g, 10);
+    graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c10});
+    graph_val b = tf_un(g, KPW_TANH, tf_un(g, KPW_EXP, x));
+    tf_call(g, GOP_OUTPUT, tf_bin(g, KPW_MUL, b, x), 0);
+    cr_assert_eq(graph_fuse(g), 0, "%s", graph_error(g));
+    cr_assert_eq(graph_count_fused(g), 1);
+    graph_plan *p = graph_plan_new(g);
+    int64_t n = 4000, m = 8000; /* 40000 elements: enough for two lanes */
+    kern_set_num_threads(1);
+    size_t one = graph_plan_arena_bytes(p, &n);
+    cr_assert_eq(graph_plan_arena_bytes(p, &n), one, "the same sizes, the same arena");
+    kern_set_num_threads(2);
+    size_t two = graph_plan_arena_bytes(p, &n);
+    cr_assert_gt(two, one, "a second lane needs its own workspace");
+    cr_assert_gt(graph_plan_arena_bytes(p, &m), two, "a bigger input needs bigger buffers");
+    cr_assert_eq(graph_plan_arena_bytes(p, &n), two, "and back again");
+    kern_set_num_threads(0);
+    graph_plan_free(p);
+    graph_free(g);
+}
+
 Test(graph_fuse, value_read_outside_is_a_group_output) {
     graph *g = graph_new();
     graph_sx c6 = graph_sx_const(g, 6);
