@@ -77,6 +77,29 @@ static void cache_configure_locked(void) {
     }
 }
 
+/* fork() while another thread holds the lock would leave it locked in the child forever,
+ * so the lock is taken around fork, as malloc does with its own. */
+static void cache_fork_prepare(void) {
+    pthread_mutex_lock(&C.lock);
+}
+static void cache_fork_parent(void) {
+    pthread_mutex_unlock(&C.lock);
+}
+static void cache_fork_child(void) {
+    pthread_mutex_init(&C.lock, NULL);
+}
+static pthread_once_t cache_atfork_once = PTHREAD_ONCE_INIT;
+static void cache_atfork_register(void) {
+    pthread_atfork(cache_fork_prepare, cache_fork_parent, cache_fork_child);
+}
+
+/* Locks the cache; the first time, registers the fork handlers and reads the limit. */
+static void cache_lock(void) {
+    pthread_once(&cache_atfork_once, cache_atfork_register);
+    pthread_mutex_lock(&C.lock);
+    cache_configure_locked();
+}
+
 /* ------------------------------------------------------------------ bins */
 
 /* Index of the bin for size, or where it would go (*found false). */
@@ -218,8 +241,7 @@ void *mem_data_alloc(size_t nbytes) {
         size = 64;
     block *b = NULL;
     if (size >= MIN_CACHED && mem_is_default()) {
-        pthread_mutex_lock(&C.lock);
-        cache_configure_locked();
+        cache_lock();
         b = cache_take_locked(size);
         if (b) {
             CACHE_UNPOISON((char *)b + HDR, size);
@@ -241,8 +263,7 @@ void mem_data_free(void *p) {
     if (b->magic != BLOCK_MAGIC)
         abort(); /* not a data block: freeing it would corrupt the heap */
     if (b->size >= MIN_CACHED && b->from_default && mem_is_default()) {
-        pthread_mutex_lock(&C.lock);
-        cache_configure_locked();
+        cache_lock();
         bool kept = cache_put_locked(b);
         if (kept)
             CACHE_POISON((char *)b + HDR, b->size);
@@ -259,15 +280,14 @@ void mem_data_free(void *p) {
 /* ------------------------------------------------------------------ public */
 
 void ca_empty_cache(void) {
-    pthread_mutex_lock(&C.lock);
+    cache_lock();
     block *all = cache_shrink_locked(0);
     pthread_mutex_unlock(&C.lock);
     release_list(all);
 }
 
 void ca_set_cache_limit(size_t bytes) {
-    pthread_mutex_lock(&C.lock);
-    C.configured = true;
+    cache_lock();
     C.limit = bytes;
     block *evicted = cache_shrink_locked(bytes);
     pthread_mutex_unlock(&C.lock);
@@ -277,8 +297,7 @@ void ca_set_cache_limit(size_t bytes) {
 void ca_get_cache_info(ca_cache_info *out) {
     if (!out)
         return;
-    pthread_mutex_lock(&C.lock);
-    cache_configure_locked();
+    cache_lock();
     *out = (ca_cache_info){C.limit, C.bytes, C.blocks, C.hits, C.misses};
     pthread_mutex_unlock(&C.lock);
 }

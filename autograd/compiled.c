@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DEPTH           16
 #define DEFAULT_CACHE_LIMIT 8
@@ -404,6 +405,14 @@ static void release_saved(void) {
 /* The entry to run for this key, compiling one on a miss; NULL to run eagerly. A backward
  * that fails with the user's error (a saved tensor changed in place or freed) counts
  * neither a hit nor a miss: the counters describe lookups that went somewhere. */
+
+/* CLOCK_MONOTONIC in ns, for the compile-time counter. */
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
     cache_lookup l = cache_find(&S.cache, &S.key);
@@ -435,9 +444,11 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
         return CA_OK;
     }
     cache_entry *e;
+    int64_t t0 = now_ns();
     CA_CHECK(cache_add_entry(leaf, &S.key, NULL, NULL, &e));
     bool untraceable = false;
     ca_status st = compile_entry(c, e, &untraceable);
+    S.counters.compile_ns += now_ns() - t0;
     if (st != CA_OK) {
         cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
         if (untraceable) {

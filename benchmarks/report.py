@@ -107,7 +107,8 @@ def geomean(v):
 
 
 def cagrad_compile(cu):
-    """(value, resolved) for cagrad's compile time, from the (miss - hit) differences.
+    """(value, resolved) for cagrad's compile time: the library's own timing of each miss
+    (compiled_autograd.compile_seconds()), or in older results the (miss - hit) differences.
 
     Each difference carries the run-to-run noise of two backwards. The standard error of
     their median is 1.2533 * sigma / sqrt(n), with sigma ~ 1.4826 * MAD of the differences.
@@ -317,9 +318,10 @@ def perf_tables(results, n, run):
         rows.append([k, cagrad_compile_text(cu), t(cu["cagrad_miss_backward"]["median"]),
                      t(cu["torch"]["median"]), ("" if exact else ">= ") + x(r),
                      f"{look:.3f} µs" if look is not None else "—"])
-    out.append("\n**Compile on a miss.** cagrad: median over pairs of (miss after `reset()`) "
-               "minus (the hit right after it), min–max of those differences; the whole miss "
-               "backward is shown too. PyTorch: the first backward under compiled autograd "
+    out.append("\n**Compile on a miss.** cagrad: `compiled_autograd.compile_seconds()` "
+               "after each miss following `reset()` (trace, graph passes and memory plan, "
+               "timed inside the library), median (min–max); the whole miss backward is "
+               "shown too. PyTorch: the first backward under compiled autograd "
                "minus a steady-state one (one sample; "
                f"inductor cache {run.get('inductor_cache', '?')}). Cache lookup per node: "
                "from `build/bench_compiled` (walk + key collection + trie lookup on a cached "

@@ -758,18 +758,11 @@ static void kf_plan_rebind(kf_plan *pl, const kern_src *in, void *const *out) {
         kf_plan_slots(pl);
 }
 
-int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                        const kern_src *in, void *const *out, const int64_t *const *out_strides,
-                        void *scratch, size_t scratch_bytes, kern_fused_memo *memo) {
-    if (memo && p && in && out && out_strides && ndim >= 0 && ndim <= KERN_MAX_DIMS &&
-        kf_memo_fits(memo, p, dt, ndim, shape, in, out_strides)) {
-        memo->pl.p = p; /* equal to the remembered one, and alive */
-        kf_plan_rebind(&memo->pl, in, out);
-        return kf_run_planned(&memo->pl, scratch, scratch_bytes);
-    }
-    kf_plan local, *pl = memo ? &memo->pl : &local;
-    if (memo)
-        memo->full = false; /* until the new plan is complete */
+/* Plans p afresh into pl (and memo's key, when there is a memo) and runs it. */
+static int kf_run_fresh(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, int ndim,
+                        const int64_t *shape, const kern_src *in, void *const *out,
+                        const int64_t *const *out_strides, void *scratch, size_t scratch_bytes,
+                        kern_fused_memo *memo) {
     if (kf_plan_init(pl, p, dt, ndim, shape, false) < 0 || !kf_inputs_given(pl, in) ||
         (pl->n_out > 0 && (!out || !out_strides)))
         return -1;
@@ -779,6 +772,25 @@ int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const
     if (memo)
         kf_memo_key(memo, p, dt, ndim, shape, in, out_strides);
     return kf_run_planned(pl, scratch, scratch_bytes);
+}
+
+int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                        const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                        void *scratch, size_t scratch_bytes, kern_fused_memo *memo) {
+    if (!memo) {
+        kf_plan pl;
+        return kf_run_fresh(&pl, p, dt, ndim, shape, in, out, out_strides, scratch, scratch_bytes,
+                            NULL);
+    }
+    if (p && in && out && out_strides && ndim >= 0 && ndim <= KERN_MAX_DIMS &&
+        kf_memo_fits(memo, p, dt, ndim, shape, in, out_strides)) {
+        memo->pl.p = p; /* equal to the remembered one, and alive */
+        kf_plan_rebind(&memo->pl, in, out);
+        return kf_run_planned(&memo->pl, scratch, scratch_bytes);
+    }
+    memo->full = false; /* until the new plan is complete */
+    return kf_run_fresh(&memo->pl, p, dt, ndim, shape, in, out, out_strides, scratch, scratch_bytes,
+                        memo);
 }
 
 int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,

@@ -325,6 +325,7 @@ typedef struct {
     int64_t graphs;          /* compiled graphs alive in the cache */
     int64_t fused_kernels;   /* fused loops in those graphs */
     int64_t eager_fallbacks; /* backwards run eagerly (cache bound reached, or untraceable) */
+    int64_t compile_ns;      /* wall time spent compiling on misses: trace, passes, plan */
 } ca_compiled_counters;
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out);

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from . import _C
 
-__all__ = ["enable", "reset", "counters", "write_graph"]
+__all__ = ["enable", "reset", "counters", "compile_seconds", "write_graph"]
 
 
 @contextlib.contextmanager
@@ -93,3 +93,11 @@ class _Counters(Mapping):
 
 
 counters = _Counters()
+
+
+def compile_seconds():
+    """Wall time, in seconds, spent compiling backward graphs on cache misses (tracing,
+    the graph passes and the memory plan) since start-up or the last reset(); running the
+    graphs is not included. Like torch._dynamo.utils.compile_times() for compiled
+    autograd, it shows what the misses cost."""
+    return _C.compiled_autograd_compile_seconds()

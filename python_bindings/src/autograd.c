@@ -366,6 +366,12 @@ static PyObject *py_compiled_autograd_counters(PyObject *module, PyObject *unuse
     return d;
 }
 
+static PyObject *py_compiled_autograd_compile_seconds(PyObject *module, PyObject *unused) {
+    ca_compiled_counters c;
+    GLUE_CALL_QUICK(ca_compiled_autograd_counters(&c));
+    return PyFloat_FromDouble((double)c.compile_ns * 1e-9);
+}
+
 /* graph_write_dot(path): path is a str, bytes or os.PathLike ("-" for stdout). */
 static PyObject *py_graph_write_dot(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames) {
@@ -405,6 +411,8 @@ PyMethodDef glue_autograd_methods[] = {
     NOARGS(compiled_autograd_enabled, "compiled_autograd_enabled() -> bool"),
     NOARGS(compiled_autograd_reset, "compiled_autograd_reset(): drop graphs, zero counters"),
     NOARGS(compiled_autograd_counters, "compiled_autograd_counters() -> dict"),
+    NOARGS(compiled_autograd_compile_seconds,
+           "compiled_autograd_compile_seconds() -> float: time spent compiling on misses"),
     FASTCALL(graph_write_dot, "graph_write_dot(path): latest compiled backward as Graphviz DOT"),
     {NULL, NULL, 0, NULL},
 };

@@ -2,6 +2,10 @@
 limit, and empty_cache() gives it back (the C side is tested in tests/c/test_alloc_cache.c).
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from helpers import ca, needs_cagrad
@@ -66,3 +70,23 @@ def test_a_training_step_reuses_the_previous_steps_memory():
 def test_a_negative_limit_is_refused():
     with pytest.raises(ValueError, match="must be >= 0"):
         ca.memory.set_cache_limit(-1)
+
+
+CHILD = """
+import cagrad
+a = cagrad.ones(4096)
+del a
+info = cagrad.memory.cache_info()
+print(info["limit"], info["cached_blocks"])
+"""
+
+
+@pytest.mark.parametrize("value, limit, blocks", [("3", 3 << 20, 1), ("0", 0, 0)])
+def test_the_limit_comes_from_cagrad_cache_limit_mb(value, limit, blocks):
+    env = dict(os.environ, CAGRAD_CACHE_LIMIT_MB=value)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(ca.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in sys.path if p])
+    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(limit), str(blocks)]

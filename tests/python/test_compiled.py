@@ -105,6 +105,20 @@ def test_same_graph_twice_one_capture_one_hit():
     assert c["graphs"] == 1 and c["eager_fallbacks"] == 0, c
 
 
+@needs_cagrad
+def test_compile_seconds_counts_misses_only():
+    params = make_params(ca)
+    assert ca.compiled_autograd.compile_seconds() == 0.0
+    with ca.compiled_autograd.enable():
+        step(params, 8, seed=1)
+        first = ca.compiled_autograd.compile_seconds()
+        assert 0.0 < first < 5.0
+        step(params, 8, seed=2)  # a hit
+        assert ca.compiled_autograd.compile_seconds() == first
+    ca.compiled_autograd.reset()
+    assert ca.compiled_autograd.compile_seconds() == 0.0
+
+
 def test_counters_do_not_move_outside_enable():
     params = make_params(ca)
     step(params, 8, seed=1)
