@@ -55,8 +55,6 @@ void *mem_calloc(size_t n, size_t size) {
 }
 
 bool mem_grow_slow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap)
-        return true;
     int c = *cap ? *cap : 16;
     while (c < need)
         c *= 2;

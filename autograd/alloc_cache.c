@@ -135,24 +135,8 @@ static void age_unlink(block *b) {
     C.blocks--;
 }
 
-/* Takes a cached block of exactly size, or NULL. */
-static block *cache_take_locked(size_t size) {
-    bool found;
-    int i = bin_find(size, &found);
-    if (!found)
-        return NULL;
-    block *b = C.bins[i].top;
-    C.bins[i].top = b->bin_next;
-    if (!C.bins[i].top)
-        bin_drop(i);
-    age_unlink(b);
-    return b;
-}
-
-/* Removes block b, cached in the bin of its size, wherever it sits in that bin. */
-static void cache_remove_locked(block *b) {
-    bool found;
-    int i = bin_find(b->size, &found);
+/* Unlinks block b from bin i, wherever it sits in that bin, and from the age list. */
+static void bin_unlink(int i, block *b) {
     block **pp = &C.bins[i].top;
     while (*pp != b)
         pp = &(*pp)->bin_next;
@@ -160,6 +144,23 @@ static void cache_remove_locked(block *b) {
     if (!C.bins[i].top)
         bin_drop(i);
     age_unlink(b);
+}
+
+/* Takes the most recently freed cached block of exactly size, or NULL. */
+static block *cache_take_locked(size_t size) {
+    bool found;
+    int i = bin_find(size, &found);
+    if (!found)
+        return NULL;
+    block *b = C.bins[i].top;
+    bin_unlink(i, b);
+    return b;
+}
+
+/* Removes block b, cached in the bin of its size. */
+static void cache_remove_locked(block *b) {
+    bool found;
+    bin_unlink(bin_find(b->size, &found), b);
 }
 
 /* Caches b; false when there is no room for it (no bin left, or over the limit). */

@@ -402,10 +402,6 @@ static void release_saved(void) {
     }
 }
 
-/* The entry to run for this key, compiling one on a miss; NULL to run eagerly. A backward
- * that fails with the user's error (a saved tensor changed in place or freed) counts
- * neither a hit nor a miss: the counters describe lookups that went somewhere. */
-
 /* CLOCK_MONOTONIC in ns, for the compile-time counter. */
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -413,6 +409,9 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The entry to run for this key, compiling one on a miss; NULL to run eagerly. A backward
+ * that fails with the user's error (a saved tensor changed in place or freed) counts
+ * neither a hit nor a miss: the counters describe lookups that went somewhere. */
 static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
     cache_lookup l = cache_find(&S.cache, &S.key);

@@ -95,6 +95,7 @@ struct graph_plan {
     int64_t *memo_slots;
     int memo_threads; /* 0: nothing memoised yet */
     size_t memo_scratch;
+    char *memos; /* run scratch: one kern_fused_memo per group, memo_stride() apart */
     sx_step *prog;
     int64_t *val;      /* run scratch: every expression's value */
     int64_t *offset;   /* run scratch: each buffer's byte offset */
@@ -512,6 +513,11 @@ static size_t round16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
+/* Bytes between the groups' fused-loop memos. */
+static size_t memo_stride(void) {
+    return round16(kern_fused_memo_bytes());
+}
+
 /* The plan and all its run scratch in one block. */
 static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n_groups) {
     size_t s_plan = round16(sizeof(graph_plan)), s_nodes = round16(sizeof(plan_node) * (size_t)n);
@@ -523,7 +529,7 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     size_t s_views = round16(sizeof(graph_view) * (size_t)n);
     int n_slots = graph_n_slots(g);
     size_t s_slots = round16(sizeof(int64_t) * (size_t)n_slots);
-    size_t s_memo = round16(kern_fused_memo_bytes()) * (size_t)n_groups;
+    size_t s_memo = memo_stride() * (size_t)n_groups;
     char *m = graph_mem_alloc(s_plan + s_nodes + s_bufs + s_groups + s_prog + s_val + s_off +
                               s_views + s_slots + s_memo);
     if (!m)
@@ -553,6 +559,7 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     p->n_slots = n_slots;
     p->memo_slots = (int64_t *)m;
     m += s_slots;
+    p->memos = m;
     memset(m, 0, s_memo); /* empty memos; graph_plan_new points each group at its own */
     return p;
 }
@@ -599,9 +606,8 @@ graph_plan *graph_plan_new(const graph *g) {
             memcpy(p->bufs, pl.bufs, sizeof(plan_buf) * (size_t)pl.n_bufs);
         if (n_groups > 0)
             memcpy(p->groups, pl.groups, sizeof(plan_group) * (size_t)n_groups);
-        char *memo = (char *)p->memo_slots + round16(sizeof(int64_t) * (size_t)p->n_slots);
         for (int k = 0; k < n_groups; k++)
-            p->groups[k].memo = (kern_fused_memo *)(memo + round16(kern_fused_memo_bytes()) * k);
+            p->groups[k].memo = (kern_fused_memo *)(p->memos + memo_stride() * (size_t)k);
         compile_sx(p);
     }
     graph_mem_free(scratch);
