@@ -9,6 +9,7 @@
 #define CAGRAD_INTERNAL_H
 
 #include "cagrad.h"
+#include "autograd/ops_activation.h"
 #include "codegen/kern.h"
 
 #include <stdarg.h>
@@ -322,6 +323,16 @@ typedef struct {
 #define CA_MAX_FIELDS 8
 #define CA_MAX_AUX    2
 
+/* Field shorthands for the rows: a saved input or result, a double or int attr. */
+#define F_IN(nm, k)                                                                                \
+    { nm, FIELD_TENSOR, FROM_INPUT, k }
+#define F_RESULT                                                                                   \
+    { "result", FIELD_TENSOR, FROM_OUTPUT, 0 }
+#define F_DBL(nm, k)                                                                               \
+    { nm, FIELD_DOUBLE, FROM_ATTR, k }
+#define F_INT(nm, k)                                                                               \
+    { nm, FIELD_INT, FROM_ATTR, k }
+
 enum {
     CA_OPF_NONDIFF = 1u << 0, /* no gradient at all (comparisons, backward-only helpers) */
 };
@@ -339,6 +350,9 @@ typedef ca_status (*ca_forward_fn)(const ca_op_def *row, ca_tensor *const *in, i
 /* Derivative rule: given the gradient g of the node's output, set gin[i] for every input
  * with node_needs_grad(n, i). Errors are sticky in the builder (see builder.h). */
 typedef void (*ca_deriv_fn)(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin);
+/* Argument mapping: the op's scalar arguments, in its schema's order, checked and stored
+ * in attrs (a row without one gets the registry's default mapping; op_registry.c). */
+typedef ca_status (*ca_args_fn)(const double *arg, int n_arg, ca_attrs *a);
 
 struct ca_op_def {
     int id;                /* ca_op_id: the row's place in the table */
@@ -354,6 +368,13 @@ struct ca_op_def {
     ca_forward_fn forward;
     ca_deriv_fn backward; /* NULL only with CA_OPF_NONDIFF */
     kern_pw_op pw;        /* pointwise rows: the kernel op */
+    kern_pw_op pw_bw;     /* activations: the derivative kernel (ops_activation.c) */
+    /* The op registry (cagrad.h): rows with a schema are callable by name and become
+     * Python functions. schema is the Python signature, PyTorch's names and defaults:
+     * "elu(Tensor input, float alpha=1.0)"; py says where PyTorch has it (CA_OP_PY_*). */
+    const char *schema;
+    unsigned py;
+    ca_args_fn args; /* NULL: the default mapping of the schema's scalars to attrs */
 };
 
 /* Every op, public and internal. Internal rows (helpers that derivative rules use) are
@@ -402,13 +423,7 @@ typedef enum {
     CA_OP_ABS,
     CA_OP_SIN,
     CA_OP_COS,
-    CA_OP_TANH,
-    CA_OP_SIGMOID,
-    CA_OP_RELU,
-    CA_OP_LEAKY_RELU,
     CA_OP_GELU,
-    CA_OP_SILU,
-    CA_OP_SOFTPLUS,
     CA_OP_CLAMP,
     CA_OP_TO_DTYPE,
     /* reductions: attrs.dims = reduced dims (canonical, sorted), i[0] = keepdim */
@@ -450,6 +465,10 @@ typedef enum {
     CA_OP_LAYER_NORM,
     CA_OP_DROPOUT,
     CA_OP_NLL_LOSS_BACKWARD, /* internal */
+/* the activations (ops_activation.h) */
+#define CA_OP_ENUM_ACTIVATION(ID, ...) CA_OP_##ID,
+    CA_ACTIVATIONS(CA_OP_ENUM_ACTIVATION)
+#undef CA_OP_ENUM_ACTIVATION
     /* autograd's own nodes */
     CA_OP_ACCUMULATE_GRAD,
     CA_OP__COUNT
@@ -461,12 +480,24 @@ typedef struct {
     int count;
 } ca_op_group;
 
-extern const ca_op_group ops_pointwise, ops_reduce, ops_shape, ops_index, ops_linalg, ops_nn,
-    ops_autograd;
+extern const ca_op_group ops_pointwise, ops_activation, ops_reduce, ops_shape, ops_index,
+    ops_linalg, ops_nn, ops_autograd;
+/* Every group, as op_table_check gathers them. */
+extern const ca_op_group *const op_groups[];
+extern const int op_n_groups;
 
 const ca_op_def *op_def(int id);
-/* Checks that every id has exactly one complete row and fills the table (op_table.c). */
+/* Checks that every id has exactly one complete row and fills the table (op_table.c), then
+ * builds the op registry from the rows' schemas (op_registry.c). */
 ca_status op_table_check(void);
+/* The registry over the filled table: every schema parsed, or CA_STATUS_INTERNAL naming the
+ * row whose schema is malformed. */
+ca_status op_registry_build(void);
+/* Whether row's schema is well formed and names the row (tests use it on made-up rows). */
+bool op_schema_valid(const ca_op_def *row);
+/* Op `op`'s scalar arguments (n_arg of them, in its schema's order) into attrs, checked:
+ * the row's own args function, or the default mapping of its schema. */
+ca_status op_def_args(int op, const double *arg, int n_arg, ca_attrs *a);
 /* The same check over any list of groups, into table t (CA_OP__COUNT entries): tests use
  * it to show that an incomplete table is refused. */
 ca_status op_table_build(const ca_op_group *const *groups, int n_groups, const ca_op_def **t);

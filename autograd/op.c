@@ -197,52 +197,13 @@ kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a) {
     return row->pw;
 }
 
-static int pw_cond_input(kern_pw_op k) {
-    return k == KPW_WHERE ? 0 : k == KPW_MASKED_FILL ? 1 : -1;
-}
-
-static bool pw_takes_int64(kern_pw_op k) {
-    switch (k) {
-    case KPW_COPY:
-    case KPW_FILL:
-    case KPW_NEG:
-    case KPW_ABS:
-    case KPW_ADD:
-    case KPW_SUB:
-    case KPW_MUL:
-    case KPW_ADD_S:
-    case KPW_SUB_S:
-    case KPW_RSUB_S:
-    case KPW_MUL_S:
-    case KPW_MAX:
-    case KPW_MIN:
-    case KPW_MAX_S:
-    case KPW_MIN_S:
-    case KPW_LT:
-    case KPW_LE:
-    case KPW_GT:
-    case KPW_GE:
-    case KPW_EQ:
-    case KPW_NE:
-    case KPW_LT_S:
-    case KPW_LE_S:
-    case KPW_GT_S:
-    case KPW_GE_S:
-    case KPW_EQ_S:
-    case KPW_NE_S:
-    case KPW_WHERE:
-    case KPW_MASKED_FILL: return true;
-    default: return false;
-    }
-}
-
 ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                              ca_meta *out) {
     kern_pw_op k = op_pw_kind(row, a);
     if ((unsigned)k >= KPW__COUNT || kern_pw_arity(k) != n_in)
         return err_set(CA_STATUS_INVALID, "%s: pointwise op %d takes %d inputs, got %d", row->name,
                        (int)k, (unsigned)k < KPW__COUNT ? kern_pw_arity(k) : -1, n_in);
-    int cond = pw_cond_input(k), first = cond == 0 ? 1 : 0;
+    int cond = kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
     ca_meta r = in[first];
     for (int i = 0; i < n_in; i++) {
         if (i == cond)
@@ -253,7 +214,7 @@ ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
                            "convert one with ca_to_dtype",
                            row->name, ca_dtype_name(r.dtype), ca_dtype_name(in[i].dtype));
     }
-    if (r.dtype == CA_INT64 && !pw_takes_int64(k))
+    if (r.dtype == CA_INT64 && !kern_pw_supports(k, KERN_I64))
         return err_set(CA_STATUS_DTYPE,
                        "%s: int64 tensors are not supported; convert with "
                        "ca_to_dtype(x, CA_FLOAT32, ...) first",

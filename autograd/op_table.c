@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const ca_op_group *const groups[] = {&ops_pointwise, &ops_reduce, &ops_shape,   &ops_index,
-                                            &ops_linalg,    &ops_nn,     &ops_autograd};
+const ca_op_group *const op_groups[] = {&ops_pointwise, &ops_activation, &ops_reduce,
+                                        &ops_shape,     &ops_index,      &ops_linalg,
+                                        &ops_nn,        &ops_autograd};
+const int op_n_groups = (int)(sizeof op_groups / sizeof op_groups[0]);
 
 static const ca_op_def *table[CA_OP__COUNT];
 
@@ -86,7 +88,8 @@ ca_status op_table_build(const ca_op_group *const *gs, int n_groups, const ca_op
 }
 
 ca_status op_table_check(void) {
-    return op_table_build(groups, (int)(sizeof groups / sizeof groups[0]), table);
+    CA_CHECK(op_table_build(op_groups, op_n_groups, table));
+    return op_registry_build();
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -13,17 +13,8 @@
 #include <math.h>
 
 /* ---------------------------------------------------------------------------------------
- * Row and field shorthands
+ * Row shorthands
  */
-#define F_IN(nm, k)                                                                                \
-    { nm, FIELD_TENSOR, FROM_INPUT, k }
-#define F_RESULT                                                                                   \
-    { "result", FIELD_TENSOR, FROM_OUTPUT, 0 }
-#define F_DBL(nm, k)                                                                               \
-    { nm, FIELD_DOUBLE, FROM_ATTR, k }
-#define F_INT(nm, k)                                                                               \
-    { nm, FIELD_INT, FROM_ATTR, k }
-
 /* A pointwise row with the shared shape rule and forward kernel. */
 #define PW_ROW(ID, NAME, NODE, NIN, KOP, BW, NF, ...)                                              \
     {                                                                                              \
@@ -222,33 +213,8 @@ static void cos_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
     set_grad(b, n, gin, 0, bx_neg(b, bx_mul(b, g, s)));
 }
 
-static void tanh_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    unary_bw(b, n, g, gin, KPW_TANH_BW, 0, 0);
-}
-
-static void sigmoid_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    unary_bw(b, n, g, gin, KPW_SIGMOID_BW, 0, 0);
-}
-
-/* saved: result (result > 0 exactly where x > 0) */
-static void relu_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    unary_bw(b, n, g, gin, KPW_RELU_BW, 0, 0);
-}
-
-static void leaky_relu_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    unary_bw(b, n, g, gin, KPW_LEAKY_RELU_BW, n->attrs.s[0], 0);
-}
-
 static void gelu_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     unary_bw(b, n, g, gin, n->attrs.i[0] ? KPW_GELU_TANH_BW : KPW_GELU_BW, 0, 0);
-}
-
-static void silu_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    unary_bw(b, n, g, gin, KPW_SILU_BW, 0, 0);
-}
-
-static void softplus_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    unary_bw(b, n, g, gin, KPW_SOFTPLUS_BW, n->attrs.s[0], n->attrs.s[1]);
 }
 
 static void clamp_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
@@ -278,13 +244,6 @@ static ca_status gelu_shape(const ca_op_def *row, const ca_meta *in, int n_in, c
                        "CA_GELU_TANH (1), got %lld",
                        (long long)a->i[0]);
     return op_pointwise_shape(row, in, n_in, a, out);
-}
-
-static ca_status gelu_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
-                              const ca_attrs *a, const ca_meta *m, ca_tensor **out,
-                              ca_tensor **aux) {
-    kern_pw_op k = a->i[0] == CA_GELU_TANH ? KPW_GELU_TANH : KPW_GELU;
-    return tensor_pointwise(k, m, n_in, in, 0, 0, out);
 }
 
 static ca_status clamp_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -417,12 +376,6 @@ static const ca_op_def rows[] = {
     PW_ROW(CA_OP_ABS, "abs", "AbsBackward0", 1, KPW_ABS, abs_backward, 1, F_IN("self", 0)),
     PW_ROW(CA_OP_SIN, "sin", "SinBackward0", 1, KPW_SIN, sin_backward, 1, F_IN("self", 0)),
     PW_ROW(CA_OP_COS, "cos", "CosBackward0", 1, KPW_COS, cos_backward, 1, F_IN("self", 0)),
-    PW_ROW(CA_OP_TANH, "tanh", "TanhBackward0", 1, KPW_TANH, tanh_backward, 1, F_RESULT),
-    PW_ROW(CA_OP_SIGMOID, "sigmoid", "SigmoidBackward0", 1, KPW_SIGMOID, sigmoid_backward, 1,
-           F_RESULT),
-    PW_ROW(CA_OP_RELU, "relu", "ReluBackward0", 1, KPW_RELU, relu_backward, 1, F_RESULT),
-    PW_ROW(CA_OP_LEAKY_RELU, "leaky_relu", "LeakyReluBackward0", 1, KPW_LEAKY_RELU,
-           leaky_relu_backward, 2, F_IN("self", 0), F_DBL("negative_slope", 0)),
     {.id = CA_OP_GELU,
      .name = "gelu",
      .node_name = "GeluBackward0",
@@ -432,12 +385,11 @@ static const ca_op_def rows[] = {
      .n_fields = 2,
      .fields = {F_IN("self", 0), F_INT("approximate", 0)},
      .shape = gelu_shape,
-     .forward = gelu_forward,
+     .forward = op_pointwise_forward,
      .backward = gelu_backward,
-     .pw = KPW_GELU},
-    PW_ROW(CA_OP_SILU, "silu", "SiluBackward0", 1, KPW_SILU, silu_backward, 1, F_IN("self", 0)),
-    PW_ROW(CA_OP_SOFTPLUS, "softplus", "SoftplusBackward0", 1, KPW_SOFTPLUS, softplus_backward, 3,
-           F_IN("self", 0), F_DBL("beta", 0), F_DBL("threshold", 1)),
+     .pw = KPW_GELU,
+     .schema = "gelu(Tensor input, str{none|tanh} approximate='none')",
+     .py = CA_OP_PY_NN},
     {.id = CA_OP_CLAMP,
      .name = "clamp",
      .node_name = "ClampBackward1",
@@ -546,10 +498,6 @@ DEF_UNARY(ca_rsqrt, CA_OP_RSQRT)
 DEF_UNARY(ca_abs, CA_OP_ABS)
 DEF_UNARY(ca_sin, CA_OP_SIN)
 DEF_UNARY(ca_cos, CA_OP_COS)
-DEF_UNARY(ca_tanh, CA_OP_TANH)
-DEF_UNARY(ca_sigmoid, CA_OP_SIGMOID)
-DEF_UNARY(ca_relu, CA_OP_RELU)
-DEF_UNARY(ca_silu, CA_OP_SILU)
 
 ca_status ca_where(ca_tensor *cond, ca_tensor *a, ca_tensor *b, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_where");
@@ -576,19 +524,9 @@ ca_status ca_where_scalar(ca_tensor *cond, ca_tensor *a, double b, ca_tensor **o
     return st;
 }
 
-ca_status ca_leaky_relu(ca_tensor *x, double negative_slope, ca_tensor **out) {
-    ca_attrs at = {.s = {negative_slope, 0}};
-    return unary(CA_OP_LEAKY_RELU, "ca_leaky_relu", x, &at, out);
-}
-
 ca_status ca_gelu(ca_tensor *x, ca_gelu_approximate approximate, ca_tensor **out) {
     ca_attrs at = {.i = {(int64_t)approximate}};
     return unary(CA_OP_GELU, "ca_gelu", x, &at, out);
-}
-
-ca_status ca_softplus(ca_tensor *x, double beta, double threshold, ca_tensor **out) {
-    ca_attrs at = {.s = {beta, threshold}};
-    return unary(CA_OP_SOFTPLUS, "ca_softplus", x, &at, out);
 }
 
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out) {

@@ -64,7 +64,6 @@ typedef struct {
     bool reduce;
     kern_pw_fn fn[KERN_FUSED_MAX_INSTR];
     int nread[KERN_FUSED_MAX_INSTR]; /* operands the kernel reads */
-    double p1[KERN_FUSED_MAX_INSTR]; /* p1 as the kernel wants it */
     bool live[KF_NREG];
     int last[KF_NREG];   /* last instruction reading a register; n_instr: stored */
     int first[KF_NREG];  /* inputs: the instruction before which it is loaded */
@@ -100,10 +99,9 @@ static bool kf_dtype_ok(kern_dtype dt) {
     return (unsigned)dt <= KERN_I64;
 }
 
-/* Registers op reads: its arity, but none for FILL (the clamp spells out 0..3 for static
- * analysis). */
+/* Registers op reads (the clamp spells out 0..3 for static analysis). */
 static int kf_nread(kern_pw_op op) {
-    int n = op == KPW_FILL ? 0 : kern_pw_arity(op);
+    int n = kern_pw_reads(op);
     return n < 0 ? 0 : n > 3 ? 3 : n;
 }
 
@@ -113,8 +111,7 @@ static bool kf_read_ok(const kern_fused_prog *p, kern_dtype dt, int k, int i, in
         return false; /* read before written */
     if (reg >= p->n_inputs || p->in_dt[reg] == dt)
         return true;
-    kern_pw_op op = p->instr[k].op;
-    return (op == KPW_WHERE && i == 0) || (op == KPW_MASKED_FILL && i == 1);
+    return kern_pw_cond_input(p->instr[k].op) == i;
 }
 
 static int kf_validate(const kern_fused_prog *p, kern_dtype dt) {
@@ -342,7 +339,6 @@ static int kf_plan_init(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, in
         const kern_fused_instr *ins = &p->instr[k];
         pl->fn[k] = kern_pw_kernel(ins->op, dt);
         pl->nread[k] = kf_nread(ins->op);
-        pl->p1[k] = ins->op == KPW_POW_S_BW ? ins->p0 - 1 : ins->p1; /* the exponent of x */
     }
     kf_liveness(pl);
     return 0;
@@ -530,7 +526,7 @@ static void kf_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs, int 
         const void *arg[3] = {NULL, NULL, NULL};
         for (int i = 0; i < pl->nread[k] && i < 3; i++)
             arg[i] = loc[reg[i]];
-        pl->fn[k](m, dst, arg[0], arg[1], arg[2], ins->p0, pl->p1[k]);
+        pl->fn[k](m, dst, arg[0], arg[1], arg[2], ins->p0, ins->p1);
         loc[d] = dst;
     }
 }

@@ -41,91 +41,33 @@ const char *kern_isa_name(kern_isa_level isa);
 
 /* ---------------------------------------------------------------------------------------
  * Pointwise ops. One enum for every elementwise function, forward and backward helpers
- * alike, so the graph layer can fuse any chain of them. Arity is fixed per op
- * (kern_pw_arity). p0/p1 are the op's scalar parameters, listed beside each op.
- * Inputs that are "mask"/"cond" are nonzero = true. Comparison results are 1 or 0 in the
- * output dtype.
+ * alike, so the graph layer can fuse any chain of them. The ops, their arity, parameters
+ * and formulas are the rows of kern_pw_ops.h; every table below comes from those rows.
  */
+#include "kern_pw_ops.h"
+
 typedef enum {
-    /* unary: y = f(x) */
-    KPW_COPY, /* x */
-    KPW_NEG,  /* -x */
-    KPW_EXP,
-    KPW_LOG,
-    KPW_SQRT,
-    KPW_RSQRT, /* 1/sqrt(x) */
-    KPW_ABS,
-    KPW_SIGN, /* -1, 0, 1; 0 for +-0 and for NaN, as PyTorch */
-    KPW_SIN,
-    KPW_COS,
-    KPW_TANH,
-    KPW_SIGMOID,
-    KPW_RELU,
-    KPW_LEAKY_RELU, /* p0 = negative_slope */
-    KPW_GELU,       /* exact: x * 0.5 * (1 + erf(x / sqrt 2)) */
-    KPW_GELU_TANH,  /* tanh approximation */
-    KPW_SILU,
-    KPW_SOFTPLUS,   /* p0 = beta, p1 = threshold: x if beta*x > threshold */
-    KPW_CLAMP,      /* p0 = min, p1 = max; NaN bound = no bound on that side */
-    KPW_RECIPROCAL, /* 1/x */
-    KPW_SQUARE,     /* x*x */
-    KPW_ADD_S,      /* x + p0 */
-    KPW_SUB_S,      /* x - p0 */
-    KPW_RSUB_S,     /* p0 - x */
-    KPW_MUL_S,      /* x * p0 */
-    KPW_DIV_S,      /* x / p0 */
-    KPW_RDIV_S,     /* p0 / x */
-    KPW_POW_S,      /* x ^ p0; p0 in {0, 1, 2, 3, .5, -.5, -1, -2} as PyTorch does them */
-    KPW_RPOW_S,     /* p0 ^ x */
-    KPW_MAX_S,      /* max(x, p0); NaN propagates (from x or p0), like clamp_min */
-    KPW_MIN_S,
-    KPW_LT_S, /* x < p0 */
-    KPW_LE_S,
-    KPW_GT_S,
-    KPW_GE_S,
-    KPW_EQ_S,
-    KPW_NE_S,
-    KPW_FILL, /* p0 (x only gives shape; src is not read and may be NULL) */
-    /* binary: y = f(a, b) */
-    KPW_ADD, /* a + p0 * b   (p0 = alpha; callers pass 1 for plain add) */
-    KPW_SUB, /* a - p0 * b */
-    KPW_MUL,
-    KPW_DIV,
-    KPW_POW, /* a ^ b */
-    KPW_MAX, /* maximum(a, b), NaN propagates */
-    KPW_MIN,
-    KPW_LT,
-    KPW_LE,
-    KPW_GT,
-    KPW_GE,
-    KPW_EQ,
-    KPW_NE,
-    KPW_MASKED_FILL, /* b ? p0 : a   (b = mask) */
-    /* derivative helpers, binary: (g, x) or (g, y) -> dx.  g = incoming gradient */
-    KPW_RELU_BW,       /* x <= 0 ? 0 : g (PyTorch's threshold_backward: NaN x passes g) */
-    KPW_LEAKY_RELU_BW, /* g * (x > 0 ? 1 : p0) */
-    KPW_GELU_BW,       /* g * d/dx gelu(x), exact form */
-    KPW_GELU_TANH_BW,  /* g * d/dx gelu_tanh(x) */
-    KPW_SILU_BW,       /* g * s * (1 + x * (1 - s)), s = sigmoid(x) */
-    KPW_SOFTPLUS_BW,   /* g * sigmoid(beta*x), or g where beta*x > threshold; p0,p1 as softplus */
-    KPW_SIGMOID_BW,    /* (g, y): g * y * (1 - y) */
-    KPW_TANH_BW,       /* (g, y): g * (1 - y*y) */
-    KPW_CLAMP_BW,      /* g * (min <= x <= max), p0 = min, p1 = max (NaN = unbounded) */
-    KPW_ABS_BW,        /* g * sign(x) */
-    KPW_POW_S_BW,      /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 (p1 is ignored) */
-    /* ternary: y = f(a, b, c) */
-    KPW_WHERE,       /* a ? b : c */
-    KPW_POW_BW_BASE, /* (g, a, b): g * b * a^(b-1); 0 where b == 0 */
-    KPW_POW_BW_EXP,  /* (g, a, y): g * y * log(a), y = a^b; 0 where a == 0 and y is
-                        finite, which for y = a^b is PyTorch's "a == 0 and b >= 0" */
-    KPW_MAXMIN_BW,   /* (g, a, b): g/2 where a == b, 0 where a < b, else g (a > b or NaN),
-                        i.e. maximum's grad for a; swap args for b; minimum uses the same
-                        with swapped args, as PyTorch */
-    KPW__COUNT
+#define KERN_PW_ENUM(NAME, AR, NP, FL, VEC, REF) KPW_##NAME,
+    KERN_PW_OPS(KERN_PW_ENUM)
+#undef KERN_PW_ENUM
+        KPW__COUNT
 } kern_pw_op;
 
-int kern_pw_arity(kern_pw_op op);
+/* KPW_NP_<NAME>: the op's parameter count as a constant, for static tables. */
+enum {
+#define KERN_PW_NP(NAME, AR, NP, FL, VEC, REF) KPW_NP_##NAME = (NP),
+    KERN_PW_OPS(KERN_PW_NP)
+#undef KERN_PW_NP
+};
+
+/* Each takes any int and answers for one outside [0, KPW__COUNT) too: -1, 0, "?", -1, false. */
+int kern_pw_arity(kern_pw_op op);   /* inputs (FILL's one input is never read) */
+int kern_pw_nparams(kern_pw_op op); /* scalar parameters read: 0, 1 (p0) or 2 (p0, p1) */
 const char *kern_pw_name(kern_pw_op op);
+/* The input that is a condition or mask of any dtype (where: 0, masked_fill: 1), or -1. */
+int kern_pw_cond_input(kern_pw_op op);
+/* Whether kern_pointwise runs op in dtype dt (every op runs in float32 and float64). */
+bool kern_pw_supports(kern_pw_op op, kern_dtype dt);
 
 /* A strided input: data points at the element for index (0,...,0); strides are given per
  * output dim (0 for a broadcast dim). */
@@ -137,11 +79,10 @@ typedef struct {
 /* out[i] = op(src[0][i], ..., src[arity-1][i]) over the index space `shape` (ndim dims,
  * ndim == 0 means one element). out is written with out_strides (pass contiguous strides
  * for a fresh output; the same kernel serves in-place updates of views). All inputs and
- * the output share dtype dt, except that a `mask`/`cond` input of KPW_MASKED_FILL and
- * KPW_WHERE may be any dtype: pass its dtype in cond_dt. KERN_I64 supports only COPY,
- * FILL, NEG, ABS, SIGN, SQUARE, ADD*, SUB*, RSUB_S, MUL*, comparisons, MAX, MIN, MAX_S,
- * MIN_S, WHERE and MASKED_FILL (int64 arithmetic wraps; p0 is truncated to int64, except that
- * comparisons with p0 are exact). Returns 0, or -1 for an unsupported op/dtype pair. */
+ * the output share dtype dt, except that the condition input (kern_pw_cond_input) may be
+ * any dtype: pass its dtype in cond_dt. KERN_I64 supports the ops kern_pw_supports says
+ * (int64 arithmetic wraps; p0 is truncated to int64, except that comparisons with p0 are
+ * exact). Returns 0, or -1 for an unsupported op/dtype pair. */
 int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, const int64_t *shape,
                    void *out, const int64_t *out_strides, const kern_src *src, double p0,
                    double p1);

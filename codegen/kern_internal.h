@@ -72,6 +72,9 @@ extern const kern_simd kern_avx512_f32_table, kern_avx512_f64_table;
 /* The table for the current ISA; NULL for KERN_I64. */
 const kern_simd *kern_simd_for(kern_dtype dt);
 
+/* The inputs op's kernel reads: its arity, but none for FILL (0 for an invalid op). */
+int kern_pw_reads(kern_pw_op op);
+
 /* The contiguous kernel kern_pointwise runs for op in dtype dt on the current ISA; NULL
  * when dt does not support op. */
 kern_pw_fn kern_pw_kernel(kern_pw_op op, kern_dtype dt);

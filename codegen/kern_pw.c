@@ -16,34 +16,36 @@
 
 static const struct {
     const char *name;
-    int arity;
+    uint8_t arity, nparams, flags;
 } kern_pw_info[KPW__COUNT] = {
-#define U(op)  [KPW_##op] = {#op, 1}
-#define B(op)  [KPW_##op] = {#op, 2}
-#define T3(op) [KPW_##op] = {#op, 3}
-    U(COPY),       U(NEG),          U(EXP),      U(LOG),         U(SQRT),         U(RSQRT),
-    U(ABS),        U(SIGN),         U(SIN),      U(COS),         U(TANH),         U(SIGMOID),
-    U(RELU),       U(LEAKY_RELU),   U(GELU),     U(GELU_TANH),   U(SILU),         U(SOFTPLUS),
-    U(CLAMP),      U(RECIPROCAL),   U(SQUARE),   U(ADD_S),       U(SUB_S),        U(RSUB_S),
-    U(MUL_S),      U(DIV_S),        U(RDIV_S),   U(POW_S),       U(RPOW_S),       U(MAX_S),
-    U(MIN_S),      U(LT_S),         U(LE_S),     U(GT_S),        U(GE_S),         U(EQ_S),
-    U(NE_S),       U(FILL),         B(ADD),      B(SUB),         B(MUL),          B(DIV),
-    B(POW),        B(MAX),          B(MIN),      B(LT),          B(LE),           B(GT),
-    B(GE),         B(EQ),           B(NE),       B(MASKED_FILL), B(RELU_BW),      B(LEAKY_RELU_BW),
-    B(GELU_BW),    B(GELU_TANH_BW), B(SILU_BW),  B(SOFTPLUS_BW), B(SIGMOID_BW),   B(TANH_BW),
-    B(CLAMP_BW),   B(ABS_BW),       B(POW_S_BW), T3(WHERE),      T3(POW_BW_BASE), T3(POW_BW_EXP),
-    T3(MAXMIN_BW),
-#undef U
-#undef B
-#undef T3
+#define KERN_PW_INFO(NAME, AR, NP, FL, VEC, REF) [KPW_##NAME] = {#NAME, AR, NP, FL},
+    KERN_PW_OPS(KERN_PW_INFO)
+#undef KERN_PW_INFO
 };
 
 int kern_pw_arity(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].arity : -1;
 }
 
+int kern_pw_nparams(kern_pw_op op) {
+    return (unsigned)op < KPW__COUNT ? kern_pw_info[op].nparams : 0;
+}
+
 const char *kern_pw_name(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].name : "?";
+}
+
+int kern_pw_cond_input(kern_pw_op op) {
+    if ((unsigned)op >= KPW__COUNT)
+        return -1;
+    int fl = kern_pw_info[op].flags;
+    return fl & KPWF_COND0 ? 0 : fl & KPWF_COND1 ? 1 : -1;
+}
+
+int kern_pw_reads(kern_pw_op op) {
+    if ((unsigned)op >= KPW__COUNT)
+        return 0;
+    return kern_pw_info[op].flags & KPWF_NOREAD ? 0 : kern_pw_info[op].arity;
 }
 
 /* ------------------------------------------------------------------ int64 kernels */
@@ -115,6 +117,12 @@ static const kern_pw_fn kern_i64_table[KPW__COUNT] = {
     I64_KERNELS(I64_TAB)
 #undef I64_TAB
 };
+
+bool kern_pw_supports(kern_pw_op op, kern_dtype dt) {
+    if ((unsigned)op >= KPW__COUNT)
+        return false;
+    return dt == KERN_I64 ? kern_i64_table[op] != NULL : dt == KERN_F32 || dt == KERN_F64;
+}
 
 kern_pw_fn kern_pw_kernel(kern_pw_op op, kern_dtype dt) {
     if ((unsigned)op >= KPW__COUNT)
@@ -369,7 +377,7 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
     pl.fn = kern_pw_kernel(op, dt);
     if (!pl.fn)
         return -1;
-    int cond = op == KPW_WHERE ? 0 : op == KPW_MASKED_FILL ? 1 : -1;
+    int cond = kern_pw_cond_input(op);
     if (cond >= 0 && cond_dt != dt) {
         if (kern_dtype_size(cond_dt) == 0)
             return -1;
@@ -384,9 +392,9 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
     }
     if (total == 0)
         return 0;
-    pl.nin = op == KPW_FILL ? 0 : kern_pw_arity(op);
+    pl.nin = kern_pw_reads(op);
     pl.p0 = p0;
-    pl.p1 = op == KPW_POW_S_BW ? p0 - 1 : p1; /* the kernel wants the exponent of x */
+    pl.p1 = p1;
     for (int k = 0; k < 4; k++)
         pl.sz[k] = (int64_t)(k - 1 == pl.conv && k > 0 ? kern_dtype_size(pl.cond_dt) : pl.esz);
     int64_t str[4][KERN_MAX_DIMS]; /* the caller's strides; pl.str gets them collapsed */

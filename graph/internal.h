@@ -38,8 +38,6 @@ int graph_infer(graph *g, graph_node *n);
 bool graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b);
 /* "[s0, 10]" into buf; returns buf. */
 const char *graph_shape_str(const graph *g, int n, const graph_sx *shape, char *buf, size_t size);
-/* How many of p[0..1] pointwise op k reads. */
-int graph_pw_nparams(kern_pw_op k);
 /* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT. */
 bool graph_op_is_side_effect(graph_op op);
 /* False for the nodes that make no value (RETAIN, ACCUMULATE, POST_HOOK, OUTPUT). */

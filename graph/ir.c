@@ -488,20 +488,3 @@ bool graph_op_is_side_effect(graph_op op) {
 bool graph_op_has_value(graph_op op) {
     return op != GOP_RETAIN && op != GOP_ACCUMULATE && op != GOP_POST_HOOK && op != GOP_OUTPUT;
 }
-
-int graph_pw_nparams(kern_pw_op k) {
-    switch (k) {
-    case KPW_SOFTPLUS:
-    case KPW_CLAMP:
-    case KPW_SOFTPLUS_BW:
-    case KPW_CLAMP_BW: return 2;
-    case KPW_LEAKY_RELU:
-    case KPW_FILL:
-    case KPW_ADD:
-    case KPW_SUB:
-    case KPW_MASKED_FILL:
-    case KPW_LEAKY_RELU_BW:
-    case KPW_POW_S_BW: return 1;
-    default: return k >= KPW_ADD_S && k <= KPW_NE_S ? 1 : 0;
-    }
-}

@@ -1006,7 +1006,7 @@ static int run_pw(run_ctx *r, const graph_node *x, const graph_view *out) {
     memset(src, 0, sizeof src);
     for (int i = 0; i < x->a.n_in; i++)
         bcast_src(in_view(r, x, i), out, &src[i]);
-    int cond = k == KPW_WHERE ? 0 : k == KPW_MASKED_FILL ? 1 : -1;
+    int cond = kern_pw_cond_input(k);
     kern_dtype cond_dt = cond >= 0 ? in_view(r, x, cond)->dtype : out->dtype;
     return kern_pointwise(k, out->dtype, cond_dt, out->ndim, out->shape, out->data, out->strides,
                           src, x->a.p[0], x->a.p[1]);

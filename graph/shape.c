@@ -108,7 +108,7 @@ static void canon_unused(graph_op_args *a, int n_in) {
     int ni = op_n_ints(a->op);
     for (int k = ni; k < 4; k++)
         a->i[k] = 0;
-    int np = a->op == GOP_PW           ? graph_pw_nparams((kern_pw_op)a->i[0])
+    int np = a->op == GOP_PW           ? kern_pw_nparams((kern_pw_op)a->i[0])
              : a->op == GOP_SCALE_SIZE ? 1
                                        : 0;
     for (int k = np; k < 2; k++)
@@ -243,36 +243,6 @@ static int infer_input(graph *g, graph_node *n) {
     return 0;
 }
 
-static bool pw_takes_i64(kern_pw_op k) {
-    switch (k) {
-    case KPW_COPY:
-    case KPW_FILL:
-    case KPW_NEG:
-    case KPW_ABS:
-    case KPW_SIGN:
-    case KPW_SQUARE:
-    case KPW_ADD:
-    case KPW_ADD_S:
-    case KPW_SUB:
-    case KPW_SUB_S:
-    case KPW_RSUB_S:
-    case KPW_MUL:
-    case KPW_MUL_S:
-    case KPW_MAX:
-    case KPW_MIN:
-    case KPW_MAX_S:
-    case KPW_MIN_S:
-    case KPW_WHERE:
-    case KPW_MASKED_FILL: return true;
-    default: return (k >= KPW_LT_S && k <= KPW_NE_S) || (k >= KPW_LT && k <= KPW_NE);
-    }
-}
-
-/* The input a where/masked_fill reads as a condition (any dtype), or -1. */
-static int pw_cond_input(kern_pw_op k) {
-    return k == KPW_WHERE ? 0 : k == KPW_MASKED_FILL ? 1 : -1;
-}
-
 static int infer_pw(graph *g, graph_node *n) {
     kern_pw_op k = (kern_pw_op)n->a.i[0];
     char op[32]; /* the printed name: kern_pw_name in lower case */
@@ -281,13 +251,13 @@ static int infer_pw(graph *g, graph_node *n) {
     for (; src[len] && len + 1 < sizeof op; len++)
         op[len] = (char)(src[len] >= 'A' && src[len] <= 'Z' ? src[len] - 'A' + 'a' : src[len]);
     op[len] = '\0';
-    int cond = pw_cond_input(k), first = cond == 0 ? 1 : 0;
+    int cond = kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
     kern_dtype dt = in_node(g, n, first)->dtype;
     for (int i = 0; i < n->a.n_in; i++)
         if (i != cond && in_node(g, n, i)->dtype != dt)
             return graph_fail(g, "%s: inputs have different dtypes (%s and %s); cast one", op,
                               dtype_name(dt), dtype_name(in_node(g, n, i)->dtype));
-    if (dt == KERN_I64 && !pw_takes_i64(k))
+    if (dt == KERN_I64 && !kern_pw_supports(k, KERN_I64))
         return graph_fail(g, "%s: i64 values are not supported; cast to a float dtype first", op);
     int nd = 0;
     graph_sx shape[KERN_MAX_DIMS];

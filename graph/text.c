@@ -77,7 +77,7 @@ void graph_sb_pw_params(graph_sbuf *b, const graph_node *x, const char *sep) {
             graph_sb_printf(b, "%salpha=%g", sep, x->a.p[0]);
         return;
     }
-    for (int j = 0; j < graph_pw_nparams(k); j++)
+    for (int j = 0; j < kern_pw_nparams(k); j++)
         graph_sb_printf(b, "%s%g", sep, x->a.p[j]);
 }
 

@@ -75,6 +75,7 @@ typedef enum {
     CA_STATUS_AUTOGRAD = -7, /* backward twice, in-place changed saved tensor, no grad_fn */
     CA_STATUS_HOOK = -8,     /* a hook failed or returned a gradient that does not fit */
     CA_STATUS_INTERNAL = -9, /* a broken internal invariant: please report it */
+    CA_STATUS_VALUE = -10,   /* an argument's value is outside its range (Python: ValueError) */
 } ca_status;
 
 /* The message of the last failing call on this thread ("" if none). Borrowed. */
@@ -474,6 +475,50 @@ ca_status ca_mul_scalar_(ca_tensor *self, double s);
 ca_status ca_zero_(ca_tensor *self);
 ca_status ca_fill_(ca_tensor *self, double value);
 ca_status ca_copy_(ca_tensor *self, ca_tensor *src); /* src broadcasts to self's shape */
+
+/* ---------------------------------------------------------------------------------------
+ * The op registry: the ops with a PyTorch-style schema, callable by index. Bindings build
+ * their functions from it (the Python package makes torch.elu, nn.functional.elu, ... out
+ * of it), and a C program can call such an op by name without a function of its own.
+ *
+ * A schema is the op's Python signature with PyTorch's names and defaults:
+ *     "elu(Tensor input, float alpha=1.0)"
+ *     "gelu(Tensor input, str{none|tanh} approximate='none')"
+ * Parameters are Tensor, float, int, bool, or str{a|b|...}: one of the choices, passed as
+ * its index. ca_op_apply takes the Tensor arguments in schema order, and every other
+ * argument as a double, in schema order too.
+ */
+enum {
+    CA_OP_PY_TORCH = 1u << 0,   /* PyTorch has torch.<name> */
+    CA_OP_PY_TENSOR = 1u << 1,  /* ... and the method Tensor.<name> */
+    CA_OP_PY_NN = 1u << 2,      /* ... and torch.nn.functional.<name> */
+    CA_OP_PY_INPLACE = 1u << 3, /* whose functional form also takes inplace=False */
+};
+
+#define CA_OP_MAX_SCALARS 4
+
+typedef struct {
+    const char *name;   /* "elu": static, like schema */
+    const char *schema; /* "elu(Tensor input, float alpha=1.0)" */
+    int n_tensors;      /* Tensor arguments */
+    int n_scalars;      /* the others (at most CA_OP_MAX_SCALARS) */
+    /* the last n_defaults scalars have defaults: defaults[k] for scalar k, as ca_op_apply
+     * takes it (True is 1, a choice its index) */
+    int n_defaults;
+    double defaults[CA_OP_MAX_SCALARS];
+    unsigned flags; /* CA_OP_PY_* */
+} ca_op_info;
+
+/* Ops in the registry (0 if the library failed to initialise). */
+int ca_op_count(void);
+/* Op `index` (0 .. ca_op_count() - 1). CA_STATUS_INVALID for an index out of range. */
+ca_status ca_op_describe(int index, ca_op_info *out);
+/* The index of the op named `name`; CA_STATUS_INVALID if there is none. */
+ca_status ca_op_find(const char *name, int *index);
+/* Run op `index`: like its own function (ca_elu), with the same checks and statuses, and
+ * CA_STATUS_INVALID when the numbers of tensors or scalars do not match its schema. */
+ca_status ca_op_apply(int index, int n_tensors, ca_tensor *const *tensors, int n_scalars,
+                      const double *scalars, ca_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -285,32 +285,6 @@ def cos(input):
     return _C.cos(input)
 
 
-def tanh(input):
-    return _C.tanh(input)
-
-
-def sigmoid(input):
-    return _C.sigmoid(input)
-
-
-def relu(input):
-    return _C.relu(input)
-
-
-def silu(input):
-    return _C.silu(input)
-
-
-_GELU_APPROX = {"none": 0, "tanh": 1}
-
-
-def gelu(input, approximate="none"):
-    code = _GELU_APPROX.get(approximate)
-    if code is None:
-        raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _C.gelu(input, code)
-
-
 def clamp(input, min=None, max=None):
     """Values limited to [min, max]; min and max may be numbers, tensors or None."""
     if isinstance(min, _TensorBase) or isinstance(max, _TensorBase):

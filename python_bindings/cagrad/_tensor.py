@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _C
 from . import _creation
+from . import _ops
 from . import _functions as F
 from ._dtype import CPU, DTYPES, Size, check_device
 from ._dtype import device as _device_type
@@ -577,13 +578,17 @@ for _name in (
         "add sub subtract mul multiply div divide true_divide pow maximum minimum "
         "lt less le less_equal gt greater ge greater_equal eq ne not_equal "
         "logical_not logical_and logical_or logical_xor "
-        "neg negative exp log sqrt rsqrt abs absolute sin cos tanh sigmoid relu silu gelu "
+        "neg negative exp log sqrt rsqrt abs absolute sin cos "
         "clamp clip sum mean logsumexp max min amax amin argmax argmin any all "
         "transpose swapaxes swapdims t squeeze unsqueeze flatten narrow select split chunk "
         "unbind masked_fill index_select gather matmul mm bmm softmax log_softmax clone"
 ).split():
     setattr(Tensor, _name, getattr(F, _name))
 del _name
+# ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
+for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():
+    setattr(Tensor, _name, _fn)
+del _name, _fn
 
 _C._set_tensor_class(Tensor)
 

@@ -137,6 +137,8 @@ PyObject *glue_raise(ca_status status) {
         type = PyExc_IndexError;
     else if (status == CA_STATUS_NOMEM)
         type = PyExc_MemoryError;
+    else if (status == CA_STATUS_VALUE)
+        type = PyExc_ValueError;
     const char *msg = ca_last_error();
     char text[1024];
     glue_python_message(msg[0] ? msg : ca_status_name(status), text, sizeof text);

@@ -165,6 +165,10 @@ extern PyMethodDef glue_ops_methods[];
 extern PyMethodDef glue_autograd_methods[];
 extern PyMethodDef glue_interop_methods[];
 
+/* _C.ops: a builtin per op of the library's registry (registry.c). 0, or -1 with an
+ * exception set. */
+int glue_add_registry(PyObject *module);
+
 /* TensorBase.__dlpack__ and __dlpack_device__ (interop.c). */
 PyObject *glue_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames);

@@ -145,7 +145,7 @@ PyMODINIT_FUNC PyInit__C(void) {
     if (!m)
         return NULL;
     Py_INCREF(glue_tensor_class); /* the registry holds a reference, as after a set */
-    if (module_add_functions(m) < 0 ||
+    if (module_add_functions(m) < 0 || glue_add_registry(m) < 0 ||
         PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&glue_tensor_type) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DIMS", CA_MAX_DIMS) < 0) {
         Py_DECREF(m);

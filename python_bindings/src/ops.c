@@ -53,10 +53,7 @@
     X(where_scalar, "cond:t a:t s:f", ca_where_scalar(T(0), T(1), F(2), out))                   \
     /* pointwise unary */                                                                       \
     UNARY(X, neg) UNARY(X, exp) UNARY(X, log) UNARY(X, sqrt) UNARY(X, rsqrt) UNARY(X, abs)      \
-    UNARY(X, sin) UNARY(X, cos) UNARY(X, tanh) UNARY(X, sigmoid) UNARY(X, relu) UNARY(X, silu)  \
-    X(leaky_relu, "x:t slope:f", ca_leaky_relu(T(0), F(1), out))                                \
-    X(gelu, "x:t approx:i", ca_gelu(T(0), (ca_gelu_approximate)E(1), out))                      \
-    X(softplus, "x:t beta:f threshold:f", ca_softplus(T(0), F(1), F(2), out))                   \
+    UNARY(X, sin) UNARY(X, cos)                                                                 \
     X(clamp, "x:t min:f max:f", ca_clamp(T(0), F(1), F(2), out))                                \
     X(to_dtype, "x:t dtype:y", ca_to_dtype(T(0), Y(1), out))                                    \
     /* reductions (dims=() means every dim) */                                                  \

@@ -535,6 +535,28 @@ Test(compiled, pointwise_unary) {
         run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
 }
 
+/* Every op of the op registry with one tensor input, at its default arguments: a new
+ * activation is covered here without an edit. */
+static ca_status f_registry(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    const ca_op_info *info = ctx;
+    int index = -1;
+    ca_status st = ca_op_find(info->name, &index);
+    return st ? st : ca_op_apply(index, 1, x, info->n_scalars, info->defaults, o);
+}
+
+Test(compiled, registry_unary_ops) {
+    int covered = 0;
+    for (int k = 0; k < ca_op_count(); k++) {
+        ca_op_info info;
+        TU_OK(ca_op_describe(k, &info));
+        if (info.n_tensors != 1 || info.n_defaults != info.n_scalars)
+            continue;
+        run_on_layouts(info.name, f_registry, &info, false);
+        covered++;
+    }
+    cr_assert_geq(covered, 7);
+}
+
 /* ---------------------------------------------------------------------------------------
  * Reductions
  */

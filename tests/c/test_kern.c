@@ -85,90 +85,43 @@ static void tk_close(tk_check *c, double got, double ref, double rtol, double at
 
 #define TK_PI 3.14159265358979323846
 
-static double tk_sgn(double x) {
+/* The helpers the REF column of kern_pw_ops.h calls. */
+static double kref_sign(double x) {
     return x > 0 ? 1 : x < 0 ? -1 : 0;
 }
-static double tk_sigm(double x) {
+
+static double kref_sigmoid(double x) {
     return 1 / (1 + exp(-x));
 }
 
-static double tk_ref(kern_pw_op op, double a, double b, double c, double p0, double p1) {
+static double kref_gelu_tanh(double x) {
     const double k = sqrt(2 / TK_PI), kap = 0.044715;
+    return 0.5 * x * (1 + tanh(k * (x + kap * x * x * x)));
+}
+
+static double kref_gelu_bw(double g, double x) {
+    return g * (0.5 * (1 + erf(x / sqrt(2))) + x * exp(-0.5 * x * x) / sqrt(2 * TK_PI));
+}
+
+static double kref_gelu_tanh_bw(double g, double x) {
+    const double k = sqrt(2 / TK_PI), kap = 0.044715;
+    double t = tanh(k * (x + kap * x * x * x));
+    return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * kap * x * x));
+}
+
+static double kref_silu_bw(double g, double x) {
+    double s = kref_sigmoid(x);
+    return g * s * (1 + x * (1 - s));
+}
+
+/* Every op's REF formula from kern_pw_ops.h, in double. */
+static double tk_ref(kern_pw_op op, double a, double b, double c, double p0, double p1) {
+    (void)a, (void)b, (void)c, (void)p0, (void)p1;
     switch (op) {
-    case KPW_COPY: return a;
-    case KPW_NEG: return -a;
-    case KPW_EXP: return exp(a);
-    case KPW_LOG: return log(a);
-    case KPW_SQRT: return sqrt(a);
-    case KPW_RSQRT: return 1 / sqrt(a);
-    case KPW_ABS: return fabs(a);
-    case KPW_SIGN: return tk_sgn(a);
-    case KPW_SIN: return sin(a);
-    case KPW_COS: return cos(a);
-    case KPW_TANH: return tanh(a);
-    case KPW_SIGMOID: return tk_sigm(a);
-    case KPW_RELU: return a > 0 ? a : 0;
-    case KPW_LEAKY_RELU: return a > 0 ? a : a * p0;
-    case KPW_GELU: return a * 0.5 * (1 + erf(a / sqrt(2)));
-    case KPW_GELU_TANH: return 0.5 * a * (1 + tanh(k * (a + kap * a * a * a)));
-    case KPW_SILU: return a * tk_sigm(a);
-    case KPW_SOFTPLUS: return p0 * a > p1 ? a : log1p(exp(p0 * a)) / p0;
-    case KPW_CLAMP: return fmin(fmax(a, p0), p1);
-    case KPW_RECIPROCAL: return 1 / a;
-    case KPW_SQUARE: return a * a;
-    case KPW_ADD_S: return a + p0;
-    case KPW_SUB_S: return a - p0;
-    case KPW_RSUB_S: return p0 - a;
-    case KPW_MUL_S: return a * p0;
-    case KPW_DIV_S: return a / p0;
-    case KPW_RDIV_S: return p0 / a;
-    case KPW_POW_S: return pow(a, p0);
-    case KPW_RPOW_S: return pow(p0, a);
-    case KPW_MAX_S: return fmax(a, p0);
-    case KPW_MIN_S: return fmin(a, p0);
-    case KPW_LT_S: return a < p0;
-    case KPW_LE_S: return a <= p0;
-    case KPW_GT_S: return a > p0;
-    case KPW_GE_S: return a >= p0;
-    case KPW_EQ_S: return a == p0;
-    case KPW_NE_S: return a != p0;
-    case KPW_FILL: return p0;
-    case KPW_ADD: return a + p0 * b;
-    case KPW_SUB: return a - p0 * b;
-    case KPW_MUL: return a * b;
-    case KPW_DIV: return a / b;
-    case KPW_POW: return pow(a, b);
-    case KPW_MAX: return fmax(a, b);
-    case KPW_MIN: return fmin(a, b);
-    case KPW_LT: return a < b;
-    case KPW_LE: return a <= b;
-    case KPW_GT: return a > b;
-    case KPW_GE: return a >= b;
-    case KPW_EQ: return a == b;
-    case KPW_NE: return a != b;
-    case KPW_MASKED_FILL: return b != 0 ? p0 : a;
-    case KPW_RELU_BW: return b > 0 ? a : 0;
-    case KPW_LEAKY_RELU_BW: return b > 0 ? a : a * p0;
-    case KPW_GELU_BW:
-        return a * (0.5 * (1 + erf(b / sqrt(2))) + b * exp(-0.5 * b * b) / sqrt(2 * TK_PI));
-    case KPW_GELU_TANH_BW: {
-        double t = tanh(k * (b + kap * b * b * b));
-        return a * (0.5 * (1 + t) + 0.5 * b * (1 - t * t) * k * (1 + 3 * kap * b * b));
-    }
-    case KPW_SILU_BW: {
-        double s = tk_sigm(b);
-        return a * s * (1 + b * (1 - s));
-    }
-    case KPW_SOFTPLUS_BW: return p0 * b > p1 ? a : a * tk_sigm(p0 * b);
-    case KPW_SIGMOID_BW: return a * b * (1 - b);
-    case KPW_TANH_BW: return a * (1 - b * b);
-    case KPW_CLAMP_BW: return b >= p0 && b <= p1 ? a : 0;
-    case KPW_ABS_BW: return a * tk_sgn(b);
-    case KPW_POW_S_BW: return p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1);
-    case KPW_WHERE: return a != 0 ? b : c;
-    case KPW_POW_BW_BASE: return c == 0 ? 0 : a * c * pow(b, c - 1);
-    case KPW_POW_BW_EXP: return a * c * log(b);
-    case KPW_MAXMIN_BW: return b == c ? a / 2 : b > c ? a : 0;
+#define TK_REF(NAME, AR, NP, FL, VEC, REF)                                                         \
+    case KPW_##NAME: return (double)(REF);
+        KERN_PW_OPS(TK_REF)
+#undef TK_REF
     default: return NAN;
     }
 }

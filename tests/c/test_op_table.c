@@ -3,10 +3,6 @@
 #include "autograd/internal.h"
 #include "testutil.h"
 
-static const ca_op_group *const real_groups[] = {
-    &ops_pointwise, &ops_reduce, &ops_shape, &ops_index, &ops_linalg, &ops_nn, &ops_autograd};
-#define N_REAL ((int)(sizeof real_groups / sizeof real_groups[0]))
-
 Test(op_table, real_table_is_complete) {
     TU_OK(ca_init());
     for (int id = 0; id < CA_OP__COUNT; id++) {
@@ -21,10 +17,14 @@ Test(op_table, missing_group_is_refused) {
     TU_OK(ca_init()); /* fills op_def's table */
     const ca_op_def *t[CA_OP__COUNT];
     /* drop ops_nn: its ops have no rows */
-    const ca_op_group *gs[] = {&ops_pointwise, &ops_reduce, &ops_shape,
-                               &ops_index,     &ops_linalg, &ops_autograd};
-    TU_FAILS(op_table_build(gs, 6, t), CA_STATUS_INTERNAL, "op table is incomplete");
-    cr_assert_eq(op_table_build(real_groups, N_REAL, t), CA_OK);
+    const ca_op_group *gs[16];
+    int n = 0;
+    for (int g = 0; g < op_n_groups; g++)
+        if (op_groups[g] != &ops_nn)
+            gs[n++] = op_groups[g];
+    cr_assert_eq(n, op_n_groups - 1);
+    TU_FAILS(op_table_build(gs, n, t), CA_STATUS_INTERNAL, "op table is incomplete");
+    cr_assert_eq(op_table_build(op_groups, op_n_groups, t), CA_OK);
 }
 
 Test(op_table, row_without_derivative_is_refused) {
@@ -65,4 +65,33 @@ Test(op_table, too_many_saved_tensors_is_refused) {
     const ca_op_group *gs[] = {&g};
     const ca_op_def *t[CA_OP__COUNT];
     TU_FAILS(op_table_build(gs, 1, t), CA_STATUS_INTERNAL, "saves");
+}
+
+/* Schemas: the registry parses every one at start-up, and a malformed one is refused. */
+Test(op_table, schemas_are_checked) {
+    TU_OK(ca_init());
+    ca_op_def row = *op_def(CA_OP_GELU);
+    cr_assert(op_schema_valid(&row));
+    static const char *const bad[] = {
+        "gelu",                                  /* no parameter list */
+        "elu(Tensor input)",                     /* another op's name */
+        "gelu(Tensor input",                     /* unclosed */
+        "gelu(Tensor input, double alpha=1.0)",  /* an unknown type */
+        "gelu(Tensor input, str{} approximate)", /* no choices */
+        "gelu(Tensor input, float)",             /* no name */
+        "gelu(float alpha=1.0)",                 /* fewer tensors than the op's inputs */
+        "gelu(Tensor input, Tensor other)",      /* more */
+        "gelu(Tensor input) trailing",           /* text after the list */
+        "gelu(Tensor input=1)",                  /* a default for a tensor */
+        "gelu(Tensor input, str{none|tanh} approximate='erf')", /* not a choice */
+        "gelu(Tensor input, float a=1.0, float b)",             /* no default after one */
+        "gelu(Tensor input, float a=True)",                     /* a bool for a float */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        row.schema = bad[k];
+        cr_assert(!op_schema_valid(&row), "accepted \"%s\"", bad[k]);
+    }
+    row.schema = "gelu(Tensor input, str{none|tanh} approximate='none', float a=-1.5, int b=2, "
+                 "bool c=False)";
+    cr_assert(op_schema_valid(&row));
 }

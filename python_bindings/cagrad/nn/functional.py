@@ -8,16 +8,19 @@ does not implement raise NotImplementedError naming the argument.
 
 import warnings
 
-from .. import _C
+from .. import _C, _ops
 
 __all__ = [
-    "relu", "gelu", "silu", "leaky_relu", "softplus", "sigmoid", "tanh", "softmax",
-    "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "layer_norm", "linear",
+    "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "layer_norm", "linear",
     "embedding", "dropout",
 ]
 
+# The ops of the C registry that PyTorch has in nn.functional (relu, gelu, elu, ...): one
+# function each, shared with torch.<name> and Tensor.<name> (_ops.py).
+globals().update(_ops.namespace(_ops.PY_NN))
+__all__ += sorted(_ops.namespace(_ops.PY_NN))
+
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # = ca_reduction
-_GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}  # = ca_gelu_approximate
 _INT64 = 2  # the _C dtype code of int64 class indices
 
 
@@ -37,7 +40,7 @@ def _unsupported(fn, what, hint=""):
 
 def _no_inplace(fn, inplace):
     if inplace:
-        _unsupported(fn, "inplace=True", "; use the result of the out-of-place call")
+        _ops._no_inplace(fn)
 
 
 def _reduction_code(fn, size_average, reduce, reduction):
@@ -78,40 +81,6 @@ def _as_dtype(input, dtype):
 
 
 # --- activations -------------------------------------------------------------------------
-
-def relu(input, inplace=False):
-    _no_inplace("relu", inplace)
-    return _C.relu(_tensor("relu", "input", input))
-
-
-def gelu(input, approximate="none"):
-    code = _GELU_APPROXIMATIONS.get(approximate) if isinstance(approximate, str) else None
-    if code is None:
-        raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', not {approximate!r}")
-    return _C.gelu(_tensor("gelu", "input", input), code)
-
-
-def silu(input, inplace=False):
-    _no_inplace("silu", inplace)
-    return _C.silu(_tensor("silu", "input", input))
-
-
-def leaky_relu(input, negative_slope=0.01, inplace=False):
-    _no_inplace("leaky_relu", inplace)
-    return _C.leaky_relu(_tensor("leaky_relu", "input", input), float(negative_slope))
-
-
-def softplus(input, beta=1.0, threshold=20.0):
-    return _C.softplus(_tensor("softplus", "input", input), float(beta), float(threshold))
-
-
-def sigmoid(input):
-    return _C.sigmoid(_tensor("sigmoid", "input", input))
-
-
-def tanh(input):
-    return _C.tanh(_tensor("tanh", "input", input))
-
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     dim = _dim("softmax", dim)

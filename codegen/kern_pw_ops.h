@@ -1,0 +1,280 @@
+/* kern_pw_ops.h - every pointwise kernel op, defined once.
+ *
+ * One row per op: KERN_PW_OPS(X) expands X(NAME, AR, NP, FL, VEC, REF) for each, in enum
+ * order. From the rows come the kern_pw_op enum, the name / arity / parameter tables
+ * (kern_pw.c), the vector kernels of every ISA path (kern_simd_body.inc) and the double
+ * reference the tests check every path against (tests/c/test_kern.c). Adding a row is all
+ * it takes to add a kernel op; nothing else keeps a list of them.
+ *
+ *   NAME  the op: KPW_<NAME>, printed in lower case by the graph printer
+ *   AR    inputs (1 unary, 2 binary, 3 ternary); derivative helpers take (g, x) or (g, y)
+ *   NP    scalar parameters it reads (p0, then p1); the graph prints and compares these
+ *   FL    KPWF_ flags below, or 0
+ *   VEC   the vector formula, over the inputs a, b, c (vectors), the parameters p, q
+ *         (broadcast vectors) and sp, sq (the same as scalars of the element type T), with
+ *         the V-macros of kern_simd_body.inc and the helpers at the end of this file
+ *   REF   the same in double precision over a, b, c, p0, p1, with libm and the kref_
+ *         helpers of tests/c/test_kern.c: written independently of VEC, as a check on it
+ *
+ * Inputs that are "mask"/"cond" are nonzero = true. Comparison results are 1 or 0 in the
+ * output dtype. Formulas follow PyTorch's CPU kernels, so results match within rounding.
+ * int64 support is a separate list (I64_KERNELS in kern_pw.c): an op supports int64 when it
+ * has a row there.
+ */
+#ifndef CAGRAD_KERN_PW_OPS_H
+#define CAGRAD_KERN_PW_OPS_H
+
+enum {
+    KPWF_NOREAD = 1 << 0, /* reads no input: the one input only gives the shape (FILL) */
+    KPWF_COND0 = 1 << 1,  /* input 0 is a condition of any dtype (where) */
+    KPWF_COND1 = 1 << 2,  /* input 1 is a mask of any dtype (masked_fill) */
+};
+
+/* clang-format off */
+#define KERN_PW_OPS(X)                                                                             \
+    /* unary: y = f(x) */                                                                          \
+    X(COPY,       1, 0, 0, a,                          a)                                          \
+    X(NEG,        1, 0, 0, VNEG(a),                    -a)                                         \
+    X(EXP,        1, 0, 0, VEXP(a),                    exp(a))                                     \
+    X(LOG,        1, 0, 0, VLOG(a),                    log(a))                                     \
+    X(SQRT,       1, 0, 0, VSQRT(a),                   sqrt(a))                                    \
+    X(RSQRT,      1, 0, 0, VDIV(VONE, VSQRT(a)),       1 / sqrt(a))                                \
+    X(ABS,        1, 0, 0, VABS(a),                    fabs(a))                                    \
+    /* -1, 0, 1; 0 for +-0 and for NaN, as PyTorch */                                             \
+    X(SIGN,       1, 0, 0, F(sign)(a),                 kref_sign(a))                               \
+    X(SIN,        1, 0, 0, VSIN(a),                    sin(a))                                     \
+    X(COS,        1, 0, 0, VCOS(a),                    cos(a))                                     \
+    X(TANH,       1, 0, 0, VTANH(a),                   tanh(a))                                    \
+    X(SIGMOID,    1, 0, 0, F(sigmoid)(a),              kref_sigmoid(a))                            \
+    X(RELU,       1, 0, 0, VSEL(VLE(a, VZERO), VZERO, a), a > 0 ? a : 0)                           \
+    /* p0 = negative_slope */                                                                      \
+    X(LEAKY_RELU, 1, 1, 0, VSEL(VGT(a, VZERO), a, VMUL(a, p)), a > 0 ? a : a * p0)                 \
+    /* exact: x * 0.5 * (1 + erf(x / sqrt 2)) */                                                   \
+    X(GELU,       1, 0, 0, F(gelu)(a),                 a * 0.5 * (1 + erf(a / sqrt(2))))           \
+    /* tanh approximation */                                                                       \
+    X(GELU_TANH,  1, 0, 0, F(gelu_tanh)(a),            kref_gelu_tanh(a))                          \
+    X(SILU,       1, 0, 0, VDIV(a, VADD(VONE, VEXP(VNEG(a)))), a * kref_sigmoid(a))                \
+    /* p0 = beta, p1 = threshold: x where beta*x > threshold */                                    \
+    X(SOFTPLUS,   1, 2, 0, F(softplus)(a, p, q),       p0 * a > p1 ? a : log1p(exp(p0 * a)) / p0)  \
+    /* p0 = min, p1 = max; a NaN bound is no bound on that side */                                 \
+    X(CLAMP,      1, 2, 0, F(clamp)(a, p, q),          fmin(fmax(a, p0), p1))                      \
+    X(RECIPROCAL, 1, 0, 0, VDIV(VONE, a),              1 / a)                                      \
+    X(SQUARE,     1, 0, 0, VMUL(a, a),                 a * a)                                      \
+    /* scalar forms: x OP p0 (R...: p0 OP x) */                                                    \
+    X(ADD_S,      1, 1, 0, VADD(a, p),                 a + p0)                                     \
+    X(SUB_S,      1, 1, 0, VSUB(a, p),                 a - p0)                                     \
+    X(RSUB_S,     1, 1, 0, VSUB(p, a),                 p0 - a)                                     \
+    X(MUL_S,      1, 1, 0, VMUL(a, p),                 a * p0)                                     \
+    X(DIV_S,      1, 1, 0, VDIV(a, p),                 a / p0)                                     \
+    X(RDIV_S,     1, 1, 0, VDIV(p, a),                 p0 / a)                                     \
+    /* x ^ p0; p0 in {0, 1, 2, 3, .5, -.5, -1, -2} without pow, as PyTorch */                      \
+    X(POW_S,      1, 1, 0, F(pows)(a, sp),             pow(a, p0))                                 \
+    X(RPOW_S,     1, 1, 0, VPOW(p, a),                 pow(p0, a))                                 \
+    /* max(x, p0); NaN propagates (from x or p0), like clamp_min */                                \
+    X(MAX_S,      1, 1, 0, F(vmax)(a, p),              fmax(a, p0))                                \
+    X(MIN_S,      1, 1, 0, F(vmin)(a, p),              fmin(a, p0))                                \
+    X(LT_S,       1, 1, 0, F(b2v)(VLT(a, p)),          a < p0)                                     \
+    X(LE_S,       1, 1, 0, F(b2v)(VLE(a, p)),          a <= p0)                                    \
+    X(GT_S,       1, 1, 0, F(b2v)(VGT(a, p)),          a > p0)                                     \
+    X(GE_S,       1, 1, 0, F(b2v)(VGE(a, p)),          a >= p0)                                    \
+    X(EQ_S,       1, 1, 0, F(b2v)(VEQ(a, p)),          a == p0)                                    \
+    X(NE_S,       1, 1, 0, F(b2v)(VNE(a, p)),          a != p0)                                    \
+    /* p0 everywhere: x only gives the shape, and its data is never read (may be NULL) */          \
+    X(FILL,       1, 1, KPWF_NOREAD, p,                p0)                                         \
+    /* binary: y = f(a, b) */                                                                      \
+    /* a + p0 * b (p0 = alpha; callers pass 1 for plain add) */                                    \
+    X(ADD,        2, 1, 0, VADD(a, VMUL(p, b)),        a + p0 * b)                                 \
+    X(SUB,        2, 1, 0, VSUB(a, VMUL(p, b)),        a - p0 * b)                                 \
+    X(MUL,        2, 0, 0, VMUL(a, b),                 a * b)                                      \
+    X(DIV,        2, 0, 0, VDIV(a, b),                 a / b)                                      \
+    X(POW,        2, 0, 0, VPOW(a, b),                 pow(a, b))                                  \
+    /* maximum(a, b), NaN propagates */                                                            \
+    X(MAX,        2, 0, 0, F(vmax)(a, b),              fmax(a, b))                                 \
+    X(MIN,        2, 0, 0, F(vmin)(a, b),              fmin(a, b))                                 \
+    X(LT,         2, 0, 0, F(b2v)(VLT(a, b)),          a < b)                                      \
+    X(LE,         2, 0, 0, F(b2v)(VLE(a, b)),          a <= b)                                     \
+    X(GT,         2, 0, 0, F(b2v)(VGT(a, b)),          a > b)                                      \
+    X(GE,         2, 0, 0, F(b2v)(VGE(a, b)),          a >= b)                                     \
+    X(EQ,         2, 0, 0, F(b2v)(VEQ(a, b)),          a == b)                                     \
+    X(NE,         2, 0, 0, F(b2v)(VNE(a, b)),          a != b)                                     \
+    /* b ? p0 : a (b = mask) */                                                                    \
+    X(MASKED_FILL, 2, 1, KPWF_COND1, VSEL(VNE(b, VZERO), p, a), b != 0 ? p0 : a)                   \
+    /* derivative helpers, binary: (g, x) or (g, y) -> dx, g = the incoming gradient */            \
+    /* x <= 0 ? 0 : g (PyTorch's threshold_backward: NaN x passes g) */                            \
+    X(RELU_BW,    2, 0, 0, VSEL(VLE(b, VZERO), VZERO, a), b > 0 ? a : 0)                           \
+    /* g * (x > 0 ? 1 : p0) */                                                                     \
+    X(LEAKY_RELU_BW, 2, 1, 0, VSEL(VGT(b, VZERO), a, VMUL(a, p)), b > 0 ? a : a * p0)              \
+    X(GELU_BW,    2, 0, 0, F(gelu_bw)(a, b),           kref_gelu_bw(a, b))                         \
+    X(GELU_TANH_BW, 2, 0, 0, F(gelu_tanh_bw)(a, b),    kref_gelu_tanh_bw(a, b))                    \
+    /* g * s * (1 + x * (1 - s)), s = sigmoid(x) */                                                \
+    X(SILU_BW,    2, 0, 0, F(silu_bw)(a, b),           kref_silu_bw(a, b))                         \
+    /* g * sigmoid(beta*x), or g where beta*x > threshold; p0, p1 as softplus */                   \
+    X(SOFTPLUS_BW, 2, 2, 0, F(softplus_bw)(a, b, p, q), p0 * b > p1 ? a : a * kref_sigmoid(p0 * b))\
+    /* (g, y): g * y * (1 - y) */                                                                  \
+    X(SIGMOID_BW, 2, 0, 0, VMUL(VMUL(a, VSUB(VONE, b)), b), a * b * (1 - b))                       \
+    /* (g, y): g * (1 - y*y) */                                                                    \
+    X(TANH_BW,    2, 0, 0, VMUL(a, VSUB(VONE, VMUL(b, b))), a * (1 - b * b))                       \
+    /* g * (min <= x <= max), p0 = min, p1 = max (NaN = unbounded) */                              \
+    X(CLAMP_BW,   2, 2, 0, F(clamp_bw)(a, b, p, q),    b >= p0 && b <= p1 ? a : 0)                 \
+    /* g * sign(x) */                                                                              \
+    X(ABS_BW,     2, 0, 0, VMUL(a, F(sign)(b)),        a * kref_sign(b))                           \
+    /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
+    X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
+    /* ternary: y = f(a, b, c) */                                                                  \
+    /* a ? b : c */                                                                                \
+    X(WHERE,      3, 0, KPWF_COND0, VSEL(VNE(a, VZERO), b, c), a != 0 ? b : c)                     \
+    /* (g, a, b): g * b * a^(b-1); 0 where b == 0 */                                               \
+    X(POW_BW_BASE, 3, 0, 0, F(pow_bw_base)(a, b, c),   c == 0 ? 0 : a * c * pow(b, c - 1))         \
+    /* (g, a, y): g * y * log(a), y = a^b; 0 where a == 0 and y is finite, which for y = a^b   */  \
+    /* is PyTorch's "a == 0 and b >= 0" */                                                         \
+    X(POW_BW_EXP, 3, 0, 0, F(pow_bw_exp)(a, b, c),     a * c * log(b))                             \
+    /* (g, a, b): g/2 where a == b, 0 where a < b, else g (a > b or NaN): maximum's grad for   */  \
+    /* a; swap the args for b; minimum uses the same with swapped args, as PyTorch */              \
+    X(MAXMIN_BW,  3, 0, 0, F(maxmin_bw)(a, b, c),      b == c ? a / 2 : b > c ? a : 0)
+/* clang-format on */
+
+#endif /* CAGRAD_KERN_PW_OPS_H */
+
+/* ---------------------------------------------------------------------------------------
+ * The vector helpers the VEC formulas call. This part is outside the include guard:
+ * kern_simd_body.inc includes the file again once per ISA and element type, with T, V, W,
+ * F() and the V-macros defined, and gets one copy of the helpers each time.
+ */
+#ifdef KS_NAME
+
+/* (0 < x) - (x < 0): NaN and both zeros give +0, as in PyTorch. */
+static inline V F(sign)(V x) {
+    return VSUB(F(b2v)(VGT(x, VZERO)), F(b2v)(VLT(x, VZERO)));
+}
+
+static inline V F(sigmoid)(V x) {
+    return VDIV(VONE, VADD(VONE, VEXP(VNEG(x))));
+}
+
+/* x ^ e with PyTorch's special exponents, which it computes without pow. */
+static inline V F(pows)(V x, T e) {
+    if (e == 2)
+        return VMUL(x, x);
+    if (e == 3)
+        return VMUL(VMUL(x, x), x);
+    if (e == (T)0.5)
+        return VSQRT(x);
+    if (e == (T)-0.5)
+        return VDIV(VONE, VSQRT(x));
+    if (e == -1)
+        return VDIV(VONE, x);
+    if (e == -2)
+        return VDIV(VONE, VMUL(x, x));
+    if (e == 1)
+        return x;
+    if (e == 0)
+        return VONE;
+    return VPOW(x, VSET(e));
+}
+
+#define KS_SQRT1_2      0.70710678118654752440
+#define KS_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
+#define KS_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2*pi) */
+#define KS_KAPPA        0.044715
+
+/* Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7): what PyTorch's vectorised float GELU uses,
+ * at a sixth of the cost of SLEEF's erff. Only GELU uses it, where absolute error counts. */
+static inline V F(erf_as)(V x) {
+    V t = VDIV(VONE, VADD(VMUL(VSET((T)0.3275911), VABS(x)), VONE));
+    V r = VADD(VMUL(VSET((T)1.061405429), t), VSET((T)-1.453152027));
+    r = VADD(VMUL(r, t), VSET((T)1.421413741));
+    r = VADD(VMUL(r, t), VSET((T)-0.284496736));
+    r = VADD(VMUL(r, t), VSET((T)0.254829592));
+    V y = VSUB(VONE, VMUL(VMUL(r, t), VEXP(VNEG(VMUL(x, x)))));
+    return VSEL(VLT(x, VZERO), VNEG(y), y);
+}
+
+#ifndef KS_GELU_ERF
+#define KS_GELU_ERF VERF /* the ISA file picks erf_as for vector f32 */
+#endif
+
+static inline V F(gelu)(V x) {
+    V e = KS_GELU_ERF(VMUL(x, VSET((T)KS_SQRT1_2)));
+    return VMUL(VMUL(x, VSET((T)0.5)), VADD(VONE, e));
+}
+
+static inline V F(gelu_inner)(V x) {
+    V cube = VMUL(VMUL(x, x), x);
+    return VMUL(VSET((T)KS_SQRT_2_PI), VADD(x, VMUL(VSET((T)KS_KAPPA), cube)));
+}
+
+static inline V F(gelu_tanh)(V x) {
+    return VMUL(VMUL(VSET((T)0.5), x), VADD(VONE, VTANH(F(gelu_inner)(x))));
+}
+
+static inline V F(softplus)(V x, V beta, V thr) {
+    V z = VMUL(x, beta);
+    return VSEL(VGT(z, thr), x, VDIV(VLOG1P(VEXP(z)), beta));
+}
+
+/* A NaN bound compares false, which is exactly "no bound on that side". */
+static inline V F(clamp)(V x, V lo, V hi) {
+    V r = VSEL(VLT(x, lo), lo, x);
+    return VSEL(VGT(r, hi), hi, r);
+}
+
+static inline V F(gelu_bw)(V g, V x) {
+    V cdf = VMUL(VSET((T)0.5), VADD(VONE, KS_GELU_ERF(VMUL(x, VSET((T)KS_SQRT1_2)))));
+    V pdf = VMUL(VSET((T)KS_INV_SQRT_2PI), VEXP(VMUL(VMUL(x, x), VSET((T)-0.5))));
+    return VMUL(g, VADD(cdf, VMUL(x, pdf)));
+}
+
+static inline V F(gelu_tanh_bw)(V g, V x) {
+    V th = VTANH(F(gelu_inner)(x));
+    V left = VMUL(VSET((T)0.5), x);
+    V dleft = VMUL(VSET((T)0.5), VADD(VONE, th));
+    V dinner = VMUL(VSET((T)KS_SQRT_2_PI), VADD(VONE, VMUL(VSET((T)(3 * KS_KAPPA)), VMUL(x, x))));
+    V dright = VMUL(VMUL(left, VSUB(VONE, VMUL(th, th))), dinner);
+    return VMUL(g, VADD(dleft, dright));
+}
+
+static inline V F(silu_bw)(V g, V x) {
+    V s = F(sigmoid)(x);
+    return VMUL(VMUL(g, s), VADD(VONE, VMUL(x, VSUB(VONE, s))));
+}
+
+static inline V F(softplus_bw)(V g, V x, V beta, V thr) {
+    V z = VMUL(x, beta);
+    return VSEL(VGT(z, thr), g, VMUL(g, F(sigmoid)(z)));
+}
+
+static inline V F(clamp_bw)(V g, V x, V lo, V hi) {
+    M ok = MAND(MOR(VGE(x, lo), VUNORD(lo, lo)), MOR(VLE(x, hi), VUNORD(hi, hi)));
+    return VSEL(ok, g, VZERO);
+}
+
+/* g * e * x^(e-1), the exponent e - 1 formed in double as PyTorch does; 0 where e == 0. */
+static inline V F(pow_s_bw)(V g, V x, V e, T se) {
+    if (se == 0)
+        return VZERO;
+    return VMUL(g, VMUL(e, F(pows)(x, (T)((double)se - 1))));
+}
+
+static inline V F(pow_bw_base)(V g, V a, V b) {
+    V d = VMUL(g, VMUL(b, VPOW(a, VSUB(b, VONE))));
+    return VSEL(VEQ(b, VZERO), VZERO, d);
+}
+
+/* PyTorch zeroes where a == 0 and b >= 0, which for y = a^b is: a == 0 and y finite. */
+static inline V F(pow_bw_exp)(V g, V a, V y) {
+    M zero = MAND(VEQ(a, VZERO), VLT(VABS(y), VSET(KS_INF)));
+    return VSEL(zero, VZERO, VMUL(g, VMUL(y, VLOG(a))));
+}
+
+/* torch.maximum's grad for a: g/2 on ties, 0 where a < b, g otherwise (NaN included). */
+static inline V F(maxmin_bw)(V g, V a, V b) {
+    return VSEL(VEQ(a, b), VMUL(g, VSET((T)0.5)), VSEL(VLT(a, b), VZERO, g));
+}
+
+#undef KS_SQRT1_2
+#undef KS_SQRT_2_PI
+#undef KS_INV_SQRT_2PI
+#undef KS_KAPPA
+#undef KS_GELU_ERF
+
+#endif /* KS_NAME */

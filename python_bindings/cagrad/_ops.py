@@ -1,0 +1,89 @@
+"""Functions built from the C library's op registry: torch.X, Tensor.X and nn.functional.X.
+
+Every op of the registry (_C.ops: name -> (builtin, schema, flags)) becomes one Python
+function with PyTorch's signature, read from its schema:
+
+    elu(Tensor input, float alpha=1.0)  ->  def elu(input, alpha=1.0, inplace=False)
+
+The same function object is installed wherever PyTorch has the op (the flags say where), so
+torch.gelu, nn.functional.gelu and Tensor.gelu run the same code. The function converts
+only what the C builtin cannot take: a str{...} choice becomes its index, and
+inplace=True (for ops whose functional form has it) raises NotImplementedError. The
+builtin checks the argument types and names the parameter in its TypeError.
+"""
+
+import re
+
+from . import _C
+
+# The registry's flags (cagrad.h, CA_OP_PY_*).
+PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE = 1, 2, 4, 8
+
+_PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
+
+
+def _no_inplace(name):
+    raise NotImplementedError(f"cagrad's {name}() does not support inplace=True; use the "
+                              f"result of the out-of-place call")
+
+
+def _bad_choice(fname, param, value, choices):
+    names = " or ".join(choices)
+    return RuntimeError(f"{fname}(): {param} argument must be either {names}, got {value!r}")
+
+
+def _params(schema):
+    """[(type, name, default source or None, choices or None)] of a schema."""
+    inner = schema[schema.index("(") + 1:schema.rindex(")")]
+    out = []
+    for part in filter(None, (p.strip() for p in inner.split(","))):
+        m = _PARAM.match(part)
+        if not m:
+            raise ImportError(f"cagrad: op schema {schema!r} has a parameter {part!r} that "
+                              f"the Python package cannot read")
+        kind, choices, name, default = m.groups()
+        out.append((kind.split("{")[0], name, default,
+                    tuple(choices.split("|")) if choices else None))
+    return out
+
+
+def _build(name, builtin, schema, flags):
+    """The Python function for one registry op (generated source, so that its signature,
+    defaults and keyword names are PyTorch's and calls cost one extra frame)."""
+    params = _params(schema)
+    sig, args, body = [], [], []
+    env = {"_op": builtin, "_no_inplace": _no_inplace, "_bad_choice": _bad_choice}
+    for kind, pname, default, choices in params:
+        sig.append(pname if default is None else f"{pname}={default}")
+        if choices is None:
+            args.append(pname)
+            continue
+        table = f"_choices_{pname}"
+        env[table] = {c: i for i, c in enumerate(choices)}
+        body.append(f"    {pname}_index = {table}.get({pname}) if type({pname}) is str "
+                    f"else None\n"
+                    f"    if {pname}_index is None:\n"
+                    f"        raise _bad_choice({name!r}, {pname!r}, {pname}, "
+                    f"{choices!r})\n")
+        args.append(f"{pname}_index")
+    if flags & PY_INPLACE:
+        sig.append("inplace=False")
+        body.append(f"    if inplace:\n        _no_inplace({name!r})\n")
+    src = (f"def {name}({', '.join(sig)}):\n" + "".join(body) +
+           f"    return _op({', '.join(args)})\n")
+    exec(compile(src, f"<cagrad op {name}>", "exec"), env)  # noqa: S102 (our own source)
+    fn = env[name]
+    fn.__doc__ = f"{schema}\n\nFrom cagrad's op registry; see docs/python-api.md."
+    fn.__module__ = "cagrad"
+    return fn
+
+
+FUNCTIONS = {name: _build(name, fn, schema, flags)
+             for name, (fn, schema, flags) in sorted(_C.ops.items())}
+FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
+
+
+def namespace(flag):
+    """{name: function} of the ops PyTorch has in one namespace (PY_TORCH, PY_TENSOR or
+    PY_NN)."""
+    return {name: fn for name, fn in FUNCTIONS.items() if FLAGS[name] & flag}

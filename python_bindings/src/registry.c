@@ -1,0 +1,122 @@
+/* registry.c - one builtin per op of libcagrad's op registry (ca_op_count and friends).
+ *
+ * At module init every registry op becomes _C.ops[name] = (function, schema, flags). The
+ * function takes the schema's arguments by position or by name, Tensors as Tensors and
+ * every other argument as a number (a str{...} choice as its index), and calls ca_op_apply
+ * under the library lock. The Python package (cagrad/_ops.py) builds the PyTorch-facing
+ * functions from the schema: defaults, choices given as strings, inplace=.
+ */
+#include "glue.h"
+
+#include <string.h>
+
+#define REG_MAX_OPS  256
+#define REG_SPEC_LEN 160
+
+typedef struct {
+    int index; /* in the library's registry */
+    int n_args;
+    char spec[REG_SPEC_LEN]; /* "input:t alpha:f" for glue_parse */
+    bool tensor[GLUE_MAX_ARGS];
+} reg_op;
+
+static reg_op reg_ops[REG_MAX_OPS];
+static PyMethodDef reg_defs[REG_MAX_OPS];
+
+/* The schema's parameters as a glue spec: "Tensor input, float alpha=1.0" -> "input:t
+ * alpha:f". The library has checked the schema's form at start-up. */
+static int spec_from_schema(const char *schema, reg_op *r) {
+    const char *p = strchr(schema, '(');
+    size_t used = 0;
+    r->n_args = 0;
+    while (p && *p && *p != ')') {
+        p++; /* past '(' or ',' */
+        while (*p == ' ')
+            p++;
+        if (*p == ')')
+            break;
+        bool is_tensor = strncmp(p, "Tensor ", 7) == 0;
+        const char *name = strchr(p, ' ');
+        if (!name || r->n_args == GLUE_MAX_ARGS)
+            return -1;
+        name++;
+        size_t len = strcspn(name, "=,)");
+        if (used + len + 4 > sizeof r->spec)
+            return -1;
+        used += (size_t)snprintf(r->spec + used, sizeof r->spec - used, "%s%.*s:%c",
+                                 used ? " " : "", (int)len, name, is_tensor ? 't' : 'f');
+        r->tensor[r->n_args++] = is_tensor;
+        p = name + len;
+        if (*p == '=') { /* skip the default, which may be a quoted choice */
+            p++;
+            p = *p == '\'' ? strchr(p + 1, '\'') + 1 : p + strcspn(p, ",)");
+        }
+    }
+    return p ? 0 : -1;
+}
+
+static PyObject *py_registry_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames) {
+    const reg_op *r = &reg_ops[PyLong_AsLong(self)];
+    const char *fname = reg_defs[r - reg_ops].ml_name;
+    glue_args p;
+    if (glue_parse(fname, r->spec, args, nargs, kwnames, &p) < 0)
+        return NULL;
+    ca_tensor *tensors[GLUE_MAX_ARGS];
+    double scalars[GLUE_MAX_ARGS];
+    int nt = 0, ns = 0;
+    for (int k = 0; k < r->n_args; k++) {
+        if (r->tensor[k])
+            tensors[nt++] = p.a[k].t;
+        else
+            scalars[ns++] = p.a[k].f;
+    }
+    ca_tensor *out = NULL;
+    ca_status st;
+    GLUE_CALL(st = ca_op_apply(r->index, nt, tensors, ns, scalars, &out));
+    PyObject *result = st ? glue_raise(st) : glue_wrap(out);
+    glue_args_done(&p);
+    return result;
+}
+
+static int add_op(PyObject *ops, PyObject *module_name, int index) {
+    ca_op_info info;
+    reg_op *r = &reg_ops[index];
+    if (ca_op_describe(index, &info) != CA_OK || spec_from_schema(info.schema, r) < 0) {
+        PyErr_Format(PyExc_ImportError,
+                     "cagrad._C: op %d of the registry has a schema the "
+                     "bindings cannot read",
+                     index);
+        return -1;
+    }
+    r->index = index;
+    reg_defs[index] = (PyMethodDef){info.name, (PyCFunction)(void (*)(void))py_registry_op,
+                                    METH_FASTCALL | METH_KEYWORDS, info.schema};
+    PyObject *self = PyLong_FromLong(index);
+    PyObject *fn = self ? PyCFunction_NewEx(&reg_defs[index], self, module_name) : NULL;
+    Py_XDECREF(self);
+    PyObject *entry =
+        fn ? Py_BuildValue("(Nsk)", fn, info.schema, (unsigned long)info.flags) : NULL;
+    int rc = entry ? PyDict_SetItemString(ops, info.name, entry) : -1;
+    Py_XDECREF(entry);
+    return rc;
+}
+
+int glue_add_registry(PyObject *module) {
+    int n = ca_op_count();
+    if (n > REG_MAX_OPS) {
+        PyErr_Format(PyExc_ImportError, "cagrad._C: %d ops in the registry, at most %d", n,
+                     REG_MAX_OPS);
+        return -1;
+    }
+    PyObject *ops = PyDict_New();
+    PyObject *module_name = PyUnicode_FromString("cagrad._C");
+    int rc = ops && module_name ? 0 : -1;
+    for (int k = 0; k < n && rc == 0; k++)
+        rc = add_op(ops, module_name, k);
+    if (rc == 0)
+        rc = PyModule_AddObjectRef(module, "ops", ops);
+    Py_XDECREF(ops);
+    Py_XDECREF(module_name);
+    return rc;
+}

@@ -1,0 +1,195 @@
+"""Every op of cagrad's op registry (cagrad._C.ops) against PyTorch 2.13, generically.
+
+The registry is where the C library lists its ops with PyTorch-style schemas; the Python
+functions torch.X, Tensor.X and nn.functional.X are built from it (cagrad/_ops.py). These
+tests iterate over the registry, so an op added to it is covered without an edit here:
+- it exists in exactly the namespaces where PyTorch has it, with PyTorch's parameter names
+  and defaults (and inplace= where PyTorch's functional form has one);
+- its values and gradients match PyTorch's in float32 and float64, eagerly and under
+  compiled autograd, at its default arguments and at other ones;
+- its float64 gradient matches central finite differences (gradcheck), eager and compiled;
+- its derivative fuses with its pointwise neighbours in the compiled backward.
+"""
+
+import inspect
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import STANDIN, assert_close, backward_checked, ca, compiled_ctx, counters
+
+pytestmark = pytest.mark.skipif(STANDIN, reason="the registry is cagrad's own")
+
+PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE = 1, 2, 4, 8
+OPS = {} if STANDIN else dict(ca._C.ops)
+NAMES = sorted(OPS)
+_PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
+
+
+def params(name):
+    """[(kind, name, default value or inspect.Parameter.empty, choices)] of op's schema."""
+    schema = OPS[name][1]
+    inner = schema[schema.index("(") + 1:schema.rindex(")")]
+    out = []
+    for part in filter(None, (p.strip() for p in inner.split(","))):
+        kind, choices, pname, default = _PARAM.match(part).groups()
+        value = inspect.Parameter.empty if default is None else eval(default)  # noqa: S307
+        out.append((kind.split("{")[0], pname, value, choices.split("|") if choices else None))
+    return out
+
+
+def unary(name):
+    """Ops with one Tensor, first, and defaults for the rest: callable as f(x, *args)."""
+    ps = params(name)
+    return (ps[0][0] == "Tensor" and all(p[0] != "Tensor" for p in ps[1:]) and
+            all(p[2] is not inspect.Parameter.empty for p in ps[1:]))
+
+
+UNARY = [n for n in NAMES if unary(n)]
+
+
+def torch_signature(fn):
+    """[(name, default)] of a torch function; builtins are read from their docstring's
+    first line, e.g. 'softplus(input, beta=1, threshold=20) -> Tensor'."""
+    try:
+        sig = inspect.signature(fn)
+        return [(p.name, p.default) for p in sig.parameters.values()]
+    except (TypeError, ValueError):
+        line = fn.__doc__.strip().splitlines()[0]
+        inner = line[line.index("(") + 1:line.index(")")]
+        out = []
+        for part in filter(None, (p.strip() for p in inner.split(","))):
+            if part == "*":
+                continue
+            pname, _, default = part.partition("=")
+            value = inspect.Parameter.empty if not default else eval(default.strip())  # noqa
+            out.append((pname.strip(), value))
+        return out
+
+
+# ------------------------------------------------------------------------------ namespaces
+NAMESPACES = [(PY_TORCH, "torch", lambda L: L), (PY_TENSOR, "Tensor", lambda L: L.Tensor),
+              (PY_NN, "nn.functional", lambda L: L.nn.functional)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_namespaces_are_pytorchs(name):
+    flags = OPS[name][2]
+    for flag, where, ns in NAMESPACES:
+        in_torch = hasattr(ns(torch), name)
+        assert bool(flags & flag) == in_torch, f"{where}.{name}: PyTorch has it: {in_torch}"
+        assert hasattr(ns(ca), name) == in_torch, f"cagrad's {where}.{name}"
+    fns = {getattr(ns(ca), name) for flag, _, ns in NAMESPACES if flags & flag}
+    assert len(fns) == 1, f"{name}: one function serves every namespace"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if OPS[n][2] & PY_NN])
+def test_functional_signature_is_pytorchs(name):
+    ours = [(p.name, p.default) for p in inspect.signature(
+        getattr(ca.nn.functional, name)).parameters.values()]
+    theirs = torch_signature(getattr(torch.nn.functional, name))
+    assert [n for n, _ in ours] == [n for n, _ in theirs]
+    for (pname, mine), (_, ref) in zip(ours, theirs):
+        assert mine == ref, f"{name}({pname}=): default {mine!r}, PyTorch's {ref!r}"
+
+
+# ------------------------------------------------------------------------------ parity
+def arg_sets(name):
+    """The defaults, then each choice of a choice parameter, then the floats at 3/4 of their
+    defaults (their ratios, e.g. min_val <= max_val, stay as they are)."""
+    ps = params(name)[1:]
+    base = {p[1]: p[2] for p in ps}
+    sets = [dict(base)]
+    for _, pname, _, choices in ps:
+        for c in choices or []:
+            if c != base[pname]:
+                sets.append({**base, pname: c})
+    floats = {p[1]: p[2] * 0.75 for p in ps if p[0] == "float" and p[2] != 0}
+    if floats:
+        sets.append({**base, **floats})
+    return sets
+
+
+def inputs(rng, dtype):
+    x = rng.standard_normal((5, 7)) * 2.5
+    x[0, :4] = [-3.5, -0.25, 0.125, 3.75]  # on both sides of the usual kinks, off them
+    return x.astype(dtype), rng.standard_normal((5, 7)).astype(dtype)
+
+
+def call(L, name, x, kwargs):
+    return getattr(L.nn.functional if OPS[name][2] & PY_NN else L, name)(x, **kwargs)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", UNARY)
+def test_values_and_gradients_match_torch(name, dtype, compiled, rng):
+    x, g = inputs(rng, dtype)
+    for kwargs in arg_sets(name):
+        cx = ca.tensor(x, requires_grad=True)
+        tx = torch.tensor(x, requires_grad=True)
+        cy, ty = call(ca, name, cx, kwargs), call(torch, name, tx, kwargs)
+        assert_close(cy, ty, msg=f"{name}({kwargs}) values")
+        assert cy.grad_fn.name() == ty.grad_fn.name()
+        with compiled_ctx(compiled):
+            backward_checked((cy * ca.tensor(g)).sum(), compiled)
+        (ty * torch.tensor(g)).sum().backward()
+        assert_close(cx.grad, tx.grad, msg=f"{name}({kwargs}) gradient")
+
+
+def numeric_gradient(f, x, eps=1e-6):
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        hi, lo = x.copy(), x.copy()
+        hi[i] += eps
+        lo[i] -= eps
+        grad[i] = (f(hi) - f(lo)) / (2 * eps)
+    return grad
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", UNARY)
+def test_gradcheck_float64(name, compiled, rng):
+    x, g = inputs(rng, "float64")
+    for kwargs in arg_sets(name):
+        def loss(a):
+            return float((call(ca, name, ca.tensor(a), kwargs) * ca.tensor(g)).sum())
+
+        cx = ca.tensor(x, requires_grad=True)
+        with compiled_ctx(compiled):
+            backward_checked((call(ca, name, cx, kwargs) * ca.tensor(g)).sum(), compiled)
+        np.testing.assert_allclose(cx.grad.numpy(), numeric_gradient(loss, x), rtol=1e-3,
+                                   atol=1e-5, err_msg=f"{name}({kwargs})")
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_derivative_fuses_with_its_neighbours(name, rng):
+    x, _ = inputs(rng, "float32")
+    cx = ca.tensor(x, requires_grad=True)
+    y = call(ca, name, cx * 2.0, {}) * 3.0
+    before = counters()["fused_kernels"]
+    with ca.compiled_autograd.enable():
+        backward_checked(y.sum(), True)
+    assert counters()["fused_kernels"] > before, f"{name}'s derivative was not fused"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if OPS[n][2] & PY_INPLACE])
+def test_inplace_is_refused_by_name(name):
+    with pytest.raises(NotImplementedError, match=f"{name}.*inplace=True"):
+        getattr(ca.nn.functional, name)(ca.ones(3), inplace=True)
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_wrong_argument_kinds_are_type_errors(name):
+    fn = getattr(ca.nn.functional if OPS[name][2] & PY_NN else ca, name)
+    with pytest.raises(TypeError, match=f"{name}.*input"):
+        fn(3)
+    for kind, pname, _, _ in params(name)[1:]:
+        if kind in ("float", "int"):
+            with pytest.raises(TypeError, match=f"{name}.*'{pname}'"):
+                fn(ca.ones(3), **{pname: "x"})
+        if kind == "str":
+            with pytest.raises(RuntimeError, match=f"{pname}"):
+                fn(ca.ones(3), **{pname: "no such choice"})
