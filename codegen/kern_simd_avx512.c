@@ -56,6 +56,7 @@
 #define VTANH         KS_SL(tanh)
 #define VERF          KS_SL(erf)
 #define VLOG1P        KS_SL(log1p)
+#define VEXPM1        KS_SL(expm1)
 #define VPOW          KS_SL(pow)
 
 #define T              float

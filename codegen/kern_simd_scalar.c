@@ -46,6 +46,7 @@
 #define VTANH         KS_LM(tanh)
 #define VERF          KS_LM(erf)
 #define VLOG1P        KS_LM(log1p)
+#define VEXPM1        KS_LM(expm1)
 #define VPOW          KS_LM(pow)
 
 #define T          float

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import assert_close, ca, to_np
+from helpers import STANDIN, TOL_SUM, assert_close, ca, to_np
 
 LIBS = pytest.mark.parametrize("L", [ca, torch], ids=["cagrad", "torch"])
 
@@ -244,3 +244,23 @@ def test_modules_forward_match_torch():
                 cp.copy_(ca.tensor(tp.detach().numpy().copy()))
         assert_close(cm(ca.tensor(x)), tm(torch.tensor(x)), rtol=1e-5, atol=1e-5,
                      msg=type(cm).__name__)
+
+
+# Every activation module cagrad exports (nn.activation.__all__): torch.nn's class of the
+# same name, built with its defaults, has the same repr and the same values and gradients.
+ACTIVATION_MODULES = [] if STANDIN else list(ca.nn.activation.__all__)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ACTIVATION_MODULES)
+def test_activation_modules_match_torch(name, dtype):
+    kwargs = {"dim": -1} if name in ("Softmax", "LogSoftmax") else {}
+    cm, tm = getattr(ca.nn, name)(**kwargs), getattr(torch.nn, name)(**kwargs)
+    assert repr(cm) == repr(tm)
+    x = np.random.default_rng(1).standard_normal((4, 5)).astype(dtype) * 3
+    cx, tx = ca.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    cy, ty = cm(cx), tm(tx)
+    assert_close(cy, ty, msg=name)
+    cy.sum().backward()
+    ty.sum().backward()
+    assert_close(cx.grad, tx.grad, **TOL_SUM[dtype], msg=f"{name} gradient")

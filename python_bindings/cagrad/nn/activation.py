@@ -1,7 +1,15 @@
-"""Activation modules: thin Modules over the functions of nn.functional."""
+"""Activation modules: thin Modules over the functions of nn.functional, with torch.nn's
+names, arguments and reprs. Every class listed in __all__ is exported by cagrad.nn."""
 
 from . import functional as F
 from .module import Module
+
+__all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
+           "LogSoftmax"]
+
+
+def _inplace_repr(inplace, sep=""):
+    return f"{sep}inplace=True" if inplace else ""
 
 
 class ReLU(Module):
