@@ -37,7 +37,9 @@
     X(SILU, silu, "SiluBackward0", SILU, SILU_BW, SELF, 0, 0, 0, NOCHECK,                          \
       "silu(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                                          \
     X(SOFTPLUS, softplus, "SoftplusBackward0", SOFTPLUS, SOFTPLUS_BW, SELF, 2, a0, a1, NOCHECK,     \
-      "softplus(Tensor input, float beta=1.0, float threshold=20.0)", CA_OP_PY_NN)
+      "softplus(Tensor input, float beta=1.0, float threshold=20.0)", CA_OP_PY_NN)              \
+    X(MISH, mish, "MishBackward0", MISH, MISH_BW, SELF, 0, 0, 0, NOCHECK,                          \
+      "mish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

@@ -60,6 +60,8 @@ enum {
     X(CLAMP,      1, 2, 0, F(clamp)(a, p, q),          fmin(fmax(a, p0), p1))                      \
     X(RECIPROCAL, 1, 0, 0, VDIV(VONE, a),              1 / a)                                      \
     X(SQUARE,     1, 0, 0, VMUL(a, a),                 a * a)                                      \
+    /* x * tanh(softplus(x)) */                                                                    \
+    X(MISH,       1, 0, 0, VMUL(a, VTANH(VLOG1P(VEXP(a)))), a * tanh(log1p(exp(a))))               \
     /* scalar forms: x OP p0 (R...: p0 OP x) */                                                    \
     X(ADD_S,      1, 1, 0, VADD(a, p),                 a + p0)                                     \
     X(SUB_S,      1, 1, 0, VSUB(a, p),                 a - p0)                                     \
@@ -118,6 +120,9 @@ enum {
     X(CLAMP_BW,   2, 2, 0, F(clamp_bw)(a, b, p, q),    b >= p0 && b <= p1 ? a : 0)                 \
     /* g * sign(x) */                                                                              \
     X(ABS_BW,     2, 0, 0, VMUL(a, F(sign)(b)),        a * kref_sign(b))                           \
+    /* g * (t + x * sigmoid(x) * (1 - t*t)), t = tanh(softplus(x)) */                             \
+    X(MISH_BW,    2, 0, 0, F(mish_bw)(a, b),                                                       \
+      a * (tanh(log1p(exp(b))) + b * kref_sigmoid(b) * (1 - pow(tanh(log1p(exp(b))), 2))))        \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \
@@ -246,6 +251,11 @@ static inline V F(softplus_bw)(V g, V x, V beta, V thr) {
 static inline V F(clamp_bw)(V g, V x, V lo, V hi) {
     M ok = MAND(MOR(VGE(x, lo), VUNORD(lo, lo)), MOR(VLE(x, hi), VUNORD(hi, hi)));
     return VSEL(ok, g, VZERO);
+}
+
+static inline V F(mish_bw)(V g, V x) {
+    V t = VTANH(VLOG1P(VEXP(x)));
+    return VMUL(g, VADD(t, VMUL(VMUL(x, F(sigmoid)(x)), VSUB(VONE, VMUL(t, t)))));
 }
 
 /* g * e * x^(e-1), the exponent e - 1 formed in double as PyTorch does; 0 where e == 0. */

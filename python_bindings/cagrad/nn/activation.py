@@ -5,7 +5,7 @@ from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
-           "LogSoftmax"]
+           "LogSoftmax", "Mish"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -106,3 +106,15 @@ class LogSoftmax(Module):
 
     def extra_repr(self):
         return f"dim={self.dim}"
+
+
+class Mish(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.mish(input, self.inplace)
+
+    def extra_repr(self):
+        return _inplace_repr(self.inplace)
