@@ -39,7 +39,9 @@
     X(SOFTPLUS, softplus, "SoftplusBackward0", SOFTPLUS, SOFTPLUS_BW, SELF, 2, a0, a1, NOCHECK,     \
       "softplus(Tensor input, float beta=1.0, float threshold=20.0)", CA_OP_PY_NN)              \
     X(MISH, mish, "MishBackward0", MISH, MISH_BW, SELF, 0, 0, 0, NOCHECK,                          \
-      "mish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
+      "mish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                                      \
+    X(HARDSWISH, hardswish, "HardswishBackward0", HARDSWISH, HARDSWISH_BW, SELF, 0, 0, 0, NOCHECK, \
+      "hardswish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

@@ -62,6 +62,9 @@ enum {
     X(SQUARE,     1, 0, 0, VMUL(a, a),                 a * a)                                      \
     /* x * tanh(softplus(x)) */                                                                    \
     X(MISH,       1, 0, 0, VMUL(a, VTANH(VLOG1P(VEXP(a)))), a * tanh(log1p(exp(a))))               \
+    /* x * min(max(x + 3, 0), 6) / 6 */                                                            \
+    X(HARDSWISH,  1, 0, 0, VDIV(VMUL(a, F(relu6)(VADD(a, VSET((T)3)))), VSET((T)6)),                \
+      a * fmin(fmax(a + 3, 0), 6) / 6)                                                             \
     /* scalar forms: x OP p0 (R...: p0 OP x) */                                                    \
     X(ADD_S,      1, 1, 0, VADD(a, p),                 a + p0)                                     \
     X(SUB_S,      1, 1, 0, VSUB(a, p),                 a - p0)                                     \
@@ -123,6 +126,10 @@ enum {
     /* g * (t + x * sigmoid(x) * (1 - t*t)), t = tanh(softplus(x)) */                             \
     X(MISH_BW,    2, 0, 0, F(mish_bw)(a, b),                                                       \
       a * (tanh(log1p(exp(b))) + b * kref_sigmoid(b) * (1 - pow(tanh(log1p(exp(b))), 2))))        \
+    /* 0 where x < -3, g where x >= 3, else g * (x / 3 + 1/2) (PyTorch's vector path: NaN x  */  \
+    /* gives NaN) */                                                                               \
+    X(HARDSWISH_BW, 2, 0, 0, F(hardswish_bw)(a, b),                                                \
+      b < -3 ? 0 : b >= 3 ? a : a * (b / 3 + 0.5))                                                 \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \
@@ -251,6 +258,16 @@ static inline V F(softplus_bw)(V g, V x, V beta, V thr) {
 static inline V F(clamp_bw)(V g, V x, V lo, V hi) {
     M ok = MAND(MOR(VGE(x, lo), VUNORD(lo, lo)), MOR(VLE(x, hi), VUNORD(hi, hi)));
     return VSEL(ok, g, VZERO);
+}
+
+/* min(max(x, 0), 6), NaN propagating as in PyTorch's vec::minimum / maximum */
+static inline V F(relu6)(V x) {
+    return F(vmin)(F(vmax)(x, VZERO), VSET((T)6));
+}
+
+static inline V F(hardswish_bw)(V g, V x) {
+    V mid = VMUL(g, VADD(VDIV(x, VSET((T)3)), VSET((T)0.5)));
+    return VSEL(VLT(x, VSET((T)-3)), VZERO, VSEL(VGE(x, VSET((T)3)), g, mid));
 }
 
 static inline V F(mish_bw)(V g, V x) {

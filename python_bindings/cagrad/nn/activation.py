@@ -5,7 +5,7 @@ from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
-           "LogSoftmax", "Mish"]
+           "LogSoftmax", "Mish", "Hardswish"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -118,3 +118,12 @@ class Mish(Module):
 
     def extra_repr(self):
         return _inplace_repr(self.inplace)
+
+
+class Hardswish(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.hardswish(input, self.inplace)
