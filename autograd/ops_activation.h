@@ -41,7 +41,9 @@
     X(MISH, mish, "MishBackward0", MISH, MISH_BW, SELF, 0, 0, 0, NOCHECK,                          \
       "mish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                                      \
     X(HARDSWISH, hardswish, "HardswishBackward0", HARDSWISH, HARDSWISH_BW, SELF, 0, 0, 0, NOCHECK, \
-      "hardswish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
+      "hardswish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                                 \
+    X(HARDSIGMOID, hardsigmoid, "HardsigmoidBackward0", HARDSIGMOID, HARDSIGMOID_BW, SELF, 0, 0, 0, \
+      NOCHECK, "hardsigmoid(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

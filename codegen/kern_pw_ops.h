@@ -65,6 +65,9 @@ enum {
     /* x * min(max(x + 3, 0), 6) / 6 */                                                            \
     X(HARDSWISH,  1, 0, 0, VDIV(VMUL(a, F(relu6)(VADD(a, VSET((T)3)))), VSET((T)6)),                \
       a * fmin(fmax(a + 3, 0), 6) / 6)                                                             \
+    /* min(max(x + 3, 0), 6) / 6 */                                                                \
+    X(HARDSIGMOID, 1, 0, 0, VDIV(F(relu6)(VADD(a, VSET((T)3))), VSET((T)6)),                       \
+      fmin(fmax(a + 3, 0), 6) / 6)                                                                 \
     /* scalar forms: x OP p0 (R...: p0 OP x) */                                                    \
     X(ADD_S,      1, 1, 0, VADD(a, p),                 a + p0)                                     \
     X(SUB_S,      1, 1, 0, VSUB(a, p),                 a - p0)                                     \
@@ -130,6 +133,11 @@ enum {
     /* gives NaN) */                                                                               \
     X(HARDSWISH_BW, 2, 0, 0, F(hardswish_bw)(a, b),                                                \
       b < -3 ? 0 : b >= 3 ? a : a * (b / 3 + 0.5))                                                 \
+    /* g / 6 where -3 < x < 3, else 0 (as g times 1/6 in T; PyTorch's float64 kernel uses */    \
+    /* the float32 constant 1.0f / 6.0f there, which is 3e-8 off) */                              \
+    X(HARDSIGMOID_BW, 2, 0, 0,                                                                     \
+      VSEL(MAND(VGT(b, VSET((T)-3)), VLT(b, VSET((T)3))), VMUL(a, VSET((T)(1.0 / 6))), VZERO),      \
+      b > -3 && b < 3 ? a / 6 : 0)                                                                 \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \

@@ -399,8 +399,9 @@ typedef enum { CA_GELU_NONE = 0, CA_GELU_TANH = 1 } ca_gelu_approximate;
 ca_status ca_gelu(ca_tensor *x, ca_gelu_approximate approximate, ca_tensor **out);
 ca_status ca_silu(ca_tensor *x, ca_tensor **out);
 ca_status ca_softplus(ca_tensor *x, double beta, double threshold, ca_tensor **out);
-ca_status ca_mish(ca_tensor *x, ca_tensor **out);      /* x * tanh(softplus(x)) */
-ca_status ca_hardswish(ca_tensor *x, ca_tensor **out); /* x * min(max(x + 3, 0), 6) / 6 */
+ca_status ca_mish(ca_tensor *x, ca_tensor **out);        /* x * tanh(softplus(x)) */
+ca_status ca_hardswish(ca_tensor *x, ca_tensor **out);   /* x * min(max(x + 3, 0), 6) / 6 */
+ca_status ca_hardsigmoid(ca_tensor *x, ca_tensor **out); /* min(max(x + 3, 0), 6) / 6 */
 /* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)). */
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
 /* A copy converted to dtype (gradient converts back). */

@@ -5,7 +5,7 @@ from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
-           "LogSoftmax", "Mish", "Hardswish"]
+           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -127,3 +127,12 @@ class Hardswish(Module):
 
     def forward(self, input):
         return F.hardswish(input, self.inplace)
+
+
+class Hardsigmoid(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.hardsigmoid(input, self.inplace)
