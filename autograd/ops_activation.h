@@ -43,7 +43,9 @@
     X(HARDSWISH, hardswish, "HardswishBackward0", HARDSWISH, HARDSWISH_BW, SELF, 0, 0, 0, NOCHECK, \
       "hardswish(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                                 \
     X(HARDSIGMOID, hardsigmoid, "HardsigmoidBackward0", HARDSIGMOID, HARDSIGMOID_BW, SELF, 0, 0, 0, \
-      NOCHECK, "hardsigmoid(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
+      NOCHECK, "hardsigmoid(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                      \
+    X(ELU, elu, "EluBackward0", ELU, ELU_BW, SELF, 1, a0, 1.0, NOCHECK,                            \
+      "elu(Tensor input, float alpha=1.0)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

@@ -65,6 +65,9 @@ enum {
     /* x * min(max(x + 3, 0), 6) / 6 */                                                            \
     X(HARDSWISH,  1, 0, 0, VDIV(VMUL(a, F(relu6)(VADD(a, VSET((T)3)))), VSET((T)6)),                \
       a * fmin(fmax(a + 3, 0), 6) / 6)                                                             \
+    /* ELU: p1 * x where x > 0, else p0 * expm1(x) (p0 = alpha * scale, p1 = scale) */         \
+    X(ELU,        1, 2, 0, VSEL(VGT(a, VZERO), VMUL(a, q), VMUL(VEXPM1(a), p)),                    \
+      a > 0 ? a * p1 : expm1(a) * p0)                                                              \
     /* min(max(x + 3, 0), 6) / 6 */                                                                \
     X(HARDSIGMOID, 1, 0, 0, VDIV(F(relu6)(VADD(a, VSET((T)3))), VSET((T)6)),                       \
       fmin(fmax(a + 3, 0), 6) / 6)                                                                 \
@@ -138,6 +141,9 @@ enum {
     X(HARDSIGMOID_BW, 2, 0, 0,                                                                     \
       VSEL(MAND(VGT(b, VSET((T)-3)), VLT(b, VSET((T)3))), VMUL(a, VSET((T)(1.0 / 6))), VZERO),      \
       b > -3 && b < 3 ? a / 6 : 0)                                                                 \
+    /* g * p1 where x > 0, else g * p0 * exp(x); p0, p1 as ELU */                                  \
+    X(ELU_BW,     2, 2, 0, VSEL(VGT(b, VZERO), VMUL(a, q), VMUL(VMUL(a, p), VEXP(b))),              \
+      b > 0 ? a * p1 : a * p0 * exp(b))                                                            \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \

@@ -5,7 +5,7 @@ from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
-           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid"]
+           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -136,3 +136,16 @@ class Hardsigmoid(Module):
 
     def forward(self, input):
         return F.hardsigmoid(input, self.inplace)
+
+
+class ELU(Module):
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.elu(input, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + _inplace_repr(self.inplace, ", ")
