@@ -24,6 +24,10 @@
 
 #define CA_PY_ALL (CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_NN)
 
+/* SELU's constants (Klambauer et al. 2017), as PyTorch spells them */
+#define CA_SELU_ALPHA 1.6732632423543772848170429916717
+#define CA_SELU_SCALE 1.0507009873554804934193349852946
+
 /* clang-format off */
 #define CA_ACTIVATIONS(X)                                                                          \
     X(TANH, tanh, "TanhBackward0", TANH, TANH_BW, RESULT, 0, 0, 0, NOCHECK,                        \
@@ -45,7 +49,10 @@
     X(HARDSIGMOID, hardsigmoid, "HardsigmoidBackward0", HARDSIGMOID, HARDSIGMOID_BW, SELF, 0, 0, 0, \
       NOCHECK, "hardsigmoid(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                      \
     X(ELU, elu, "EluBackward0", ELU, ELU_BW, SELF, 1, a0, 1.0, NOCHECK,                            \
-      "elu(Tensor input, float alpha=1.0)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
+      "elu(Tensor input, float alpha=1.0)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                      \
+    X(SELU, selu, "EluBackward0", ELU, ELU_BW, SELF, 0, CA_SELU_ALPHA * CA_SELU_SCALE,             \
+      CA_SELU_SCALE, NOCHECK, "selu(Tensor input)",                                                \
+      CA_OP_PY_TORCH | CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

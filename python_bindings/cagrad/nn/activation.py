@@ -5,7 +5,7 @@ from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
-           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU"]
+           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -149,3 +149,15 @@ class ELU(Module):
 
     def extra_repr(self):
         return f"alpha={self.alpha}" + _inplace_repr(self.inplace, ", ")
+
+
+class SELU(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.selu(input, self.inplace)
+
+    def extra_repr(self):
+        return _inplace_repr(self.inplace)
