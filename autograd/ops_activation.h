@@ -52,7 +52,10 @@
       "elu(Tensor input, float alpha=1.0)", CA_OP_PY_NN | CA_OP_PY_INPLACE)                      \
     X(SELU, selu, "EluBackward0", ELU, ELU_BW, SELF, 0, CA_SELU_ALPHA * CA_SELU_SCALE,             \
       CA_SELU_SCALE, NOCHECK, "selu(Tensor input)",                                                \
-      CA_OP_PY_TORCH | CA_OP_PY_NN | CA_OP_PY_INPLACE)
+      CA_OP_PY_TORCH | CA_OP_PY_NN | CA_OP_PY_INPLACE)                                           \
+    X(CELU, celu, "CeluBackward0", CELU, CELU_BW, SELF, 1, a0, 1.0 / a0,                           \
+      REQUIRE(a0 != 0, CA_STATUS_INVALID, "ZeroDivisionError: alpha cannot be 0 for CELU"),       \
+      "celu(Tensor input, float alpha=1.0)", CA_OP_PY_TORCH | CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

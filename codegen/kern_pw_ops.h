@@ -68,6 +68,9 @@ enum {
     /* ELU: p1 * x where x > 0, else p0 * expm1(x) (p0 = alpha * scale, p1 = scale) */         \
     X(ELU,        1, 2, 0, VSEL(VGT(a, VZERO), VMUL(a, q), VMUL(VEXPM1(a), p)),                    \
       a > 0 ? a * p1 : expm1(a) * p0)                                                              \
+    /* CELU: x where x > 0, else p0 * expm1(x * p1) (p0 = alpha, p1 = 1 / alpha) */             \
+    X(CELU,       1, 2, 0, VSEL(VGT(a, VZERO), a, VMUL(VEXPM1(VMUL(a, q)), p)),                    \
+      a > 0 ? a : expm1(a * p1) * p0)                                                              \
     /* min(max(x + 3, 0), 6) / 6 */                                                                \
     X(HARDSIGMOID, 1, 0, 0, VDIV(F(relu6)(VADD(a, VSET((T)3))), VSET((T)6)),                       \
       fmin(fmax(a + 3, 0), 6) / 6)                                                                 \
@@ -144,6 +147,9 @@ enum {
     /* g * p1 where x > 0, else g * p0 * exp(x); p0, p1 as ELU */                                  \
     X(ELU_BW,     2, 2, 0, VSEL(VGT(b, VZERO), VMUL(a, q), VMUL(VMUL(a, p), VEXP(b))),              \
       b > 0 ? a * p1 : a * p0 * exp(b))                                                            \
+    /* g where x > 0, else g * p1 * p0 * exp(x * p1); p0, p1 as CELU */                            \
+    X(CELU_BW,    2, 2, 0, VSEL(VGT(b, VZERO), a, VMUL(VMUL(VMUL(a, q), p), VEXP(VMUL(b, q)))),     \
+      b > 0 ? a : a * p1 * p0 * exp(b * p1))                                                       \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \

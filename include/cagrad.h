@@ -406,6 +406,8 @@ ca_status ca_hardsigmoid(ca_tensor *x, ca_tensor **out); /* min(max(x + 3, 0), 6
 ca_status ca_elu(ca_tensor *x, double alpha, ca_tensor **out);
 /* scale * elu(x, alpha) with SELU's fixed alpha 1.6732632... and scale 1.0507009... */
 ca_status ca_selu(ca_tensor *x, ca_tensor **out);
+/* x where x > 0, else alpha * (exp(x / alpha) - 1); alpha must not be 0 (CA_STATUS_INVALID) */
+ca_status ca_celu(ca_tensor *x, double alpha, ca_tensor **out);
 /* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)). */
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
 /* A copy converted to dtype (gradient converts back). */

@@ -205,3 +205,18 @@ def test_torch_hardsigmoid_float64_error_is_undone_not_copied():
     cx = ca.tensor([0.5], dtype=ca.float64, requires_grad=True)
     ca.nn.functional.hardsigmoid(cx).sum().backward()
     assert cx.grad.item() == 1 / 6
+
+
+# Arguments an op refuses: the same exception type as PyTorch, and a message that says why.
+BAD_ARGUMENTS = [
+    ("celu", {"alpha": 0.0}, "alpha cannot be 0"),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,needle", BAD_ARGUMENTS, ids=[b[0] for b in BAD_ARGUMENTS])
+def test_bad_arguments_fail_like_torch(name, kwargs, needle):
+    x = np.linspace(-2, 2, 5).astype(np.float32)
+    with pytest.raises(Exception) as theirs:
+        getattr(torch.nn.functional, name)(torch.tensor(x), **kwargs)
+    with pytest.raises(theirs.type, match=needle):
+        getattr(ca.nn.functional, name)(ca.tensor(x), **kwargs)

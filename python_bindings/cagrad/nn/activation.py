@@ -5,7 +5,8 @@ from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
-           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU"]
+           "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU",
+           "CELU"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -161,3 +162,16 @@ class SELU(Module):
 
     def extra_repr(self):
         return _inplace_repr(self.inplace)
+
+
+class CELU(Module):
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.celu(input, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + _inplace_repr(self.inplace, ", ")
