@@ -71,6 +71,9 @@ enum {
     /* CELU: x where x > 0, else p0 * expm1(x * p1) (p0 = alpha, p1 = 1 / alpha) */             \
     X(CELU,       1, 2, 0, VSEL(VGT(a, VZERO), a, VMUL(VEXPM1(VMUL(a, q)), p)),                    \
       a > 0 ? a : expm1(a * p1) * p0)                                                              \
+    /* log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)) */                                          \
+    X(LOGSIGMOID, 1, 0, 0, VSUB(F(vmin)(a, VZERO), VLOG1P(VEXP(VNEG(VABS(a))))),                    \
+      fmin(a, 0) - log1p(exp(-fabs(a))))                                                           \
     /* min(max(x + 3, 0), 6) / 6 */                                                                \
     X(HARDSIGMOID, 1, 0, 0, VDIV(F(relu6)(VADD(a, VSET((T)3))), VSET((T)6)),                       \
       fmin(fmax(a + 3, 0), 6) / 6)                                                                 \
@@ -150,6 +153,10 @@ enum {
     /* g where x > 0, else g * p1 * p0 * exp(x * p1); p0, p1 as CELU */                            \
     X(CELU_BW,    2, 2, 0, VSEL(VGT(b, VZERO), a, VMUL(VMUL(VMUL(a, q), p), VEXP(VMUL(b, q)))),     \
       b > 0 ? a : a * p1 * p0 * exp(b * p1))                                                       \
+    /* g * (1 - sigmoid(x)), with z = exp(-|x|): g * (1 - z / (1 + z)) below 0, else      */  \
+    /* g * z / (1 + z), as PyTorch's log_sigmoid_backward */                                       \
+    X(LOGSIGMOID_BW, 2, 0, 0, F(logsigmoid_bw)(a, b),                                              \
+      a * (b < 0 ? 1 - exp(-fabs(b)) / (1 + exp(-fabs(b))) : exp(-fabs(b)) / (1 + exp(-fabs(b)))))\
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \
@@ -288,6 +295,13 @@ static inline V F(relu6)(V x) {
 static inline V F(hardswish_bw)(V g, V x) {
     V mid = VMUL(g, VADD(VDIV(x, VSET((T)3)), VSET((T)0.5)));
     return VSEL(VLT(x, VSET((T)-3)), VZERO, VSEL(VGE(x, VSET((T)3)), g, mid));
+}
+
+static inline V F(logsigmoid_bw)(V g, V x) {
+    V z = VEXP(VNEG(VABS(x)));
+    M neg = VLT(x, VZERO);
+    V max_deriv = VSEL(neg, VONE, VZERO), sign = VSEL(neg, VONE, VSET((T)-1));
+    return VMUL(VSUB(max_deriv, VMUL(sign, VDIV(z, VADD(VONE, z)))), g);
 }
 
 static inline V F(mish_bw)(V g, V x) {

@@ -6,7 +6,7 @@ from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
            "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU",
-           "CELU"]
+           "CELU", "LogSigmoid"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -175,3 +175,8 @@ class CELU(Module):
 
     def extra_repr(self):
         return f"alpha={self.alpha}" + _inplace_repr(self.inplace, ", ")
+
+
+class LogSigmoid(Module):
+    def forward(self, input):
+        return F.logsigmoid(input)
