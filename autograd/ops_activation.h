@@ -57,7 +57,9 @@
       REQUIRE(a0 != 0, CA_STATUS_INVALID, "ZeroDivisionError: alpha cannot be 0 for CELU"),       \
       "celu(Tensor input, float alpha=1.0)", CA_OP_PY_TORCH | CA_OP_PY_NN | CA_OP_PY_INPLACE)    \
     X(LOGSIGMOID, logsigmoid, "LogSigmoidBackward0", LOGSIGMOID, LOGSIGMOID_BW, SELF, 0, 0, 0,     \
-      NOCHECK, "logsigmoid(Tensor input)", CA_OP_PY_NN)
+      NOCHECK, "logsigmoid(Tensor input)", CA_OP_PY_NN)                                          \
+    X(SOFTSIGN, softsign, "SoftsignBackward0", SOFTSIGN, SOFTSIGN_BW, SELF, 0, 0, 0, NOCHECK,      \
+      "softsign(Tensor input)", CA_OP_PY_NN)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

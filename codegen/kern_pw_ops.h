@@ -74,6 +74,8 @@ enum {
     /* log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)) */                                          \
     X(LOGSIGMOID, 1, 0, 0, VSUB(F(vmin)(a, VZERO), VLOG1P(VEXP(VNEG(VABS(a))))),                    \
       fmin(a, 0) - log1p(exp(-fabs(a))))                                                           \
+    /* x / (1 + |x|) */                                                                            \
+    X(SOFTSIGN,   1, 0, 0, VDIV(a, VADD(VABS(a), VONE)), a / (fabs(a) + 1))                          \
     /* min(max(x + 3, 0), 6) / 6 */                                                                \
     X(HARDSIGMOID, 1, 0, 0, VDIV(F(relu6)(VADD(a, VSET((T)3))), VSET((T)6)),                       \
       fmin(fmax(a + 3, 0), 6) / 6)                                                                 \
@@ -157,6 +159,9 @@ enum {
     /* g * z / (1 + z), as PyTorch's log_sigmoid_backward */                                       \
     X(LOGSIGMOID_BW, 2, 0, 0, F(logsigmoid_bw)(a, b),                                              \
       a * (b < 0 ? 1 - exp(-fabs(b)) / (1 + exp(-fabs(b))) : exp(-fabs(b)) / (1 + exp(-fabs(b)))))\
+    /* g / (1 + |x|)^2 */                                                                          \
+    X(SOFTSIGN_BW, 2, 0, 0, VDIV(a, F(square)(VADD(VABS(b), VONE))),                               \
+      a / ((1 + fabs(b)) * (1 + fabs(b))))                                                         \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \
@@ -285,6 +290,10 @@ static inline V F(softplus_bw)(V g, V x, V beta, V thr) {
 static inline V F(clamp_bw)(V g, V x, V lo, V hi) {
     M ok = MAND(MOR(VGE(x, lo), VUNORD(lo, lo)), MOR(VLE(x, hi), VUNORD(hi, hi)));
     return VSEL(ok, g, VZERO);
+}
+
+static inline V F(square)(V x) {
+    return VMUL(x, x);
 }
 
 /* min(max(x, 0), 6), NaN propagating as in PyTorch's vec::minimum / maximum */

@@ -409,6 +409,7 @@ ca_status ca_selu(ca_tensor *x, ca_tensor **out);
 /* x where x > 0, else alpha * (exp(x / alpha) - 1); alpha must not be 0 (CA_STATUS_INVALID) */
 ca_status ca_celu(ca_tensor *x, double alpha, ca_tensor **out);
 ca_status ca_logsigmoid(ca_tensor *x, ca_tensor **out); /* log(sigmoid(x)), stable */
+ca_status ca_softsign(ca_tensor *x, ca_tensor **out);   /* x / (1 + |x|) */
 /* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)). */
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
 /* A copy converted to dtype (gradient converts back). */

@@ -97,6 +97,10 @@ def test_functional_signature_is_pytorchs(name):
 
 
 # ------------------------------------------------------------------------------ parity
+# Ops PyTorch builds from other ops, so its grad_fn is the last of those: cagrad runs one
+# kernel and records one node of its own (docs/python-api.md lists them).
+DECOMPOSED_BY_TORCH = {"softsign": ("SoftsignBackward0", "DivBackward0")}
+
 def arg_sets(name):
     """The defaults, then each choice of a choice parameter, then the floats at 3/4 of their
     defaults (their ratios, e.g. min_val <= max_val, stay as they are)."""
@@ -133,7 +137,8 @@ def test_values_and_gradients_match_torch(name, dtype, compiled, rng):
         tx = torch.tensor(x, requires_grad=True)
         cy, ty = call(ca, name, cx, kwargs), call(torch, name, tx, kwargs)
         assert_close(cy, ty, msg=f"{name}({kwargs}) values")
-        assert cy.grad_fn.name() == ty.grad_fn.name()
+        ours, theirs = DECOMPOSED_BY_TORCH.get(name, (ty.grad_fn.name(),) * 2)
+        assert (cy.grad_fn.name(), ty.grad_fn.name()) == (ours, theirs)
         with compiled_ctx(compiled):
             backward_checked((cy * ca.tensor(g)).sum(), compiled)
         (ty * torch.tensor(g)).sum().backward()

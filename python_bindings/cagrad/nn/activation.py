@@ -6,7 +6,7 @@ from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
            "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU",
-           "CELU", "LogSigmoid"]
+           "CELU", "LogSigmoid", "Softsign"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -180,3 +180,8 @@ class CELU(Module):
 class LogSigmoid(Module):
     def forward(self, input):
         return F.logsigmoid(input)
+
+
+class Softsign(Module):
+    def forward(self, input):
+        return F.softsign(input)
