@@ -162,6 +162,9 @@ enum {
     /* g / (1 + |x|)^2 */                                                                          \
     X(SOFTSIGN_BW, 2, 0, 0, VDIV(a, F(square)(VADD(VABS(b), VONE))),                               \
       a / ((1 + fabs(b)) * (1 + fabs(b))))                                                         \
+    /* g where p0 < x < p1, else 0 (NaN x included: PyTorch's vector path) */                      \
+    X(HARDTANH_BW, 2, 2, 0, VSEL(MAND(VGT(b, p), VLT(b, q)), a, VZERO),                            \
+      b > p0 && b < p1 ? a : 0)                                                                    \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \

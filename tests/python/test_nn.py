@@ -265,3 +265,13 @@ def test_activation_modules_match_torch(name, dtype):
     ty.sum().backward()
     assert_close(cx.grad, torch_gradient(name.lower(), tx.grad), **TOL_SUM[dtype],
                  msg=f"{name} gradient")
+
+
+@LIBS
+def test_hardtanh_module_arguments(L):
+    with pytest.raises(AssertionError, match="max_val .* must be greater than min_val"):
+        L.nn.Hardtanh(1.0, 1.0)
+    with pytest.warns(FutureWarning, match="min_value.*deprecated"):
+        m = L.nn.Hardtanh(min_value=-2.0)
+    assert (m.min_val, m.max_val) == (-2.0, 1.0)
+    assert repr(L.nn.Hardtanh(-2, 3, True)) == "Hardtanh(min_val=-2, max_val=3, inplace=True)"

@@ -215,6 +215,7 @@ def test_torch_hardsigmoid_float64_error_is_undone_not_copied():
 # Arguments an op refuses: the same exception type as PyTorch, and a message that says why.
 BAD_ARGUMENTS = [
     ("celu", {"alpha": 0.0}, "alpha cannot be 0"),
+    ("hardtanh", {"min_val": 2.0, "max_val": 1.0}, "min_val cannot be greater than max_val"),
 ]
 
 

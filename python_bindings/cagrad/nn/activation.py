@@ -1,12 +1,14 @@
 """Activation modules: thin Modules over the functions of nn.functional, with torch.nn's
 names, arguments and reprs. Every class listed in __all__ is exported by cagrad.nn."""
 
+import warnings
+
 from . import functional as F
 from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
            "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU",
-           "CELU", "LogSigmoid", "Softsign"]
+           "CELU", "LogSigmoid", "Softsign", "Hardtanh"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -185,3 +187,30 @@ class LogSigmoid(Module):
 class Softsign(Module):
     def forward(self, input):
         return F.softsign(input)
+
+
+def _renamed(old, new, value, fallback):
+    if value is None:
+        return fallback
+    warnings.warn(f"keyword argument `{old}` is deprecated and renamed to `{new}`",
+                  FutureWarning, stacklevel=3)
+    return value
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None,
+                 max_value=None):
+        super().__init__()
+        self.min_val = _renamed("min_value", "min_val", min_value, min_val)
+        self.max_val = _renamed("max_value", "max_val", max_value, max_val)
+        self.inplace = inplace
+        if self.max_val <= self.min_val:
+            raise AssertionError(f"max_val ({self.max_val}) must be greater than min_val "
+                                 f"({self.min_val})")
+
+    def forward(self, input):
+        return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}" + _inplace_repr(self.inplace,
+                                                                                  ", ")
