@@ -63,7 +63,9 @@
     X(HARDTANH, hardtanh, "HardtanhBackward0", CLAMP, HARDTANH_BW, SELF, 2, a0, a1,                \
       REQUIRE(!(a0 > a1), CA_STATUS_VALUE, "min_val cannot be greater than max_val"),             \
       "hardtanh(Tensor input, float min_val=-1.0, float max_val=1.0)",                             \
-      CA_OP_PY_NN | CA_OP_PY_INPLACE)
+      CA_OP_PY_NN | CA_OP_PY_INPLACE)                                                              \
+    X(RELU6, relu6, "HardtanhBackward0", CLAMP, HARDTANH_BW, SELF, 0, 0, 6, NOCHECK,               \
+      "relu6(Tensor input)", CA_OP_PY_NN | CA_OP_PY_INPLACE)
 /* clang-format on */
 
 #endif /* CAGRAD_OPS_ACTIVATION_H */

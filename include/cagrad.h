@@ -413,6 +413,7 @@ ca_status ca_softsign(ca_tensor *x, ca_tensor **out);   /* x / (1 + |x|) */
 /* x clamped to [min_val, max_val] (PyTorch: -1, 1); the gradient flows strictly inside.
  * CA_STATUS_VALUE when min_val > max_val. */
 ca_status ca_hardtanh(ca_tensor *x, double min_val, double max_val, ca_tensor **out);
+ca_status ca_relu6(ca_tensor *x, ca_tensor **out); /* hardtanh(x, 0, 6), as PyTorch */
 /* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)). */
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
 /* A copy converted to dtype (gradient converts back). */

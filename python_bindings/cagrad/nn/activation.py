@@ -8,7 +8,7 @@ from .module import Module
 
 __all__ = ["ReLU", "GELU", "SiLU", "LeakyReLU", "Softplus", "Tanh", "Sigmoid", "Softmax",
            "LogSoftmax", "Mish", "Hardswish", "Hardsigmoid", "ELU", "SELU",
-           "CELU", "LogSigmoid", "Softsign", "Hardtanh"]
+           "CELU", "LogSigmoid", "Softsign", "Hardtanh", "ReLU6"]
 
 
 def _inplace_repr(inplace, sep=""):
@@ -214,3 +214,11 @@ class Hardtanh(Module):
     def extra_repr(self):
         return f"min_val={self.min_val}, max_val={self.max_val}" + _inplace_repr(self.inplace,
                                                                                   ", ")
+
+
+class ReLU6(Hardtanh):
+    def __init__(self, inplace=False):
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self):
+        return _inplace_repr(self.inplace)
