@@ -7,7 +7,8 @@ and gives the same gradients. docs/python-api.md lists the subset and every diff
 import types as _types
 
 from . import _C
-from ._dtype import Size, device, dtype, float32, float64, int64
+from ._dtype import (Size, channels_last, channels_last_3d, contiguous_format, device, dtype,
+                     float32, float64, int64, layout, memory_format, preserve_format, strided)
 from ._tensor import Tensor
 from ._creation import (arange, as_tensor, empty, empty_like, from_dlpack, from_numpy, full,
                         full_like, get_default_dtype, get_num_threads, manual_seed, ones,

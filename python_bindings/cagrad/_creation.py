@@ -9,7 +9,8 @@ import operator
 import numpy as np
 
 from . import _C
-from ._dtype import (check_device, check_dtype, dtype_from_numpy, float32, float64, int64)
+from ._dtype import (check_device, check_dtype, check_layout, check_memory_format,
+                     check_pin_memory, dtype_from_numpy, float32, float64, int64)
 
 _TensorBase = _C.TensorBase
 
@@ -38,6 +39,14 @@ def manual_seed(seed):
 
 set_num_threads = _C.set_num_threads
 get_num_threads = _C.get_num_threads
+
+
+def _check_options(fname, device, layout=None, pin_memory=False):
+    """The placement arguments every creation function takes: the CPU, strided, unpinned
+    (PyTorch's no-ops on the CPU) are accepted; anything else raises, naming it."""
+    check_device(device)
+    check_layout(fname, layout)
+    check_pin_memory(fname, pin_memory)
 
 
 def _finish(t, requires_grad):
@@ -75,7 +84,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     int64, numpy arrays keep float32/float64/int64. Booleans give 0/1 in the default float
     dtype (cagrad has no bool dtype); such a tensor indexes as a boolean mask.
     """
-    check_device(device)
+    _check_options("tensor", device, pin_memory=pin_memory)
     if dtype is not None:
         check_dtype(dtype)
     if isinstance(data, _TensorBase) and (dtype is None or dtype._code == data._dtype):
@@ -160,29 +169,35 @@ def _float_dtype(dtype):
     return _default_float._code if dtype is None else check_dtype(dtype)._code
 
 
-def zeros(*sizes, size=None, dtype=None, device=None, requires_grad=False):
-    check_device(device)
+def zeros(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
+          pin_memory=False):
+    _check_options("zeros", device, layout, pin_memory)
     return _finish(_C.zeros(_float_dtype(dtype), _size("zeros", sizes, size)), requires_grad)
 
 
-def ones(*sizes, size=None, dtype=None, device=None, requires_grad=False):
-    check_device(device)
+def ones(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
+         pin_memory=False):
+    _check_options("ones", device, layout, pin_memory)
     return _finish(_C.ones(_float_dtype(dtype), _size("ones", sizes, size)), requires_grad)
 
 
-def empty(*sizes, size=None, dtype=None, device=None, requires_grad=False):
-    check_device(device)
+def empty(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
+          pin_memory=False, memory_format=None):
+    _check_options("empty", device, layout, pin_memory)
+    check_memory_format("empty", memory_format)
     return _finish(_C.empty(_float_dtype(dtype), _size("empty", sizes, size)), requires_grad)
 
 
-def randn(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None):
-    check_device(device)
+def randn(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
+          pin_memory=False, generator=None):
+    _check_options("randn", device, layout, pin_memory)
     _no_generator(generator)
     return _finish(_C.randn(_float_dtype(dtype), _size("randn", sizes, size)), requires_grad)
 
 
-def rand(*sizes, size=None, dtype=None, device=None, requires_grad=False, generator=None):
-    check_device(device)
+def rand(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
+         pin_memory=False, generator=None):
+    _check_options("rand", device, layout, pin_memory)
     _no_generator(generator)
     return _finish(_C.rand(_float_dtype(dtype), _size("rand", sizes, size)), requires_grad)
 
@@ -202,8 +217,9 @@ def _scalar_dtype(value):
     raise TypeError(f"fill_value must be a number, not {type(value).__name__}")
 
 
-def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
-    check_device(device)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
+         pin_memory=False):
+    _check_options("full", device, layout, pin_memory)
     code = _scalar_dtype(fill_value) if dtype is None else check_dtype(dtype)._code
     return _finish(_C.full(code, _size("full", (size,), None), fill_value), requires_grad)
 
@@ -212,41 +228,52 @@ def _like_dtype(input, dtype):
     return input._dtype if dtype is None else check_dtype(dtype)._code
 
 
-def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    check_device(device)
+def _check_like(fname, input, device, layout, pin_memory, memory_format):
+    _check_options(fname, device, layout, pin_memory)
+    check_memory_format(fname, memory_format, like=input)
+
+
+def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+               pin_memory=False, memory_format=None):
+    _check_like("zeros_like", input, device, layout, pin_memory, memory_format)
     return _finish(_C.zeros(_like_dtype(input, dtype), input._shape), requires_grad)
 
 
-def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    check_device(device)
+def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+              pin_memory=False, memory_format=None):
+    _check_like("ones_like", input, device, layout, pin_memory, memory_format)
     return _finish(_C.ones(_like_dtype(input, dtype), input._shape), requires_grad)
 
 
-def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    check_device(device)
+def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+               pin_memory=False, memory_format=None):
+    _check_like("empty_like", input, device, layout, pin_memory, memory_format)
     return _finish(_C.empty(_like_dtype(input, dtype), input._shape), requires_grad)
 
 
-def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
-              memory_format=None):
-    check_device(device)
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
+              pin_memory=False, memory_format=None):
+    _check_like("full_like", input, device, layout, pin_memory, memory_format)
     return _finish(_C.full(_like_dtype(input, dtype), input._shape, fill_value), requires_grad)
 
 
-def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    check_device(device)
+def randn_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+               pin_memory=False, memory_format=None):
+    _check_like("randn_like", input, device, layout, pin_memory, memory_format)
     return _finish(_C.randn(_like_dtype(input, dtype), input._shape), requires_grad)
 
 
-def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    check_device(device)
+def rand_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+              pin_memory=False, memory_format=None):
+    _check_like("rand_like", input, device, layout, pin_memory, memory_format)
     return _finish(_C.rand(_like_dtype(input, dtype), input._shape), requires_grad)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None,
+           requires_grad=False, pin_memory=False):
     """Values from start up to (not including) end, step apart. Like torch.arange, int
     arguments give int64 and any float argument gives the default float dtype."""
-    check_device(device)
+    _check_options("arange", device, layout, pin_memory)
     if end is None:
         start, end = 0, start
     for v in (start, end, step):

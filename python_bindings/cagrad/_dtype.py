@@ -1,4 +1,5 @@
-"""dtype objects, cagrad.Size and cagrad.device: the small value types of the API."""
+"""dtype objects, cagrad.Size, cagrad.device, memory formats and layouts: the small value
+types of the API, and the checks of the creation arguments that name them."""
 
 import numpy as np
 
@@ -113,3 +114,110 @@ def check_device(dev):
     """Accept None, 'cpu', 'cpu:0' or a cagrad.device; anything else raises RuntimeError."""
     if dev is not None and dev is not CPU:
         device(dev)
+
+
+class memory_format:
+    """A memory layout request, like torch.memory_format. cagrad makes every new tensor
+    contiguous (row-major), so it accepts contiguous_format, and preserve_format where the
+    result is contiguous anyway; channels_last and channels_last_3d raise."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return "cagrad." + self._name
+
+    def __reduce__(self):  # pickles as a reference to the module-level singleton
+        return self._name
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+
+
+class layout:
+    """A tensor layout, like torch.layout. cagrad has strided tensors only."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return "cagrad." + self._name
+
+    def __reduce__(self):
+        return self._name
+
+
+strided = layout("strided")
+
+
+def check_pin_memory(fname, pin_memory):
+    """pin_memory=False is PyTorch's no-op on the CPU; True asks for pinned memory."""
+    if pin_memory:
+        raise NotImplementedError(f"cagrad's {fname}() does not support pin_memory=True: "
+                                  f"cagrad runs on the CPU only and has no pinned memory; "
+                                  f"leave pin_memory unset")
+
+
+def check_layout(fname, value):
+    if value is not None and value is not strided:
+        raise NotImplementedError(f"cagrad's {fname}() does not support layout={value!r}: "
+                                  f"cagrad has strided (dense) tensors only")
+
+
+def _row_major(t):
+    """Whether t's dims (those of size > 1 that are not expanded) come in order of
+    decreasing stride: then PyTorch's preserve_format gives a contiguous result too."""
+    last = None
+    for size, stride in zip(t._shape, t._strides):
+        if size > 1 and stride != 0:
+            if last is not None and stride > last:
+                return False
+            last = stride
+    return True
+
+
+def suggests_channels_last(t):
+    """Whether PyTorch would call t's strides channels-last (4-D) or channels-last-3d (5-D):
+    c10's is_channels_last_strides_2d/3d, whose to(memory_format=contiguous_format) copies
+    such a tensor and returns any other one unchanged."""
+    order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(len(t._shape))
+    shape, strides = t._shape, t._strides
+    if order is None or strides[1] == 0:
+        return False
+    low = 0
+    for d in order:
+        if shape[d] == 0 or strides[d] < low or (d == 0 and low == strides[1]):
+            return False
+        low = strides[d] * max(shape[d], 1)
+    return True
+
+
+def check_memory_format(fname, value, like=None):
+    """Accept None (the default), contiguous_format, and preserve_format when `like` (the
+    input whose layout it keeps) is in row-major order, so that PyTorch's result would be
+    contiguous like cagrad's. Anything else raises: cagrad's results are always contiguous,
+    so accepting it would differ silently. Without an input (empty(), contiguous()),
+    preserve_format is a RuntimeError, as in PyTorch."""
+    if value is None or value is contiguous_format:
+        return
+    if type(value) is not memory_format:
+        raise TypeError(f"{fname}(): memory_format must be a cagrad.memory_format such as "
+                        f"cagrad.contiguous_format, not {value!r}")
+    if value is preserve_format and like is None:
+        raise RuntimeError(f"{fname}(): memory_format=cagrad.preserve_format is unsupported "
+                           f"here (there is no input whose layout to keep); use "
+                           f"cagrad.contiguous_format")
+    if value is preserve_format and _row_major(like):
+        return
+    why = ("the input's dims are not in row-major order, and cagrad's result is contiguous "
+           "where PyTorch's would keep the input's strides" if value is preserve_format
+           else "cagrad's tensors are always contiguous (row-major)")
+    raise NotImplementedError(f"cagrad's {fname}() does not support memory_format={value!r}: "
+                              f"{why}; use memory_format=cagrad.contiguous_format")

@@ -19,7 +19,7 @@ import numpy as np
 from . import _C
 from ._creation import get_default_dtype
 from ._creation import tensor as _tensor_from_data
-from ._dtype import check_dtype, int64
+from ._dtype import check_dtype, check_memory_format, int64
 
 _TensorBase = _C.TensorBase
 _INT64 = 2  # _C dtype code
@@ -578,8 +578,10 @@ def log_softmax(input, dim, dtype=None):
 
 
 # ------------------------------------------------------------------------------ misc
-def clone(input):
-    """A copy with its own storage; gradients flow back to input (as ToCopyBackward0)."""
+def clone(input, *, memory_format=None):
+    """A contiguous copy with its own storage; gradients flow back to input (as
+    ToCopyBackward0)."""
+    check_memory_format("clone", memory_format, like=input)
     return _C.to_dtype(input, input._dtype)
 
 

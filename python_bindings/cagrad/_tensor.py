@@ -15,7 +15,8 @@ from . import _C
 from . import _creation
 from . import _ops
 from . import _functions as F
-from ._dtype import CPU, DTYPES, Size, check_device
+from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
+                     float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
 from ._graph_break import break_graph
@@ -318,22 +319,39 @@ class Tensor(_TensorBase):
         return _repr(self)
 
     # ---------------------------------------------------------------- copies and dtypes
-    def contiguous(self, memory_format=None):
+    def contiguous(self, memory_format=contiguous_format):
+        # PyTorch returns a contiguous self even for preserve_format, and refuses it otherwise
+        if not (memory_format is preserve_format and self.is_contiguous()):
+            check_memory_format("contiguous", memory_format)
         return _C.contiguous(self)
 
-    def float(self):
-        return _to_code(self, 0)
+    def _convert(self, fname, dtype, copy, memory_format):
+        """self in dtype (None: its own), a new tensor if copy. A new tensor is contiguous,
+        and when self itself comes back PyTorch's default preserve_format holds trivially.
+        contiguous_format copies only what PyTorch copies: channels-last strides."""
+        same = dtype is None or dtype._code == self._dtype
+        if memory_format is not preserve_format or copy or not same:
+            check_memory_format(fname, memory_format, like=self)
+        if same and (copy or (memory_format is contiguous_format and
+                              suggests_channels_last(self))):
+            return F.clone(self)
+        return self if same else _to_code(self, dtype._code)
 
-    def double(self):
-        return _to_code(self, 1)
+    def float(self, memory_format=None):
+        return self._convert("float", float32, False, memory_format)
 
-    def long(self):
-        return _to_code(self, _INT64)
+    def double(self, memory_format=None):
+        return self._convert("double", float64, False, memory_format)
+
+    def long(self, memory_format=None):
+        return self._convert("long", int64, False, memory_format)
 
     def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
            memory_format=None):
-        """to(dtype), to(device), to(other_tensor), to(device, dtype): converts the dtype;
-        the device can only be the CPU."""
+        """to(dtype), to(device), to(other_tensor) or to(device, dtype), then optionally
+        non_blocking and copy: converts the dtype; the device can only be the CPU, where
+        non_blocking is a no-op (as in PyTorch)."""
+        flags = []
         for a in args:
             if type(a) is _dtype_type:
                 dtype = a
@@ -341,28 +359,37 @@ class Tensor(_TensorBase):
                 dtype = DTYPES[a._dtype]
             elif isinstance(a, (str, _device_type)):
                 check_device(a)
-            elif type(a) is not bool:  # to(dtype, non_blocking, copy) passes bools
+            elif type(a) is bool:  # to(dtype, non_blocking, copy)
+                flags.append(a)
+            else:
                 raise TypeError(f"to() takes a cagrad dtype, a device or a Tensor, not {a!r}")
+        if len(flags) > 2:
+            raise TypeError(f"to() takes at most two bools (non_blocking, copy), got {len(flags)}")
+        if len(flags) == 2:
+            copy = flags[1]
         check_device(device)
-        if dtype is None or dtype._code == self._dtype:
-            return F.clone(self) if copy else self
-        return _to_code(self, dtype._code)
+        return self._convert("to", dtype, copy, memory_format)
 
     # new_*: tensors with self's dtype unless told otherwise
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
-        return _creation.zeros(*size, dtype=dtype or self.dtype, device=device,
-                               requires_grad=requires_grad)
+    def new_zeros(self, *size, dtype=None, layout=None, device=None, requires_grad=False,
+                  pin_memory=False):
+        _creation._check_options("new_zeros", device, layout, pin_memory)
+        return _creation.zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
-        return _creation.ones(*size, dtype=dtype or self.dtype, device=device,
-                              requires_grad=requires_grad)
+    def new_ones(self, *size, dtype=None, layout=None, device=None, requires_grad=False,
+                 pin_memory=False):
+        _creation._check_options("new_ones", device, layout, pin_memory)
+        return _creation.ones(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
-        return _creation.empty(*size, dtype=dtype or self.dtype, device=device,
-                               requires_grad=requires_grad)
+    def new_empty(self, *size, dtype=None, layout=None, device=None, requires_grad=False,
+                  pin_memory=False):
+        _creation._check_options("new_empty", device, layout, pin_memory)
+        return _creation.empty(*size, dtype=dtype or self.dtype, requires_grad=requires_grad)
 
-    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
-        return _creation.full(size, fill_value, dtype=dtype or self.dtype, device=device,
+    def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None,
+                 requires_grad=False, pin_memory=False):
+        _creation._check_options("new_full", device, layout, pin_memory)
+        return _creation.full(size, fill_value, dtype=dtype or self.dtype,
                               requires_grad=requires_grad)
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
@@ -372,8 +399,8 @@ class Tensor(_TensorBase):
     def type_as(self, other):
         return _to_code(self, other._dtype)
 
-    def cpu(self):
-        return self
+    def cpu(self, memory_format=None):
+        return self._convert("cpu", None, False, memory_format)
 
     def cuda(self, *args, **kwargs):
         raise RuntimeError("cagrad runs on the CPU only; .cuda() is not available")
