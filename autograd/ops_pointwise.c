@@ -24,6 +24,16 @@
         .pw = (KOP)                                                                                \
     }
 
+/* A unary math row in the op registry: torch.<NAME>(input, *, out=None) and the method. */
+#define MATH_ROW(ID, NAME, NODE, KOP, BW, FLAGS, NF, ...)                                          \
+    {                                                                                              \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
+        .n_in_min = 1, .n_in_max = 1, .n_fields = (NF), .fields = {__VA_ARGS__},                   \
+        .shape = op_pointwise_shape, .forward = op_pointwise_forward, .backward = (BW),            \
+        .pw = (KOP), .schema = NAME "(Tensor input)",                                              \
+        .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT | (FLAGS)                            \
+    }
+
 /* A comparison row: 1 or 0 in the inputs' dtype, no gradient. */
 #define CMP_ROW(ID, NAME, NODE, NIN, KOP)                                                          \
     {                                                                                              \
@@ -368,14 +378,17 @@ static const ca_op_def rows[] = {
     CMP_ROW(CA_OP_NE_S, "ne_scalar", "NeBackward1", 1, KPW_NE_S),
 
     /* unary */
-    PW_ROW(CA_OP_NEG, "neg", "NegBackward0", 1, KPW_NEG, neg_backward, 0),
-    PW_ROW(CA_OP_EXP, "exp", "ExpBackward0", 1, KPW_EXP, exp_backward, 1, F_RESULT),
-    PW_ROW(CA_OP_LOG, "log", "LogBackward0", 1, KPW_LOG, log_backward, 1, F_IN("self", 0)),
-    PW_ROW(CA_OP_SQRT, "sqrt", "SqrtBackward0", 1, KPW_SQRT, sqrt_backward, 1, F_RESULT),
-    PW_ROW(CA_OP_RSQRT, "rsqrt", "RsqrtBackward0", 1, KPW_RSQRT, rsqrt_backward, 1, F_RESULT),
-    PW_ROW(CA_OP_ABS, "abs", "AbsBackward0", 1, KPW_ABS, abs_backward, 1, F_IN("self", 0)),
-    PW_ROW(CA_OP_SIN, "sin", "SinBackward0", 1, KPW_SIN, sin_backward, 1, F_IN("self", 0)),
-    PW_ROW(CA_OP_COS, "cos", "CosBackward0", 1, KPW_COS, cos_backward, 1, F_IN("self", 0)),
+    MATH_ROW(CA_OP_NEG, "neg", "NegBackward0", KPW_NEG, neg_backward, 0, 0),
+    MATH_ROW(CA_OP_EXP, "exp", "ExpBackward0", KPW_EXP, exp_backward, 0, 1, F_RESULT),
+    MATH_ROW(CA_OP_LOG, "log", "LogBackward0", KPW_LOG, log_backward, CA_OP_POSITIVE, 1,
+             F_IN("self", 0)),
+    MATH_ROW(CA_OP_SQRT, "sqrt", "SqrtBackward0", KPW_SQRT, sqrt_backward, CA_OP_POSITIVE, 1,
+             F_RESULT),
+    MATH_ROW(CA_OP_RSQRT, "rsqrt", "RsqrtBackward0", KPW_RSQRT, rsqrt_backward, CA_OP_POSITIVE, 1,
+             F_RESULT),
+    MATH_ROW(CA_OP_ABS, "abs", "AbsBackward0", KPW_ABS, abs_backward, 0, 1, F_IN("self", 0)),
+    MATH_ROW(CA_OP_SIN, "sin", "SinBackward0", KPW_SIN, sin_backward, 0, 1, F_IN("self", 0)),
+    MATH_ROW(CA_OP_COS, "cos", "CosBackward0", KPW_COS, cos_backward, 0, 1, F_IN("self", 0)),
     {.id = CA_OP_GELU,
      .name = "gelu",
      .node_name = "GeluBackward0",

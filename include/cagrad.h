@@ -508,6 +508,8 @@ enum {
     CA_OP_PY_TENSOR = 1u << 1,  /* ... and the method Tensor.<name> */
     CA_OP_PY_NN = 1u << 2,      /* ... and torch.nn.functional.<name> */
     CA_OP_PY_INPLACE = 1u << 3, /* whose functional form also takes inplace=False */
+    CA_OP_PY_OUT = 1u << 4,     /* whose torch.<name> also takes out= */
+    CA_OP_POSITIVE = 1u << 5,   /* defined on positive inputs only (log, sqrt, ...) */
 };
 
 #define CA_OP_MAX_SCALARS 4
@@ -521,7 +523,7 @@ typedef struct {
      * takes it (True is 1, a choice its index) */
     int n_defaults;
     double defaults[CA_OP_MAX_SCALARS];
-    unsigned flags; /* CA_OP_PY_* */
+    unsigned flags; /* CA_OP_PY_* and CA_OP_POSITIVE */
 } ca_op_info;
 
 /* Ops in the registry (0 if the library failed to initialise). */

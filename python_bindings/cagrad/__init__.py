@@ -15,16 +15,16 @@ from ._creation import (arange, as_tensor, empty, empty_like, from_dlpack, from_
                         ones_like, rand, rand_like, randn, randn_like, set_default_dtype,
                         set_num_threads, tensor, zeros, zeros_like)
 from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
-from ._functions import (abs, absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
-                         chunk, clamp, clip, clone, concat, concatenate, cos, detach, div,
-                         divide, eq, exp, flatten, gather, ge,  greater, greater_equal, gt,
-                         index_select, is_floating_point, is_tensor, le, less, less_equal, log,
+from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
+                         chunk, clamp, clip, clone, concat, concatenate, detach, div,
+                         divide, eq, flatten, gather, ge, greater, greater_equal, gt,
+                         index_select, is_floating_point, is_tensor, le, less, less_equal,
                          log_softmax, logical_and, logical_not, logical_or, logical_xor,
-                         logsumexp, lt, masked_fill, matmul, max, maximum, mean, min, minimum,
-                         mm, mul, multiply, narrow, ne, neg, negative, not_equal, numel, permute,
-                         pow, reshape, rsqrt, select, sin, softmax, split,
-                         sqrt, squeeze, stack, sub, subtract, sum, swapaxes, swapdims, t,
-                         transpose, true_divide, unbind, unsqueeze, where)
+                         logsumexp, lt, masked_fill, matmul, max, maximum, mean, min,
+                         minimum, mm, mul, multiply, narrow, ne, negative, not_equal,
+                         numel, permute, pow, reshape, select, softmax, split, squeeze,
+                         stack, sub, subtract, sum, swapaxes, swapdims, t, transpose,
+                         true_divide, unbind, unsqueeze, where)
 from ._ops import PY_TORCH as _PY_TORCH
 from ._ops import namespace as _namespace
 from ._graph_break import graph_break

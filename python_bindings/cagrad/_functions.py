@@ -20,6 +20,7 @@ from . import _C
 from ._creation import get_default_dtype
 from ._creation import tensor as _tensor_from_data
 from ._dtype import check_dtype, check_memory_format, int64
+from ._ops import FUNCTIONS as _REGISTRY
 
 _TensorBase = _C.TensorBase
 _INT64 = 2  # _C dtype code
@@ -247,42 +248,9 @@ def logical_xor(input, other):
 
 
 # ------------------------------------------------------------------------------ unary
-def neg(input):
-    return _C.neg(input)
-
-
-negative = neg
-
-
-def exp(input):
-    return _C.exp(input)
-
-
-def log(input):
-    return _C.log(input)
-
-
-def sqrt(input):
-    return _C.sqrt(input)
-
-
-def rsqrt(input):
-    return _C.rsqrt(input)
-
-
-def abs(input):
-    return _C.abs(input)
-
-
-absolute = abs
-
-
-def sin(input):
-    return _C.sin(input)
-
-
-def cos(input):
-    return _C.cos(input)
+# neg, exp, log, ... come from the op registry (_ops.py); these are PyTorch's aliases.
+negative = _REGISTRY["neg"]
+absolute = _REGISTRY["abs"]
 
 
 def clamp(input, min=None, max=None):

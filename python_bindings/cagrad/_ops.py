@@ -8,7 +8,8 @@ function with PyTorch's signature, read from its schema:
 The same function object is installed wherever PyTorch has the op (the flags say where), so
 torch.gelu, nn.functional.gelu and Tensor.gelu run the same code. The function converts
 only what the C builtin cannot take: a str{...} choice becomes its index, and
-inplace=True (for ops whose functional form has it) raises NotImplementedError. The
+inplace=True (for ops whose functional form has it) and out= (for torch.<name> that has
+it) raise NotImplementedError. The
 builtin checks the argument types and names the parameter in its TypeError.
 """
 
@@ -16,8 +17,8 @@ import re
 
 from . import _C
 
-# The registry's flags (cagrad.h, CA_OP_PY_*).
-PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE = 1, 2, 4, 8
+# The registry's flags (cagrad.h, CA_OP_PY_* and CA_OP_POSITIVE).
+PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE, PY_OUT, POSITIVE = 1, 2, 4, 8, 16, 32
 
 _PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 
@@ -25,6 +26,11 @@ _PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 def _no_inplace(name):
     raise NotImplementedError(f"cagrad's {name}() does not support inplace=True; use the "
                               f"result of the out-of-place call")
+
+
+def _no_out(name):
+    raise NotImplementedError(f"cagrad's {name}() does not support out=; use the returned "
+                              f"tensor")
 
 
 def _bad_choice(fname, param, value, choices):
@@ -52,7 +58,8 @@ def _build(name, builtin, schema, flags):
     defaults and keyword names are PyTorch's and calls cost one extra frame)."""
     params = _params(schema)
     sig, args, body = [], [], []
-    env = {"_op": builtin, "_no_inplace": _no_inplace, "_bad_choice": _bad_choice}
+    env = {"_op": builtin, "_no_inplace": _no_inplace, "_no_out": _no_out,
+           "_bad_choice": _bad_choice}
     for kind, pname, default, choices in params:
         sig.append(pname if default is None else f"{pname}={default}")
         if choices is None:
@@ -69,6 +76,9 @@ def _build(name, builtin, schema, flags):
     if flags & PY_INPLACE:
         sig.append("inplace=False")
         body.append(f"    if inplace:\n        _no_inplace({name!r})\n")
+    if flags & PY_OUT:
+        sig += ["*", "out=None"]
+        body.append(f"    if out is not None:\n        _no_out({name!r})\n")
     src = (f"def {name}({', '.join(sig)}):\n" + "".join(body) +
            f"    return _op({', '.join(args)})\n")
     exec(compile(src, f"<cagrad op {name}>", "exec"), env)  # noqa: S102 (our own source)

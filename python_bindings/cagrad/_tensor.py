@@ -14,6 +14,7 @@ import numpy as np
 from . import _C
 from . import _creation
 from . import _ops
+from ._ops import FUNCTIONS as _REGISTRY
 from . import _functions as F
 from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
                      float32, float64, int64, preserve_format, suggests_channels_last)
@@ -24,6 +25,8 @@ from ._graph_break import break_graph
 _TensorBase = _C.TensorBase
 _INT64 = 2  # _C dtype code
 _NO_STOP = 2**63 - 1  # slice end for `start:` (C clamps it like Python)
+
+_NEG, _ABS = _REGISTRY["neg"], _REGISTRY["abs"]
 
 
 # ------------------------------------------------------------------------------ grad_fn
@@ -541,13 +544,13 @@ class Tensor(_TensorBase):
         return NotImplemented
 
     def __neg__(self):
-        return _C.neg(self)
+        return _NEG(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _C.abs(self)
+        return _ABS(self)
 
     # Logical operators on masks (cagrad has no bool dtype, so no bitwise ops on int64).
     def __invert__(self):
@@ -605,7 +608,7 @@ for _name in (
         "add sub subtract mul multiply div divide true_divide pow maximum minimum "
         "lt less le less_equal gt greater ge greater_equal eq ne not_equal "
         "logical_not logical_and logical_or logical_xor "
-        "neg negative exp log sqrt rsqrt abs absolute sin cos "
+        "negative absolute "
         "clamp clip sum mean logsumexp max min amax amin argmax argmin any all "
         "transpose swapaxes swapdims t squeeze unsqueeze flatten narrow select split chunk "
         "unbind masked_fill index_select gather matmul mm bmm softmax log_softmax clone"

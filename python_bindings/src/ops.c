@@ -52,8 +52,6 @@
     X(where, "cond:t a:t b:t", ca_where(T(0), T(1), T(2), out))                                 \
     X(where_scalar, "cond:t a:t s:f", ca_where_scalar(T(0), T(1), F(2), out))                   \
     /* pointwise unary */                                                                       \
-    UNARY(X, neg) UNARY(X, exp) UNARY(X, log) UNARY(X, sqrt) UNARY(X, rsqrt) UNARY(X, abs)      \
-    UNARY(X, sin) UNARY(X, cos)                                                                 \
     X(clamp, "x:t min:f max:f", ca_clamp(T(0), F(1), F(2), out))                                \
     X(to_dtype, "x:t dtype:y", ca_to_dtype(T(0), Y(1), out))                                    \
     /* reductions (dims=() means every dim) */                                                  \

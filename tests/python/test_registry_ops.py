@@ -23,7 +23,7 @@ from helpers import (STANDIN, assert_close, backward_checked, ca, compiled_ctx, 
 
 pytestmark = pytest.mark.skipif(STANDIN, reason="the registry is cagrad's own")
 
-PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE = 1, 2, 4, 8
+PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE, PY_OUT, POSITIVE = 1, 2, 4, 8, 16, 32
 OPS = {} if STANDIN else dict(ca._C.ops)
 NAMES = sorted(OPS)
 _PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
@@ -60,13 +60,18 @@ def torch_signature(fn):
     except (TypeError, ValueError):
         line = fn.__doc__.strip().splitlines()[0]
         inner = line[line.index("(") + 1:line.index(")")]
-        out = []
+        out, keyword_only = [], False
         for part in filter(None, (p.strip() for p in inner.split(","))):
             if part == "*":
+                keyword_only = True
                 continue
             pname, _, default = part.partition("=")
-            value = inspect.Parameter.empty if not default else eval(default.strip())  # noqa
-            out.append((pname.strip(), value))
+            pname = pname.split(":")[0].strip()  # "out: Optional[Tensor]"
+            if default:
+                value = eval(default.strip())  # noqa: S307
+            else:  # the docs leave out the None default of optional keywords
+                value = None if keyword_only else inspect.Parameter.empty
+            out.append((pname, value))
         return out
 
 
@@ -86,11 +91,13 @@ def test_namespaces_are_pytorchs(name):
     assert len(fns) == 1, f"{name}: one function serves every namespace"
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if OPS[n][2] & PY_NN])
-def test_functional_signature_is_pytorchs(name):
+@pytest.mark.parametrize("name", NAMES)
+def test_signature_is_pytorchs(name):
+    """The functional form's where PyTorch has one, else torch.<name>'s."""
+    ns = (lambda L: L.nn.functional) if OPS[name][2] & PY_NN else (lambda L: L)
     ours = [(p.name, p.default) for p in inspect.signature(
-        getattr(ca.nn.functional, name)).parameters.values()]
-    theirs = torch_signature(getattr(torch.nn.functional, name))
+        getattr(ns(ca), name)).parameters.values()]
+    theirs = torch_signature(getattr(ns(torch), name))
     assert [n for n, _ in ours] == [n for n, _ in theirs]
     for (pname, mine), (_, ref) in zip(ours, theirs):
         assert mine == ref, f"{name}({pname}=): default {mine!r}, PyTorch's {ref!r}"
@@ -117,9 +124,11 @@ def arg_sets(name):
     return sets
 
 
-def inputs(rng, dtype):
+def inputs(rng, dtype, name=None):
     x = rng.standard_normal((5, 7)) * 2.5
     x[0, :4] = [-3.5, -0.25, 0.125, 3.75]  # on both sides of the usual kinks, off them
+    if name and OPS[name][2] & POSITIVE:  # log, sqrt, ...: inside their domain
+        x = np.abs(x) + 0.125
     return x.astype(dtype), rng.standard_normal((5, 7)).astype(dtype)
 
 
@@ -131,7 +140,7 @@ def call(L, name, x, kwargs):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", UNARY)
 def test_values_and_gradients_match_torch(name, dtype, compiled, rng):
-    x, g = inputs(rng, dtype)
+    x, g = inputs(rng, dtype, name)
     for kwargs in arg_sets(name):
         cx = ca.tensor(x, requires_grad=True)
         tx = torch.tensor(x, requires_grad=True)
@@ -158,7 +167,7 @@ def numeric_gradient(f, x, eps=1e-6):
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("name", UNARY)
 def test_gradcheck_float64(name, compiled, rng):
-    x, g = inputs(rng, "float64")
+    x, g = inputs(rng, "float64", name)
     for kwargs in arg_sets(name):
         def loss(a):
             return float((call(ca, name, ca.tensor(a), kwargs) * ca.tensor(g)).sum())
@@ -172,7 +181,7 @@ def test_gradcheck_float64(name, compiled, rng):
 
 @pytest.mark.parametrize("name", UNARY)
 def test_derivative_fuses_with_its_neighbours(name, rng):
-    x, _ = inputs(rng, "float32")
+    x, _ = inputs(rng, "float32", name)
     cx = ca.tensor(x, requires_grad=True)
     y = call(ca, name, cx * 2.0, {}) * 3.0
     before = counters()["fused_kernels"]
@@ -185,6 +194,12 @@ def test_derivative_fuses_with_its_neighbours(name, rng):
 def test_inplace_is_refused_by_name(name):
     with pytest.raises(NotImplementedError, match=f"{name}.*inplace=True"):
         getattr(ca.nn.functional, name)(ca.ones(3), inplace=True)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if OPS[n][2] & PY_OUT])
+def test_out_is_refused_by_name(name):
+    with pytest.raises(NotImplementedError, match=f"{name}.*out="):
+        getattr(ca, name)(ca.ones(3), out=ca.ones(3))
 
 
 @pytest.mark.parametrize("name", UNARY)
