@@ -1021,10 +1021,8 @@ static void kf_red_pass(kf_red *rd, char *mem, int64_t lanes, int64_t grain, ker
 
 /* logsumexp = log(sum(exp(x - m))) + m with m the max, or 0 where that is infinite. */
 static void kf_red_run(kf_red *rd, char *mem, int64_t lanes, int64_t grain) {
-    static const kern_red_mode mode_of[KRED__COUNT] = {KRM_SUM, KRM_SUM, KRM_MAX, KRM_MIN,
-                                                       KRM_SUMEXP};
     if (rd->rp.op != KRED_LOGSUMEXP) {
-        kf_red_pass(rd, mem, lanes, grain, mode_of[rd->rp.op], rd->rp.op);
+        kf_red_pass(rd, mem, lanes, grain, kern_red_mode_of(rd->rp.op), rd->rp.op);
         return;
     }
     kf_red_pass(rd, mem, lanes, grain, KRM_MAX, KRED_MAX);

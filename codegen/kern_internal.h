@@ -23,6 +23,16 @@ typedef void (*kern_pw_fn)(int64_t n, void *out, const void *a, const void *b, c
 /* What a reduction leaf accumulates; SUMEXP and SUMSQ shift each element by m first. */
 typedef enum { KRM_SUM, KRM_SUMEXP, KRM_SUMSQ, KRM_MAX, KRM_MIN } kern_red_mode;
 
+/* The leaves' mode of a reduction op (logsumexp's second pass; its first is KRM_MAX). */
+static inline kern_red_mode kern_red_mode_of(kern_red_op op) {
+    switch (op) {
+    case KRED_MAX: return KRM_MAX;
+    case KRED_MIN: return KRM_MIN;
+    case KRED_LOGSUMEXP: return KRM_SUMEXP;
+    default: return KRM_SUM; /* SUM, MEAN */
+    }
+}
+
 /* Shape and element strides of a set of dims, outermost first. */
 typedef struct {
     int nd;
