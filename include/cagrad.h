@@ -62,6 +62,22 @@ extern "C" {
 #define CA_MAX_DIMS 8
 
 /* ---------------------------------------------------------------------------------------
+ * Version. The macros give the header's version at compile time, ca_version() the version
+ * of the library linked, so a program can check that the two agree:
+ *     if (strcmp(ca_version(), CA_VERSION) != 0) ...
+ * CA_VERSION_NUMBER is major * 1000000 + minor * 1000 + patch, for #if comparisons. The
+ * Python package's __version__ and pyproject.toml carry the same version.
+ */
+#define CA_VERSION_MAJOR  0
+#define CA_VERSION_MINOR  1
+#define CA_VERSION_PATCH  0
+#define CA_VERSION_NUMBER 1000
+#define CA_VERSION        "0.1.0"
+
+/* "MAJOR.MINOR.PATCH" of the library linked. Static string. Thread-safe: yes. */
+const char *ca_version(void);
+
+/* ---------------------------------------------------------------------------------------
  * Status codes and errors
  */
 typedef enum {

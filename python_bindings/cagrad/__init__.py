@@ -42,7 +42,7 @@ long = int64
 # cagrad computes on the CPU only; code that asks for CUDA is told there is none.
 cuda = _types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)
 
-__version__ = "0.1.0"
+__version__ = _C.VERSION  # the linked library's ca_version(); pyproject.toml repeats it
 
 
 def __getattr__(name):

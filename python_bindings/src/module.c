@@ -1,7 +1,8 @@
 /* module.c - the cagrad._C module: init, the tensor class registry, seeds and threads.
  *
  * The bindings themselves live by concern: ops.c (one per op), autograd.c, interop.c and
- * tensor_type.c (TensorBase). This file joins their method tables.
+ * tensor_type.c (TensorBase). This file joins their method tables, and exports the
+ * linked library's version as VERSION (cagrad.__version__).
  */
 #include "glue.h"
 
@@ -147,7 +148,8 @@ PyMODINIT_FUNC PyInit__C(void) {
     Py_INCREF(glue_tensor_class); /* the registry holds a reference, as after a set */
     if (module_add_functions(m) < 0 || glue_add_registry(m) < 0 ||
         PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&glue_tensor_type) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_DIMS", CA_MAX_DIMS) < 0) {
+        PyModule_AddIntConstant(m, "MAX_DIMS", CA_MAX_DIMS) < 0 ||
+        PyModule_AddStringConstant(m, "VERSION", ca_version()) < 0) {
         Py_DECREF(m);
         return NULL;
     }
