@@ -38,6 +38,11 @@
  *   error. The message, which says what was wrong and how to fix it, comes from
  *   ca_last_error() (thread-local, valid until the next failing call on that thread).
  *   The library never exits or aborts on bad input.
+ * - "Errors:" under a declaration, or at the head of its group, lists every status other
+ *   than CA_OK that the call returns, and when. CA_STATUS_INTERNAL (a bug in cagrad, or a
+ *   failed ca_init) is not repeated there: any call that makes tensors, runs an op or a
+ *   backward may return it. Calls that return no ca_status, and ca_graph_break, cannot
+ *   fail.
  * - Results come back through the last parameter(s). On error they are set to NULL.
  * - Ownership: a `ca_tensor **out` receives a NEW reference, which the caller releases
  *   with ca_tensor_release(). Getters return BORROWED pointers, valid while the tensor
@@ -47,6 +52,34 @@
  *   errors for backward twice or for in-place modification of a saved tensor.
  * - Dims may be negative (counted from the end), as in PyTorch.
  * - No implicit dtype promotion: binary ops need equal dtypes; convert with ca_to_dtype.
+ *
+ * Threads
+ * cagrad takes no lock around a call; its state is of three kinds.
+ * - Per thread: the last error, grad mode, the op observer and the last graph-break
+ *   reason. A new thread starts with no error, grad mode on and no observer.
+ * - Per group of tensors: tensors are not locked and their reference counts are not
+ *   atomic. Tensors that share state form one group: the views of one storage, a tensor
+ *   and its .grad, and every tensor of one autograd graph, with the leaves it was made
+ *   from and the saved tensors it keeps. Use a group from one thread at a time (retain
+ *   and release included) and hand it to another thread through your own
+ *   synchronisation. Calls on distinct groups may run at once.
+ * - Process-wide. Safe from any thread (locked, atomic, or read-only after ca_init):
+ *   ca_init, the op registry, the data cache, forward-graph ids (a break on any thread
+ *   opens the next graph for all), and the kernel thread pool (kernels started by several
+ *   threads at once share it: one runs in parallel, the others on their own thread). Not
+ *   locked, so the caller serialises them:
+ *   - backward calls: ca_backward, ca_backward_ex, ca_grad, every ca_compiled_autograd_*
+ *     call and ca_graph_write_dot, one at a time in the process, even on distinct graphs.
+ *     Compiled autograd, once enabled, applies to every thread's backward.
+ *   - random calls: ca_manual_seed, ca_randn, ca_rand, and ca_dropout when it drops
+ *     (training and p > 0), one at a time: they share one generator.
+ *   - ca_set_allocator, while no other thread is inside cagrad.
+ *   - ca_set_num_threads, one call at a time.
+ * Hooks, ctx_free functions, blob deleters and the op observer run on the thread whose
+ * call triggers them. Each declaration, or group, says which rule applies: "Thread-safe:
+ * yes" (any thread, any time), "per thread", "per group" (the tensors it is given, and
+ * their groups, must not be in use on another thread), or "no" with the rule above.
+ * The Python package keeps these rules itself: it serialises its calls into cagrad.
  */
 #ifndef CAGRAD_H
 #define CAGRAD_H
@@ -94,6 +127,9 @@ typedef enum {
     CA_STATUS_VALUE = -10,   /* an argument's value is outside its range (Python: ValueError) */
 } ca_status;
 
+/* The thread's error: failing calls set it, calls that succeed leave it alone. The next
+ * four calls are Thread-safe: per thread. */
+
 /* The message of the last failing call on this thread ("" if none). Borrowed. */
 const char *ca_last_error(void);
 /* The status of the last failing call on this thread (CA_OK if none). */
@@ -102,16 +138,22 @@ ca_status ca_last_status(void);
 ca_status ca_error_set(ca_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void ca_error_clear(void);
+/* "CA_STATUS_SHAPE" for CA_STATUS_SHAPE. Static string. Thread-safe: yes. */
 const char *ca_status_name(ca_status status);
 
 /* Verify the op table (every op has a shape rule, a forward kernel and a derivative
  * rule) and set up the library. Called on first use by every entry point; calling it
- * yourself gives the check's message early. Idempotent and thread-safe. */
+ * yourself gives the check's message early. Idempotent: a failure is final, and every
+ * later call reports it again.
+ * Errors: CA_STATUS_INTERNAL (the op table is incomplete: a build defect).
+ * Thread-safe: yes. */
 ca_status ca_init(void);
 
 /* ---------------------------------------------------------------------------------------
  * Memory. All allocation (tensor storage, nodes, scratch) goes through one allocator.
- * alloc returns memory aligned to `align` (a power of two, at most 64) or NULL.
+ * alloc returns memory aligned to `align` (a power of two, at most 64) or NULL. A program
+ * that calls cagrad from several threads gets concurrent alloc and free calls: an
+ * allocator it installs must be thread-safe.
  */
 typedef struct {
     void *(*alloc)(size_t size, size_t align, void *ctx);
@@ -119,9 +161,11 @@ typedef struct {
     void *ctx;
 } ca_allocator;
 
-/* Install an allocator (NULL restores the default). Do this only while no tensor made
- * with another allocator is alive. */
+/* Install an allocator (NULL, or one with a NULL function, restores the default). Do
+ * this only while no tensor made with another allocator is alive.
+ * Thread-safe: no; call it while no other thread is inside cagrad. */
 void ca_set_allocator(const ca_allocator *allocator);
+/* The allocator in use into *out (out may be NULL). Thread-safe: yes. */
 void ca_get_allocator(ca_allocator *out);
 
 /* The data cache. Freed tensor data and kernel scratch of 1 KiB or more stay cached by
@@ -130,7 +174,8 @@ void ca_get_allocator(ca_allocator *out);
  * recently freed blocks go back to the allocator once the cache holds more than its
  * limit: 512 MiB, or CAGRAD_CACHE_LIMIT_MB (read once, at first use; 0 turns caching
  * off). Only the default allocator's blocks are cached; installing an allocator empties
- * the cache. Running out of memory empties it and retries once. Thread-safe. */
+ * the cache. Running out of memory empties it and retries once.
+ * Thread-safe: yes (the cache has its own lock). */
 typedef struct {
     size_t limit;          /* bytes the cache may hold */
     size_t cached_bytes;   /* bytes it holds now */
@@ -138,23 +183,29 @@ typedef struct {
     uint64_t hits, misses; /* cacheable allocations served from it / from the allocator */
 } ca_cache_info;
 
-void ca_empty_cache(void);             /* gives every cached block back to the allocator */
-void ca_set_cache_limit(size_t bytes); /* 0 turns caching off; shrinks the cache now */
-void ca_get_cache_info(ca_cache_info *out);
+void ca_empty_cache(void);                  /* gives every cached block back to the allocator */
+void ca_set_cache_limit(size_t bytes);      /* 0 turns caching off; shrinks the cache now */
+void ca_get_cache_info(ca_cache_info *out); /* out may be NULL */
 
 /* ---------------------------------------------------------------------------------------
  * Threads and random numbers
  */
-/* Threads used by cagrad's kernels (1..cores). OpenBLAS keeps its own setting. */
+/* Threads used by cagrad's kernels: n clamped to 1..cores; returns the count set. The
+ * pool is resized at the next kernel. OpenBLAS keeps its own setting.
+ * Thread-safe: no; one ca_set_num_threads at a time. */
 int ca_set_num_threads(int n);
+/* The pool's size, or the size it will start with. Thread-safe: yes. */
 int ca_get_num_threads(void);
 /* The kernel path in use: "avx512", "avx2" or "scalar" (chosen at start-up from the CPU,
- * capped by CAGRAD_ISA). Static string. */
+ * capped by CAGRAD_ISA), or "unknown" when ca_init failed. Static string.
+ * Thread-safe: yes. */
 const char *ca_kernel_isa(void);
 /* OpenBLAS's core type in use ("Cooperlake", "Haswell", ...; OPENBLAS_CORETYPE forces it),
- * or "unknown". Static string. Benchmarks report it beside the kernel ISA. */
+ * or "unknown". Static string. Benchmarks report it beside the kernel ISA.
+ * Thread-safe: yes. */
 const char *ca_blas_core(void);
-/* Seed the generator behind ca_randn, ca_rand and ca_dropout. */
+/* Seed the generator behind ca_randn, ca_rand and ca_dropout: one generator for the
+ * process. Thread-safe: no; a random call (see Threads). */
 void ca_manual_seed(uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------
@@ -164,20 +215,29 @@ typedef enum { CA_FLOAT32 = 0, CA_FLOAT64 = 1, CA_INT64 = 2 } ca_dtype;
 
 typedef struct ca_tensor ca_tensor;
 
+/* "float32", ...; "invalid-dtype" for a value that is not a ca_dtype. Thread-safe: yes. */
 const char *ca_dtype_name(ca_dtype dtype);
-size_t ca_dtype_size(ca_dtype dtype);
+size_t ca_dtype_size(ca_dtype dtype); /* bytes per element. Thread-safe: yes. */
 
-/* Creation. Each returns a new, contiguous tensor (new reference in *out). */
+/* Creation. Each returns a new, contiguous tensor (new reference in *out).
+ * Errors: CA_STATUS_INVALID (out NULL; shape NULL with ndim > 0), CA_STATUS_SHAPE (ndim
+ * outside 0..CA_MAX_DIMS, a negative size, too many elements), CA_STATUS_DTYPE (a value
+ * that is not a ca_dtype), CA_STATUS_NOMEM.
+ * Thread-safe: yes (a new tensor is a group of its own); ca_randn and ca_rand are random
+ * calls. */
 ca_status ca_empty(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
 ca_status ca_zeros(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
 ca_status ca_ones(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
 ca_status ca_full(ca_dtype dtype, int ndim, const int64_t *shape, double value, ca_tensor **out);
-/* [start, end) in steps of step, as torch.arange. */
+/* [start, end) in steps of step, as torch.arange. Also CA_STATUS_INVALID when start, end
+ * or step is not finite, step is 0, or step points away from end. */
 ca_status ca_arange(double start, double end, double step, ca_dtype dtype, ca_tensor **out);
-/* Standard normal / uniform [0, 1), from the seeded generator (float dtypes only). */
+/* Standard normal / uniform [0, 1), from the seeded generator. Also CA_STATUS_DTYPE for
+ * CA_INT64. Thread-safe: no; random calls (see Threads). */
 ca_status ca_randn(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
 ca_status ca_rand(ca_dtype dtype, int ndim, const int64_t *shape, ca_tensor **out);
-/* Copies numel elements, row-major, from `data` (which the caller keeps). */
+/* Copies numel elements, row-major, from `data` (which the caller keeps). Also
+ * CA_STATUS_INVALID when data is NULL. */
 ca_status ca_from_data(ca_dtype dtype, int ndim, const int64_t *shape, const void *data,
                        ca_tensor **out);
 
@@ -185,17 +245,22 @@ ca_status ca_from_data(ca_dtype dtype, int ndim, const int64_t *shape, const voi
  * without copying. strides are in elements (NULL: contiguous) and must be >= 0; data must
  * be aligned to the dtype's size. On success, deleter(ctx) (deleter may be NULL) is called
  * exactly once, when the last view of that memory is released; on failure it is never
- * called and the caller still owns data. */
+ * called and the caller still owns data.
+ * Errors: CA_STATUS_INVALID (out or data NULL, shape NULL with ndim > 0, a negative
+ * stride, data not aligned), CA_STATUS_SHAPE (ndim outside 0..CA_MAX_DIMS, a negative size, too
+ * many elements), CA_STATUS_DTYPE (not a ca_dtype), CA_STATUS_NOMEM. Thread-safe: yes. */
 typedef void (*ca_blob_deleter_fn)(void *ctx);
 ca_status ca_tensor_from_blob(ca_dtype dtype, int ndim, const int64_t *shape,
                               const int64_t *strides, void *data, ca_blob_deleter_fn deleter,
                               void *ctx, ca_tensor **out);
 
-/* References. retain returns its argument; release(NULL) does nothing. */
+/* References. retain returns its argument; both take NULL. Releasing the last reference
+ * may free nodes and release other tensors of t's graph. Thread-safe: per group. */
 ca_tensor *ca_tensor_retain(ca_tensor *t);
 void ca_tensor_release(ca_tensor *t);
 
-/* Metadata. Pointers are borrowed and live as long as the tensor. */
+/* Metadata. Pointers are borrowed and live as long as the tensor. A NULL t gives
+ * CA_FLOAT32, 0, NULL or false. Thread-safe: per group. */
 ca_dtype ca_tensor_dtype(const ca_tensor *t);
 int ca_tensor_ndim(const ca_tensor *t);
 const int64_t *ca_tensor_shape(const ca_tensor *t);
@@ -206,35 +271,44 @@ bool ca_tensor_is_contiguous(const ca_tensor *t);
 uint64_t ca_tensor_version(const ca_tensor *t);
 /* Pointer to element (0, ..., 0); walk it with ca_tensor_strides. Borrowed. */
 void *ca_tensor_data(const ca_tensor *t);
-/* Copy all elements, row-major, into dst (nbytes >= numel * dtype size). */
+/* Copy all elements, row-major, into dst (nbytes >= numel * dtype size).
+ * Errors: CA_STATUS_INVALID (t or dst NULL, nbytes too small). */
 ca_status ca_tensor_copy_to(const ca_tensor *t, void *dst, size_t nbytes);
-/* The value of a one-element tensor, as a double. */
+/* The value of a one-element tensor, as a double.
+ * Errors: CA_STATUS_INVALID (t or out NULL), CA_STATUS_SHAPE (numel is not 1). */
 ca_status ca_tensor_item(const ca_tensor *t, double *out);
-/* "float32[2, 3]" into buf (always NUL-terminated); returns buf. */
+/* "float32[2, 3]" (or "NULL") into buf (always NUL-terminated); returns buf. */
 const char *ca_tensor_describe(const ca_tensor *t, char *buf, size_t size);
 
 /* ---------------------------------------------------------------------------------------
  * Autograd state of a tensor
  */
+/* The calls on a tensor here are Thread-safe: per group. */
 /* Only leaves (tensors made by the user, not by an op that recorded a graph) can change
- * requires_grad, and only float tensors can require grad. */
+ * requires_grad, and only float tensors can require grad. true on a non-leaf is a no-op.
+ * Errors: CA_STATUS_INVALID (t NULL), CA_STATUS_AUTOGRAD (false on a non-leaf),
+ * CA_STATUS_DTYPE (true on an int64 tensor). */
 ca_status ca_tensor_set_requires_grad(ca_tensor *t, bool requires_grad);
 bool ca_tensor_requires_grad(const ca_tensor *t);
 bool ca_tensor_is_leaf(const ca_tensor *t);
 /* The accumulated gradient, or NULL. Borrowed. */
 ca_tensor *ca_tensor_grad(const ca_tensor *t);
 /* Replace .grad (NULL clears it, like `t.grad = None`). The tensor keeps its own
- * reference to grad, which must match t's shape and dtype. */
+ * reference to grad, which must match t's shape and dtype.
+ * Errors: CA_STATUS_INVALID (t NULL), CA_STATUS_SHAPE (grad's shape or dtype differs). */
 ca_status ca_tensor_set_grad(ca_tensor *t, ca_tensor *grad);
 /* Name of the node that made t ("MulBackward0"), or NULL for a leaf. Static string. */
 const char *ca_tensor_grad_fn_name(const ca_tensor *t);
-/* A new tensor sharing t's storage, outside the graph (requires_grad false). */
+/* A new tensor sharing t's storage, outside the graph (requires_grad false).
+ * Errors: CA_STATUS_INVALID (t or out NULL), CA_STATUS_NOMEM. */
 ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out);
-/* Make a non-leaf keep its gradient in .grad during backward (no-op on leaves). */
+/* Make a non-leaf keep its gradient in .grad during backward (no-op on leaves).
+ * Errors: CA_STATUS_INVALID (t NULL), CA_STATUS_AUTOGRAD (t does not require grad). */
 ca_status ca_tensor_retain_grad(ca_tensor *t);
 bool ca_tensor_retains_grad(const ca_tensor *t);
 
-/* Grad mode. With it off, ops record no graph (like torch.no_grad()). Per thread. */
+/* Grad mode. With it off, ops record no graph (like torch.no_grad()).
+ * Thread-safe: per thread; each thread starts with it on. */
 bool ca_is_grad_enabled(void);
 /* Returns the previous setting, so callers can restore it. */
 bool ca_set_grad_enabled(bool enabled);
@@ -244,17 +318,22 @@ bool ca_set_grad_enabled(bool enabled);
  */
 /* Close the current forward graph and open the next, like torch._dynamo.graph_break().
  * Every node records the forward graph it was recorded in; one backward may span several
- * forward graphs. reason (may be NULL) is copied; see ca_graph_break_last_reason. */
+ * forward graphs. reason (may be NULL) is copied; see ca_graph_break_last_reason.
+ * Always CA_OK. Thread-safe: yes; the graph id is process-wide (a break on one thread
+ * moves every thread's later ops to the next graph), the reason per thread. */
 ca_status ca_graph_break(const char *reason);
-/* The forward graph ops are recorded into now (0 at start, +1 per break). */
+/* The forward graph ops are recorded into now (0 at start, +1 per break).
+ * Thread-safe: yes. */
 int ca_forward_graph_id(void);
-/* The reason given to this thread's last ca_graph_break ("" if none). Borrowed. */
+/* The reason given to this thread's last ca_graph_break ("" if none). Borrowed.
+ * Thread-safe: per thread. */
 const char *ca_graph_break_last_reason(void);
-/* The forward graph t's grad_fn was recorded in, or -1 for a leaf. */
+/* The forward graph t's grad_fn was recorded in, or -1 for a leaf (or NULL).
+ * Thread-safe: per group. */
 int ca_tensor_forward_graph_id(const ca_tensor *t);
-/* Per thread: fn (NULL removes it) is called after every op that succeeds, with the op's
- * name ("mul") and the forward graph it ran in. Tools such as explain() count ops with
- * it; with no observer set, ops pay one branch. */
+/* fn (NULL removes it) is called after every op that succeeds on this thread, with the
+ * op's name ("mul") and the forward graph it ran in. Tools such as explain() count ops
+ * with it; with no observer set, ops pay one branch. Thread-safe: per thread. */
 typedef void (*ca_op_observer_fn)(const char *op, int forward_graph, void *ctx);
 void ca_set_op_observer(ca_op_observer_fn fn, void *ctx);
 
@@ -270,25 +349,42 @@ void ca_set_op_observer(ca_op_observer_fn fn, void *ctx);
  * A post-accumulate-grad hook runs on a leaf after its .grad has been updated.
  *
  * ctx is yours; ctx_free (may be NULL) is called on it when the hook is removed or its
- * owner is freed. Hooks run in the order they were registered.
+ * owner is freed. Hooks run in the order they were registered, on the thread that runs
+ * the backward. handle may be NULL. The calls here are Thread-safe: per group.
  */
 typedef ca_status (*ca_tensor_hook_fn)(ca_tensor *grad, ca_tensor **replacement, void *ctx);
 typedef ca_status (*ca_post_accumulate_hook_fn)(ca_tensor *leaf, void *ctx);
 typedef void (*ca_ctx_free_fn)(void *ctx);
 typedef uint64_t ca_hook_handle;
 
-/* t must require grad. */
+/* t must require grad.
+ * Errors: CA_STATUS_INVALID (t or fn NULL), CA_STATUS_AUTOGRAD (t does not require grad),
+ * CA_STATUS_NOMEM. */
 ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
                                   ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
-/* t must be a leaf that requires grad. */
+/* t must be a leaf that requires grad.
+ * Errors: CA_STATUS_INVALID (t or fn NULL), CA_STATUS_AUTOGRAD (t is not a leaf, or does
+ * not require grad), CA_STATUS_NOMEM. */
 ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_accumulate_hook_fn fn,
                                                        void *ctx, ca_ctx_free_fn ctx_free,
                                                        ca_hook_handle *handle);
-/* Remove a hook of either kind registered on t. */
+/* Remove a hook of either kind registered on t.
+ * Errors: CA_STATUS_INVALID (t NULL; no hook with that handle on t). */
 ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
 
 /* ---------------------------------------------------------------------------------------
  * Backward
+ *
+ * Errors, for the three calls: CA_STATUS_INVALID (root NULL; ca_grad adds cases below),
+ * CA_STATUS_AUTOGRAD (a root that does not require grad; no seed gradient for a root of
+ * more than one element; a saved tensor freed by an earlier backward or changed in place
+ * since it was saved), CA_STATUS_SHAPE (a seed gradient whose shape or dtype differs from
+ * its root's), CA_STATUS_HOOK (a hook failed without setting a message, or returned a
+ * gradient that does not fit), the status a failing hook returned, CA_STATUS_NOMEM, and
+ * under compiled autograd CA_STATUS_INDEX (a kernel of the compiled graph failed at run
+ * time, running out of scratch memory included).
+ * Thread-safe: no; backward calls, one at a time in the process (see Threads), and per
+ * group for the graph's tensors.
  */
 /* loss.backward(): loss must have one element. Gradients accumulate into the .grad of
  * every leaf that requires grad. Saved values are freed afterwards; a second backward
@@ -309,7 +405,10 @@ typedef struct {
 } ca_grad_options;
 
 /* torch.autograd.grad: grads[i] receives d(outputs)/d(inputs[i]) as a new reference;
- * .grad fields are not touched. options may be NULL. */
+ * .grad fields are not touched. options may be NULL. Also CA_STATUS_INVALID when
+ * outputs, inputs or grads is NULL, an entry of outputs or inputs is NULL, or n_outputs or
+ * n_inputs is below 1; and CA_STATUS_AUTOGRAD for an input that does not require grad, or that the
+ * outputs do not use (without allow_unused). */
 ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_tensor *const *inputs,
                   const ca_grad_options *options, ca_tensor **grads);
 
@@ -321,6 +420,10 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
  * miss trace the whole backward into one graph, optimise it, plan its memory, and run
  * it. Results equal the eager backward's. CAGRAD_LOGS=compiled_autograd prints each
  * traced graph; compiled_autograd_verbose adds why each cache miss happened.
+ *
+ * The cache, the counters and the enable depth are process-wide: enabled on one thread,
+ * compiled autograd applies to every thread's backward. Every call here is Thread-safe:
+ * no; backward calls (see Threads).
  */
 typedef struct {
     bool dynamic;         /* every size symbolic from the first capture (else: on change) */
@@ -328,8 +431,10 @@ typedef struct {
 } ca_compiled_options;
 
 /* Enable (options may be NULL for the defaults). Calls nest: each enable needs a disable,
- * and the innermost options apply. Reads CAGRAD_LOGS. */
+ * and the innermost options apply. Reads CAGRAD_LOGS.
+ * Errors: CA_STATUS_INVALID (nested more than 16 deep; cache_size_limit < 0). */
 ca_status ca_compiled_autograd_enable(const ca_compiled_options *options);
+/* Errors: CA_STATUS_INVALID (not enabled). */
 ca_status ca_compiled_autograd_disable(void);
 bool ca_compiled_autograd_enabled(void);
 /* Drop every compiled graph and zero the counters. */
@@ -345,23 +450,31 @@ typedef struct {
     int64_t compile_ns;      /* wall time spent compiling on misses: trace, passes, plan */
 } ca_compiled_counters;
 
-void ca_compiled_autograd_counters(ca_compiled_counters *out);
+void ca_compiled_autograd_counters(ca_compiled_counters *out); /* out may be NULL */
 
 /* Write the graph of the latest compiled backward (the last one run, cache hit or miss) as
  * Graphviz DOT to path, or to stdout for "-". Render it with `dot -Tsvg in.dot -o out.svg`.
  * Nodes are labelled like the CAGRAD_LOGS=compiled_autograd graph (value name, op,
  * dtype and symbolic shape); each autograd node's part is a light cluster "Name (NodeCall
- * i)", and each fused kernel a cluster "fused k". CA_STATUS_INVALID when path is NULL, when
- * no compiled backward has run since start-up or ca_compiled_autograd_reset, when the
- * latest backward ran eagerly (see eager_fallbacks), or when the file cannot be written
- * (the message names the path and the system's reason). */
+ * i)", and each fused kernel a cluster "fused k".
+ * Errors: CA_STATUS_INVALID (path NULL; no compiled backward has run since start-up or
+ * ca_compiled_autograd_reset; the latest backward ran eagerly, see eager_fallbacks; the
+ * file cannot be written: the message names the path and the system's reason),
+ * CA_STATUS_NOMEM. */
 ca_status ca_graph_write_dot(const char *path);
 
 /* ---------------------------------------------------------------------------------------
  * Ops. Each records a node in the autograd graph when grad mode is on and an input
  * requires grad. Binary ops broadcast with NumPy's rules. Results are new references.
+ *
+ * Errors, for every op: CA_STATUS_INVALID (a NULL tensor or out), CA_STATUS_NOMEM; each
+ * group adds its own. Every op is Thread-safe: per group (all its tensor arguments);
+ * ca_dropout, when it drops, is also a random call.
  */
-/* pointwise binary */
+/* pointwise binary.
+ * Errors: CA_STATUS_SHAPE (shapes that do not broadcast), CA_STATUS_DTYPE (the dtypes
+ * differ, or int64 for an op other than add, sub, mul, maximum, minimum, where and the
+ * comparisons). */
 ca_status ca_add(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_sub(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_mul(ca_tensor *a, ca_tensor *b, ca_tensor **out);
@@ -380,7 +493,9 @@ ca_status ca_ge(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_eq(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_ne(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 
-/* scalar forms: a OP s, and the reflected s OP a */
+/* scalar forms: a OP s, and the reflected s OP a.
+ * Errors: CA_STATUS_DTYPE (int64, except add, sub, rsub, mul, maximum, minimum and the
+ * comparisons). */
 ca_status ca_add_scalar(ca_tensor *a, double s, ca_tensor **out);
 ca_status ca_sub_scalar(ca_tensor *a, double s, ca_tensor **out);
 ca_status ca_rsub_scalar(ca_tensor *a, double s, ca_tensor **out); /* s - a */
@@ -398,7 +513,8 @@ ca_status ca_ge_scalar(ca_tensor *a, double s, ca_tensor **out);
 ca_status ca_eq_scalar(ca_tensor *a, double s, ca_tensor **out);
 ca_status ca_ne_scalar(ca_tensor *a, double s, ca_tensor **out);
 
-/* pointwise unary */
+/* pointwise unary.
+ * Errors: CA_STATUS_DTYPE (int64, except neg, abs and to_dtype), and the cases below. */
 ca_status ca_neg(ca_tensor *x, ca_tensor **out);
 ca_status ca_exp(ca_tensor *x, ca_tensor **out);
 ca_status ca_log(ca_tensor *x, ca_tensor **out);
@@ -412,6 +528,7 @@ ca_status ca_sigmoid(ca_tensor *x, ca_tensor **out);
 ca_status ca_relu(ca_tensor *x, ca_tensor **out);
 ca_status ca_leaky_relu(ca_tensor *x, double negative_slope, ca_tensor **out);
 typedef enum { CA_GELU_NONE = 0, CA_GELU_TANH = 1 } ca_gelu_approximate;
+/* CA_STATUS_INVALID when approximate is not a ca_gelu_approximate */
 ca_status ca_gelu(ca_tensor *x, ca_gelu_approximate approximate, ca_tensor **out);
 ca_status ca_silu(ca_tensor *x, ca_tensor **out);
 ca_status ca_softplus(ca_tensor *x, double beta, double threshold, ca_tensor **out);
@@ -430,12 +547,17 @@ ca_status ca_softsign(ca_tensor *x, ca_tensor **out);   /* x / (1 + |x|) */
  * CA_STATUS_VALUE when min_val > max_val. */
 ca_status ca_hardtanh(ca_tensor *x, double min_val, double max_val, ca_tensor **out);
 ca_status ca_relu6(ca_tensor *x, ca_tensor **out); /* hardtanh(x, 0, 6), as PyTorch */
-/* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)). */
+/* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)); CA_STATUS_INVALID when
+ * both are NAN. */
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
-/* A copy converted to dtype (gradient converts back). */
+/* A copy converted to dtype (gradient converts back). CA_STATUS_INVALID when dtype is
+ * not a ca_dtype; CA_STATUS_DTYPE from a float dtype to int64 (unsupported). */
 ca_status ca_to_dtype(ca_tensor *x, ca_dtype dtype, ca_tensor **out);
 
-/* reductions over n_dims dims (n_dims == 0: every dim) */
+/* reductions over n_dims dims (n_dims == 0: every dim).
+ * Errors: CA_STATUS_INVALID (n_dims outside 0..CA_MAX_DIMS; dims NULL with n_dims > 0),
+ * CA_STATUS_DIM (a dim out of range or listed twice), CA_STATUS_DTYPE (int64, except for
+ * ca_sum), CA_STATUS_SHAPE (ca_max or ca_min over a dim of size 0). */
 ca_status ca_sum(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **out);
 ca_status ca_mean(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **out);
 /* values, and (if indices != NULL) the int64 arg index: along the dim for one dim, a flat
@@ -447,59 +569,98 @@ ca_status ca_min(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca
 ca_status ca_logsumexp(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim,
                        ca_tensor **out);
 
-/* shape ops: views share storage with x where PyTorch's do */
+/* shape ops: views share storage with x where PyTorch's do (and so join x's group).
+ * Errors: CA_STATUS_DIM (a dim out of range or repeated, and the cases noted below),
+ * CA_STATUS_SHAPE (a target shape that does not fit x: another number of elements, more
+ * than one -1, a negative size, ndim outside 0..CA_MAX_DIMS). */
 ca_status ca_reshape(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
+/* CA_STATUS_SHAPE also when x's strides cannot be viewed as shape (ca_reshape copies) */
 ca_status ca_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
+/* CA_STATUS_DIM when ndim is not x's number of dims */
 ca_status ca_permute(ca_tensor *x, int ndim, const int64_t *perm, ca_tensor **out);
 ca_status ca_transpose(ca_tensor *x, int64_t dim0, int64_t dim1, ca_tensor **out);
-/* -1 keeps a dim; new leading dims may be added */
+/* -1 keeps a dim; new leading dims may be added. CA_STATUS_SHAPE for fewer dims than x,
+ * a new leading dim of -1, or a size that differs from a dim of x that is not 1. */
 ca_status ca_expand(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
-/* n_dims == 0 squeezes every size-1 dim */
+/* n_dims == 0 squeezes every size-1 dim; CA_STATUS_DIM for n_dims outside
+ * 0..CA_MAX_DIMS */
 ca_status ca_squeeze(ca_tensor *x, int n_dims, const int64_t *dims, ca_tensor **out);
+/* CA_STATUS_DIM when x already has CA_MAX_DIMS dims */
 ca_status ca_unsqueeze(ca_tensor *x, int64_t dim, ca_tensor **out);
+/* CA_STATUS_DIM when start_dim comes after end_dim */
 ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor **out);
+/* CA_STATUS_DIM for a 0-d x; CA_STATUS_INDEX for a start outside [-size, size], or a
+ * length that is negative or runs past the dim's end */
 ca_status ca_narrow(ca_tensor *x, int64_t dim, int64_t start, int64_t length, ca_tensor **out);
-/* x[..., start:end:step, ...] along dim, with Python's clamping of start and end */
+/* x[..., start:end:step, ...] along dim, with Python's clamping of start and end.
+ * CA_STATUS_DIM for a 0-d x; CA_STATUS_INVALID when step <= 0. */
 ca_status ca_slice(ca_tensor *x, int64_t dim, int64_t start, int64_t end, int64_t step,
                    ca_tensor **out);
+/* CA_STATUS_DIM for a 0-d x; CA_STATUS_INDEX when index is outside dim */
 ca_status ca_select(ca_tensor *x, int64_t dim, int64_t index, ca_tensor **out);
+/* n >= 1 tensors (else CA_STATUS_INVALID) of one dtype (else CA_STATUS_DTYPE). cat:
+ * CA_STATUS_DIM for a 0-d tensor, CA_STATUS_SHAPE for sizes that differ off dim. stack:
+ * CA_STATUS_SHAPE for shapes that differ. */
 ca_status ca_cat(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out);
 ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out);
 ca_status ca_contiguous(ca_tensor *x, ca_tensor **out); /* new ref to x if contiguous */
+/* mask (any dtype, nonzero = fill) must broadcast to x: else CA_STATUS_SHAPE */
 ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor **out);
 
-/* indexing (index tensors are int64) */
+/* indexing (index tensors are int64).
+ * Errors: CA_STATUS_DTYPE (an index tensor that is not int64), CA_STATUS_DIM (dim out of
+ * range), CA_STATUS_INDEX (an index value outside [0, size)), CA_STATUS_SHAPE (index_select:
+ * an index of more than 1 dim; embedding: a weight that is not 2-D, or indices of
+ * CA_MAX_DIMS dims; gather: an index whose ndim differs from x's, or larger than x off
+ * dim). */
 ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
 ca_status ca_embedding(ca_tensor *weight, ca_tensor *indices, ca_tensor **out);
 ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
 
-/* linear algebra */
+/* linear algebra.
+ * Errors: CA_STATUS_SHAPE (ranks, inner dims, batch dims or a bias that do not fit),
+ * CA_STATUS_DTYPE (int64, or dtypes that differ). */
 ca_status ca_matmul(ca_tensor *a, ca_tensor *b, ca_tensor **out); /* torch.matmul rules */
 ca_status ca_mm(ca_tensor *a, ca_tensor *b, ca_tensor **out);     /* [n,k] @ [k,m] */
 ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out);    /* [b,n,k] @ [b,k,m] */
 /* x @ weight^T + bias; weight [out, in]; bias [out] or NULL */
 ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor **out);
 
-/* neural-network ops */
+/* neural-network ops.
+ * Errors: CA_STATUS_DTYPE (an input that is not float32 or float64, or dtypes that
+ * differ), CA_STATUS_INVALID (a reduction that is not a ca_reduction), and below. */
 typedef enum { CA_REDUCTION_NONE = 0, CA_REDUCTION_MEAN = 1, CA_REDUCTION_SUM = 2 } ca_reduction;
+/* CA_STATUS_DIM when dim is out of range */
 ca_status ca_softmax(ca_tensor *x, int64_t dim, ca_tensor **out);
 ca_status ca_log_softmax(ca_tensor *x, int64_t dim, ca_tensor **out);
 /* input [N, C] or [C] (or [N, C, d...]); target int64 class indices; targets equal to
- * ignore_index (PyTorch's default is -100) add nothing and are not counted by MEAN. */
+ * ignore_index (PyTorch's default is -100) add nothing and are not counted by MEAN.
+ * CA_STATUS_DTYPE for a target that is not int64, CA_STATUS_SHAPE for an input and target
+ * that do not fit (or a 0-d input), CA_STATUS_INDEX for a target outside [0, C). */
 ca_status ca_cross_entropy(ca_tensor *input, ca_tensor *target, ca_reduction reduction,
                            int64_t ignore_index, ca_tensor **out);
 ca_status ca_nll_loss(ca_tensor *log_probs, ca_tensor *target, ca_reduction reduction,
                       int64_t ignore_index, ca_tensor **out);
+/* CA_STATUS_SHAPE when input and target do not broadcast */
 ca_status ca_mse_loss(ca_tensor *input, ca_tensor *target, ca_reduction reduction, ca_tensor **out);
 /* normalizes over the last n_normalized dims, whose sizes must equal normalized_shape;
- * weight and bias (shape normalized_shape) may be NULL */
+ * weight and bias (shape normalized_shape) may be NULL. CA_STATUS_SHAPE for n_normalized
+ * outside 1..CA_MAX_DIMS or shapes that do not match; CA_STATUS_INVALID when
+ * normalized_shape is NULL. */
 ca_status ca_layer_norm(ca_tensor *x, int n_normalized, const int64_t *normalized_shape,
                         ca_tensor *weight, ca_tensor *bias, double eps, ca_tensor **out);
-/* training: zero with probability p, scale the rest by 1/(1-p); else the identity */
+/* training: zero with probability p, scale the rest by 1/(1-p); else the identity (a new
+ * reference to x, with no dtype check). CA_STATUS_INVALID when p is outside [0, 1].
+ * When training and p > 0, a random call (see Threads). */
 ca_status ca_dropout(ca_tensor *x, double p, bool training, ca_tensor **out);
 
 /* in-place ops: bump the version counter. Not allowed in grad mode on a tensor that
- * requires grad (use ca_set_grad_enabled(false), as with torch.no_grad()). */
+ * requires grad (use ca_set_grad_enabled(false), as with torch.no_grad()). They allocate
+ * nothing.
+ * Errors: CA_STATUS_INVALID (self or other NULL), CA_STATUS_AUTOGRAD (grad mode on and
+ * self, or other, requires grad), CA_STATUS_DTYPE (self and other differ), CA_STATUS_SHAPE
+ * (other does not broadcast to self's shape).
+ * Thread-safe: per group (self's and other's). */
 ca_status ca_add_(ca_tensor *self, ca_tensor *other, double alpha); /* self += alpha*other */
 ca_status ca_mul_(ca_tensor *self, ca_tensor *other);
 ca_status ca_mul_scalar_(ca_tensor *self, double s);
@@ -542,14 +703,21 @@ typedef struct {
     unsigned flags; /* CA_OP_PY_* and CA_OP_POSITIVE */
 } ca_op_info;
 
+/* The registry is built once, by ca_init, and only read after: ca_op_count, ca_op_describe
+ * and ca_op_find are Thread-safe: yes. */
 /* Ops in the registry (0 if the library failed to initialise). */
 int ca_op_count(void);
-/* Op `index` (0 .. ca_op_count() - 1). CA_STATUS_INVALID for an index out of range. */
+/* Op `index` (0 .. ca_op_count() - 1).
+ * Errors: CA_STATUS_INVALID (out NULL; index out of range). */
 ca_status ca_op_describe(int index, ca_op_info *out);
-/* The index of the op named `name`; CA_STATUS_INVALID if there is none. */
+/* The index of the op named `name`.
+ * Errors: CA_STATUS_INVALID (name or index NULL; no op of that name). */
 ca_status ca_op_find(const char *name, int *index);
 /* Run op `index`: like its own function (ca_elu), with the same checks and statuses, and
- * CA_STATUS_INVALID when the numbers of tensors or scalars do not match its schema. */
+ * CA_STATUS_INVALID when index is out of range, the numbers of tensors or scalars do not
+ * match its schema, scalars is NULL while n_scalars > 0, or a scalar the schema types int,
+ * bool or str is not a whole number (or not the index of a choice).
+ * Thread-safe: per group, as the op. */
 ca_status ca_op_apply(int index, int n_tensors, ca_tensor *const *tensors, int n_scalars,
                       const double *scalars, ca_tensor **out);
 

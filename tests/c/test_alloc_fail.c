@@ -508,3 +508,29 @@ Test(oom, default_allocator_restored) {
     cr_assert_eq(tu_alloc_count(), before, "the default allocator is in use");
     ca_tensor_release(t);
 }
+
+/* cagrad.h promises that in-place ops allocate nothing (so never fail with
+ * CA_STATUS_NOMEM), and ca_tensor_copy_to and ca_tensor_item do not either. */
+Test(oom, inplace_and_reads_allocate_nothing) {
+    fa_install();
+    ca_tensor *a = tu_randn(CA_FLOAT32, TU_SHAPE(64, 64), false);
+    ca_tensor *b = tu_randn(CA_FLOAT32, TU_SHAPE(64), false);
+    ca_tensor *one = tu_randn(CA_FLOAT32, TU_SHAPE(1), false);
+    static float buf[64 * 64];
+    double v;
+    fa_arm(1); /* the first allocation would fail */
+    TU_OK(ca_add_(a, b, 0.5));
+    TU_OK(ca_mul_(a, b));
+    TU_OK(ca_mul_scalar_(a, 2.0));
+    TU_OK(ca_copy_(a, b));
+    TU_OK(ca_fill_(a, 1.0));
+    TU_OK(ca_zero_(a));
+    TU_OK(ca_tensor_copy_to(a, buf, sizeof buf));
+    TU_OK(ca_tensor_item(one, &v));
+    fa_disarm();
+    cr_assert_eq(tu_alloc_count(), 0, "%ld allocations", tu_alloc_count());
+    ca_tensor_release(a);
+    ca_tensor_release(b);
+    ca_tensor_release(one);
+    fa_uninstall();
+}

@@ -336,6 +336,28 @@ Test(errors, dropout_p_out_of_range) {
     ca_tensor_release(x);
 }
 
+/* An argument out of its range is CA_STATUS_VALUE (ValueError) for hardtanh, but alpha 0
+ * of celu stays CA_STATUS_INVALID (PyTorch raises ZeroDivisionError there). */
+Test(errors, activation_argument_statuses) {
+    ca_tensor *x = rnd(CA_FLOAT32, TU_SHAPE(4), false), *out = POISON;
+    TU_FAILS(ca_hardtanh(x, 1.0, -1.0, &out), CA_STATUS_VALUE, "min_val cannot be greater");
+    cr_assert_null(out);
+    TU_FAILS(ca_celu(x, 0.0, &out), CA_STATUS_INVALID, "alpha cannot be 0");
+    cr_assert_null(out);
+    ca_tensor_release(x);
+}
+
+/* requires_grad true on a non-leaf is a no-op (it already requires grad); false fails. */
+Test(errors, set_requires_grad_on_non_leaf) {
+    ca_tensor *x = rnd(CA_FLOAT32, TU_SHAPE(2), true), *y;
+    TU_OK(ca_mul_scalar(x, 2.0, &y));
+    TU_OK(ca_tensor_set_requires_grad(y, true));
+    cr_assert(ca_tensor_requires_grad(y));
+    TU_FAILS(ca_tensor_set_requires_grad(y, false), CA_STATUS_AUTOGRAD, "only leaf tensors");
+    ca_tensor_release(y);
+    ca_tensor_release(x);
+}
+
 Test(errors, item_of_many_elements) {
     ca_tensor *x = rnd(CA_FLOAT32, TU_SHAPE(2, 3), false);
     double v;
