@@ -86,6 +86,7 @@ static ca_status activation_call(int op, const char *fn, ca_tensor *x, const dou
     CA_ARG_NOT_NULL(out, fn);
     *out = NULL;
     CA_ARG_NOT_NULL(x, fn);
+    CA_CHECK(ca_init()); /* the table op_def_args reads */
     ca_attrs a = {0};
     CA_CHECK(op_def_args(op, arg, n_arg, &a));
     return op_call1(op, x, &a, out);

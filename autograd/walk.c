@@ -10,9 +10,12 @@
  */
 #include "autograd/internal.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
-static uint64_t epoch_counter = 0;
+/* Atomic: walks on different threads (backwards of distinct graphs) each need an epoch no
+ * other walk has, or one walk would take another's nodes for already found. */
+static atomic_uint_fast64_t epoch_counter = 0;
 
 static ca_status vec_reserve(node_vec *vec, int need) {
     if (!mem_grow((void **)&vec->v, &vec->cap, need, sizeof(ca_node *)))
@@ -109,7 +112,7 @@ static ca_status order(ca_walk *w) {
 }
 
 uint64_t walk_new_epoch(void) {
-    return ++epoch_counter;
+    return atomic_fetch_add(&epoch_counter, 1) + 1;
 }
 
 ca_status walk_graph(ca_walk *w, ca_node *const *roots, int n_roots) {
