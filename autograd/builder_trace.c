@@ -103,6 +103,11 @@ static uint32_t dims_mask(const ca_ints *dims, int ndim) {
     return dims->n ? m : (ndim ? (1u << ndim) - 1 : 0);
 }
 
+/* nll_loss_backward's reduction goes to GOP_NLL_BW as it is (lower copies attrs.i). */
+_Static_assert((int)GRAPH_REDUCTION_NONE == (int)CA_REDUCTION_NONE, "reduction codes differ");
+_Static_assert((int)GRAPH_REDUCTION_MEAN == (int)CA_REDUCTION_MEAN, "reduction codes differ");
+_Static_assert((int)GRAPH_REDUCTION_SUM == (int)CA_REDUCTION_SUM, "reduction codes differ");
+
 /* Fill a with the graph op for row `op`; false if the row has no graph op. */
 static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, graph_op_args *a) {
     memcpy(a->i, at->i, sizeof a->i);

@@ -29,19 +29,6 @@ static ca_status finish(ca_status st, ca_tensor *r, ca_tensor **out) {
     return CA_OK;
 }
 
-/* [outer, n, inner] around dim; a 0-d tensor is one element, [1, 1, 1]. */
-static void split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
-                      int64_t *inner) {
-    *outer = *inner = 1;
-    *n = ndim > 0 ? shape[dim] : 1;
-    for (int d = 0; d < ndim; d++) {
-        if (d < dim)
-            *outer *= shape[d];
-        else if (d > dim)
-            *inner *= shape[d];
-    }
-}
-
 static int64_t dim_size(const ca_meta *m, int dim) {
     return m->ndim > 0 ? m->shape[dim] : 1;
 }
@@ -132,7 +119,7 @@ static ca_status index_select_forward(const ca_op_def *row, ca_tensor *const *in
     ca_tensor *x = in[0], *ic = NULL, *xc = NULL, *r = NULL;
     int d = (int)a->i[0];
     int64_t outer, n, inner;
-    split_dim(x->ndim, x->shape, d, &outer, &n, &inner);
+    kern_split_dim(x->ndim, x->shape, d, &outer, &n, &inner);
     ca_status st = index_ready("index_select", in[1], n, d, &ic);
     if (st == CA_OK)
         st = tensor_contiguous(x, &xc);
@@ -255,7 +242,7 @@ static ca_status gather_forward(const ca_op_def *row, ca_tensor *const *in, int 
     ca_meta xm;
     tensor_meta(x, &xm);
     int64_t outer, n_out, inner, n = dim_size(&xm, d);
-    split_dim(index->ndim, index->shape, d, &outer, &n_out, &inner);
+    kern_split_dim(index->ndim, index->shape, d, &outer, &n_out, &inner);
     /* the kernel reads x as [outer, n, inner] of the index's outer and inner sizes: view x
      * cut down to the index's sizes on the other dims */
     int64_t vshape[CA_MAX_DIMS];
@@ -325,7 +312,7 @@ static ca_status index_add_forward(const ca_op_def *row, ca_tensor *const *in, i
     ca_tensor *src = in[1], *ic = NULL, *sc = NULL, *r = NULL;
     int d = (int)a->i[0];
     int64_t outer, n, inner;
-    split_dim(m->ndim, m->shape, d, &outer, &n, &inner);
+    kern_split_dim(m->ndim, m->shape, d, &outer, &n, &inner);
     ca_status st = index_ready("index_add", in[0], n, d, &ic);
     if (st == CA_OK)
         st = tensor_contiguous(src, &sc);
@@ -398,7 +385,7 @@ static ca_status scatter_add_forward(const ca_op_def *row, ca_tensor *const *in,
     for (int k = 0; k < bm.ndim; k++)
         bm.shape[k] = k == d ? m->shape[d] : index->shape[k];
     int64_t outer, n, inner, n_src = m->ndim > 0 ? index->shape[d] : 1;
-    split_dim(bm.ndim, bm.shape, d, &outer, &n, &inner);
+    kern_split_dim(bm.ndim, bm.shape, d, &outer, &n, &inner);
     bool corner = !meta_same_shape(&bm, m);
     ca_status st = index_ready("scatter_add", index, n, d, &ic);
     if (st == CA_OK)

@@ -182,12 +182,11 @@ static ca_status gemm_status(int rc) {
     return CA_OK;
 }
 
-/* A matrix operand: its data, its matrix strides, and its strides per output batch dim
- * (0 where it broadcasts). */
+/* A matrix operand: the tensor that owns its data, and the data as kern_gemm_nd reads it
+ * (matrix strides, and strides per output batch dim, 0 where it broadcasts). */
 typedef struct {
     ca_tensor *t; /* owned: the input itself or a contiguous copy */
-    int64_t rs, cs;
-    int64_t bstride[CA_MAX_DIMS];
+    kern_mat_nd m;
 } gemm_operand;
 
 static ca_status operand_init(ca_tensor *x, int nb, const int64_t *bshape, gemm_operand *op) {
@@ -206,55 +205,19 @@ static ca_status operand_init(ca_tensor *x, int nb, const int64_t *bshape, gemm_
         mat_norm_strides(rows, cols, &rs, &cs);
     }
     op->t = t;
-    op->rs = rs;
-    op->cs = cs;
+    op->m.data = tensor_ptr(t);
+    op->m.rs = rs;
+    op->m.cs = cs;
     int own_nb = t->ndim - 2;
     for (int i = 0; i < nb; i++) {
         int d = i - (nb - own_nb);
-        op->bstride[i] = (d < 0 || (t->shape[d] == 1 && bshape[i] != 1)) ? 0 : t->strides[d];
+        op->m.bs[i] = (d < 0 || (t->shape[d] == 1 && bshape[i] != 1)) ? 0 : t->strides[d];
     }
     return CA_OK;
 }
 
-/* Batch dims after dropping size-1 dims and merging neighbours that all three operands
- * step through uniformly. */
-typedef struct {
-    int n;
-    int64_t size[CA_MAX_DIMS];
-    int64_t sa[CA_MAX_DIMS], sb[CA_MAX_DIMS], sc[CA_MAX_DIMS];
-} batch_plan;
-
-static void batch_collapse(int nb, const int64_t *bshape, const gemm_operand *A,
-                           const gemm_operand *B, int64_t mn, batch_plan *p) {
-    int64_t sc[CA_MAX_DIMS], s = mn;
-    for (int i = nb - 1; i >= 0; i--) {
-        sc[i] = s;
-        s *= bshape[i];
-    }
-    p->n = 0;
-    for (int i = 0; i < nb; i++) {
-        if (bshape[i] == 1)
-            continue;
-        int k = p->n - 1;
-        if (k >= 0 && p->sa[k] == A->bstride[i] * bshape[i] &&
-            p->sb[k] == B->bstride[i] * bshape[i] && p->sc[k] == sc[i] * bshape[i]) {
-            p->size[k] *= bshape[i];
-            p->sa[k] = A->bstride[i];
-            p->sb[k] = B->bstride[i];
-            p->sc[k] = sc[i];
-            continue;
-        }
-        p->size[p->n] = bshape[i];
-        p->sa[p->n] = A->bstride[i];
-        p->sb[p->n] = B->bstride[i];
-        p->sc[p->n] = sc[i];
-        p->n++;
-    }
-}
-
-/* C = op(A) @ op(B) into the fresh contiguous tensor c of shape [batch..., M, N]. The
- * innermost collapsed batch dim goes to kern_gemm as its batch; the rest (only when
- * strides do not collapse) is an outer loop. */
+/* C = op(A) @ op(B) into the fresh contiguous tensor c of shape [batch..., M, N]
+ * (kern_gemm_nd collapses the batch dims). */
 static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_tensor *c) {
     int nd = c->ndim, nb = nd - 2;
     int64_t M = c->shape[nd - 2], N = c->shape[nd - 1];
@@ -275,34 +238,8 @@ static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_t
         ca_tensor_release(A.t);
         return st;
     }
-    batch_plan p;
-    batch_collapse(nb, c->shape, &A, &B, M * N, &p);
-    int64_t batch = 1, bsa = 0, bsb = 0, bsc = M * N, outer = 1;
-    if (p.n > 0) {
-        batch = p.size[p.n - 1];
-        bsa = p.sa[p.n - 1];
-        bsb = p.sb[p.n - 1];
-        bsc = p.sc[p.n - 1];
-        for (int k = 0; k < p.n - 1; k++)
-            outer *= p.size[k];
-    }
-    int64_t es = elem_size(c->dtype);
-    const char *pa = tensor_ptr(A.t), *pb = tensor_ptr(B.t);
-    char *pc = tensor_ptr(c);
-    for (int64_t o = 0; o < outer && st == CA_OK; o++) {
-        int64_t oa = 0, ob = 0, oc = 0, rem = o;
-        for (int k = p.n - 2; k >= 0; k--) {
-            int64_t idx = rem % p.size[k];
-            rem /= p.size[k];
-            oa += idx * p.sa[k];
-            ob += idx * p.sb[k];
-            oc += idx * p.sc[k];
-        }
-        kern_mat ma = {pa + oa * es, A.rs, A.cs, bsa};
-        kern_mat mb = {pb + ob * es, B.rs, B.cs, bsb};
-        st = gemm_status(kern_gemm(kdt(c->dtype), batch, M, N, K, 1.0, ma, ta, mb, tb, 0.0,
-                                   pc + oc * es, N, bsc));
-    }
+    st = gemm_status(
+        kern_gemm_nd(kdt(c->dtype), nb, c->shape, M, N, K, &A.m, ta, &B.m, tb, 0.0, tensor_ptr(c)));
     ca_tensor_release(A.t);
     ca_tensor_release(B.t);
     return st;

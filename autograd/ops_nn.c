@@ -8,6 +8,7 @@
  */
 #include "autograd/builder.h"
 #include "autograd/internal.h"
+#include "graph/graph.h"
 
 #include <math.h>
 #include <string.h>
@@ -40,17 +41,6 @@ static ca_status check_reduction(const char *op, int64_t r) {
                    "%s: reduction %lld is not valid; use CA_REDUCTION_NONE, CA_REDUCTION_MEAN "
                    "or CA_REDUCTION_SUM",
                    op, (long long)r);
-}
-
-static double load(ca_dtype dt, const void *p, int64_t i) {
-    return dt == CA_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void store(ca_dtype dt, void *p, int64_t i, double v) {
-    if (dt == CA_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -155,18 +145,10 @@ static ca_status nll_check_target(const char *op, const ca_meta *x, const ca_met
                        "%s: target must hold int64 class indices, got %s; convert it with "
                        "ca_to_dtype(target, CA_INT64, ...)",
                        op, ca_dtype_name(t->dtype));
-    bool ok = x->ndim >= 1 && t->ndim == (x->ndim >= 2 ? x->ndim - 1 : 0);
-    if (ok && x->ndim >= 2) {
-        ok = t->shape[0] == x->shape[0];
-        for (int d = 2; d < x->ndim; d++)
-            ok = ok && t->shape[d - 1] == x->shape[d];
-    }
-    if (ok)
+    if (graph_nll_target_fits(x->ndim, x->shape, t->ndim, t->shape))
         return CA_OK;
     char s1[128], s2[128];
-    return err_set(CA_STATUS_SHAPE,
-                   "%s: input %s and target %s do not fit; expected input [N, C, d...] with "
-                   "target [N, d...], or input [C] with a 0-d target",
+    return err_set(CA_STATUS_SHAPE, "%s: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
                    op, meta_str(x, s1, sizeof s1), meta_str(t, s2, sizeof s2));
 }
 
@@ -199,7 +181,7 @@ static ca_status nll_compute(const ca_tensor *x, const ca_tensor *t, const ca_at
     const int64_t *tg = tensor_ptr(t);
     const void *xp = tensor_ptr(x);
     void *op = tensor_ptr(out);
-    ca_dtype dt = x->dtype;
+    kern_dtype dt = kdt(x->dtype);
     double acc = 0, count = 0;
     for (int64_t i = 0; i < N * inner; i++) {
         int64_t k = tg[i], n = i / inner, s = i % inner;
@@ -207,18 +189,18 @@ static ca_status nll_compute(const ca_tensor *x, const ca_tensor *t, const ca_at
         if (k != a->i[1]) {
             if (k < 0 || k >= C)
                 return nll_bad_target(k, i, C, a->i[1]);
-            v = -load(dt, xp, (n * C + k) * inner + s);
+            v = -kern_load(dt, xp, (n * C + k) * inner + s);
             count += 1;
         }
         if (a->i[0] == CA_REDUCTION_NONE)
-            store(dt, op, i, v);
+            kern_store(dt, op, i, v);
         acc += v;
     }
     if (a->i[0] == CA_REDUCTION_SUM)
-        store(dt, op, 0, acc);
+        kern_store(dt, op, 0, acc);
     else if (a->i[0] == CA_REDUCTION_MEAN)
-        store(dt, op, 0, acc / count); /* 0/0 = NaN when every target is ignored, as PyTorch */
-    store(dt, tensor_ptr(tw), 0, count);
+        kern_store(dt, op, 0, acc / count); /* 0/0 = NaN when every target is ignored, as PyTorch */
+    kern_store(dt, tensor_ptr(tw), 0, count);
     return CA_OK;
 }
 
@@ -287,19 +269,19 @@ static ca_status nll_bw_compute(const ca_tensor *g, const ca_tensor *t, const ca
                                 const ca_attrs *a, ca_tensor *out) {
     int64_t N, C, inner;
     nll_dims(out->ndim, out->shape, &N, &C, &inner);
-    ca_dtype dt = out->dtype;
+    kern_dtype dt = kdt(out->dtype);
     const int64_t *tg = tensor_ptr(t);
     const void *gp = tensor_ptr(g);
     void *op = tensor_ptr(out);
-    double scale = a->i[0] == CA_REDUCTION_MEAN ? 1.0 / load(dt, tensor_ptr(tw), 0) : 1.0;
+    double scale = a->i[0] == CA_REDUCTION_MEAN ? 1.0 / kern_load(dt, tensor_ptr(tw), 0) : 1.0;
     for (int64_t i = 0; i < N * inner; i++) {
         int64_t k = tg[i], n = i / inner, s = i % inner;
         if (k == a->i[1])
             continue;
         if (k < 0 || k >= C)
             return nll_bad_target(k, i, C, a->i[1]);
-        double gv = load(dt, gp, a->i[0] == CA_REDUCTION_NONE ? i : 0);
-        store(dt, op, (n * C + k) * inner + s, -gv * scale);
+        double gv = kern_load(dt, gp, a->i[0] == CA_REDUCTION_NONE ? i : 0);
+        kern_store(dt, op, (n * C + k) * inner + s, -gv * scale);
     }
     return CA_OK;
 }

@@ -26,6 +26,26 @@ typedef enum { KERN_F32 = 0, KERN_F64 = 1, KERN_I64 = 2 } kern_dtype;
 
 size_t kern_dtype_size(kern_dtype dt);
 
+/* Element i of a dt array, read as a double (an int64 converts exactly below 2^53). For
+ * the plain loops that handle every dtype at once: casts and nll_loss. */
+static inline double kern_load(kern_dtype dt, const void *p, int64_t i) {
+    switch (dt) {
+    case KERN_F32: return ((const float *)p)[i];
+    case KERN_F64: return ((const double *)p)[i];
+    default: return (double)((const int64_t *)p)[i];
+    }
+}
+
+/* Element i of a dt array = v: rounded to float32, or truncated toward zero to int64, as
+ * PyTorch converts. kern_load's other half. */
+static inline void kern_store(kern_dtype dt, void *p, int64_t i, double v) {
+    switch (dt) {
+    case KERN_F32: ((float *)p)[i] = (float)v; break;
+    case KERN_F64: ((double *)p)[i] = v; break;
+    default: ((int64_t *)p)[i] = (int64_t)v; break;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * Run-time ISA selection.
  * The environment variable CAGRAD_ISA=scalar|avx2|avx512 caps the path (tests use it to
@@ -136,6 +156,23 @@ int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
               kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C, int64_t ldc,
               int64_t bsC);
 
+/* A matrix operand with batch dims: data at batch index (0, ...), its matrix strides, and
+ * its element stride per batch dim of the product (0 where it broadcasts). */
+typedef struct {
+    const void *data;
+    int64_t rs, cs;
+    int64_t bs[KERN_MAX_DIMS];
+} kern_mat_nd;
+
+/* C[i...] = op(A[i...]) @ op(B[i...]) + beta * C[i...] for every index i... of the nb
+ * batch dims bshape; C is contiguous [bshape..., M, N]. Batch dims of size 1 are dropped
+ * and neighbours that all three operands step through uniformly are merged; the innermost
+ * merged dim is kern_gemm's batch, the others an outer loop, so broadcast batches cost no
+ * copy. Returns kern_gemm's code (the first failure stops the loop). */
+int kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
+                 const kern_mat_nd *A, bool transA, const kern_mat_nd *B, bool transB, double beta,
+                 void *C);
+
 /* ---------------------------------------------------------------------------------------
  * Indexing. Tensors here are viewed as [outer, n, inner] around the indexed dim, with
  * contiguous inputs and outputs (the caller makes them contiguous). Indices are int64
@@ -148,6 +185,10 @@ int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
  * gather:       out[o, j, i] = x[o, index[o, j, i], i], index is [outer, n_out, inner]
  * scatter_add:  out[o, index[o, j, i], i] += src[o, j, i]
  */
+/* The [outer, n, inner] view of shape around dim: the product of the dims before it, its
+ * size, and the product of the dims after it. A 0-d shape is one element, [1, 1, 1]. */
+void kern_split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
+                    int64_t *inner);
 int kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
                       const int64_t *index, int64_t n_index, void *out, int64_t *bad_pos,
                       int64_t *bad_val);

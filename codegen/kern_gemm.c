@@ -145,3 +145,71 @@ int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
     kern_scratch_free(j.b.packed);
     return rc;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Batch dims: kern_gemm_nd
+ */
+
+/* Batch dims without size-1 dims, neighbours merged where all three operands step
+ * through them uniformly; sa, sb, sc are A's, B's and C's strides per merged dim. */
+typedef struct {
+    int n;
+    int64_t size[KERN_MAX_DIMS], sa[KERN_MAX_DIMS], sb[KERN_MAX_DIMS], sc[KERN_MAX_DIMS];
+} kern_batch_dims;
+
+static void kern_batch_collapse(int nb, const int64_t *bshape, const kern_mat_nd *A,
+                                const kern_mat_nd *B, int64_t mn, kern_batch_dims *bd) {
+    int64_t sc[KERN_MAX_DIMS], s = mn;
+    for (int i = nb - 1; i >= 0; i--) {
+        sc[i] = s;
+        s *= bshape[i];
+    }
+    bd->n = 0;
+    for (int i = 0; i < nb; i++) {
+        if (bshape[i] == 1)
+            continue;
+        int k = bd->n - 1;
+        bool merge = k >= 0 && bd->sa[k] == A->bs[i] * bshape[i] &&
+                     bd->sb[k] == B->bs[i] * bshape[i] && bd->sc[k] == sc[i] * bshape[i];
+        if (!merge)
+            k = bd->n++;
+        bd->size[k] = merge ? bd->size[k] * bshape[i] : bshape[i];
+        bd->sa[k] = A->bs[i];
+        bd->sb[k] = B->bs[i];
+        bd->sc[k] = sc[i];
+    }
+}
+
+int kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
+                 const kern_mat_nd *A, bool transA, const kern_mat_nd *B, bool transB, double beta,
+                 void *C) {
+    kern_batch_dims bd;
+    kern_batch_collapse(nb, bshape, A, B, M * N, &bd);
+    int64_t es = (int64_t)kern_dtype_size(dt);
+    int64_t batch = 1, bsa = 0, bsb = 0, bsc = M * N, outer = 1;
+    if (bd.n > 0) {
+        batch = bd.size[bd.n - 1];
+        bsa = bd.sa[bd.n - 1];
+        bsb = bd.sb[bd.n - 1];
+        bsc = bd.sc[bd.n - 1];
+        for (int k = 0; k < bd.n - 1; k++)
+            outer *= bd.size[k];
+    }
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t oa = 0, ob = 0, oc = 0, rem = o;
+        for (int k = bd.n - 2; k >= 0; k--) {
+            int64_t i = rem % bd.size[k];
+            rem /= bd.size[k];
+            oa += i * bd.sa[k];
+            ob += i * bd.sb[k];
+            oc += i * bd.sc[k];
+        }
+        kern_mat ma = {(const char *)A->data + oa * es, A->rs, A->cs, bsa};
+        kern_mat mb = {(const char *)B->data + ob * es, B->rs, B->cs, bsb};
+        int rc = kern_gemm(dt, batch, M, N, K, 1.0, ma, transA, mb, transB, beta,
+                           (char *)C + oc * es, N, bsc);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

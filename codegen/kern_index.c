@@ -11,6 +11,18 @@
 
 #define KERN_INDEX_CHUNK 1024 /* inner elements per work unit of the accumulating kernels */
 
+void kern_split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
+                    int64_t *inner) {
+    *outer = *inner = 1;
+    *n = ndim > 0 ? shape[dim] : 1;
+    for (int d = 0; d < ndim; d++) {
+        if (d < dim)
+            *outer *= shape[d];
+        else if (d > dim)
+            *inner *= shape[d];
+    }
+}
+
 /* First out-of-range entry of index[0..count) (limit n), or -1. */
 static int64_t kern_index_check(const int64_t *index, int64_t count, int64_t n, int64_t *bad_pos,
                                 int64_t *bad_val) {

@@ -119,6 +119,25 @@ typedef struct {
  * GOP_PW, whose printed name is its kern_pw_name in lower case). (Addition.) */
 const char *graph_op_name(graph_op op);
 
+/* GOP_NLL_BW's reduction codes (its i[0]). They are cagrad.h's ca_reduction values, which
+ * this layer cannot include; the autograd layer checks with _Static_assert that they
+ * agree. */
+typedef enum {
+    GRAPH_REDUCTION_NONE = 0,
+    GRAPH_REDUCTION_MEAN = 1,
+    GRAPH_REDUCTION_SUM = 2
+} graph_reduction;
+
+/* The shapes nll_loss accepts, as its messages state them. */
+#define GRAPH_NLL_TARGET_RULE                                                                      \
+    "expected input [N, C, d...] with target [N, d...], or input [C] with a 0-d target"
+
+/* Whether a target of shape t (t_nd dims) fits an nll_loss input of shape x
+ * (GRAPH_NLL_TARGET_RULE; x needs at least one dim). Dims compare by value: the eager
+ * shape rule passes sizes, graph_add size-expression ids (equal ids, provably equal
+ * sizes). The one check behind both. (shape.c) */
+bool graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t);
+
 /* A new empty graph, or NULL when out of memory. */
 graph *graph_new(void);
 void graph_free(graph *g);

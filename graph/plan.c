@@ -31,9 +31,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The reduction codes of nll_loss (cagrad.h's ca_reduction; graph cannot include it). */
-enum { RED_NONE = 0, RED_MEAN = 1 };
-
 enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL };
 /* Members of a fused group (fuse.c): a value only its group reads (no memory), a value
  * read outside (a buffer), and the node where the whole group runs (the last member or
@@ -1073,14 +1070,8 @@ static bool gemm_direct(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
     return (rs == 1 || rows == 1) && (cols == 1 || cs >= rows) && cs <= INT_MAX;
 }
 
-typedef struct {
-    const char *data;
-    int64_t rs, cs;
-    int64_t bs[KERN_MAX_DIMS]; /* per output batch dim; 0 where it broadcasts */
-} gemm_opnd;
-
 static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp, int nb,
-                     const int64_t *bshape, gemm_opnd *o) {
+                     const int64_t *bshape, kern_mat_nd *o) {
     graph_view w = *in;
     int nd = w.ndim;
     memset(o, 0, sizeof *o);
@@ -1101,70 +1092,6 @@ static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp,
     return 0;
 }
 
-/* Batch dims without size-1 dims, neighbours merged where all three operands step
- * through them uniformly. */
-typedef struct {
-    int n;
-    int64_t size[KERN_MAX_DIMS], sa[KERN_MAX_DIMS], sb[KERN_MAX_DIMS], sc[KERN_MAX_DIMS];
-} batch_dims;
-
-static void batch_collapse(int nb, const int64_t *bshape, const gemm_opnd *A, const gemm_opnd *B,
-                           int64_t mn, batch_dims *bd) {
-    int64_t sc[KERN_MAX_DIMS], s = mn;
-    for (int i = nb - 1; i >= 0; i--) {
-        sc[i] = s;
-        s *= bshape[i];
-    }
-    bd->n = 0;
-    for (int i = 0; i < nb; i++) {
-        if (bshape[i] == 1)
-            continue;
-        int k = bd->n - 1;
-        bool merge = k >= 0 && bd->sa[k] == A->bs[i] * bshape[i] &&
-                     bd->sb[k] == B->bs[i] * bshape[i] && bd->sc[k] == sc[i] * bshape[i];
-        if (!merge)
-            k = bd->n++;
-        bd->size[k] = merge ? bd->size[k] * bshape[i] : bshape[i];
-        bd->sa[k] = A->bs[i];
-        bd->sb[k] = B->bs[i];
-        bd->sc[k] = sc[i];
-    }
-}
-
-/* The innermost collapsed batch dim is kern_gemm's batch; the others an outer loop. */
-static int gemm_loop(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out,
-                     const gemm_opnd *A, const gemm_opnd *B, const batch_dims *bd, int64_t K,
-                     double beta) {
-    int nd = out->ndim;
-    int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], es = (int64_t)esize(out);
-    int64_t batch = 1, bsa = 0, bsb = 0, bsc = M * N, outer = 1;
-    if (bd->n > 0) {
-        batch = bd->size[bd->n - 1];
-        bsa = bd->sa[bd->n - 1];
-        bsb = bd->sb[bd->n - 1];
-        bsc = bd->sc[bd->n - 1];
-        for (int k = 0; k < bd->n - 1; k++)
-            outer *= bd->size[k];
-    }
-    for (int64_t o = 0; o < outer; o++) {
-        int64_t oa = 0, ob = 0, oc = 0, rem = o;
-        for (int k = bd->n - 2; k >= 0; k--) {
-            int64_t i = rem % bd->size[k];
-            rem /= bd->size[k];
-            oa += i * bd->sa[k];
-            ob += i * bd->sb[k];
-            oc += i * bd->sc[k];
-        }
-        kern_mat ma = {A->data + oa * es, A->rs, A->cs, bsa};
-        kern_mat mb = {B->data + ob * es, B->rs, B->cs, bsb};
-        int rc = kern_gemm(out->dtype, batch, M, N, K, 1.0, ma, x->a.i[0] != 0, mb, x->a.i[1] != 0,
-                           beta, (char *)out->data + oc * es, N, bsc);
-        if (rc)
-            return kern_fail(r->p, v, rc, "matmul");
-    }
-    return 0;
-}
-
 /* out = a @ b, or out += a @ b when beta is 1 (out contiguous). */
 static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out,
                       double beta) {
@@ -1176,13 +1103,13 @@ static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_
     if (K == 0) /* an empty sum */
         return beta != 0.0 ? 0 : fill_zero(out);
     const plan_node *pn = &r->p->nodes[v];
-    gemm_opnd A, B;
+    kern_mat_nd A, B;
     if (gemm_prep(r, v, a, pn->tmp[0], nb, out->shape, &A) ||
         gemm_prep(r, v, b, pn->tmp[1], nb, out->shape, &B))
         return -1;
-    batch_dims bd;
-    batch_collapse(nb, out->shape, &A, &B, out->shape[nb] * out->shape[nb + 1], &bd);
-    return gemm_loop(r, v, x, out, &A, &B, &bd, K, beta);
+    int rc = kern_gemm_nd(out->dtype, nb, out->shape, out->shape[nb], out->shape[nb + 1], K, &A,
+                          x->a.i[0] != 0, &B, x->a.i[1] != 0, beta, out->data);
+    return rc ? kern_fail(r->p, v, rc, "matmul") : 0;
 }
 
 /* Whether w's bytes meet dst's (each taken as the span from its lowest to its highest
@@ -1271,19 +1198,6 @@ static int contiguous_input(run_ctx *r, graph_val v, const graph_view *in, int32
     return rc ? kern_fail(r->p, v, rc, "input copy") : 0;
 }
 
-/* [outer, n, inner] around dim; a 0-d shape is [1, 1, 1]. */
-static void split_dim(int nd, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
-                      int64_t *inner) {
-    *outer = *inner = 1;
-    *n = nd > 0 ? shape[dim] : 1;
-    for (int d = 0; d < nd; d++) {
-        if (d < dim)
-            *outer *= shape[d];
-        else if (d > dim)
-            *inner *= shape[d];
-    }
-}
-
 static int index_fail(run_ctx *r, graph_val v, const char *op, int64_t pos, int64_t val, int dim,
                       int64_t size) {
     return fail(r->p, v,
@@ -1304,7 +1218,7 @@ static int run_index_add(run_ctx *r, graph_val v, const graph_node *x, const gra
     if (numel(&src) == 0)
         return 0;
     int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
+    kern_split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
     rc = kern_index_add(out->dtype, outer, n, inner, out->data, idx.data, numel(&idx), src.data,
                         &bad_pos, &bad_val);
     if (rc == -1 && bad_pos >= 0)
@@ -1353,7 +1267,7 @@ static int run_scatter_add(run_ctx *r, graph_val v, const graph_node *x, const g
     if (numel(&src) == 0)
         return 0;
     int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    split_dim(blk.ndim, blk.shape, d, &outer, &n, &inner);
+    kern_split_dim(blk.ndim, blk.shape, d, &outer, &n, &inner);
     rc = kern_scatter_add(out->dtype, outer, n, inner, blk.data, idx.data,
                           idx.ndim > 0 ? idx.shape[d] : 1, src.data, &bad_pos, &bad_val);
     if (rc == -1 && bad_pos >= 0)
@@ -1363,21 +1277,6 @@ static int run_scatter_add(run_ctx *r, graph_val v, const graph_node *x, const g
     if (blk.data != out->data && (rc = copy_strided(out->data, out->strides, &blk)) != 0)
         return kern_fail(r->p, v, rc, "scatter_add block copy");
     return 0;
-}
-
-static double load(const graph_view *v, int64_t off) {
-    if (v->dtype == KERN_F32)
-        return ((const float *)v->data)[off];
-    if (v->dtype == KERN_F64)
-        return ((const double *)v->data)[off];
-    return (double)((const int64_t *)v->data)[off];
-}
-
-static void store(const graph_view *v, int64_t off, double x) {
-    if (v->dtype == KERN_F32)
-        ((float *)v->data)[off] = (float)x;
-    else
-        ((double *)v->data)[off] = x;
 }
 
 /* The element offset of row-major index i of view v. */
@@ -1401,7 +1300,7 @@ static int run_nll_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_
     int64_t inner = 1, red = x->a.i[0], ignore = x->a.i[1];
     for (int d = 2; d < nd; d++)
         inner *= out->shape[d];
-    double scale = red == RED_MEAN ? 1.0 / load(tw, 0) : 1.0;
+    double scale = red == GRAPH_REDUCTION_MEAN ? 1.0 / kern_load(tw->dtype, tw->data, 0) : 1.0;
     for (int64_t i = 0; i < N * inner; i++) {
         int64_t k = ((const int64_t *)t->data)[offset_of(t, i)];
         if (k == ignore)
@@ -1411,8 +1310,8 @@ static int run_nll_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_
                         "nll_loss backward: target %lld at position %lld is out of range for "
                         "%lld classes",
                         (long long)k, (long long)i, (long long)C);
-        double gv = load(g, red == RED_NONE ? offset_of(g, i) : 0);
-        store(out, ((i / inner) * C + k) * inner + i % inner, -gv * scale);
+        double gv = kern_load(g->dtype, g->data, red == GRAPH_REDUCTION_NONE ? offset_of(g, i) : 0);
+        kern_store(out->dtype, out->data, ((i / inner) * C + k) * inner + i % inner, -gv * scale);
     }
     return 0;
 }

@@ -11,9 +11,6 @@
 
 #include <string.h>
 
-/* The reduction codes of nll_loss (cagrad.h's ca_reduction; graph cannot include it). */
-enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
-
 #define SHAPE_STR 160
 
 static const char *dtype_name(kern_dtype dt) {
@@ -707,20 +704,26 @@ static int infer_scatter_add(graph *g, graph_node *n) {
     return 0;
 }
 
-static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *t) {
-    int nd = a->n_shape;
-    bool ok = t->ndim == (nd >= 2 ? nd - 1 : 0);
-    if (ok && nd >= 2) {
-        ok = t->shape[0] == a->shape[0];
-        for (int d = 2; d < nd; d++)
-            ok = ok && t->shape[d - 1] == a->shape[d];
+bool graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t) {
+    bool ok = x_nd >= 1 && t_nd == (x_nd >= 2 ? x_nd - 1 : 0);
+    if (ok && x_nd >= 2) {
+        ok = t[0] == x[0];
+        for (int d = 2; d < x_nd; d++)
+            ok = ok && t[d - 1] == x[d];
     }
-    if (ok)
+    return ok;
+}
+
+static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *t) {
+    int64_t xs[KERN_MAX_DIMS], ts[KERN_MAX_DIMS]; /* the expression ids, compared as values */
+    for (int d = 0; d < a->n_shape; d++)
+        xs[d] = a->shape[d];
+    for (int d = 0; d < t->ndim; d++)
+        ts[d] = t->shape[d];
+    if (graph_nll_target_fits(a->n_shape, xs, t->ndim, ts))
         return 0;
     char s1[SHAPE_STR], s2[SHAPE_STR];
-    return graph_fail(g,
-                      "nll_bw: input %s and target %s do not fit; expected input [N, C, d...] "
-                      "with target [N, d...], or input [C] with a 0-d target",
+    return graph_fail(g, "nll_bw: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
                       graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1), shape_of(g, t, s2));
 }
 
@@ -742,7 +745,7 @@ static int infer_nll_bw(graph *g, graph_node *n) {
     char s1[SHAPE_STR], s2[SHAPE_STR];
     if (gr->dtype == KERN_I64)
         return graph_fail(g, "nll_bw: the gradient must be f32 or f64, got i64");
-    if (a->i[0] < RED_NONE || a->i[0] > RED_SUM)
+    if (a->i[0] < GRAPH_REDUCTION_NONE || a->i[0] > GRAPH_REDUCTION_SUM)
         return graph_fail(g, "nll_bw: reduction %lld is not none (0), mean (1) or sum (2)",
                           (long long)a->i[0]);
     if (check_shape_attr(g, a, false) || need_index(g, "nll_bw", "the target", t))
@@ -755,7 +758,7 @@ static int infer_nll_bw(graph *g, graph_node *n) {
     if (tw->dtype != gr->dtype)
         return graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
                           dtype_name(tw->dtype), dtype_name(gr->dtype));
-    bool per_elem = a->i[0] == RED_NONE;
+    bool per_elem = a->i[0] == GRAPH_REDUCTION_NONE;
     if (per_elem ? !graph_same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
         return graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
                           shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
