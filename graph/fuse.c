@@ -13,7 +13,7 @@
  * At the end, a group whose single output is read only by a SUM / SUM_TO takes that
  * reduction in (a fused reduce), and single nodes without a reduction are let go (the
  * interpreter would only add overhead). Membership is recorded in graph_node.fused; the
- * memory plan (plan.c) derives each group's program from its members and checks it again.
+ * memory plan (plan_fused.c) derives each group's program from its members and checks it again.
  */
 #include "codegen/fused.h"
 #include "graph/internal.h"

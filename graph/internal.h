@@ -1,6 +1,7 @@
 /* internal.h - what the graph/ source files share and no other layer may use: the layer's
  * allocator, raw access to size expressions and nodes, error recording, shape inference,
- * small shape and op facts, and the text helpers of the printer and the DOT writer.
+ * small shape and op facts, the text helpers of the printer and the DOT writer, and the
+ * memory plan's data, shared by the plan_*.c files.
  *
  * graph.h is the contract the autograd layer and the tests build on; this header is
  * graph/'s own (white-box tests may include it too). (Addition.)
@@ -8,6 +9,7 @@
 #ifndef CAGRAD_GRAPH_INTERNAL_H
 #define CAGRAD_GRAPH_INTERNAL_H
 
+#include "codegen/fused.h"
 #include "graph/graph.h"
 
 /* ---------------------------------------------------------------------------------------
@@ -80,5 +82,92 @@ void graph_node_op_name(const graph_node *x, graph_name buf);
  * its forward graph (inputs never are) and suffixed _1, _2 ... when that name was used
  * before; the others get "". */
 graph_name *graph_value_names(const graph *g);
+
+/* ---------------------------------------------------------------------------------------
+ * The memory plan and its runner, one concern a file: plan.c (buffer kinds, liveness,
+ * buffer reuse, the plan's one block), plan_fused.c (fused groups' programs), plan_eval.c
+ * (size evaluation and the arena's layout), plan_run.c (the run). A node's plan kind:
+ */
+enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL };
+/* Members of a fused group (fuse.c): a value only its group reads (no memory), a value
+ * read outside (a buffer), and the node where the whole group runs (the last member or
+ * the reduction it ends in; a buffer). */
+enum { PK_FUSED_TMP = PK_CALL + 1, PK_FUSED_OUT, PK_FUSED_RUN };
+
+#define PLAN_N_TMP 3 /* temporaries per node: operand copies, scatter_add's block */
+
+typedef struct {
+    int8_t kind;
+    int32_t buf;             /* the value's buffer, or -1 */
+    int32_t tmp[PLAN_N_TMP]; /* temporaries, or -1 */
+    int32_t grp;             /* the fused group it belongs to (fused kinds only), or -1 */
+    int32_t fold;            /* GEMM <-> the ACCUMULATE whose .grad it may write (find_folds), -1 */
+    bool folded;             /* run scratch, on that ACCUMULATE: the GEMM wrote .grad this run */
+} plan_node;
+
+/* A fused group as the plan runs it: one interpreter program over the members' space. */
+typedef struct {
+    bool ok;               /* false: its members run op by op */
+    graph_val first;       /* the first member: dtype and shape of the index space */
+    graph_val anchor;      /* where it runs */
+    graph_val reduce;      /* the SUM / SUM_TO it ends in, or -1 */
+    int se_first, se_last; /* side effects before the first member and before the anchor */
+    int n_members, n_out;
+    graph_val member[KERN_FUSED_MAX_INSTR];
+    graph_val in[KERN_FUSED_MAX_INPUTS];   /* input registers' values */
+    graph_val out[KERN_FUSED_MAX_OUTPUTS]; /* members written to their buffers */
+    kern_fused_prog prog;
+    kern_fused_memo *memo; /* the loop's plan, kept from run to run (run scratch) */
+} plan_group;
+
+/* A buffer's size: cbytes times the product of the symbolic factors (sorted ids). */
+typedef struct {
+    int64_t cbytes;
+    int nsym;
+    graph_sx sym[KERN_MAX_DIMS];
+} plan_buf;
+
+/* One size expression, for the evaluation pass (plan_eval.c). */
+typedef struct {
+    int8_t kind;
+    int32_t a, b; /* operand ids */
+    int64_t c;    /* constant value or slot number */
+} sx_step;
+
+struct graph_plan {
+    const graph *g;
+    int n_nodes, n_sx, n_bufs, n_groups;
+    plan_node *nodes;
+    plan_buf *bufs;
+    plan_group *groups;
+    int64_t scratch_off;  /* run scratch: where the fused loops' scratch starts */
+    size_t scratch_bytes; /* run scratch: its size */
+    /* The fused loops' scratch for the last slot values and thread count: working it out
+     * plans every group, so a steady state (same sizes each run) does it once. */
+    int n_slots;
+    int64_t *memo_slots;
+    int memo_threads; /* 0: nothing memoised yet */
+    size_t memo_scratch;
+    char *memos; /* run scratch: one kern_fused_memo per group (plan.c lays them out) */
+    sx_step *prog;
+    int64_t *val;      /* run scratch: every expression's value */
+    int64_t *offset;   /* run scratch: each buffer's byte offset */
+    graph_view *views; /* run scratch: each node's value */
+    char err[256];
+};
+
+/* Check the groups graph_fuse marked, build each one's program, and give its members
+ * their kinds in nodes (n of them). idx is scratch of n entries. (plan_fused.c) */
+void graph_plan_fused(const graph *g, int n, plan_node *nodes, plan_group *groups, int n_groups,
+                      int32_t *idx);
+/* Turn the graph's size expressions into p->prog, for graph_plan_eval_sizes. (plan_eval.c) */
+void graph_plan_compile_sizes(graph_plan *p);
+/* For these slot values: every expression's value (p->val), each buffer's offset in the
+ * arena (p->offset), and where the fused loops' scratch lies in it. (plan_eval.c) */
+void graph_plan_eval_sizes(graph_plan *p, const int64_t *slots);
+/* The reduced dims of a sum_to from in_shape to out_shape, as a kern_reduce mask: the
+ * input's extra leading dims, and dims where the target is 1 but the input is not. */
+uint32_t graph_sum_to_mask(int in_nd, const int64_t *in_shape, int out_nd,
+                           const int64_t *out_shape);
 
 #endif /* CAGRAD_GRAPH_INTERNAL_H */

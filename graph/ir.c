@@ -6,8 +6,8 @@
  * arithmetic and x*1, x+0, x/1 are x itself. Operands are always interned before their
  * users, so the table is in topological order and one pass in id order evaluates it.
  *
- * Shape inference is in shape.c, the passes in passes.c, printing in print.c and the
- * memory plan and runner in plan.c.
+ * Shape inference is in shape.c, the passes in passes.c, printing in print.c, the memory
+ * plan in plan.c, plan_fused.c and plan_eval.c, and its runner in plan_run.c.
  */
 #include "graph/internal.h"
 

@@ -1,5 +1,5 @@
 /* test_graph_fuse.c - the fusion pass (graph/fuse.c) and the runner's fused loops
- * (graph/plan.c).
+ * (graph/plan_fused.c, graph/plan_run.c).
  *
  * Graphs are built by hand. Grouping decisions are read back with graph_node_group and
  * graph_count_fused; values are checked by running the same graph planned before and

@@ -1,5 +1,6 @@
 /* test_graph_simplify.c - graph_simplify (graph/simplify.c) and the runner's GEMM that
- * writes a leaf's .grad (graph_callbacks.accumulate_target, graph/plan.c).
+ * writes a leaf's .grad (graph_callbacks.accumulate_target; graph/plan.c finds those
+ * GEMMs, graph/plan_run.c runs them).
  *
  * Graphs are built by hand. Each rewrite is checked on the ops left after the pass (and
  * the printed text where the format matters), on the values (the same graph run with and
