@@ -36,31 +36,40 @@ typedef struct {
     graph_view *inputs;
 } compiled_graph;
 
-static struct {
-    int depth;
-    ca_compiled_options opts[MAX_DEPTH];
-    bool log_graph, log_verbose;
-    ca_cache cache;
-    ca_walk walk;
-    ca_tensor *seed;
-    key_collect key;
+/* All of compiled autograd's state, one per process. This file owns it: other files see
+ * it only through compiled.h's calls (compiled_walk lends the walk to the engine for the
+ * length of one backward). It lives from first use to process exit and starts zeroed;
+ * ca_compiled_autograd_reset frees the cache (with every compiled graph), the key, the
+ * walk and the seed, and zeroes the counters, but keeps the enable stack and the log
+ * settings. Not thread-safe: callers serialise their calls into the library (the Python
+ * package holds one lock). */
+typedef struct {
+    int depth;                           /* enables not yet disabled; 0: compiled autograd off */
+    ca_compiled_options opts[MAX_DEPTH]; /* each enable's options; the innermost rules */
+    bool log_graph, log_verbose;         /* CAGRAD_LOGS, read at each enable */
+    ca_cache cache;                      /* the trie of compiled graphs */
+    ca_walk walk;                        /* the engine's walk, reused from backward to backward */
+    ca_tensor *seed; /* a one-element loss's implicit ones gradient, reused while unshared */
+    key_collect key; /* the current backward's key, sizes and lifted tensors */
     ca_compiled_counters counters;
     const graph *last_graph; /* the latest compiled backward's, for ca_graph_write_dot */
     bool last_eager;         /* the latest backward under compiled autograd ran eagerly */
-} S;
+} compiled_autograd_state;
+
+static compiled_autograd_state compiled_autograd;
 
 /* ---------------------------------------------------------------------------------------
  * Switches and counters
  */
 static void read_log_settings(void) {
     const char *env = getenv("CAGRAD_LOGS");
-    S.log_verbose = env && strstr(env, "compiled_autograd_verbose");
-    S.log_graph = env && strstr(env, "compiled_autograd");
+    compiled_autograd.log_verbose = env && strstr(env, "compiled_autograd_verbose");
+    compiled_autograd.log_graph = env && strstr(env, "compiled_autograd");
 }
 
 ca_status ca_compiled_autograd_enable(const ca_compiled_options *options) {
     CA_CHECK(ca_init());
-    if (S.depth == MAX_DEPTH)
+    if (compiled_autograd.depth == MAX_DEPTH)
         return err_set(CA_STATUS_INVALID,
                        "ca_compiled_autograd_enable: nested %d deep; every "
                        "enable needs a matching ca_compiled_autograd_disable",
@@ -73,38 +82,38 @@ ca_status ca_compiled_autograd_enable(const ca_compiled_options *options) {
                        o.cache_size_limit, DEFAULT_CACHE_LIMIT);
     if (o.cache_size_limit == 0)
         o.cache_size_limit = DEFAULT_CACHE_LIMIT;
-    S.opts[S.depth++] = o;
+    compiled_autograd.opts[compiled_autograd.depth++] = o;
     read_log_settings();
     return CA_OK;
 }
 
 ca_status ca_compiled_autograd_disable(void) {
-    if (S.depth == 0)
+    if (compiled_autograd.depth == 0)
         return err_set(CA_STATUS_INVALID, "ca_compiled_autograd_disable: compiled autograd is "
                                           "not enabled; calls must pair with "
                                           "ca_compiled_autograd_enable");
-    S.depth--;
+    compiled_autograd.depth--;
     return CA_OK;
 }
 
 bool ca_compiled_autograd_enabled(void) {
-    return S.depth > 0;
+    return compiled_autograd.depth > 0;
 }
 
 void ca_compiled_autograd_reset(void) {
-    cache_clear(&S.cache);
-    key_collect_free(&S.key);
-    walk_free(&S.walk);
-    ca_tensor_release(S.seed);
-    S.seed = NULL;
-    memset(&S.counters, 0, sizeof S.counters);
-    S.last_graph = NULL; /* freed with the cache */
-    S.last_eager = false;
+    cache_clear(&compiled_autograd.cache);
+    key_collect_free(&compiled_autograd.key);
+    walk_free(&compiled_autograd.walk);
+    ca_tensor_release(compiled_autograd.seed);
+    compiled_autograd.seed = NULL;
+    memset(&compiled_autograd.counters, 0, sizeof compiled_autograd.counters);
+    compiled_autograd.last_graph = NULL; /* freed with the cache */
+    compiled_autograd.last_eager = false;
 }
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out) {
     if (out)
-        *out = S.counters;
+        *out = compiled_autograd.counters;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -112,7 +121,7 @@ void ca_compiled_autograd_counters(ca_compiled_counters *out) {
  */
 static void log_new_node(const cache_lookup *l) {
     int sizes[16], n = cache_child_key_sizes(l->at, sizes, 16), len;
-    key_bytes(&S.key, l->call, &len);
+    key_bytes(&compiled_autograd.key, l->call, &len);
     char prev[160] = "";
     size_t used = 0;
     for (int i = 0; i < n && used < sizeof prev; i++)
@@ -120,35 +129,37 @@ static void log_new_node(const cache_lookup *l) {
     fprintf(stderr,
             "[compiled_autograd_verbose] Cache miss due to new autograd node: %s (NodeCall %d) "
             "with key size %d, previous key sizes=[%s]\n",
-            key_node_name(&S.key, l->call), l->call, len, prev);
+            key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
 }
 
 /* Called before the leaf records the new sizes: leaf->last_sizes still holds the old. */
 static void log_changed_shapes(const cache_leaf *leaf) {
     int changed = 0;
     for (int s = 0; s < leaf->n_slots; s++)
-        changed += S.key.sizes[s] != leaf->last_sizes[s];
+        changed += compiled_autograd.key.sizes[s] != leaf->last_sizes[s];
     fprintf(stderr,
             "[compiled_autograd_verbose] Cache miss due to %d changed tensor shapes (total of "
             "%d):",
             changed, leaf->n_slots);
     for (int s = 0, k = 0; s < leaf->n_slots; s++)
-        if (S.key.sizes[s] != leaf->last_sizes[s])
+        if (compiled_autograd.key.sizes[s] != leaf->last_sizes[s])
             fprintf(stderr, k++ ? ", sizes[%d]" : " sizes[%d]", s);
     fprintf(stderr, "\n");
     for (int s = 0; s < leaf->n_slots; s++) {
-        int64_t was = leaf->last_sizes[s], now = S.key.sizes[s];
+        int64_t was = leaf->last_sizes[s], now = compiled_autograd.key.sizes[s];
         if (was == now)
             continue;
         char owner[160];
         fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld%s\n", s,
-                key_owner_str(&S.key, s, owner, sizeof owner), (long long)was, (long long)now,
+                key_owner_str(&compiled_autograd.key, s, owner, sizeof owner), (long long)was,
+                (long long)now,
                 was >= 2 && now >= 2 ? " (now dynamic)" : " (stays static: 0 and 1 specialise)");
     }
 }
 
 static void log_graph(const compiled_graph *cg) {
-    char *text = graph_print_inputs(cg->g, S.log_verbose, cg->sym_values, cg->inputs);
+    char *text =
+        graph_print_inputs(cg->g, compiled_autograd.log_verbose, cg->sym_values, cg->inputs);
     if (text)
         fprintf(stderr, "[compiled_autograd] TRACED GRAPH\n%s", text);
     graph_free_string(text);
@@ -190,8 +201,8 @@ static ca_status compiled_alloc(const key_collect *k, const cache_entry *e, comp
  * *untraceable is set and the caller runs eagerly. */
 static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *untraceable) {
     compiled_graph *cg;
-    CA_CHECK(compiled_alloc(&S.key, e, &cg));
-    trace_request tr = {.k = &S.key,
+    CA_CHECK(compiled_alloc(&compiled_autograd.key, e, &cg));
+    trace_request tr = {.k = &compiled_autograd.key,
                         .e = e,
                         .capture = c->capture,
                         .n_targets = c->n_targets,
@@ -203,7 +214,7 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     cg->n_reads = res.n_reads;
     if (st == CA_STATUS_INTERNAL) {
         *untraceable = true;
-        if (S.log_verbose)
+        if (compiled_autograd.log_verbose)
             fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
     }
     if (st == CA_OK) {
@@ -281,7 +292,7 @@ static ca_status keep_tensor(run_ctx *r, ca_tensor *t) {
 
 static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view *in,
                                graph_view *repl) {
-    const key_hook *kh = &S.key.hooks[n->a.i[0]];
+    const key_hook *kh = &compiled_autograd.key.hooks[n->a.i[0]];
     ca_hook one = *kh->hook;
     one.next = NULL; /* run just this hook, with the eager engine's checks and messages */
     ca_tensor *g;
@@ -289,7 +300,8 @@ static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view
     ca_tensor *before = g;
     ca_meta expect;
     tensor_meta(g, &expect);
-    ca_status st = hook_run_pre(&one, &g, &expect, key_node_name(&S.key, kh->node_call));
+    ca_status st =
+        hook_run_pre(&one, &g, &expect, key_node_name(&compiled_autograd.key, kh->node_call));
     if (st == CA_OK && g != before && (st = keep_tensor(r, g)) == CA_OK) {
         view_of(g, repl); /* the run reads the replacement from here on */
         return CA_OK;
@@ -302,14 +314,14 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
     switch (n->a.op) {
     case GOP_HOOK: return call_pre_hook(r, n, in, repl);
     case GOP_RETAIN: {
-        ca_tensor *t = S.key.nodes[n->a.i[0] - 1]->retained;
+        ca_tensor *t = compiled_autograd.key.nodes[n->a.i[0] - 1]->retained;
         return t ? grad_add_view(t, in) : CA_OK;
     }
-    case GOP_ACCUMULATE: return grad_add_view(S.key.lifted[n->a.i[0]].t, in);
+    case GOP_ACCUMULATE: return grad_add_view(compiled_autograd.key.lifted[n->a.i[0]].t, in);
     case GOP_POST_HOOK: {
-        ca_hook one = *S.key.hooks[n->a.i[1]].hook;
+        ca_hook one = *compiled_autograd.key.hooks[n->a.i[1]].hook;
         one.next = NULL;
-        return hook_run_post(&one, S.key.lifted[n->a.i[0]].t);
+        return hook_run_post(&one, compiled_autograd.key.lifted[n->a.i[0]].t);
     }
     case GOP_OUTPUT: {
         ca_tensor **slot = &r->c->grads_out[n->a.i[0]];
@@ -346,14 +358,15 @@ static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *
 static int accumulate_target_cb(void *ctx, const graph_node *acc, const graph_view *value,
                                 graph_view *dst, bool *has_grad) {
     run_ctx *r = ctx;
-    r->st = grad_target(S.key.lifted[acc->a.i[0]].t, value, dst, has_grad);
+    r->st = grad_target(compiled_autograd.key.lifted[acc->a.i[0]].t, value, dst, has_grad);
     return r->st != CA_OK;
 }
 
 /* The eager rules' checks of the saved tensors they read, in their order. */
 static ca_status check_reads(const compiled_graph *cg) {
     for (int i = 0; i < cg->n_reads; i++)
-        CA_CHECK(node_check_saved(S.key.nodes[cg->reads[i].call - 1], cg->reads[i].k));
+        CA_CHECK(
+            node_check_saved(compiled_autograd.key.nodes[cg->reads[i].call - 1], cg->reads[i].k));
     return CA_OK;
 }
 
@@ -361,9 +374,9 @@ static ca_status check_reads(const compiled_graph *cg) {
 static void bind(const cache_entry *e) {
     compiled_graph *cg = e->compiled;
     for (int s = 0; s < e->n_symbols; s++)
-        cg->sym_values[s] = S.key.sizes[e->first_slot[s]];
-    for (int i = 0; i < S.key.n_lifted; i++)
-        view_of(S.key.lifted[i].t, &cg->inputs[i]);
+        cg->sym_values[s] = compiled_autograd.key.sizes[e->first_slot[s]];
+    for (int i = 0; i < compiled_autograd.key.n_lifted; i++)
+        view_of(compiled_autograd.key.lifted[i].t, &cg->inputs[i]);
 }
 
 static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
@@ -395,8 +408,8 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
  */
 /* Free saved values as the eager engine does: those of every node whose rule ran. */
 static void release_saved(void) {
-    for (int i = 0; i < S.key.n_nodes; i++) {
-        ca_node *n = S.key.nodes[i];
+    for (int i = 0; i < compiled_autograd.key.n_nodes; i++) {
+        ca_node *n = compiled_autograd.key.nodes[i];
         if (n->needed && n->op != CA_OP_ACCUMULATE_GRAD && node_leads_on(n))
             node_release_saved(n);
     }
@@ -414,22 +427,23 @@ static int64_t now_ns(void) {
  * neither a hit nor a miss: the counters describe lookups that went somewhere. */
 static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
-    cache_lookup l = cache_find(&S.cache, &S.key);
+    cache_lookup l = cache_find(&compiled_autograd.cache, &compiled_autograd.key);
     if (l.kind == LOOKUP_HIT) {
         CA_CHECK(check_reads(l.entry->compiled));
-        S.counters.cache_hits++;
+        compiled_autograd.counters.cache_hits++;
         *out = l.entry;
         return CA_OK;
     }
-    if (S.log_verbose && l.kind == LOOKUP_NEW_NODE)
+    if (compiled_autograd.log_verbose && l.kind == LOOKUP_NEW_NODE)
         log_new_node(&l);
-    const ca_compiled_options *o = &S.opts[S.depth - 1];
+    const ca_compiled_options *o = &compiled_autograd.opts[compiled_autograd.depth - 1];
     cache_leaf *leaf;
-    CA_CHECK(cache_leaf_for(&S.cache, &S.key, &l, o->dynamic, &leaf));
+    CA_CHECK(
+        cache_leaf_for(&compiled_autograd.cache, &compiled_autograd.key, &l, o->dynamic, &leaf));
     if (l.kind == LOOKUP_SHAPES) {
-        if (S.log_verbose)
+        if (compiled_autograd.log_verbose)
             log_changed_shapes(leaf);
-        cache_mark_changed(leaf, &S.key, NULL);
+        cache_mark_changed(leaf, &compiled_autograd.key, NULL);
     }
     if (leaf->n_entries >= o->cache_size_limit) {
         if (!leaf->warned)
@@ -438,30 +452,31 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
                     "(cache_size_limit); running it eagerly from now on\n",
                     leaf->n_entries);
         leaf->warned = true;
-        S.counters.cache_misses++;
-        S.counters.eager_fallbacks++;
+        compiled_autograd.counters.cache_misses++;
+        compiled_autograd.counters.eager_fallbacks++;
         return CA_OK;
     }
     cache_entry *e;
     int64_t t0 = now_ns();
-    CA_CHECK(cache_add_entry(leaf, &S.key, NULL, NULL, &e));
+    CA_CHECK(cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
     bool untraceable = false;
     ca_status st = compile_entry(c, e, &untraceable);
-    S.counters.compile_ns += now_ns() - t0;
+    compiled_autograd.counters.compile_ns += now_ns() - t0;
     if (st != CA_OK) {
         cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
         if (untraceable) {
-            S.counters.cache_misses++;
-            S.counters.eager_fallbacks++;
+            compiled_autograd.counters.cache_misses++;
+            compiled_autograd.counters.eager_fallbacks++;
             return CA_OK;
         }
         return st;
     }
-    S.counters.cache_misses++;
-    S.counters.captures++;
-    S.counters.graphs++;
-    S.counters.fused_kernels += graph_count_fused(((const compiled_graph *)e->compiled)->g);
-    if (S.log_graph) { /* each traced graph is printed once, when it is made */
+    compiled_autograd.counters.cache_misses++;
+    compiled_autograd.counters.captures++;
+    compiled_autograd.counters.graphs++;
+    compiled_autograd.counters.fused_kernels +=
+        graph_count_fused(((const compiled_graph *)e->compiled)->g);
+    if (compiled_autograd.log_graph) { /* each traced graph is printed once, when it is made */
         bind(e);
         log_graph(e->compiled);
     }
@@ -470,29 +485,29 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
 }
 
 ca_walk *compiled_walk(void) {
-    return &S.walk;
+    return &compiled_autograd.walk;
 }
 
 ca_status compiled_seed(const ca_meta *m, ca_tensor **out) {
-    if (S.seed) {
+    if (compiled_autograd.seed) {
         ca_meta have;
-        tensor_meta(S.seed, &have);
+        tensor_meta(compiled_autograd.seed, &have);
         /* reused only while nobody else holds it, so no one can see it change */
-        if (meta_same_shape(&have, m) && have.dtype == m->dtype && S.seed->refcnt == 1 &&
-            S.seed->storage->version == 0) {
-            *out = ca_tensor_retain(S.seed);
+        if (meta_same_shape(&have, m) && have.dtype == m->dtype &&
+            compiled_autograd.seed->refcnt == 1 && compiled_autograd.seed->storage->version == 0) {
+            *out = ca_tensor_retain(compiled_autograd.seed);
             return CA_OK;
         }
-        ca_tensor_release(S.seed);
-        S.seed = NULL;
+        ca_tensor_release(compiled_autograd.seed);
+        compiled_autograd.seed = NULL;
     }
-    CA_CHECK(tensor_full(m, 1.0, &S.seed));
-    *out = ca_tensor_retain(S.seed);
+    CA_CHECK(tensor_full(m, 1.0, &compiled_autograd.seed));
+    *out = ca_tensor_retain(compiled_autograd.seed);
     return CA_OK;
 }
 
 bool compiled_active(void) {
-    return S.depth > 0;
+    return compiled_autograd.depth > 0;
 }
 
 ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
@@ -503,11 +518,12 @@ ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
                        .seeds = c->seeds,
                        .n_targets = c->n_targets,
                        .targets = c->targets};
-    CA_CHECK(key_collect_walk(&S.key, w, &req)); /* the eager engine's errors, if any */
+    CA_CHECK(
+        key_collect_walk(&compiled_autograd.key, w, &req)); /* the eager engine's errors, if any */
     cache_entry *e;
     CA_CHECK(find_or_compile(c, &e));
-    S.last_graph = e ? ((const compiled_graph *)e->compiled)->g : NULL;
-    S.last_eager = !e;
+    compiled_autograd.last_graph = e ? ((const compiled_graph *)e->compiled)->g : NULL;
+    compiled_autograd.last_eager = !e;
     if (!e)
         return CA_OK;
     *ran = true;
@@ -539,15 +555,16 @@ static ca_status write_text(const char *path, const char *text) {
 
 ca_status ca_graph_write_dot(const char *path) {
     CA_ARG_NOT_NULL(path, "ca_graph_write_dot");
-    if (!S.last_graph)
+    if (!compiled_autograd.last_graph)
         return err_set(CA_STATUS_INVALID, "ca_graph_write_dot: %s",
-                       S.last_eager ? "the latest backward ran eagerly (cache_size_limit reached, "
-                                      "or an op the compiled backward cannot trace), so it has no "
-                                      "graph; CAGRAD_LOGS=compiled_autograd_verbose says why"
-                                    : "no compiled backward has run yet (or "
-                                      "ca_compiled_autograd_reset dropped it); call ca_backward "
-                                      "with compiled autograd enabled first");
-    char *text = graph_dot(S.last_graph);
+                       compiled_autograd.last_eager
+                           ? "the latest backward ran eagerly (cache_size_limit reached, "
+                             "or an op the compiled backward cannot trace), so it has no "
+                             "graph; CAGRAD_LOGS=compiled_autograd_verbose says why"
+                           : "no compiled backward has run yet (or "
+                             "ca_compiled_autograd_reset dropped it); call ca_backward "
+                             "with compiled autograd enabled first");
+    char *text = graph_dot(compiled_autograd.last_graph);
     if (!text)
         return err_nomem("the DOT text of a compiled backward");
     ca_status st = write_text(path, text);
