@@ -7,7 +7,8 @@
 #   make test          build, run the C suites (build/cagrad_tests) and the Python suites
 #                      (pytest tests/python against build/python)
 #   make test-c        only the C suites;  make test-py  only the Python suites
-#   make sanitize      ASan+UBSan build in build-asan/: C tests, every example, Python suites
+#   make sanitize      ASan+UBSan build in build-asan/ (CA_ASSERT checked): C tests, every
+#                      example, Python suites
 #   make demo          build, train an MLP on the digits data from Python (examples/digits_mlp.py)
 #   make demo-c        the C example: build/mlp_sgd
 #   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a) {
+    CA_ASSERT(op >= 0 && op < CA_OP__COUNT && n >= 0 && (n == 0 || in));
     if (b->status != CA_OK)
         return NULL;
     for (int i = 0; i < n; i++)
@@ -23,6 +24,7 @@ ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs
 }
 
 ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {
+    CA_ASSERT(n && k >= 0 && k < n->n_saved); /* a rule reads only what its row saves */
     return b->status == CA_OK ? b->vt->saved(b, n, k) : NULL;
 }
 

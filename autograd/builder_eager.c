@@ -11,6 +11,7 @@
 static bool track(ca_eager_builder *eb, ca_tensor *t) {
     if (!mem_grow((void **)&eb->temps, &eb->cap_temps, eb->n_temps + 1, sizeof(ca_tensor *)))
         return false;
+    CA_ASSERT(eb->n_temps < eb->cap_temps);
     eb->temps[eb->n_temps++] = t;
     return true;
 }
@@ -41,6 +42,7 @@ static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
 
 static const ca_meta *eager_meta(ca_builder *b, ca_bval v) {
     ca_eager_builder *eb = (ca_eager_builder *)b;
+    CA_ASSERT(v != NULL); /* bx_meta answers NULL itself */
     ca_meta *m = &eb->metas[eb->next_meta++ % 16];
     tensor_meta(bv_tensor(v), m);
     return m;

@@ -162,8 +162,10 @@ static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
     graph_op_args a = {.n_in = n};
     if (n > GRAPH_MAX_IN)
         return trace_fail(tb, "op '%s' has too many inputs to trace", op_def(op)->name);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         a.in[i] = val_of(in[i]);
+        CA_ASSERT(a.in[i] >= 0 && a.in[i] < graph_count(tb->g)); /* a value of this graph */
+    }
     const graph_node *x = graph_node_at(tb->g, a.in[0]);
     if (!lower(tb, op, at ? at : &(ca_attrs){0}, x ? x->ndim : 0, &a))
         return trace_fail(tb,
@@ -195,6 +197,7 @@ static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
         return NULL;
     }
     int idx = key_find_lifted(tb->req->k, n->saved[k].t, LIFT_SAVED);
+    CA_ASSERT(idx < tb->req->k->n_lifted);
     if (idx < 0)
         return trace_fail(tb, "saved tensor of %s was not lifted by the key", node_name(n));
     return bval_of(tb->lifted[idx]);
@@ -203,6 +206,7 @@ static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
 static const ca_meta *trace_meta(ca_builder *b, ca_bval v) {
     trace_builder *tb = (trace_builder *)b;
     const graph_node *x = graph_node_at(tb->g, val_of(v));
+    CA_ASSERT(x); /* a value of this graph */
     ca_meta *m = &tb->metas[tb->next_meta++ % 16];
     m->dtype = (ca_dtype)x->dtype;
     m->ndim = x->ndim;
@@ -265,6 +269,7 @@ static void shadow_meta(trace_builder *tb, ca_meta *m, int *cursor) {
 static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
     const key_collect *k = tb->req->k;
     int cursor = key_node_first_slot(k, call);
+    CA_ASSERT(n->n_in <= 8); /* shadow_in's size; run_rule turns larger nodes away */
     tb->shadow = *n;
     memcpy(tb->shadow_in, n->in_meta, sizeof(ca_meta) * (size_t)n->n_in);
     tb->shadow.in_meta = tb->shadow_in;
@@ -297,6 +302,7 @@ static graph_val side_effect(trace_builder *tb, graph_op op, graph_val in, int64
 
 /* buf[call] += v, as an IR add when something is there already. */
 static void accumulate(trace_builder *tb, int call, graph_val v) {
+    CA_ASSERT(call >= 1 && call <= tb->req->k->n_nodes); /* a NodeCall of this walk */
     if (tb->buf[call] < 0) {
         tb->buf[call] = v;
         return;
@@ -348,6 +354,7 @@ static void outputs_for(trace_builder *tb, const ca_node *n, graph_val g) {
 }
 
 static void trace_node(trace_builder *tb, int call) {
+    CA_ASSERT(call >= 1 && call <= tb->req->k->n_nodes);
     ca_node *n = tb->req->k->nodes[call - 1];
     graph_val g = tb->buf[call];
     if (g < 0 || !n->needed)
@@ -363,6 +370,7 @@ static void trace_node(trace_builder *tb, int call) {
         return;
     if (is_acc && !tb->req->capture) {
         int leaf = key_find_lifted(tb->req->k, n->leaf, LIFT_LEAF);
+        CA_ASSERT(leaf >= 0); /* the key lifts every AccumulateGrad's leaf */
         graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);

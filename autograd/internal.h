@@ -10,6 +10,7 @@
 
 #include "cagrad.h"
 #include "autograd/ops_activation.h"
+#include "codegen/ca_assert.h"
 #include "codegen/kern.h"
 
 #include <stdarg.h>

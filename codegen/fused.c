@@ -187,6 +187,7 @@ static void kf_liveness(kf_plan *pl) {
             continue;
         const int reg[3] = {p->instr[k].a, p->instr[k].b, p->instr[k].c};
         for (int i = 0; i < pl->nread[k]; i++) {
+            CA_ASSERT(reg[i] < pl->n_in + k); /* kf_validate: read only once written */
             pl->live[reg[i]] = true;
             pl->first[reg[i]] = k; /* walking backwards: ends at the first reader */
             if (pl->last[reg[i]] < k)
@@ -243,12 +244,15 @@ static void kf_assign_slots(kf_plan *pl) {
             int r = reg[i];
             bool dup = (i > 0 && reg[0] == r) || (i > 1 && reg[1] == r);
             bool splat = r < pl->n_in && pl->op[r].kind == KF_SPLAT;
-            if (!dup && !splat && pl->last[r] == k && pl->slot[r] >= 0)
+            if (!dup && !splat && pl->last[r] == k && pl->slot[r] >= 0) {
+                CA_ASSERT(npool < KF_NREG);
                 pool[npool++] = pl->slot[r];
+            }
         }
         if (pl->out_of[pl->n_in + k] < 0)
             pl->slot[pl->n_in + k] = kf_slot_take(pool, &npool, &ns);
     }
+    CA_ASSERT(ns <= KF_NREG);
     pl->nslots = ns;
 }
 
@@ -328,6 +332,7 @@ static int kf_plan_init(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, in
     pl->n_in = p->n_inputs;
     pl->n_instr = p->n_instr;
     pl->n_out = p->n_outputs;
+    CA_ASSERT(pl->n_in + pl->n_instr <= KF_NREG && pl->n_out <= KERN_FUSED_MAX_OUTPUTS);
     pl->reduce = reduce;
     pl->total = 1;
     for (int d = 0; d < ndim; d++) {
@@ -524,8 +529,10 @@ static void kf_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs, int 
         }
         const int reg[3] = {ins->a, ins->b, ins->c};
         const void *arg[3] = {NULL, NULL, NULL};
-        for (int i = 0; i < pl->nread[k] && i < 3; i++)
+        for (int i = 0; i < pl->nread[k] && i < 3; i++) {
+            CA_ASSERT(reg[i] < d); /* loc[reg[i]] was set by a load or an earlier instruction */
             arg[i] = loc[reg[i]];
+        }
         pl->fn[k](m, dst, arg[0], arg[1], arg[2], ins->p0, ins->p1);
         loc[d] = dst;
     }
@@ -952,6 +959,7 @@ static void kf_feed_fill(kf_feed *fd) {
         fd->r = y;
     }
     assert(m > 0);
+    CA_ASSERT(m <= pl->tile && nruns <= pl->tile); /* runs: a tile's worth in the workspace */
     const char *loc[KF_NREG];
     kf_eval(pl, fd->ws, fd->ws->runs, nruns, m, loc);
     fd->vals = loc[pl->p->out_reg[0]];

@@ -8,6 +8,7 @@
 #ifndef CAGRAD_KERN_INTERNAL_H
 #define CAGRAD_KERN_INTERNAL_H
 
+#include "ca_assert.h"
 #include "kern.h"
 
 #include <string.h>

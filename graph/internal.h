@@ -9,6 +9,7 @@
 #ifndef CAGRAD_GRAPH_INTERNAL_H
 #define CAGRAD_GRAPH_INTERNAL_H
 
+#include "codegen/ca_assert.h"
 #include "codegen/fused.h"
 #include "graph/graph.h"
 

@@ -87,9 +87,9 @@ typedef struct {
     int32_t *last;  /* last node that may read each value (n_nodes: the end of the run) */
     int32_t *head;  /* per node: the first owner whose value dies there */
     int32_t *next;  /* per owner: the next in its list */
-    plan_buf *bufs; /* at most PLAN_N_TMP + 1 per node */
+    plan_buf *bufs; /* at most max_bufs: PLAN_N_TMP + 1 per node */
     bool *busy;
-    int n_bufs;
+    int n_bufs, max_bufs;
 } planner;
 
 /* A free buffer with the same symbolic factors (the smallest big enough, else the
@@ -110,6 +110,7 @@ static int32_t take_buf(planner *pl, const plan_buf *key) {
             best = b;
     }
     if (best < 0) {
+        CA_ASSERT(pl->n_bufs < pl->max_bufs);
         best = pl->n_bufs++;
         pl->bufs[best] = *key;
     } else if (pl->bufs[best].cbytes < key->cbytes) {
@@ -167,6 +168,7 @@ static void mark_use(planner *pl, const graph *g, graph_val v, int32_t use) {
 /* The step at which v is computed: its group's anchor for a fused member. */
 static int32_t step_of(const planner *pl, graph_val v) {
     int32_t k = pl->nodes[v].grp;
+    CA_ASSERT(k < pl->n_groups);
     return k >= 0 ? pl->groups[k].anchor : v;
 }
 
@@ -191,6 +193,7 @@ static void liveness(planner *pl, const graph *g, int n) {
         pl->head[t] = -1;
     for (int v = 0; v < n; v++) {
         if (owns_buffer(pl->nodes[v].kind)) {
+            CA_ASSERT(pl->last[v] >= v && pl->last[v] <= n); /* a step of this run, or its end */
             pl->next[v] = pl->head[pl->last[v]];
             pl->head[pl->last[v]] = v;
         }
@@ -234,8 +237,10 @@ static void find_folds(planner *pl, const graph *g, int n) {
         const graph_node *x = graph_node_at(g, v);
         bool live = pl->nodes[v].kind != PK_SKIP;
         hooks[v + 1] = hooks[v] + (live && fold_barrier(x->a.op));
-        for (int k = 0; live && k < x->a.n_in; k++)
+        for (int k = 0; live && k < x->a.n_in; k++) {
+            CA_ASSERT(x->a.in[k] >= 0 && x->a.in[k] < v); /* the run's order is the nodes' */
             readers[x->a.in[k]]++;
+        }
     }
     for (int a = 0; a < n; a++) {
         const graph_node *x = graph_node_at(g, a);
@@ -265,11 +270,15 @@ static void assign(planner *pl, const graph *g, int n) {
         } else if (pn->kind == PK_FUSED_RUN) {
             take_group_bufs(pl, g, &pl->groups[pn->grp]);
         }
-        for (int i = 0; i < PLAN_N_TMP; i++)
+        for (int i = 0; i < PLAN_N_TMP; i++) {
+            CA_ASSERT(pn->tmp[i] < pl->n_bufs);
             if (pn->tmp[i] >= 0)
                 pl->busy[pn->tmp[i]] = false;
-        for (int32_t o = pl->head[v]; o >= 0; o = pl->next[o])
+        }
+        for (int32_t o = pl->head[v]; o >= 0; o = pl->next[o]) {
+            CA_ASSERT(pl->nodes[o].buf >= 0 && pl->nodes[o].buf < pl->n_bufs);
             pl->busy[pl->nodes[o].buf] = false;
+        }
     }
 }
 
@@ -335,7 +344,8 @@ static bool planner_init(planner *pl, const graph *g, int n, int n_groups) {
     char *m = graph_mem_alloc(s_nodes + 3 * s_idx + s_bufs + s_groups + (size_t)max_bufs + 16);
     if (!m)
         return false;
-    *pl = (planner){.nodes = (plan_node *)carve(&m, s_nodes), .n_groups = n_groups};
+    *pl = (planner){
+        .nodes = (plan_node *)carve(&m, s_nodes), .n_groups = n_groups, .max_bufs = max_bufs};
     pl->last = (int32_t *)carve(&m, s_idx);
     pl->head = (int32_t *)carve(&m, s_idx);
     pl->next = (int32_t *)carve(&m, s_idx);

@@ -15,6 +15,8 @@ void graph_plan_compile_sizes(graph_plan *p) {
     for (int s = 0; s < p->n_sx; s++) {
         int64_t a, b;
         graph_sx_kind k = graph_sx_get(p->g, s, &a, &b);
+        CA_ASSERT(k == GSX_CONST ||
+                  (k == GSX_SLOT ? a >= 0 && a < p->n_slots : a >= 0 && a < s && b >= 0 && b < s));
         p->prog[s] = (sx_step){.kind = (int8_t)k, .a = (int32_t)a, .b = (int32_t)b, .c = a};
     }
 }
@@ -89,11 +91,19 @@ static size_t fused_scratch_memo(graph_plan *p, const int64_t *slots) {
     return p->memo_scratch;
 }
 
-size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
+/* The buffers' bytes in the arena, each aligned. */
+static size_t bufs_bytes(const graph_plan *p, const int64_t *vals, const int64_t *slots) {
     size_t total = 0;
-    for (int b = 0; p && b < p->n_bufs; b++)
-        total += align_up(buf_bytes(p, &p->bufs[b], NULL, slots));
-    return p ? total + align_up((int64_t)fused_scratch_memo(p, slots)) : 0;
+    for (int b = 0; b < p->n_bufs; b++)
+        total += align_up(buf_bytes(p, &p->bufs[b], vals, slots));
+    return total;
+}
+
+size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
+    if (!p)
+        return 0;
+    size_t total = bufs_bytes(p, NULL, slots);
+    return total + align_up((int64_t)fused_scratch_memo(p, slots));
 }
 
 /* Operands precede users in the table, so one pass in id order evaluates everything. */
@@ -115,6 +125,8 @@ void graph_plan_eval_sizes(graph_plan *p, const int64_t *slots) {
         p->offset[b] = off;
         off += (int64_t)align_up(buf_bytes(p, &p->bufs[b], v, slots));
     }
+    /* the buffers end where graph_plan_arena_bytes sized them to, before the scratch */
+    CA_ASSERT((size_t)off == bufs_bytes(p, NULL, slots));
     p->scratch_off = off;
     p->scratch_bytes = fused_scratch_memo(p, slots);
 }

@@ -120,11 +120,15 @@ static bool build_prog(plan_group *G, const graph *g, const int32_t *idx) {
     for (int i = 0; i < G->n_members; i++) {
         const graph_node *x = graph_node_at(g, G->member[i]);
         uint8_t reg[3] = {0, 0, 0};
-        for (int k = 0; k < x->a.n_in; k++)
-            reg[k] = (uint8_t)reg_of(G, idx, x->a.in[k], false);
+        for (int k = 0; k < x->a.n_in; k++) {
+            int r = reg_of(G, idx, x->a.in[k], false);
+            CA_ASSERT(r >= 0 && r < p->n_inputs + i); /* an input, or an earlier member */
+            reg[k] = (uint8_t)r;
+        }
         p->instr[i] =
             (kern_fused_instr){(kern_pw_op)x->a.i[0], reg[0], reg[1], reg[2], x->a.p[0], x->a.p[1]};
     }
+    CA_ASSERT(G->n_members <= KERN_FUSED_MAX_INSTR && G->n_out <= KERN_FUSED_MAX_OUTPUTS);
     p->n_instr = G->n_members;
     if (G->reduce >= 0) {
         const graph_node *r = graph_node_at(g, G->reduce);
@@ -135,8 +139,10 @@ static bool build_prog(plan_group *G, const graph *g, const int32_t *idx) {
         p->out_reg[0] = (uint8_t)(p->n_inputs + i);
         return true;
     }
-    for (int k = 0; k < G->n_out; k++)
+    for (int k = 0; k < G->n_out; k++) {
+        CA_ASSERT(member_index(idx, G->out[k]) >= 0); /* collect_outputs takes members only */
         p->out_reg[k] = (uint8_t)(p->n_inputs + member_index(idx, G->out[k]));
+    }
     p->n_outputs = G->n_out;
     return G->n_out > 0;
 }
@@ -158,6 +164,7 @@ void graph_plan_fused(const graph *g, int n, plan_node *nodes, plan_group *group
             idx[G->member[i]] = -1;
         if (!G->ok)
             continue;
+        CA_ASSERT(G->anchor >= 0 && G->anchor < n && G->first >= 0);
         for (int i = 0; i < G->n_members; i++)
             nodes[G->member[i]] = (plan_node){PK_FUSED_TMP, -1, {-1, -1, -1}, k, -1, false};
         for (int i = 0; i < G->n_out; i++)

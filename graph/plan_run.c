@@ -23,6 +23,7 @@ typedef struct {
     graph_plan *p;
     char *arena;
     const graph_callbacks *cb;
+    graph_val step; /* the node being run: every value it reads was made before it */
 } run_ctx;
 
 static int fail(graph_plan *p, graph_val v, const char *fmt, ...)
@@ -88,10 +89,12 @@ static void node_view(const graph_plan *p, const graph_node *x, void *data, grap
 }
 
 static void *buf_ptr(const run_ctx *r, int32_t b) {
+    CA_ASSERT(b >= -1 && b < r->p->n_bufs);
     return b >= 0 ? r->arena + r->p->offset[b] : NULL;
 }
 
 static const graph_view *in_view(const run_ctx *r, const graph_node *x, int k) {
+    CA_ASSERT(k >= 0 && k < x->a.n_in && x->a.in[k] >= 0 && x->a.in[k] < r->step);
     return &r->p->views[x->a.in[k]];
 }
 
@@ -439,6 +442,7 @@ static bool target_is_read(const run_ctx *r, graph_val v, const graph_view *dst)
  * it, GEMM beta = 1 onto a gradient that is there, 0 into a fresh one. */
 static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_view *out) {
     const plan_node *pn = &r->p->nodes[v];
+    CA_ASSERT(pn->fold > v && pn->fold < r->p->n_nodes); /* its ACCUMULATE runs later */
     plan_node *pa = &r->p->nodes[pn->fold];
     pa->folded = false;
     if (!r->cb->accumulate_target)
@@ -616,12 +620,16 @@ static int run_nll_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_
  * into their buffers, or the reduction's result into its buffer. */
 static int run_fused(run_ctx *r, graph_val v) {
     graph_plan *p = r->p;
+    CA_ASSERT(p->nodes[v].grp >= 0 && p->nodes[v].grp < p->n_groups);
     const plan_group *G = &p->groups[p->nodes[v].grp];
+    CA_ASSERT(G->ok && G->anchor == v);
     graph_view space;
     node_view(p, graph_node_at(p->g, G->first), NULL, &space);
     kern_src in[KERN_FUSED_MAX_INPUTS];
-    for (int i = 0; i < G->prog.n_inputs; i++)
+    for (int i = 0; i < G->prog.n_inputs; i++) {
+        CA_ASSERT(G->in[i] >= 0 && G->in[i] < v);
         bcast_src(&p->views[G->in[i]], &space, &in[i]);
+    }
     void *scratch = r->arena + p->scratch_off;
     int rc;
     if (G->reduce >= 0) {
@@ -682,9 +690,10 @@ int graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs
         return -1;
     p->err[0] = '\0';
     graph_plan_eval_sizes(p, slots);
-    run_ctx r = {p, arena, &cb};
+    run_ctx r = {p, arena, &cb, 0};
     for (graph_val v = 0; v < p->n_nodes; v++) {
         int rc = 0;
+        r.step = v;
         switch (p->nodes[v].kind) {
         case PK_SKIP: break;
         case PK_INPUT: rc = bind_input(&r, v, inputs); break;

@@ -6,12 +6,14 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cagrad.h"
+#include "codegen/ca_assert.h"
 #include "codegen/kern.h"
 #include "codegen/kern_internal.h"
 
@@ -1368,3 +1370,25 @@ Test(kern, public_blas_core_is_openblas_core) {
     cr_assert_str_eq(ca_blas_core(), kern_blas_core());
     cr_assert(strlen(ca_blas_core()) > 0);
 }
+
+/* ------------------------------------------------------------------ CA_ASSERT */
+
+static bool tk_count_call(int *calls) {
+    ++*calls;
+    return false;
+}
+
+#ifdef CAGRAD_DEBUG_ASSERTS
+/* The sanitizer build checks internal invariants: a broken one aborts. */
+Test(ca_assert, aborts_on_a_broken_invariant, .signal = SIGABRT) {
+    int calls = 0;
+    CA_ASSERT(tk_count_call(&calls));
+}
+#else
+/* Every other build compiles CA_ASSERT away: its condition is type-checked, never run. */
+Test(ca_assert, never_evaluates_its_condition) {
+    int calls = 0;
+    CA_ASSERT(tk_count_call(&calls));
+    cr_assert_eq(calls, 0, "CA_ASSERT ran its condition %d times in a plain build", calls);
+}
+#endif
