@@ -156,6 +156,11 @@ int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
               kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C, int64_t ldc,
               int64_t bsC);
 
+/* Whether kern_gemm hands a rows x cols matrix with strides (rs, cs) to cblas as it is;
+ * false: it packs a copy with scratch memory. (A caller with memory of its own, as the
+ * compiled backward's arena, can make that copy itself.) */
+bool kern_gemm_unpacked(int64_t rows, int64_t cols, int64_t rs, int64_t cs);
+
 /* A matrix operand with batch dims: data at batch index (0, ...), its matrix strides, and
  * its element stride per batch dim of the product (0 where it broadcasts). */
 typedef struct {

@@ -29,21 +29,34 @@ typedef struct {
     char *c;
 } kern_gemm_job;
 
-/* Describes op(X), a rows x cols matrix with strides (rs, cs), to cblas. A dim of size 1
- * has no meaningful stride, so it never forces a copy. Returns false if X must be packed. */
+/* How cblas takes a rows x cols matrix with strides (rs, cs): row-major as it is (0),
+ * column-major with the transpose flag flipped (1), or not at all (-1: it is packed). A
+ * dim of size 1 has no meaningful stride, so it never forces a copy. */
+static int kern_gemm_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols) && rs <= INT_MAX)
+        return 0;
+    if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows) && cs <= INT_MAX)
+        return 1;
+    return -1;
+}
+
+bool kern_gemm_unpacked(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+    return kern_gemm_layout(rows, cols, rs, cs) >= 0;
+}
+
+/* Describes op(X), a rows x cols matrix with strides (rs, cs), to cblas. Returns false if
+ * X must be packed. */
 static bool kern_gemm_direct(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
                              kern_gemm_opnd *o) {
-    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols) && rs <= INT_MAX) {
+    int layout = kern_gemm_layout(rows, cols, rs, cs);
+    if (layout == 0) {
         o->trans = false;
         o->ld = rows == 1 ? cols : rs;
-        return true;
-    }
-    if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows) && cs <= INT_MAX) {
+    } else if (layout == 1) {
         o->trans = true;
         o->ld = cols == 1 ? rows : cs;
-        return true;
     }
-    return false;
+    return layout >= 0;
 }
 
 static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, kern_mat X,

@@ -10,7 +10,6 @@
 #include "codegen/cast.h"
 #include "graph/internal.h"
 
-#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -356,21 +355,14 @@ static int run_cast(run_ctx *r, const graph_node *x, const graph_view *out) {
  * matmul
  */
 
-/* Whether cblas can take a rows x cols matrix with these strides as it is (kern_gemm's
- * rule); if not, kern_gemm would pack it with scratch memory, so the runner copies it into
- * a planned buffer instead. */
-static bool gemm_direct(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-    if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols) && rs <= INT_MAX)
-        return true;
-    return (rs == 1 || rows == 1) && (cols == 1 || cs >= rows) && cs <= INT_MAX;
-}
-
 static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp, int nb,
                      const int64_t *bshape, kern_mat_nd *o) {
     graph_view w = *in;
     int nd = w.ndim;
     memset(o, 0, sizeof *o);
-    if (!gemm_direct(w.shape[nd - 2], w.shape[nd - 1], w.strides[nd - 2], w.strides[nd - 1])) {
+    /* an operand kern_gemm would pack with scratch memory is copied into a planned buffer */
+    if (!kern_gemm_unpacked(w.shape[nd - 2], w.shape[nd - 1], w.strides[nd - 2],
+                            w.strides[nd - 1])) {
         if (tmp < 0)
             return fail(r->p, v, "an operand needs a copy but the plan has no buffer for it");
         int rc = copy_contig(buf_ptr(r, tmp), in, &w);
