@@ -9,11 +9,17 @@ Each rep of each config is one training step, timed in parts:
 The backward figure is the loss.backward() part; the step figure is the whole step. The
 heap-allocation count is read from the LD_PRELOAD shim around loss.backward().
 
+Cost of a cache miss (``miss_cost``), one code path for both libraries: each rep is a
+steady-state backward, a reset of the library's compile caches, the miss backward, and
+another steady-state backward; the rep's figure is the miss minus the mean of the two
+steady backwards around it. cagrad's own compile timer is read after each of its misses.
+
 RSS child (``run_rss``): one library only, so the process's RSS belongs to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -63,6 +69,15 @@ def stats(v):
     m = statistics.median(v)
     return {"median": m, "min": min(v), "max": max(v), "n": len(v),
             "mad": statistics.median(abs(x - m) for x in v)}
+
+
+def spread_stats(v):
+    """stats() plus the quartiles q1 and q3 (inclusive method: within [min, max])."""
+    v = [float(x) for x in v]
+    s = stats(v)
+    q = statistics.quantiles(v, n=4, method="inclusive") if len(v) >= 2 else v * 3
+    s["q1"], s["q3"] = q[0], q[2]
+    return s
 
 
 # ---------------------------------------------------------------------------------------
@@ -176,6 +191,30 @@ def torch_reset_compiled(torch):
 
     tca.reset()
     torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def torch_cold_compile(torch):
+    """Reset PyTorch's compile caches for one miss, as far as a process can: compiled
+    autograd's and dynamo's caches (torch_reset_compiled), inductor's in-memory caches, and
+    a fresh, empty inductor cache directory (FX graph, AOTAutograd and C++ kernel caches
+    on disk) for the duration of the block: torch._inductor.utils.fresh_cache, which
+    PyTorch's own tests use for the same purpose. What stays is the process's warm state:
+    imported modules and the compiler probe paid by the warm-up graph."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from torch._inductor.utils import fresh_cache
+
+    torch_reset_compiled(torch)
+    with fresh_cache(dir=cache_dir()):
+        yield
+
+
+@contextlib.contextmanager
+def cagrad_reset(cagrad):
+    """cagrad's compile caches: compiled_autograd.reset() drops every compiled graph (cagrad
+    keeps nothing on disk)."""
+    cagrad.compiled_autograd.reset()
+    yield
 
 
 class Lib:
@@ -395,9 +434,84 @@ def child_environment(cagrad, torch, blas_path, blas):
 
 
 # ---------------------------------------------------------------------------------------
+# The cost of a cache miss, measured the same way for both libraries
+# ---------------------------------------------------------------------------------------
+def miss_cost(lib, reset, reps, internal=None):
+    """What a cache miss adds to a backward, the way PyTorch's compile cost is usually
+    measured (the first backward minus a steady-state one), with one code path for both
+    libraries. Per rep:
+
+        gc.collect(); pause; untimed hit; B = timed hit
+        with reset():  M = timed backward (the miss)
+        pause; untimed hit; A = timed hit
+        figure = M - (B + A) / 2
+
+    B and A are taken as the steady-state loop takes its steps (a pause, then one untimed
+    run to wake the thread pools), for workload 6 too, since M follows B directly and so
+    finds the pools awake; the steady backward subtracted is measured right around its
+    miss, under the same load. The cyclic garbage
+    collector is off for B and A, and on for the miss, which is where a compile's garbage
+    would trigger it in a training loop; what was alive before the first rep is frozen
+    (gc.freeze), so the collection at the start of each rep is quick. Each miss must
+    capture exactly one graph, and the hits none (both libraries count captures).
+    `internal`, if given, is read after each miss (cagrad's compile_seconds()). Times in
+    microseconds."""
+    L = lib.L
+    probe = ((lambda: L.compiled_autograd.counters["captures"]) if L.__name__ == "cagrad"
+             else (lambda: torch_ca_counters(L).get("captures", 0)))
+
+    def steady():
+        time.sleep(GAP_S)
+        lib.backward_once(True)  # untimed: wakes this library's threads
+        return lib.backward_once(True)
+
+    rec = {"miss": [], "before": [], "after": [], "diff": [], "internal": []}
+    bad = []
+    gc.collect()
+    gc.freeze()  # the objects alive now are left out of every collection below
+    try:
+        for _ in range(reps):
+            gc.collect()
+            gc.disable()
+            try:
+                b = steady()
+                with reset():
+                    c0 = probe()
+                    gc.enable()
+                    m = lib.backward_once(True)
+                    gc.disable()
+                    c1 = probe()
+                    if internal is not None:
+                        rec["internal"].append(internal() * 1e6)
+                a = steady()
+                c2 = probe()
+            finally:
+                gc.enable()
+            if c1 - c0 != 1 or c2 != c1:
+                bad.append(f"captures {c0} -> {c1} (miss) -> {c2} (hits)")
+            rec["miss"].append(m * 1e6)
+            rec["before"].append(b * 1e6)
+            rec["after"].append(a * 1e6)
+            rec["diff"].append((m - (b + a) / 2) * 1e6)
+    finally:
+        gc.unfreeze()
+    if bad:
+        log(f"warning: {L.__name__}: a miss did not capture exactly one graph: {bad}")
+    out = {"cost": spread_stats(rec["diff"]), "miss_backward": stats(rec["miss"]),
+           "steady_backward": stats(rec["before"] + rec["after"]),
+           "steady_drift": spread_stats([a - b for a, b in zip(rec["after"], rec["before"])]),
+           "reps": reps, "capture_check": "ok" if not bad else bad,
+           "samples_us": {k: [round(v, 1) for v in rec[k]]
+                          for k in ("miss", "before", "after")}}
+    if internal is not None:
+        out["internal"] = stats(rec["internal"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------
 # The timing child
 # ---------------------------------------------------------------------------------------
-def run_timing(threads, reps, big_reps, miss_reps, keys):
+def run_timing(threads, reps, big_reps, miss_reps, torch_miss_reps, keys):
     counter = AllocCounter()
     t_start = time.perf_counter()
     cagrad = import_cagrad(threads)
@@ -442,8 +556,8 @@ def run_timing(threads, reps, big_reps, miss_reps, keys):
         spec = W.BY_KEY[key]
         n = big_reps if key == "w6" else reps
         tw = time.perf_counter()
-        res["workloads"][key] = bench_workload(spec, n, miss_reps, threads, cagrad, torch,
-                                               cc_ctx, tc_ctx, counter, blas)
+        res["workloads"][key] = bench_workload(spec, n, miss_reps, torch_miss_reps, cagrad,
+                                               torch, cc_ctx, tc_ctx, counter, blas)
         r = res["workloads"][key]
         bw = r["backward_us"]
         log(f"[{threads} thr] {key} {spec.title}: backward median us  "
@@ -456,8 +570,8 @@ def run_timing(threads, reps, big_reps, miss_reps, keys):
     return res
 
 
-def bench_workload(spec, reps, miss_reps, threads, cagrad, torch, cc_ctx, tc_ctx, counter,
-                   blas):
+def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx, tc_ctx,
+                   counter, blas):
     out = {"title": spec.title, "detail": spec.detail, "reps": reps}
     phase = {}
     t_phase = time.perf_counter()
@@ -507,18 +621,12 @@ def bench_workload(spec, reps, miss_reps, threads, cagrad, torch, cc_ctx, tc_ctx
             f"eager's (relative error {tc_err:.3g})")
 
     mark("gradient check")
-    # -- cagrad compile time: a miss after reset(), minus the hit right after it ----------
-    if spec.key == "w6":
-        miss_reps = max(1, miss_reps // 3)
-    time.sleep(GAP_S)
-    misses, pairs, compiles = [], [], []
-    for _ in range(miss_reps):
-        cagrad.compiled_autograd.reset()
-        m = cl.backward_once(True)
-        compiles.append(cagrad.compiled_autograd.compile_seconds() * 1e6)
-        h = cl.backward_once(True)
-        misses.append(m * 1e6)
-        pairs.append((m - h) * 1e6)
+    # -- cagrad's miss cost (and its own compile timer), measured like PyTorch's ---------
+    big = spec.key == "w6"
+    cagrad_miss = miss_cost(cl, lambda: cagrad_reset(cagrad),
+                            max(5, miss_reps // 3) if big else miss_reps,
+                            internal=cagrad.compiled_autograd.compile_seconds)
+    mark("cagrad misses")
 
     # -- steady state: alternate the configs rep by rep ------------------------------------
     runners = {
@@ -527,11 +635,9 @@ def bench_workload(spec, reps, miss_reps, threads, cagrad, torch, cc_ctx, tc_ctx
         "te": lambda: tl.step(False, counter),
         "tc": lambda: tl.step(True, counter),
     }
-    mark("cagrad misses")
     sg = Sgemm(blas, spec.gemms) if spec.gemms and blas is not None else None
     # w6 takes 0.3-0.6 s per step: no untimed step per rep, and no warm pass either when
     # there are few reps (every configuration already ran above)
-    big = spec.key == "w6"
     if not big or reps >= 10:
         for c in CONFIGS:
             runners[c]()
@@ -569,6 +675,11 @@ def bench_workload(spec, reps, miss_reps, threads, cagrad, torch, cc_ctx, tc_ctx
     out["cagrad_counters_steady"] = {k: c_after[k] - c_before.get(k, 0) for k in c_after}
     out["torch_counters_steady"] = {k: t_after.get(k, 0) - t_before.get(k, 0) for k in t_after}
 
+    # -- PyTorch's miss cost: the same code, after the steady reps (each miss is a cold
+    # compile of seconds, whose garbage and caches should not sit under the timed reps) --
+    torch_miss = miss_cost(tl, lambda: torch_cold_compile(torch), torch_miss_reps)
+    mark("torch misses")
+
     out["samples_us"] = {c: {m: [round(v, 1) for v in rec[c][m]] for m in ("bw", "step")}
                          for c in CONFIGS}  # per rep, in the order they ran
     if sgemm_s:
@@ -580,21 +691,32 @@ def bench_workload(spec, reps, miss_reps, threads, cagrad, torch, cc_ctx, tc_ctx
                                   for c in CONFIGS}
     out["alloc_bytes_per_backward"] = {c: stats(rec[c]["bytes"]) if counter.active else None
                                        for c in CONFIGS}
-    # cagrad times its own compiles (compile_seconds(): trace, passes, plan). A miss minus
-    # the hit after it is kept as a cross-check; on workload 6 it is lost in the noise of
-    # a 0.1-0.3 s backward.
+    # Three views of a miss. cagrad's internal compile timer (compile_seconds(): trace,
+    # graph passes and memory plan); and for both libraries what a miss adds to a backward
+    # measured the same way (miss_cost: the miss minus the steady backwards around it).
+    ca_reps, to_reps = cagrad_miss["reps"], torch_miss["reps"]
     out["compile_us"] = {
-        "cagrad": stats(compiles),
-        "cagrad_miss_minus_hit": stats(pairs),
-        "cagrad_miss_backward": stats(misses),
-        "cagrad_method": f"{miss_reps} misses after reset(); the figure is "
-                         "compiled_autograd.compile_seconds() after each (trace, graph passes "
-                         "and memory plan, timed inside the library)",
-        "torch": stats([torch_miss_s * 1e6 - out["backward_us"]["tc"]["median"]]),
-        "torch_method": "the first backward under compiled autograd (one sample: capture, "
-                        "dynamo, AOT, inductor and C++ compile, run) minus the median "
-                        "steady-state backward",
+        "cagrad": cagrad_miss.pop("internal"),
+        "cagrad_miss_cost": cagrad_miss["cost"],
+        "cagrad_miss_backward": cagrad_miss["miss_backward"],
+        "torch_miss_cost": torch_miss["cost"],
+        "torch_miss_backward": torch_miss["miss_backward"],
+        "cagrad_steady_backward": cagrad_miss["steady_backward"],
+        "torch_steady_backward": torch_miss["steady_backward"],
+        "cagrad_method": f"compiled_autograd.compile_seconds() after each of {ca_reps} "
+                         "misses following reset(): trace, graph passes and memory plan, "
+                         "timed inside the library; running the graph is not included",
+        "miss_cost_method": "per rep: a steady-state backward B, a reset of the compile "
+                            "caches, the miss backward M, a steady-state backward A; the "
+                            "figure is M - (B + A) / 2, the same code for both libraries "
+                            f"({ca_reps} reps for cagrad, {to_reps} for PyTorch)",
+        "torch_reset": "compiled autograd and dynamo reset, inductor's in-memory caches "
+                       "cleared and a fresh empty inductor cache directory per miss "
+                       "(torch._inductor.utils.fresh_cache): a cold compile",
+        "cagrad_reset": "compiled_autograd.reset()",
+        "torch_first_backward": torch_miss_s * 1e6,
     }
+    out["miss_runs"] = {"cagrad": cagrad_miss, "torch": torch_miss}
     if sg:
         flops = W.gemm_flops(spec.gemms)
         out["gemm"] = {
@@ -667,7 +789,9 @@ def main(argv):
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--big-reps", type=int, default=50)
-    ap.add_argument("--miss-reps", type=int, default=9)
+    ap.add_argument("--miss-reps", type=int, default=31, help="cagrad's miss reps")
+    ap.add_argument("--torch-miss-reps", type=int, default=5,
+                    help="PyTorch's miss reps (each a cold compile of seconds)")
     ap.add_argument("--workloads", default=",".join(W.BY_KEY))
     ap.add_argument("--lib", choices=("cagrad", "torch"))
     ap.add_argument("--rss-steps", type=int, default=3)
@@ -677,7 +801,8 @@ def main(argv):
     keys = [k for k in a.workloads.split(",") if k]
     try:
         if a.mode == "timing":
-            res = run_timing(a.threads, a.reps, a.big_reps, a.miss_reps, keys)
+            res = run_timing(a.threads, a.reps, a.big_reps, a.miss_reps,
+                             a.torch_miss_reps, keys)
         else:
             res = run_rss(a.lib, a.threads, keys, a.rss_steps, not a.no_compiled)
     except Mismatch as e:
