@@ -23,6 +23,8 @@
 
 #include "autograd/internal.h"
 
+#include <string.h>
+
 typedef struct {
     /* apply op `op` (a row of the op table) to n inputs */
     ca_bval (*apply)(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a);
@@ -47,50 +49,170 @@ const ca_meta *bx_meta(ca_builder *b, ca_bval v);
 ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- pointwise (broadcasting; every kern_pw_op is reachable) ---- */
-ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z, double p0, double p1);
-ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y);
-ca_bval bx_sub(ca_builder *b, ca_bval x, ca_bval y);
-ca_bval bx_mul(ca_builder *b, ca_bval x, ca_bval y);
-ca_bval bx_div(ca_builder *b, ca_bval x, ca_bval y);
-ca_bval bx_neg(ca_builder *b, ca_bval x);
-ca_bval bx_exp(ca_builder *b, ca_bval x);
-ca_bval bx_log(ca_builder *b, ca_bval x);
-ca_bval bx_mul_s(ca_builder *b, ca_bval x, double s);
-ca_bval bx_add_s(ca_builder *b, ca_bval x, double s);
-ca_bval bx_where(ca_builder *b, ca_bval cond, ca_bval x, ca_bval y);
-ca_bval bx_zeros_like(ca_builder *b, ca_bval x);
-
-/* ---- reductions and broadcasting ---- */
-/* sum over the dims in `dims` (n_dims == 0: all) */
-ca_bval bx_sum(ca_builder *b, ca_bval x, int n_dims, const int64_t *dims, bool keepdim);
-/* sum a broadcast value back down to `to`'s shape (identity when shapes are equal) */
-ca_bval bx_sum_to(ca_builder *b, ca_bval x, const ca_meta *to);
-/* broadcast x to `to`'s shape */
-ca_bval bx_expand(ca_builder *b, ca_bval x, const ca_meta *to);
+/* x * (1 / prod of m's sizes at the dims set in dim_mask), through the builder's vtable */
 ca_bval bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
 
+/* ---- the helpers: each fills in one op-table row's attributes and applies it ----
+ * Inline: they hold no logic of their own, and rules call them on every node. */
+/* ---- pointwise ---- */
+/* pointwise, broadcasting; every kern_pw_op is reachable */
+static inline ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, ca_bval z,
+                            double p0, double p1) {
+    ca_attrs a = {.s = {p0, p1}, .i = {op}};
+    ca_bval in[3] = {x, y, z};
+    int arity = kern_pw_arity(op);
+    if (arity < 1 || arity > 3)
+        return bx_fail(b, CA_STATUS_INTERNAL, "pointwise op %d has no arity", (int)op);
+    return bx_apply(b, CA_OP_PW, arity, in, &a);
+}
+
+static inline ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_ADD, x, y, NULL, 1, 0);
+}
+static inline ca_bval bx_sub(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_SUB, x, y, NULL, 1, 0);
+}
+static inline ca_bval bx_mul(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_MUL, x, y, NULL, 0, 0);
+}
+static inline ca_bval bx_div(ca_builder *b, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_DIV, x, y, NULL, 0, 0);
+}
+static inline ca_bval bx_neg(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_NEG, x, NULL, NULL, 0, 0);
+}
+static inline ca_bval bx_exp(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_EXP, x, NULL, NULL, 0, 0);
+}
+static inline ca_bval bx_log(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_LOG, x, NULL, NULL, 0, 0);
+}
+static inline ca_bval bx_mul_s(ca_builder *b, ca_bval x, double s) {
+    return bx_pw(b, KPW_MUL_S, x, NULL, NULL, s, 0);
+}
+static inline ca_bval bx_add_s(ca_builder *b, ca_bval x, double s) {
+    return bx_pw(b, KPW_ADD_S, x, NULL, NULL, s, 0);
+}
+static inline ca_bval bx_where(ca_builder *b, ca_bval cond, ca_bval x, ca_bval y) {
+    return bx_pw(b, KPW_WHERE, cond, x, y, 0, 0);
+}
+static inline ca_bval bx_zeros_like(ca_builder *b, ca_bval x) {
+    return bx_pw(b, KPW_FILL, x, NULL, NULL, 0, 0);
+}
+
+/* ---- reductions and broadcasting ---- */
+static inline ca_ints bx_ints_of(int n, const int64_t *v) {
+    ca_ints r = {.n = n};
+    if (n > 0)
+        memcpy(r.v, v, sizeof(int64_t) * (size_t)n);
+    return r;
+}
+
+/* sum over the dims in `dims` (n_dims == 0: all) */
+static inline ca_bval bx_sum(ca_builder *b, ca_bval x, int n_dims, const int64_t *dims,
+                             bool keepdim) {
+    ca_attrs a = {.dims = bx_ints_of(n_dims, dims), .i = {keepdim}};
+    return bx_apply(b, CA_OP_SUM, 1, &x, &a);
+}
+
+static inline bool bx_same_shape(ca_builder *b, ca_bval x, const ca_meta *to) {
+    const ca_meta *m = bx_meta(b, x);
+    return m && meta_same_shape(m, to);
+}
+
+/* sum a broadcast value back down to `to`'s shape (identity when shapes are equal) */
+static inline ca_bval bx_sum_to(ca_builder *b, ca_bval x, const ca_meta *to) {
+    if (bx_same_shape(b, x, to))
+        return x;
+    ca_attrs a = {.shape = bx_ints_of(to->ndim, to->shape)};
+    return bx_apply(b, CA_OP_SUM_TO, 1, &x, &a);
+}
+
+/* broadcast x to `to`'s shape */
+static inline ca_bval bx_expand(ca_builder *b, ca_bval x, const ca_meta *to) {
+    if (bx_same_shape(b, x, to))
+        return x;
+    ca_attrs a = {.shape = bx_ints_of(to->ndim, to->shape)};
+    return bx_apply(b, CA_OP_EXPAND, 1, &x, &a);
+}
+
 /* ---- shape ---- */
-ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to);
-ca_bval bx_reshape_ints(ca_builder *b, ca_bval x, const ca_ints *shape);
-ca_bval bx_permute(ca_builder *b, ca_bval x, const ca_ints *perm);
-ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1);
-ca_bval bx_unsqueeze(ca_builder *b, ca_bval x, int dim);
-ca_bval bx_slice(ca_builder *b, ca_bval x, int dim, int64_t start, int64_t end, int64_t step);
+static inline ca_bval bx_reshape_ints(ca_builder *b, ca_bval x, const ca_ints *shape) {
+    ca_attrs a = {.shape = *shape};
+    return bx_apply(b, CA_OP_RESHAPE, 1, &x, &a);
+}
+
+static inline ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to) {
+    if (bx_same_shape(b, x, to))
+        return x;
+    ca_ints s = bx_ints_of(to->ndim, to->shape);
+    return bx_reshape_ints(b, x, &s);
+}
+
+static inline ca_bval bx_permute(ca_builder *b, ca_bval x, const ca_ints *perm) {
+    ca_attrs a = {.dims = *perm};
+    return bx_apply(b, CA_OP_PERMUTE, 1, &x, &a);
+}
+
+static inline ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1) {
+    const ca_meta *m = bx_meta(b, x);
+    if (!m)
+        return NULL;
+    ca_ints perm = {.n = m->ndim};
+    for (int d = 0; d < m->ndim; d++)
+        perm.v[d] = d == d0 ? d1 : d == d1 ? d0 : d;
+    return bx_permute(b, x, &perm);
+}
+
+static inline ca_bval bx_unsqueeze(ca_builder *b, ca_bval x, int dim) {
+    ca_attrs a = {.i = {dim}};
+    return bx_apply(b, CA_OP_UNSQUEEZE, 1, &x, &a);
+}
+
+static inline ca_bval bx_slice(ca_builder *b, ca_bval x, int dim, int64_t start, int64_t end,
+                               int64_t step) {
+    ca_attrs a = {.i = {dim, start, end, step}};
+    return bx_apply(b, CA_OP_SLICE, 1, &x, &a);
+}
+
 /* zeros of `full`'s shape with x placed at [start:end:step] along dim */
-ca_bval bx_slice_backward(ca_builder *b, ca_bval x, const ca_meta *full, int dim, int64_t start,
-                          int64_t end, int64_t step);
-ca_bval bx_contiguous(ca_builder *b, ca_bval x);
+static inline ca_bval bx_slice_backward(ca_builder *b, ca_bval x, const ca_meta *full, int dim,
+                                        int64_t start, int64_t end, int64_t step) {
+    ca_attrs a = {.i = {dim, start, end, step}, .shape = bx_ints_of(full->ndim, full->shape)};
+    return bx_apply(b, CA_OP_SLICE_BACKWARD, 1, &x, &a);
+}
+
+static inline ca_bval bx_contiguous(ca_builder *b, ca_bval x) {
+    return bx_apply(b, CA_OP_CONTIGUOUS, 1, &x, NULL);
+}
 
 /* ---- indexing ---- */
+static inline ca_bval bx_index_scatter(ca_builder *b, int op, const ca_meta *full, int dim,
+                                       ca_bval index, ca_bval src) {
+    ca_attrs a = {.i = {dim}, .shape = bx_ints_of(full->ndim, full->shape)};
+    ca_bval in[2] = {index, src};
+    return bx_apply(b, op, 2, in, &a);
+}
+
 /* zeros(full).index_add_(dim, index, src) */
-ca_bval bx_index_add(ca_builder *b, const ca_meta *full, int dim, ca_bval index, ca_bval src);
+static inline ca_bval bx_index_add(ca_builder *b, const ca_meta *full, int dim, ca_bval index,
+                                   ca_bval src) {
+    return bx_index_scatter(b, CA_OP_INDEX_ADD, full, dim, index, src);
+}
+
 /* zeros(full).scatter_add_(dim, index, src) */
-ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim, ca_bval index, ca_bval src);
+static inline ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim, ca_bval index,
+                                     ca_bval src) {
+    return bx_index_scatter(b, CA_OP_SCATTER_ADD, full, dim, index, src);
+}
 
 /* ---- linear algebra ---- */
 /* op(x) @ op(y) with batch broadcasting, op = transpose of the last two dims when set */
-ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bool ty);
+static inline ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bool ty) {
+    ca_attrs a = {.i = {tx, ty}};
+    ca_bval in[2] = {x, y};
+    return bx_apply(b, CA_OP_MATMUL, 2, in, &a);
+}
 
 /* ---- the eager builder (builder_eager.c) ---- */
 typedef struct {
