@@ -101,6 +101,8 @@ py-test: test-py
 test-c:
 	$(BUILD_DIR)/cagrad_tests --jobs $(JOBS) $(CRITERION_ARGS)
 	@bash scripts/check-header-example.sh $(BUILD_DIR)
+	@bash scripts/test-check-symbols.sh
+	@bash scripts/check-symbols.sh $(BUILD_DIR)
 
 # The package under test is build/python (the extension plus symlinked sources).
 test-py:

@@ -1,7 +1,7 @@
 /* alloc.c - the one allocator hook every byte of cagrad goes through.
  *
  * Users (and the fault-injection tests) install a ca_allocator; the default wraps
- * aligned_alloc. Blocks carry a small header so mem_free does not need the size.
+ * aligned_alloc. Blocks carry a small header so cai_mem_free does not need the size.
  */
 #include "autograd/internal.h"
 
@@ -35,49 +35,49 @@ void ca_get_allocator(ca_allocator *out) {
         *out = current;
 }
 
-void *mem_alloc_aligned(size_t size, size_t align) {
+void *cai_mem_alloc_aligned(size_t size, size_t align) {
     if (align < 16)
         align = 16;
     return current.alloc(size ? size : 1, align, current.ctx);
 }
 
-void *mem_alloc(size_t size) {
-    return mem_alloc_aligned(size, 16);
+void *cai_mem_alloc(size_t size) {
+    return cai_mem_alloc_aligned(size, 16);
 }
 
-void *mem_calloc(size_t n, size_t size) {
+void *cai_mem_calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size)
         return NULL;
-    void *p = mem_alloc(n * size);
+    void *p = cai_mem_alloc(n * size);
     if (p)
         memset(p, 0, n * size);
     return p;
 }
 
-bool mem_grow_slow(void **p, int *cap, int need, size_t elem) {
+bool cai_mem_grow_slow(void **p, int *cap, int need, size_t elem) {
     int c = *cap ? *cap : 16;
     while (c < need)
         c *= 2;
-    void *q = mem_alloc(elem * (size_t)c);
+    void *q = cai_mem_alloc(elem * (size_t)c);
     if (!q)
         return false;
     if (*cap)
         memcpy(q, *p, elem * (size_t)*cap);
-    mem_free(*p);
+    cai_mem_free(*p);
     *p = q;
     *cap = c;
     return true;
 }
 
-bool mem_is_default(void) {
+bool cai_mem_is_default(void) {
     return current.alloc == default_alloc;
 }
 
-void mem_default_free(void *p) {
+void cai_mem_default_free(void *p) {
     default_free(p, NULL);
 }
 
-void mem_free(void *p) {
+void cai_mem_free(void *p) {
     if (p)
         current.free(p, current.ctx);
 }

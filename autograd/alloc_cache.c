@@ -194,9 +194,9 @@ static bool cache_put_locked(block *b) {
 
 static void block_release(block *b) {
     if (b->from_default)
-        mem_default_free(b);
+        cai_mem_default_free(b);
     else
-        mem_free(b);
+        cai_mem_free(b);
 }
 
 /* Pops the least recently freed blocks until the cache fits in `keep` bytes; returns
@@ -222,11 +222,11 @@ static void release_list(block *b) {
 }
 
 static block *block_new(size_t size) {
-    bool dflt = mem_is_default();
-    block *b = mem_alloc_aligned(HDR + size, 64);
+    bool dflt = cai_mem_is_default();
+    block *b = cai_mem_alloc_aligned(HDR + size, 64);
     if (!b && dflt) { /* out of memory: what the cache holds may be enough */
         ca_empty_cache();
-        b = mem_alloc_aligned(HDR + size, 64);
+        b = cai_mem_alloc_aligned(HDR + size, 64);
     }
     if (!b)
         return NULL;
@@ -234,14 +234,14 @@ static block *block_new(size_t size) {
     return b;
 }
 
-void *mem_data_alloc(size_t nbytes) {
+void *cai_mem_data_alloc(size_t nbytes) {
     if (nbytes > SIZE_MAX - 2 * HDR)
         return NULL;
     size_t size = (nbytes + 63) / 64 * 64;
     if (size == 0)
         size = 64;
     block *b = NULL;
-    if (size >= MIN_CACHED && mem_is_default()) {
+    if (size >= MIN_CACHED && cai_mem_is_default()) {
         cache_lock();
         b = cache_take_locked(size);
         if (b) {
@@ -257,13 +257,13 @@ void *mem_data_alloc(size_t nbytes) {
     return b ? (char *)b + HDR : NULL;
 }
 
-void mem_data_free(void *p) {
+void cai_mem_data_free(void *p) {
     if (!p)
         return;
     block *b = (block *)(void *)((char *)p - HDR);
     if (b->magic != BLOCK_MAGIC)
         abort(); /* not a data block: freeing it would corrupt the heap */
-    if (b->size >= MIN_CACHED && b->from_default && mem_is_default()) {
+    if (b->size >= MIN_CACHED && b->from_default && cai_mem_is_default()) {
         cache_lock();
         bool kept = cache_put_locked(b);
         if (kept)

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a) {
+ca_bval cai_bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a) {
     CA_ASSERT(op >= 0 && op < CA_OP__COUNT && n >= 0 && (n == 0 || in));
     if (b->status != CA_OK)
         return NULL;
@@ -23,16 +23,16 @@ ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs
     return b->vt->apply(b, op, n, in, a);
 }
 
-ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {
+ca_bval cai_bx_saved(ca_builder *b, const ca_node *n, int k) {
     CA_ASSERT(n && k >= 0 && k < n->n_saved); /* a rule reads only what its row saves */
     return b->status == CA_OK ? b->vt->saved(b, n, k) : NULL;
 }
 
-const ca_meta *bx_meta(ca_builder *b, ca_bval v) {
+const ca_meta *cai_bx_meta(ca_builder *b, ca_bval v) {
     return v ? b->vt->meta(b, v) : NULL;
 }
 
-ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...) {
+ca_bval cai_bx_fail(ca_builder *b, ca_status st, const char *fmt, ...) {
     if (b->status != CA_OK)
         return NULL;
     char msg[512];
@@ -44,6 +44,6 @@ ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...) {
     return NULL;
 }
 
-ca_bval bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask) {
+ca_bval cai_bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask) {
     return b->status == CA_OK && x ? b->vt->scale_inv_numel(b, x, m, dim_mask) : NULL;
 }

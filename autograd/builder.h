@@ -16,7 +16,7 @@
  *
  * Sizes: a rule passes sizes through (from node->in_meta, node->out_meta, attrs) but does
  * no arithmetic on them; arithmetic that involves sizes goes through a builder call
- * (bx_scale_inv_numel), so a tracing builder can keep sizes symbolic.
+ * (cai_bx_scale_inv_numel), so a tracing builder can keep sizes symbolic.
  */
 #ifndef CAGRAD_BUILDER_H
 #define CAGRAD_BUILDER_H
@@ -42,15 +42,15 @@ struct ca_builder {
 };
 
 /* ---- generic ---- */
-ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a);
-ca_bval bx_saved(ca_builder *b, const ca_node *n, int k);
-const ca_meta *bx_meta(ca_builder *b, ca_bval v);
+ca_bval cai_bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a);
+ca_bval cai_bx_saved(ca_builder *b, const ca_node *n, int k);
+const ca_meta *cai_bx_meta(ca_builder *b, ca_bval v);
 /* Record a failure from inside a rule (e.g. an unsupported case). Returns NULL. */
-ca_bval bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
+ca_bval cai_bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* x * (1 / prod of m's sizes at the dims set in dim_mask), through the builder's vtable */
-ca_bval bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
+ca_bval cai_bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
 
 /* ---- the helpers: each fills in one op-table row's attributes and applies it ----
  * Inline: they hold no logic of their own, and rules call them on every node. */
@@ -60,10 +60,10 @@ static inline ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, 
                             double p0, double p1) {
     ca_attrs a = {.s = {p0, p1}, .i = {op}};
     ca_bval in[3] = {x, y, z};
-    int arity = kern_pw_arity(op);
+    int arity = cai_kern_pw_arity(op);
     if (arity < 1 || arity > 3)
-        return bx_fail(b, CA_STATUS_INTERNAL, "pointwise op %d has no arity", (int)op);
-    return bx_apply(b, CA_OP_PW, arity, in, &a);
+        return cai_bx_fail(b, CA_STATUS_INTERNAL, "pointwise op %d has no arity", (int)op);
+    return cai_bx_apply(b, CA_OP_PW, arity, in, &a);
 }
 
 static inline ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y) {
@@ -112,12 +112,12 @@ static inline ca_ints bx_ints_of(int n, const int64_t *v) {
 static inline ca_bval bx_sum(ca_builder *b, ca_bval x, int n_dims, const int64_t *dims,
                              bool keepdim) {
     ca_attrs a = {.dims = bx_ints_of(n_dims, dims), .i = {keepdim}};
-    return bx_apply(b, CA_OP_SUM, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_SUM, 1, &x, &a);
 }
 
 static inline bool bx_same_shape(ca_builder *b, ca_bval x, const ca_meta *to) {
-    const ca_meta *m = bx_meta(b, x);
-    return m && meta_same_shape(m, to);
+    const ca_meta *m = cai_bx_meta(b, x);
+    return m && cai_meta_same_shape(m, to);
 }
 
 /* sum a broadcast value back down to `to`'s shape (identity when shapes are equal) */
@@ -125,7 +125,7 @@ static inline ca_bval bx_sum_to(ca_builder *b, ca_bval x, const ca_meta *to) {
     if (bx_same_shape(b, x, to))
         return x;
     ca_attrs a = {.shape = bx_ints_of(to->ndim, to->shape)};
-    return bx_apply(b, CA_OP_SUM_TO, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_SUM_TO, 1, &x, &a);
 }
 
 /* broadcast x to `to`'s shape */
@@ -133,13 +133,13 @@ static inline ca_bval bx_expand(ca_builder *b, ca_bval x, const ca_meta *to) {
     if (bx_same_shape(b, x, to))
         return x;
     ca_attrs a = {.shape = bx_ints_of(to->ndim, to->shape)};
-    return bx_apply(b, CA_OP_EXPAND, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_EXPAND, 1, &x, &a);
 }
 
 /* ---- shape ---- */
 static inline ca_bval bx_reshape_ints(ca_builder *b, ca_bval x, const ca_ints *shape) {
     ca_attrs a = {.shape = *shape};
-    return bx_apply(b, CA_OP_RESHAPE, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_RESHAPE, 1, &x, &a);
 }
 
 static inline ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to) {
@@ -151,11 +151,11 @@ static inline ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to) {
 
 static inline ca_bval bx_permute(ca_builder *b, ca_bval x, const ca_ints *perm) {
     ca_attrs a = {.dims = *perm};
-    return bx_apply(b, CA_OP_PERMUTE, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_PERMUTE, 1, &x, &a);
 }
 
 static inline ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1) {
-    const ca_meta *m = bx_meta(b, x);
+    const ca_meta *m = cai_bx_meta(b, x);
     if (!m)
         return NULL;
     ca_ints perm = {.n = m->ndim};
@@ -166,24 +166,24 @@ static inline ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1) {
 
 static inline ca_bval bx_unsqueeze(ca_builder *b, ca_bval x, int dim) {
     ca_attrs a = {.i = {dim}};
-    return bx_apply(b, CA_OP_UNSQUEEZE, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_UNSQUEEZE, 1, &x, &a);
 }
 
 static inline ca_bval bx_slice(ca_builder *b, ca_bval x, int dim, int64_t start, int64_t end,
                                int64_t step) {
     ca_attrs a = {.i = {dim, start, end, step}};
-    return bx_apply(b, CA_OP_SLICE, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_SLICE, 1, &x, &a);
 }
 
 /* zeros of `full`'s shape with x placed at [start:end:step] along dim */
 static inline ca_bval bx_slice_backward(ca_builder *b, ca_bval x, const ca_meta *full, int dim,
                                         int64_t start, int64_t end, int64_t step) {
     ca_attrs a = {.i = {dim, start, end, step}, .shape = bx_ints_of(full->ndim, full->shape)};
-    return bx_apply(b, CA_OP_SLICE_BACKWARD, 1, &x, &a);
+    return cai_bx_apply(b, CA_OP_SLICE_BACKWARD, 1, &x, &a);
 }
 
 static inline ca_bval bx_contiguous(ca_builder *b, ca_bval x) {
-    return bx_apply(b, CA_OP_CONTIGUOUS, 1, &x, NULL);
+    return cai_bx_apply(b, CA_OP_CONTIGUOUS, 1, &x, NULL);
 }
 
 /* ---- indexing ---- */
@@ -191,7 +191,7 @@ static inline ca_bval bx_index_scatter(ca_builder *b, int op, const ca_meta *ful
                                        ca_bval index, ca_bval src) {
     ca_attrs a = {.i = {dim}, .shape = bx_ints_of(full->ndim, full->shape)};
     ca_bval in[2] = {index, src};
-    return bx_apply(b, op, 2, in, &a);
+    return cai_bx_apply(b, op, 2, in, &a);
 }
 
 /* zeros(full).index_add_(dim, index, src) */
@@ -211,21 +211,21 @@ static inline ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim
 static inline ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bool ty) {
     ca_attrs a = {.i = {tx, ty}};
     ca_bval in[2] = {x, y};
-    return bx_apply(b, CA_OP_MATMUL, 2, in, &a);
+    return cai_bx_apply(b, CA_OP_MATMUL, 2, in, &a);
 }
 
 /* ---- the eager builder (builder_eager.c) ---- */
 typedef struct {
     ca_builder base;
-    ca_tensor **temps; /* every value made in this scope, released by eager_scope_end */
+    ca_tensor **temps; /* every value made in this scope, released by cai_eager_scope_end */
     int n_temps, cap_temps;
     ca_meta metas[16]; /* ring of answers to meta(): each is valid for 16 more calls */
     int next_meta;
 } ca_eager_builder;
 
-void eager_builder_init(ca_eager_builder *eb);
+void cai_eager_builder_init(ca_eager_builder *eb);
 /* Release every value made since init. A caller that keeps a value retains it first. */
-void eager_scope_end(ca_eager_builder *eb);
+void cai_eager_scope_end(ca_eager_builder *eb);
 static inline ca_tensor *bv_tensor(ca_bval v) {
     return (ca_tensor *)v;
 }

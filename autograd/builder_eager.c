@@ -1,7 +1,7 @@
 /* builder_eager.c - the eager builder: each builder call runs its op at once.
  *
  * Values are tensors. Every tensor a rule makes is tracked in the scope and released by
- * eager_scope_end, so rules never release anything. The engine runs rules with grad mode
+ * cai_eager_scope_end, so rules never release anything. The engine runs rules with grad mode
  * off, so the ops called here record no graph.
  */
 #include "autograd/builder.h"
@@ -18,7 +18,7 @@ static bool track(ca_eager_builder *eb, ca_tensor *t) {
 
 static ca_bval eager_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a) {
     ca_tensor *out;
-    ca_status st = op_call(op, n, (ca_tensor *const *)in, a, &out, NULL);
+    ca_status st = cai_op_call(op, n, (ca_tensor *const *)in, a, &out, NULL);
     if (st != CA_OK) {
         b->status = st;
         return NULL;
@@ -32,7 +32,7 @@ static ca_bval eager_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
 }
 
 static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
-    ca_status st = node_check_saved(n, k);
+    ca_status st = cai_node_check_saved(n, k);
     if (st != CA_OK) {
         b->status = st;
         return NULL;
@@ -42,9 +42,9 @@ static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
 
 static const ca_meta *eager_meta(ca_builder *b, ca_bval v) {
     ca_eager_builder *eb = (ca_eager_builder *)b;
-    CA_ASSERT(v != NULL); /* bx_meta answers NULL itself */
+    CA_ASSERT(v != NULL); /* cai_bx_meta answers NULL itself */
     ca_meta *m = &eb->metas[eb->next_meta++ % 16];
-    tensor_meta(bv_tensor(v), m);
+    cai_tensor_meta(bv_tensor(v), m);
     return m;
 }
 
@@ -60,16 +60,16 @@ static ca_bval eager_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
 static const ca_builder_vtbl eager_vtbl = {eager_apply, eager_saved, eager_meta,
                                            eager_scale_inv_numel};
 
-void eager_builder_init(ca_eager_builder *eb) {
+void cai_eager_builder_init(ca_eager_builder *eb) {
     memset(eb, 0, sizeof *eb);
     eb->base.vt = &eager_vtbl;
     eb->base.status = CA_OK;
 }
 
-void eager_scope_end(ca_eager_builder *eb) {
+void cai_eager_scope_end(ca_eager_builder *eb) {
     for (int i = 0; i < eb->n_temps; i++)
         ca_tensor_release(eb->temps[i]);
-    mem_free(eb->temps);
+    cai_mem_free(eb->temps);
     eb->temps = NULL;
     eb->n_temps = eb->cap_temps = 0;
 }

@@ -1,6 +1,6 @@
 /* builder_trace.c - the tracing builder (see builder_trace.h).
  *
- * trace_backward mirrors the eager engine's run over the same walk: gradients summed over
+ * cai_trace_backward mirrors the eager engine's run over the same walk: gradients summed over
  * fan-in (IR adds), tensor hooks and retain_grad as call nodes, then the node's rule, whose
  * builder calls become IR nodes; AccumulateGrad becomes an accumulate node and its
  * post-accumulate hooks follow it. Values carry the NodeCall and forward graph of the rule
@@ -43,10 +43,10 @@ static graph_val val_of(ca_bval b) {
 static ca_bval trace_fail(trace_builder *tb, const char *fmt, const char *what) {
     if (tb->base.status != CA_OK)
         return NULL;
-    if (tb->g && graph_out_of_memory(tb->g))
+    if (tb->g && cai_graph_out_of_memory(tb->g))
         tb->base.status = err_nomem("the compiled backward's graph");
-    else if (tb->g && graph_error(tb->g)[0])
-        tb->base.status = err_set(CA_STATUS_INTERNAL, "%s: %s", what, graph_error(tb->g));
+    else if (tb->g && cai_graph_error(tb->g)[0])
+        tb->base.status = err_set(CA_STATUS_INTERNAL, "%s: %s", what, cai_graph_error(tb->g));
     else
         tb->base.status = err_set(CA_STATUS_INTERNAL, fmt, what);
     return NULL;
@@ -59,7 +59,7 @@ static int64_t slot_size(trace_builder *tb, int slot) {
     const cache_entry *e = tb->req->e;
     if (e->symbol[slot] < 0)
         return tb->req->k->sizes[slot];
-    return SIZE_HANDLE_BASE + graph_sx_slot(tb->g, e->symbol[slot]);
+    return SIZE_HANDLE_BASE + cai_graph_sx_slot(tb->g, e->symbol[slot]);
 }
 
 /* A rule's size (number or handle) as a size expression; -1 if it is corrupt. */
@@ -68,12 +68,12 @@ static graph_sx size_sx(trace_builder *tb, int64_t v) {
         int64_t id = v - SIZE_HANDLE_BASE;
         return id >= 0 && id < INT32_MAX ? (graph_sx)id : -1;
     }
-    return v >= -1 ? graph_sx_const(tb->g, v) : -1;
+    return v >= -1 ? cai_graph_sx_const(tb->g, v) : -1;
 }
 
 static int64_t sx_size(trace_builder *tb, graph_sx s) {
     int64_t v;
-    return graph_sx_const_value(tb->g, s, &v) ? v : SIZE_HANDLE_BASE + s;
+    return cai_graph_sx_const_value(tb->g, s, &v) ? v : SIZE_HANDLE_BASE + s;
 }
 
 static bool decode_shape(trace_builder *tb, const ca_ints *in, graph_op_args *a) {
@@ -148,7 +148,7 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
 }
 
 static graph_val add_node(trace_builder *tb, const graph_op_args *a) {
-    graph_val v = graph_add(tb->g, a, tb->origin);
+    graph_val v = cai_graph_add(tb->g, a, tb->origin);
     if (v < 0)
         trace_fail(tb, "%s", tb->origin.name ? tb->origin.name : "an input");
     return v;
@@ -161,17 +161,17 @@ static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
     trace_builder *tb = (trace_builder *)b;
     graph_op_args a = {.n_in = n};
     if (n > GRAPH_MAX_IN)
-        return trace_fail(tb, "op '%s' has too many inputs to trace", op_def(op)->name);
+        return trace_fail(tb, "op '%s' has too many inputs to trace", cai_op_def(op)->name);
     for (int i = 0; i < n; i++) {
         a.in[i] = val_of(in[i]);
-        CA_ASSERT(a.in[i] >= 0 && a.in[i] < graph_count(tb->g)); /* a value of this graph */
+        CA_ASSERT(a.in[i] >= 0 && a.in[i] < cai_graph_count(tb->g)); /* a value of this graph */
     }
-    const graph_node *x = graph_node_at(tb->g, a.in[0]);
+    const graph_node *x = cai_graph_node_at(tb->g, a.in[0]);
     if (!lower(tb, op, at ? at : &(ca_attrs){0}, x ? x->ndim : 0, &a))
         return trace_fail(tb,
                           "cannot trace op '%s' here (no graph op for it, or a rule computed a "
                           "position from a symbolic size)",
-                          op_def(op)->name);
+                          cai_op_def(op)->name);
     graph_val v = add_node(tb, &a);
     return v < 0 ? NULL : bval_of(v);
 }
@@ -185,7 +185,7 @@ static bool record_read(trace_builder *tb, int k) {
 
 static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
     trace_builder *tb = (trace_builder *)b;
-    ca_status st = node_check_saved(n, k);
+    ca_status st = cai_node_check_saved(n, k);
     if (st != CA_OK) {
         b->status = st;
         return NULL;
@@ -196,16 +196,16 @@ static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
         b->status = err_nomem("the compiled backward's trace");
         return NULL;
     }
-    int idx = key_find_lifted(tb->req->k, n->saved[k].t, LIFT_SAVED);
+    int idx = cai_key_find_lifted(tb->req->k, n->saved[k].t, LIFT_SAVED);
     CA_ASSERT(idx < tb->req->k->n_lifted);
     if (idx < 0)
-        return trace_fail(tb, "saved tensor of %s was not lifted by the key", node_name(n));
+        return trace_fail(tb, "saved tensor of %s was not lifted by the key", cai_node_name(n));
     return bval_of(tb->lifted[idx]);
 }
 
 static const ca_meta *trace_meta(ca_builder *b, ca_bval v) {
     trace_builder *tb = (trace_builder *)b;
-    const graph_node *x = graph_node_at(tb->g, val_of(v));
+    const graph_node *x = cai_graph_node_at(tb->g, val_of(v));
     CA_ASSERT(x); /* a value of this graph */
     ca_meta *m = &tb->metas[tb->next_meta++ % 16];
     m->dtype = (ca_dtype)x->dtype;
@@ -220,16 +220,16 @@ static const ca_meta *trace_meta(ca_builder *b, ca_bval v) {
 static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
                                      uint32_t dim_mask) {
     trace_builder *tb = (trace_builder *)b;
-    graph_sx count = graph_sx_const(tb->g, 1);
+    graph_sx count = cai_graph_sx_const(tb->g, 1);
     for (int d = 0; d < m->ndim && count >= 0; d++) {
         graph_sx dim = dim_mask & (1u << d) ? size_sx(tb, m->shape[d]) : -1;
         if (dim_mask & (1u << d))
-            count = dim < 0 ? -1 : graph_sx_op(tb->g, GSX_MUL, count, dim);
+            count = dim < 0 ? -1 : cai_graph_sx_op(tb->g, GSX_MUL, count, dim);
     }
     if (count < 0)
         return trace_fail(tb, "%s: a mean over a corrupt size", tb->origin.name);
     int64_t c;
-    if (graph_sx_const_value(tb->g, count, &c))
+    if (cai_graph_sx_const_value(tb->g, count, &c))
         return bx_mul_s(b, x, 1.0 / (double)c);
     graph_op_args a = {.op = GOP_SCALE_SIZE, .n_in = 1, .in = {val_of(x)}, .n_shape = 1};
     a.shape[0] = count;
@@ -268,7 +268,7 @@ static void shadow_meta(trace_builder *tb, ca_meta *m, int *cursor) {
  * key lifted them (input shapes, grad_output, then the row's fields). */
 static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
     const key_collect *k = tb->req->k;
-    int cursor = key_node_first_slot(k, call);
+    int cursor = cai_key_node_first_slot(k, call);
     CA_ASSERT(n->n_in <= 8); /* shadow_in's size; run_rule turns larger nodes away */
     tb->shadow = *n;
     memcpy(tb->shadow_in, n->in_meta, sizeof(ca_meta) * (size_t)n->n_in);
@@ -276,13 +276,13 @@ static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
     for (int i = 0; i < n->n_in; i++)
         shadow_meta(tb, &tb->shadow_in[i], &cursor);
     shadow_meta(tb, &tb->shadow.out_meta, &cursor);
-    const ca_op_def *row = op_def(n->op);
+    const ca_op_def *row = cai_op_def(n->op);
     int saved = 0;
     for (int f = 0; f < row->n_fields; f++) {
         const ca_field_desc *fd = &row->fields[f];
         if (fd->kind == FIELD_TENSOR) {
             ca_tensor *t = n->saved[saved++].t;
-            int idx = t ? key_find_lifted(k, t, LIFT_SAVED) : -1;
+            int idx = t ? cai_key_find_lifted(k, t, LIFT_SAVED) : -1;
             if (idx >= 0 && k->lifted[idx].first_slot == cursor)
                 cursor += t->ndim; /* first lifted here: its dims were lifted here */
         } else if (fd->kind == FIELD_SIZES) {
@@ -329,7 +329,7 @@ static void run_post_hooks(trace_builder *tb, int call, graph_val acc, int leaf)
 }
 
 static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
-    const ca_op_def *row = op_def(n->op);
+    const ca_op_def *row = cai_op_def(n->op);
     ca_bval gin_local[8] = {0};
     if (n->n_in > 8) {
         trace_fail(tb, "%s has too many inputs to trace", row->node_name);
@@ -359,7 +359,7 @@ static void trace_node(trace_builder *tb, int call) {
     graph_val g = tb->buf[call];
     if (g < 0 || !n->needed)
         return;
-    tb->origin = (graph_origin){call, node_name(n), n->graph_id};
+    tb->origin = (graph_origin){call, cai_node_name(n), n->graph_id};
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     g = run_hooks(tb, call, g);
     if (g >= 0 && !tb->req->capture && n->retained)
@@ -369,22 +369,22 @@ static void trace_node(trace_builder *tb, int call) {
     if (g < 0 || tb->base.status != CA_OK)
         return;
     if (is_acc && !tb->req->capture) {
-        int leaf = key_find_lifted(tb->req->k, n->leaf, LIFT_LEAF);
+        int leaf = cai_key_find_lifted(tb->req->k, n->leaf, LIFT_LEAF);
         CA_ASSERT(leaf >= 0); /* the key lifts every AccumulateGrad's leaf */
         graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);
-    } else if (!is_acc && node_leads_on(n)) {
+    } else if (!is_acc && cai_node_leads_on(n)) {
         run_rule(tb, n, call, g);
     }
 }
 
 static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
     size_t calls = (size_t)k->n_nodes + 1;
-    tb->g = graph_new();
-    tb->lifted = mem_alloc(sizeof(graph_val) * ((size_t)k->n_lifted + 1));
-    tb->buf = mem_alloc(sizeof(graph_val) * calls);
-    tb->shadow_in = mem_alloc(sizeof(ca_meta) * 8);
+    tb->g = cai_graph_new();
+    tb->lifted = cai_mem_alloc(sizeof(graph_val) * ((size_t)k->n_lifted + 1));
+    tb->buf = cai_mem_alloc(sizeof(graph_val) * calls);
+    tb->shadow_in = cai_mem_alloc(sizeof(ca_meta) * 8);
     if (!tb->g || !tb->lifted || !tb->buf || !tb->shadow_in)
         return err_nomem("the compiled backward's trace");
     for (size_t c = 0; c < calls; c++)
@@ -393,12 +393,12 @@ static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
 }
 
 static void trace_free_scratch(trace_builder *tb) {
-    mem_free(tb->lifted);
-    mem_free(tb->buf);
-    mem_free(tb->shadow_in);
+    cai_mem_free(tb->lifted);
+    cai_mem_free(tb->buf);
+    cai_mem_free(tb->shadow_in);
 }
 
-ca_status trace_backward(const trace_request *req, trace_result *out) {
+ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
     memset(out, 0, sizeof *out);
     trace_builder tb = {.base = {.vt = &trace_vtbl, .status = CA_OK}, .req = req};
     const key_collect *k = req->k;
@@ -414,8 +414,8 @@ ca_status trace_backward(const trace_request *req, trace_result *out) {
     }
     trace_free_scratch(&tb);
     if (st != CA_OK) {
-        graph_free(tb.g);
-        mem_free(tb.reads);
+        cai_graph_free(tb.g);
+        cai_mem_free(tb.reads);
         return st;
     }
     *out = (trace_result){tb.g, tb.reads, tb.n_reads};

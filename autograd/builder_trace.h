@@ -24,7 +24,7 @@ typedef struct {
 
 typedef struct {
     graph *g;
-    trace_read *reads; /* from the library's allocator; free with mem_free */
+    trace_read *reads; /* from the library's allocator; free with cai_mem_free */
     int n_reads;
 } trace_result;
 
@@ -37,9 +37,9 @@ typedef struct {
 } trace_request;
 
 /* Trace the whole backward described by req into a new graph (*out, free with
- * graph_free). Only nodes with node->needed set run (see walk_mark_needed). Fails (with a message)
- * for an op the graph IR cannot express yet or a rule that did arithmetic on a symbolic size; the
- * caller then falls back to eager. */
-ca_status trace_backward(const trace_request *req, trace_result *out);
+ * cai_graph_free). Only nodes with node->needed set run (see cai_walk_mark_needed). Fails (with a
+ * message) for an op the graph IR cannot express yet or a rule that did arithmetic on a symbolic
+ * size; the caller then falls back to eager. */
+ca_status cai_trace_backward(const trace_request *req, trace_result *out);
 
 #endif /* CAGRAD_BUILDER_TRACE_H */

@@ -1,7 +1,7 @@
 /* compiled.c - compiled autograd: the public switches, and one compiled backward.
  *
  * The engine walks the graph and marks the needed nodes as for an eager backward, then
- * hands the walk here. compiled_run collects the walk's key, looks it up in the trie
+ * hands the walk here. cai_compiled_run collects the walk's key, looks it up in the trie
  * cache and, on a miss, traces the whole backward into one graph (builder_trace.c),
  * optimises it and plans its memory (graph/). It then runs the plan: kernels for the math,
  * and call-outs back here for hooks, retain_grad, .grad accumulation and autograd.grad's
@@ -37,7 +37,7 @@ typedef struct {
 } compiled_graph;
 
 /* All of compiled autograd's state, one per process. This file owns it: other files see
- * it only through compiled.h's calls (compiled_walk lends the walk to the engine for the
+ * it only through compiled.h's calls (cai_compiled_walk lends the walk to the engine for the
  * length of one backward). It lives from first use to process exit and starts zeroed;
  * ca_compiled_autograd_reset frees the cache (with every compiled graph), the key, the
  * walk and the seed, and zeroes the counters, but keeps the enable stack and the log
@@ -101,9 +101,9 @@ bool ca_compiled_autograd_enabled(void) {
 }
 
 void ca_compiled_autograd_reset(void) {
-    cache_clear(&compiled_autograd.cache);
-    key_collect_free(&compiled_autograd.key);
-    walk_free(&compiled_autograd.walk);
+    cai_cache_clear(&compiled_autograd.cache);
+    cai_key_collect_free(&compiled_autograd.key);
+    cai_walk_free(&compiled_autograd.walk);
     ca_tensor_release(compiled_autograd.seed);
     compiled_autograd.seed = NULL;
     memset(&compiled_autograd.counters, 0, sizeof compiled_autograd.counters);
@@ -120,7 +120,7 @@ void ca_compiled_autograd_counters(ca_compiled_counters *out) {
  * Logs
  */
 static void log_new_node(const cache_lookup *l) {
-    int sizes[16], n = cache_child_key_sizes(l->at, sizes, 16), len;
+    int sizes[16], n = cai_cache_child_key_sizes(l->at, sizes, 16), len;
     key_bytes(&compiled_autograd.key, l->call, &len);
     char prev[160] = "";
     size_t used = 0;
@@ -129,7 +129,7 @@ static void log_new_node(const cache_lookup *l) {
     fprintf(stderr,
             "[compiled_autograd_verbose] Cache miss due to new autograd node: %s (NodeCall %d) "
             "with key size %d, previous key sizes=[%s]\n",
-            key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
+            cai_key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
 }
 
 /* Called before the leaf records the new sizes: leaf->last_sizes still holds the old. */
@@ -151,7 +151,7 @@ static void log_changed_shapes(const cache_leaf *leaf) {
             continue;
         char owner[160];
         fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld%s\n", s,
-                key_owner_str(&compiled_autograd.key, s, owner, sizeof owner), (long long)was,
+                cai_key_owner_str(&compiled_autograd.key, s, owner, sizeof owner), (long long)was,
                 (long long)now,
                 was >= 2 && now >= 2 ? " (now dynamic)" : " (stays static: 0 and 1 specialise)");
     }
@@ -159,10 +159,10 @@ static void log_changed_shapes(const cache_leaf *leaf) {
 
 static void log_graph(const compiled_graph *cg) {
     char *text =
-        graph_print_inputs(cg->g, compiled_autograd.log_verbose, cg->sym_values, cg->inputs);
+        cai_graph_print_inputs(cg->g, compiled_autograd.log_verbose, cg->sym_values, cg->inputs);
     if (text)
         fprintf(stderr, "[compiled_autograd] TRACED GRAPH\n%s", text);
-    graph_free_string(text);
+    cai_graph_free_string(text);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -172,23 +172,23 @@ static void compiled_free(void *p) {
     compiled_graph *cg = p;
     if (!cg)
         return;
-    graph_plan_free(cg->plan);
-    graph_free(cg->g);
-    mem_free(cg->reads);
-    mem_data_free(cg->arena);
-    mem_free(cg->sym_values);
-    mem_free(cg->inputs);
-    mem_free(cg);
+    cai_graph_plan_free(cg->plan);
+    cai_graph_free(cg->g);
+    cai_mem_free(cg->reads);
+    cai_mem_data_free(cg->arena);
+    cai_mem_free(cg->sym_values);
+    cai_mem_free(cg->inputs);
+    cai_mem_free(cg);
 }
 
 static ca_status compiled_alloc(const key_collect *k, const cache_entry *e, compiled_graph **out) {
-    compiled_graph *cg = mem_calloc(1, sizeof *cg);
+    compiled_graph *cg = cai_mem_calloc(1, sizeof *cg);
     if (!cg)
         return err_nomem("a compiled backward");
     cg->n_symbols = e->n_symbols;
     cg->n_inputs = k->n_lifted;
-    cg->sym_values = mem_alloc(sizeof(int64_t) * (size_t)(e->n_symbols + 1));
-    cg->inputs = mem_alloc(sizeof(graph_view) * (size_t)(k->n_lifted + 1));
+    cg->sym_values = cai_mem_alloc(sizeof(int64_t) * (size_t)(e->n_symbols + 1));
+    cg->inputs = cai_mem_alloc(sizeof(graph_view) * (size_t)(k->n_lifted + 1));
     if (!cg->sym_values || !cg->inputs) {
         compiled_free(cg);
         return err_nomem("a compiled backward");
@@ -208,7 +208,7 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
                         .n_targets = c->n_targets,
                         .targets = c->targets};
     trace_result res;
-    ca_status st = trace_backward(&tr, &res);
+    ca_status st = cai_trace_backward(&tr, &res);
     cg->g = res.g;
     cg->reads = res.reads;
     cg->n_reads = res.n_reads;
@@ -218,13 +218,14 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
             fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
     }
     if (st == CA_OK) {
-        graph_dce(cg->g);
-        graph_cse(cg->g);
-        graph_simplify(cg->g); /* out of memory leaves it unsimplified, still right */
-        graph_cse(cg->g);      /* rewrites can make equal nodes */
-        graph_dce(cg->g);
-        graph_fuse(cg->g); /* last before planning; out of memory leaves it unfused, still right */
-        cg->plan = graph_plan_new(cg->g);
+        cai_graph_dce(cg->g);
+        cai_graph_cse(cg->g);
+        cai_graph_simplify(cg->g); /* out of memory leaves it unsimplified, still right */
+        cai_graph_cse(cg->g);      /* rewrites can make equal nodes */
+        cai_graph_dce(cg->g);
+        cai_graph_fuse(
+            cg->g); /* last before planning; out of memory leaves it unfused, still right */
+        cg->plan = cai_graph_plan_new(cg->g);
         if (!cg->plan)
             st = err_nomem("a compiled backward's memory plan");
     }
@@ -248,7 +249,7 @@ typedef struct {
 } run_ctx;
 
 static void view_of(const ca_tensor *t, graph_view *v) {
-    v->data = tensor_ptr(t);
+    v->data = cai_tensor_ptr(t);
     v->dtype = kdt(t->dtype);
     v->ndim = t->ndim;
     memcpy(v->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
@@ -264,11 +265,11 @@ static void src_of(const graph_view *v, kern_src *src) {
 static ca_status tensor_from_view(const graph_view *v, ca_tensor **out) {
     ca_meta m = {.dtype = (ca_dtype)v->dtype, .ndim = v->ndim};
     memcpy(m.shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
-    CA_CHECK(tensor_new(&m, out));
+    CA_CHECK(cai_tensor_new(&m, out));
     kern_src src;
     src_of(v, &src);
-    kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape, tensor_ptr(*out),
-                   (*out)->strides, &src, 0, 0);
+    cai_kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape, cai_tensor_ptr(*out),
+                       (*out)->strides, &src, 0, 0);
     return CA_OK;
 }
 
@@ -279,7 +280,7 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
         return tensor_from_view(v, &t->grad);
     kern_src src;
     src_of(v, &src);
-    tensor_add_into(t->grad, &src);
+    cai_tensor_add_into(t->grad, &src);
     return CA_OK;
 }
 
@@ -299,9 +300,9 @@ static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view
     CA_CHECK(tensor_from_view(in, &g));
     ca_tensor *before = g;
     ca_meta expect;
-    tensor_meta(g, &expect);
-    ca_status st =
-        hook_run_pre(&one, &g, &expect, key_node_name(&compiled_autograd.key, kh->node_call));
+    cai_tensor_meta(g, &expect);
+    ca_status st = cai_hook_run_pre(&one, &g, &expect,
+                                    cai_key_node_name(&compiled_autograd.key, kh->node_call));
     if (st == CA_OK && g != before && (st = keep_tensor(r, g)) == CA_OK) {
         view_of(g, repl); /* the run reads the replacement from here on */
         return CA_OK;
@@ -321,7 +322,7 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
     case GOP_POST_HOOK: {
         ca_hook one = *compiled_autograd.key.hooks[n->a.i[1]].hook;
         one.next = NULL;
-        return hook_run_post(&one, compiled_autograd.key.lifted[n->a.i[0]].t);
+        return cai_hook_run_post(&one, compiled_autograd.key.lifted[n->a.i[0]].t);
     }
     case GOP_OUTPUT: {
         ca_tensor **slot = &r->c->grads_out[n->a.i[0]];
@@ -345,11 +346,11 @@ static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *
                              bool *has_grad) {
     *has_grad = t->grad != NULL;
     if (t->grad) {
-        tensor_bump_version(t->grad); /* the runner writes it next */
+        cai_tensor_bump_version(t->grad); /* the runner writes it next */
     } else {
         ca_meta m = {.dtype = (ca_dtype)value->dtype, .ndim = value->ndim};
         memcpy(m.shape, value->shape, sizeof(int64_t) * (size_t)value->ndim);
-        CA_CHECK(tensor_new(&m, &t->grad));
+        CA_CHECK(cai_tensor_new(&m, &t->grad));
     }
     view_of(t->grad, dst);
     return CA_OK;
@@ -365,8 +366,8 @@ static int accumulate_target_cb(void *ctx, const graph_node *acc, const graph_vi
 /* The eager rules' checks of the saved tensors they read, in their order. */
 static ca_status check_reads(const compiled_graph *cg) {
     for (int i = 0; i < cg->n_reads; i++)
-        CA_CHECK(
-            node_check_saved(compiled_autograd.key.nodes[cg->reads[i].call - 1], cg->reads[i].k));
+        CA_CHECK(cai_node_check_saved(compiled_autograd.key.nodes[cg->reads[i].call - 1],
+                                      cg->reads[i].k));
     return CA_OK;
 }
 
@@ -382,24 +383,24 @@ static void bind(const cache_entry *e) {
 static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     compiled_graph *cg = e->compiled;
     bind(e);
-    size_t bytes = graph_plan_arena_bytes(cg->plan, cg->sym_values);
+    size_t bytes = cai_graph_plan_arena_bytes(cg->plan, cg->sym_values);
     if (bytes > cg->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
-        mem_data_free(cg->arena);
+        cai_mem_data_free(cg->arena);
         cg->arena_cap = 0;
-        if (!(cg->arena = mem_data_alloc(bytes)))
+        if (!(cg->arena = cai_mem_data_alloc(bytes)))
             return err_nomem("a compiled backward's arena");
         cg->arena_cap = bytes;
     }
     run_ctx r = {.c = c, .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
-    int rc = graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
+    int rc = cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     for (int i = 0; i < r.n_keep; i++)
         ca_tensor_release(r.keep[i]);
-    mem_free(r.keep);
+    cai_mem_free(r.keep);
     if (rc > 0)
         return r.st;
     if (rc < 0)
-        return err_set(CA_STATUS_INDEX, "%s", graph_plan_error(cg->plan));
+        return err_set(CA_STATUS_INDEX, "%s", cai_graph_plan_error(cg->plan));
     return CA_OK;
 }
 
@@ -410,8 +411,8 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
 static void release_saved(void) {
     for (int i = 0; i < compiled_autograd.key.n_nodes; i++) {
         ca_node *n = compiled_autograd.key.nodes[i];
-        if (n->needed && n->op != CA_OP_ACCUMULATE_GRAD && node_leads_on(n))
-            node_release_saved(n);
+        if (n->needed && n->op != CA_OP_ACCUMULATE_GRAD && cai_node_leads_on(n))
+            cai_node_release_saved(n);
     }
 }
 
@@ -427,7 +428,7 @@ static int64_t now_ns(void) {
  * neither a hit nor a miss: the counters describe lookups that went somewhere. */
 static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
-    cache_lookup l = cache_find(&compiled_autograd.cache, &compiled_autograd.key);
+    cache_lookup l = cai_cache_find(&compiled_autograd.cache, &compiled_autograd.key);
     if (l.kind == LOOKUP_HIT) {
         CA_CHECK(check_reads(l.entry->compiled));
         compiled_autograd.counters.cache_hits++;
@@ -438,12 +439,12 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
         log_new_node(&l);
     const ca_compiled_options *o = &compiled_autograd.opts[compiled_autograd.depth - 1];
     cache_leaf *leaf;
-    CA_CHECK(
-        cache_leaf_for(&compiled_autograd.cache, &compiled_autograd.key, &l, o->dynamic, &leaf));
+    CA_CHECK(cai_cache_leaf_for(&compiled_autograd.cache, &compiled_autograd.key, &l, o->dynamic,
+                                &leaf));
     if (l.kind == LOOKUP_SHAPES) {
         if (compiled_autograd.log_verbose)
             log_changed_shapes(leaf);
-        cache_mark_changed(leaf, &compiled_autograd.key, NULL);
+        cai_cache_mark_changed(leaf, &compiled_autograd.key, NULL);
     }
     if (leaf->n_entries >= o->cache_size_limit) {
         if (!leaf->warned)
@@ -458,12 +459,12 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     }
     cache_entry *e;
     int64_t t0 = now_ns();
-    CA_CHECK(cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
+    CA_CHECK(cai_cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
     bool untraceable = false;
     ca_status st = compile_entry(c, e, &untraceable);
     compiled_autograd.counters.compile_ns += now_ns() - t0;
     if (st != CA_OK) {
-        cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
+        cai_cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
         if (untraceable) {
             compiled_autograd.counters.cache_misses++;
             compiled_autograd.counters.eager_fallbacks++;
@@ -475,7 +476,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     compiled_autograd.counters.captures++;
     compiled_autograd.counters.graphs++;
     compiled_autograd.counters.fused_kernels +=
-        graph_count_fused(((const compiled_graph *)e->compiled)->g);
+        cai_graph_count_fused(((const compiled_graph *)e->compiled)->g);
     if (compiled_autograd.log_graph) { /* each traced graph is printed once, when it is made */
         bind(e);
         log_graph(e->compiled);
@@ -484,16 +485,16 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     return CA_OK;
 }
 
-ca_walk *compiled_walk(void) {
+ca_walk *cai_compiled_walk(void) {
     return &compiled_autograd.walk;
 }
 
-ca_status compiled_seed(const ca_meta *m, ca_tensor **out) {
+ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out) {
     if (compiled_autograd.seed) {
         ca_meta have;
-        tensor_meta(compiled_autograd.seed, &have);
+        cai_tensor_meta(compiled_autograd.seed, &have);
         /* reused only while nobody else holds it, so no one can see it change */
-        if (meta_same_shape(&have, m) && have.dtype == m->dtype &&
+        if (cai_meta_same_shape(&have, m) && have.dtype == m->dtype &&
             compiled_autograd.seed->refcnt == 1 && compiled_autograd.seed->storage->version == 0) {
             *out = ca_tensor_retain(compiled_autograd.seed);
             return CA_OK;
@@ -501,16 +502,16 @@ ca_status compiled_seed(const ca_meta *m, ca_tensor **out) {
         ca_tensor_release(compiled_autograd.seed);
         compiled_autograd.seed = NULL;
     }
-    CA_CHECK(tensor_full(m, 1.0, &compiled_autograd.seed));
+    CA_CHECK(cai_tensor_full(m, 1.0, &compiled_autograd.seed));
     *out = ca_tensor_retain(compiled_autograd.seed);
     return CA_OK;
 }
 
-bool compiled_active(void) {
+bool cai_compiled_active(void) {
     return compiled_autograd.depth > 0;
 }
 
-ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
+ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
     *ran = false;
     key_request req = {.capture = c->capture,
                        .n_roots = c->n_roots,
@@ -518,8 +519,8 @@ ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
                        .seeds = c->seeds,
                        .n_targets = c->n_targets,
                        .targets = c->targets};
-    CA_CHECK(
-        key_collect_walk(&compiled_autograd.key, w, &req)); /* the eager engine's errors, if any */
+    CA_CHECK(cai_key_collect_walk(&compiled_autograd.key, w,
+                                  &req)); /* the eager engine's errors, if any */
     cache_entry *e;
     CA_CHECK(find_or_compile(c, &e));
     compiled_autograd.last_graph = e ? ((const compiled_graph *)e->compiled)->g : NULL;
@@ -564,10 +565,10 @@ ca_status ca_graph_write_dot(const char *path) {
                            : "no compiled backward has run yet (or "
                              "ca_compiled_autograd_reset dropped it); call ca_backward "
                              "with compiled autograd enabled first");
-    char *text = graph_dot(compiled_autograd.last_graph);
+    char *text = cai_graph_dot(compiled_autograd.last_graph);
     if (!text)
         return err_nomem("the DOT text of a compiled backward");
     ca_status st = write_text(path, text);
-    graph_free_string(text);
+    cai_graph_free_string(text);
     return st;
 }

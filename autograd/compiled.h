@@ -18,14 +18,14 @@ typedef struct {
 } compiled_call;
 
 /* The walk every compiled backward reuses (its buffers are kept until reset). */
-ca_walk *compiled_walk(void);
+ca_walk *cai_compiled_walk(void);
 /* A new reference to a tensor of ones of meta m, kept between backwards (the implicit seed
  * of a one-element loss), so a steady-state compiled backward allocates nothing. */
-ca_status compiled_seed(const ca_meta *m, ca_tensor **out);
+ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out);
 /* True while compiled autograd is enabled. */
-bool compiled_active(void);
+bool cai_compiled_active(void);
 /* Run the walked, needed-marked backward compiled. *ran is false when it must run eagerly
  * instead (nothing has been done then); errors are the eager engine's. */
-ca_status compiled_run(const ca_walk *w, const compiled_call *c, bool *ran);
+ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran);
 
 #endif /* CAGRAD_COMPILED_H */

@@ -29,7 +29,7 @@ static bool entry_matches(const cache_entry *e, const key_collect *k) {
     return true;
 }
 
-cache_lookup cache_find(ca_cache *c, const key_collect *k) {
+cache_lookup cai_cache_find(ca_cache *c, const key_collect *k) {
     trie_node *t = &c->root;
     for (int call = 0; call <= k->n_nodes; call++) {
         int len;
@@ -56,11 +56,11 @@ static ca_status trie_child(trie_node *t, const uint8_t *key, int len, trie_node
         *out = c;
         return CA_OK;
     }
-    c = mem_calloc(1, sizeof *c);
-    uint8_t *copy = mem_alloc((size_t)len);
+    c = cai_mem_calloc(1, sizeof *c);
+    uint8_t *copy = cai_mem_alloc((size_t)len);
     if (!c || !copy) {
-        mem_free(c);
-        mem_free(copy);
+        cai_mem_free(c);
+        cai_mem_free(copy);
         return err_nomem("the compiled backward's cache");
     }
     memcpy(copy, key, (size_t)len);
@@ -73,14 +73,14 @@ static ca_status trie_child(trie_node *t, const uint8_t *key, int len, trie_node
 }
 
 static ca_status leaf_new(const key_collect *k, bool dynamic, cache_leaf **out) {
-    cache_leaf *leaf = mem_calloc(1, sizeof *leaf);
+    cache_leaf *leaf = cai_mem_calloc(1, sizeof *leaf);
     size_t n = (size_t)k->n_sizes;
-    uint8_t *dyn = mem_calloc(n ? n : 1, 1);
-    int64_t *last = mem_alloc(sizeof(int64_t) * (n ? n : 1));
+    uint8_t *dyn = cai_mem_calloc(n ? n : 1, 1);
+    int64_t *last = cai_mem_alloc(sizeof(int64_t) * (n ? n : 1));
     if (!leaf || !dyn || !last) {
-        mem_free(leaf);
-        mem_free(dyn);
-        mem_free(last);
+        cai_mem_free(leaf);
+        cai_mem_free(dyn);
+        cai_mem_free(last);
         return err_nomem("the compiled backward's cache");
     }
     for (size_t s = 0; s < n; s++)
@@ -96,8 +96,8 @@ static ca_status leaf_new(const key_collect *k, bool dynamic, cache_leaf **out) 
 
 /* Walks (and creates) the trie path of k. On failure the nodes already made stay: they
  * are valid, empty prefixes, and the next lookup simply misses at the same place. */
-ca_status cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
-                         cache_leaf **out) {
+ca_status cai_cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
+                             cache_leaf **out) {
     if (l->kind != LOOKUP_NEW_NODE) {
         *out = l->leaf;
         return CA_OK;
@@ -114,7 +114,7 @@ ca_status cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *
     return CA_OK;
 }
 
-int cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed) {
+int cai_cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed) {
     int count = 0;
     for (int s = 0; s < leaf->n_slots; s++) {
         bool diff = k->sizes[s] != leaf->last_sizes[s];
@@ -131,10 +131,10 @@ int cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed)
 static void entry_free(cache_entry *e) {
     if (e->free_compiled && e->compiled)
         e->free_compiled(e->compiled);
-    mem_free(e->sizes);
-    mem_free(e->symbol);
-    mem_free(e->first_slot);
-    mem_free(e);
+    cai_mem_free(e->sizes);
+    cai_mem_free(e->symbol);
+    cai_mem_free(e->first_slot);
+    cai_mem_free(e);
 }
 
 /* Duck sizing: dynamic slots with equal values share a symbol. */
@@ -154,14 +154,14 @@ static void assign_symbols(cache_entry *e, const cache_leaf *leaf, const key_col
     }
 }
 
-ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
-                          void (*free_compiled)(void *), cache_entry **out) {
+ca_status cai_cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
+                              void (*free_compiled)(void *), cache_entry **out) {
     size_t n = (size_t)k->n_sizes ? (size_t)k->n_sizes : 1;
-    cache_entry *e = mem_calloc(1, sizeof *e);
+    cache_entry *e = cai_mem_calloc(1, sizeof *e);
     if (e) {
-        e->sizes = mem_alloc(sizeof(int64_t) * n);
-        e->symbol = mem_alloc(sizeof(int32_t) * n);
-        e->first_slot = mem_alloc(sizeof(int32_t) * n);
+        e->sizes = cai_mem_alloc(sizeof(int64_t) * n);
+        e->symbol = cai_mem_alloc(sizeof(int32_t) * n);
+        e->first_slot = cai_mem_alloc(sizeof(int32_t) * n);
         e->compiled = compiled;
         e->free_compiled = free_compiled;
     }
@@ -183,7 +183,7 @@ ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled
     return CA_OK;
 }
 
-void cache_drop_entry(cache_leaf *leaf, cache_entry *e) {
+void cai_cache_drop_entry(cache_leaf *leaf, cache_entry *e) {
     for (cache_entry **p = &leaf->entries; *p; p = &(*p)->next)
         if (*p == e) {
             *p = e->next;
@@ -193,7 +193,7 @@ void cache_drop_entry(cache_leaf *leaf, cache_entry *e) {
         }
 }
 
-int cache_child_key_sizes(const trie_node *t, int *out, int max) {
+int cai_cache_child_key_sizes(const trie_node *t, int *out, int max) {
     int n = 0;
     for (const trie_node *c = t->child; c && n < max; c = c->sibling)
         out[n++] = c->len;
@@ -213,12 +213,12 @@ static void leaf_free(cache_leaf *leaf) {
         leaf->entries = e->next;
         entry_free(e);
     }
-    mem_free(leaf->dynamic);
-    mem_free(leaf->last_sizes);
-    mem_free(leaf);
+    cai_mem_free(leaf->dynamic);
+    cai_mem_free(leaf->last_sizes);
+    cai_mem_free(leaf);
 }
 
-void cache_clear(ca_cache *c) {
+void cai_cache_clear(ca_cache *c) {
     trie_node *work = c->root.child;
     c->root.child = NULL;
     while (work) {
@@ -233,7 +233,7 @@ void cache_clear(ca_cache *c) {
             work = t->child;
         }
         leaf_free(t->leaf);
-        mem_free(t->key);
-        mem_free(t);
+        cai_mem_free(t->key);
+        cai_mem_free(t);
     }
 }

@@ -62,24 +62,24 @@ typedef struct {
 } cache_lookup;
 
 /* Look the collected key up. Allocates nothing. */
-cache_lookup cache_find(ca_cache *c, const key_collect *k);
+cache_lookup cai_cache_find(ca_cache *c, const key_collect *k);
 /* The leaf for k, creating the rest of its trie path. With `dynamic`, a new leaf starts
  * with every slot of value >= 2 dynamic. */
-ca_status cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
-                         cache_leaf **out);
+ca_status cai_cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
+                             cache_leaf **out);
 /* A SHAPES miss: mark the slots whose value differs from the leaf's last capture dynamic
  * (values 0/1 stay static). changed[] (n_slots entries, may be NULL) gets 1 for each slot
  * that changed; returns how many changed. Records k's sizes as the last capture. */
-int cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed);
+int cai_cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed);
 /* A new entry for k at leaf, with the leaf's current dynamic slots as symbols. The entry
  * owns `compiled` from now on (also on failure, when it is freed at once). */
-ca_status cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
-                          void (*free_compiled)(void *), cache_entry **out);
+ca_status cai_cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
+                              void (*free_compiled)(void *), cache_entry **out);
 /* Remove e from leaf and free it (a compile that failed after the entry was made). */
-void cache_drop_entry(cache_leaf *leaf, cache_entry *e);
+void cai_cache_drop_entry(cache_leaf *leaf, cache_entry *e);
 /* Key byte lengths of the children of t, for the "previous key sizes" log. */
-int cache_child_key_sizes(const trie_node *t, int *out, int max);
+int cai_cache_child_key_sizes(const trie_node *t, int *out, int max);
 /* Free everything. */
-void cache_clear(ca_cache *c);
+void cai_cache_clear(ca_cache *c);
 
 #endif /* CAGRAD_COMPILED_CACHE_H */

@@ -73,7 +73,7 @@ static uint32_t lift_slot(const key_collect *k, const ca_tensor *t, key_lift_kin
     return (uint32_t)(h >> 32) & (uint32_t)(k->hash_cap - 1);
 }
 
-int key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind) {
+int cai_key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind) {
     if (k->hash_cap == 0)
         return -1;
     for (uint32_t s = lift_slot(k, t, kind);; s = (s + 1) & (uint32_t)(k->hash_cap - 1)) {
@@ -101,10 +101,10 @@ static ca_status hash_reserve(key_collect *k, int n) {
     int cap = k->hash_cap ? k->hash_cap : 64;
     while (cap < 2 * n)
         cap *= 2;
-    int32_t *h = mem_alloc(sizeof(int32_t) * (size_t)cap);
+    int32_t *h = cai_mem_alloc(sizeof(int32_t) * (size_t)cap);
     if (!h)
         return err_nomem("the compiled backward's key");
-    mem_free(k->lift_hash);
+    cai_mem_free(k->lift_hash);
     k->lift_hash = h;
     k->hash_cap = cap;
     memset(h, 0xff, sizeof(int32_t) * (size_t)cap);
@@ -113,14 +113,14 @@ static ca_status hash_reserve(key_collect *k, int n) {
     return CA_OK;
 }
 
-int key_node_first_slot(const key_collect *k, int call) {
+int cai_key_node_first_slot(const key_collect *k, int call) {
     return k->slot0[call];
 }
 
 /* Lift t (or find it lifted already); its index goes into the key, and on first lift its
  * dims become size slots. */
 static ca_status lift_tensor(key_collect *k, ca_tensor *t, key_lift_kind kind, key_slot_owner o) {
-    int idx = key_find_lifted(k, t, kind);
+    int idx = cai_key_find_lifted(k, t, kind);
     if (idx < 0) {
         CA_CHECK(grow((void **)&k->lifted, &k->cap_lifted, k->n_lifted + 1, sizeof(key_lifted)));
         CA_CHECK(hash_reserve(k, k->n_lifted + 1));
@@ -146,7 +146,7 @@ static ca_status lift_hooks(key_collect *k, ca_hook *list, int call, ca_tensor *
 
 /* ---- per node ---- */
 static ca_status node_fields(key_collect *k, const ca_node *n, int call) {
-    const ca_op_def *row = op_def(n->op);
+    const ca_op_def *row = cai_op_def(n->op);
     int saved = 0;
     for (int f = 0; f < row->n_fields; f++) {
         const ca_field_desc *fd = &row->fields[f];
@@ -213,7 +213,7 @@ static ca_status root_key(key_collect *k, const key_request *req) {
         CA_CHECK(put_i32(k, k->root_call[i]));
         CA_CHECK(
             lift_tensor(k, req->seeds[i], LIFT_SEED, (key_slot_owner){0, OWN_SEED, "seed", i, 0}));
-        k->root_seed[i] = key_find_lifted(k, req->seeds[i], LIFT_SEED);
+        k->root_seed[i] = cai_key_find_lifted(k, req->seeds[i], LIFT_SEED);
     }
     CA_CHECK(put_i32(k, req->n_targets));
     for (int i = 0; i < req->n_targets; i++)
@@ -229,7 +229,7 @@ static ca_status mark_offset(key_collect *k, int i) {
     return CA_OK;
 }
 
-ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req) {
+ca_status cai_key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req) {
     k->nodes = w->order.v;
     k->n_nodes = w->order.n;
     k->n_lifted = k->n_sizes = k->n_hooks = k->n_bytes = 0;
@@ -246,27 +246,27 @@ ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *
     return mark_offset(k, k->n_nodes + 1);
 }
 
-void key_collect_free(key_collect *k) {
-    mem_free(k->lifted);
-    mem_free(k->lift_hash);
-    mem_free(k->sizes);
-    mem_free(k->owners);
-    mem_free(k->hooks);
-    mem_free(k->bytes);
-    mem_free(k->off);
-    mem_free(k->slot0);
-    mem_free(k->root_call);
-    mem_free(k->root_seed);
+void cai_key_collect_free(key_collect *k) {
+    cai_mem_free(k->lifted);
+    cai_mem_free(k->lift_hash);
+    cai_mem_free(k->sizes);
+    cai_mem_free(k->owners);
+    cai_mem_free(k->hooks);
+    cai_mem_free(k->bytes);
+    cai_mem_free(k->off);
+    cai_mem_free(k->slot0);
+    cai_mem_free(k->root_call);
+    cai_mem_free(k->root_seed);
     memset(k, 0, sizeof *k);
 }
 
-const char *key_node_name(const key_collect *k, int call) {
-    return call == 0 ? "GraphRoot" : node_name(k->nodes[call - 1]);
+const char *cai_key_node_name(const key_collect *k, int call) {
+    return call == 0 ? "GraphRoot" : cai_node_name(k->nodes[call - 1]);
 }
 
-const char *key_owner_str(const key_collect *k, int slot, char *buf, size_t size) {
+const char *cai_key_owner_str(const key_collect *k, int slot, char *buf, size_t size) {
     const key_slot_owner *o = &k->owners[slot];
-    const char *node = key_node_name(k, o->node_call);
+    const char *node = cai_key_node_name(k, o->node_call);
     int call = o->node_call;
     switch (o->kind) {
     case OWN_INPUT:

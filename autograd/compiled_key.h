@@ -78,21 +78,21 @@ typedef struct {
 
 /* Collect the key of an ordered walk. Errors like the eager engine for a saved tensor
  * that was freed by an earlier backward or changed in place. Buffers are reused. */
-ca_status key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req);
-void key_collect_free(key_collect *k);
+ca_status cai_key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req);
+void cai_key_collect_free(key_collect *k);
 /* Node k's key bytes (k = 0 is the GraphRoot). */
 static inline const uint8_t *key_bytes(const key_collect *k, int call, int *len) {
     *len = k->off[call + 1] - k->off[call];
     return k->bytes + k->off[call];
 }
 /* The index of t among the lifted tensors of this kind, or -1. */
-int key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind);
+int cai_key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind kind);
 /* The first size slot NodeCall `call` lifted (its slots are contiguous, in the order
- * key_collect_walk lifts them: input shapes, grad_output, then its fields). */
-int key_node_first_slot(const key_collect *k, int call);
+ * cai_key_collect_walk lifts them: input shapes, grad_output, then its fields). */
+int cai_key_node_first_slot(const key_collect *k, int call);
 /* "MmBackward0 (NodeCall 3) saved self dim 0" into buf. */
-const char *key_owner_str(const key_collect *k, int slot, char *buf, size_t size);
+const char *cai_key_owner_str(const key_collect *k, int slot, char *buf, size_t size);
 /* The name of NodeCall i ("GraphRoot" for 0). */
-const char *key_node_name(const key_collect *k, int call);
+const char *cai_key_node_name(const key_collect *k, int call);
 
 #endif /* CAGRAD_COMPILED_KEY_H */

@@ -37,7 +37,7 @@ static ca_status buffer_add(ca_node *n, ca_tensor *g) {
         return CA_OK;
     }
     ca_tensor *in[2] = {n->buf, g}, *sum;
-    CA_CHECK(tensor_pointwise(KPW_ADD, &n->out_meta, 2, in, 1.0, 0, &sum));
+    CA_CHECK(cai_tensor_pointwise(KPW_ADD, &n->out_meta, 2, in, 1.0, 0, &sum));
     ca_tensor_release(n->buf);
     n->buf = sum;
     return CA_OK;
@@ -53,38 +53,39 @@ static ca_status accumulate_grad(ca_tensor *leaf, ca_tensor *g) {
             return CA_OK;
         }
         ca_meta m;
-        tensor_meta(g, &m);
-        return tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &leaf->grad);
+        cai_tensor_meta(g, &m);
+        return cai_tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &leaf->grad);
     }
     kern_src src;
-    tensor_src(g, leaf->grad->ndim, leaf->grad->shape, &src);
-    tensor_add_into(leaf->grad, &src);
+    cai_tensor_src(g, leaf->grad->ndim, leaf->grad->shape, &src);
+    cai_tensor_add_into(leaf->grad, &src);
     return CA_OK;
 }
 
 static ca_status check_grad_meta(const ca_node *n, int i, ca_tensor *g) {
     ca_meta m;
-    tensor_meta(g, &m);
-    if (meta_same_shape(&m, &n->in_meta[i]) && m.dtype == n->in_meta[i].dtype)
+    cai_tensor_meta(g, &m);
+    if (cai_meta_same_shape(&m, &n->in_meta[i]) && m.dtype == n->in_meta[i].dtype)
         return CA_OK;
     char s1[96], s2[96];
     return err_set(CA_STATUS_INTERNAL,
                    "derivative rule of %s returned a gradient of %s%s for input %d, which is "
                    "%s%s; please report this bug",
-                   node_name(n), ca_dtype_name(m.dtype), err_shape_str(m.ndim, m.shape, s1, 96), i,
+                   cai_node_name(n), ca_dtype_name(m.dtype),
+                   cai_err_shape_str(m.ndim, m.shape, s1, 96), i,
                    ca_dtype_name(n->in_meta[i].dtype),
-                   err_shape_str(n->in_meta[i].ndim, n->in_meta[i].shape, s2, 96));
+                   cai_err_shape_str(n->in_meta[i].ndim, n->in_meta[i].shape, s2, 96));
 }
 
 /* Run n's derivative rule on g and pass the results along its needed edges. */
 static ca_status run_rule(ca_node *n, ca_tensor *g) {
-    const ca_op_def *row = op_def(n->op);
+    const ca_op_def *row = cai_op_def(n->op);
     ca_bval local[8], *gin = local;
-    if (n->n_in > 8 && !(gin = mem_alloc(sizeof(ca_bval) * (size_t)n->n_in)))
+    if (n->n_in > 8 && !(gin = cai_mem_alloc(sizeof(ca_bval) * (size_t)n->n_in)))
         return err_nomem("a rule's gradient list");
     memset(gin, 0, sizeof(ca_bval) * (size_t)n->n_in);
     ca_eager_builder eb;
-    eager_builder_init(&eb);
+    cai_eager_builder_init(&eb);
     bool prev = ca_set_grad_enabled(false);
     row->backward(&eb.base, n, bv_of(g), gin);
     ca_set_grad_enabled(prev);
@@ -101,9 +102,9 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
         else if ((st = check_grad_meta(n, i, bv_tensor(gin[i]))) == CA_OK)
             st = buffer_add(c, bv_tensor(gin[i]));
     }
-    eager_scope_end(&eb);
+    cai_eager_scope_end(&eb);
     if (gin != local)
-        mem_free(gin);
+        cai_mem_free(gin);
     return st;
 }
 
@@ -118,8 +119,8 @@ static ca_status retain_grad(ca_node *n, ca_tensor *g) {
     ca_tensor *t = n->retained;
     if (!t->grad) { /* a copy: g goes on to the rule, which must not see later writes */
         ca_meta m;
-        tensor_meta(g, &m);
-        return tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &t->grad);
+        cai_tensor_meta(g, &m);
+        return cai_tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &t->grad);
     }
     return accumulate_grad(t, g);
 }
@@ -131,7 +132,7 @@ static ca_status run_node(engine_run *r, ca_node *n) {
         return CA_OK;
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     ca_hook *hooks = is_acc ? (n->leaf ? n->leaf->hooks : NULL) : n->pre_hooks;
-    ca_status st = hook_run_pre(hooks, &g, &n->out_meta, node_name(n));
+    ca_status st = cai_hook_run_pre(hooks, &g, &n->out_meta, cai_node_name(n));
     if (st == CA_OK && r->mode == RUN_ACCUMULATE && n->retained)
         st = retain_grad(n, g);
     if (st == CA_OK && r->mode == RUN_CAPTURE)
@@ -140,14 +141,14 @@ static ca_status run_node(engine_run *r, ca_node *n) {
     if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
         st = accumulate_grad(n->leaf, g);
         if (st == CA_OK)
-            st = hook_run_post(n->leaf->post_acc_hooks, n->leaf);
-    } else if (st == CA_OK && !is_acc && node_leads_on(n)) {
+            st = cai_hook_run_post(n->leaf->post_acc_hooks, n->leaf);
+    } else if (st == CA_OK && !is_acc && cai_node_leads_on(n)) {
         st = run_rule(n, g);
         ran_rule = true;
     }
     ca_tensor_release(g);
     if (st == CA_OK && ran_rule && !r->retain_graph)
-        node_release_saved(n);
+        cai_node_release_saved(n);
     return st;
 }
 
@@ -159,19 +160,19 @@ static void run_cleanup(engine_run *r) {
         ca_tensor_release(r->walk->nodes.v[i]->buf);
         r->walk->nodes.v[i]->buf = NULL;
     }
-    walk_free(&r->own_walk);
+    cai_walk_free(&r->own_walk);
 }
 
 /* roots[i] receives grads[i] (borrowed); every root must differ from NULL. */
 static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tensor *const *grads,
                                   int n_roots) {
     /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
-    r->walk = compiled_active() ? compiled_walk() : &r->own_walk;
-    ca_status st = walk_graph(r->walk, roots, n_roots);
+    r->walk = cai_compiled_active() ? cai_compiled_walk() : &r->own_walk;
+    ca_status st = cai_walk_graph(r->walk, roots, n_roots);
     bool ran = false;
     if (st == CA_OK) {
-        walk_mark_needed(r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
-        if (compiled_active()) {
+        cai_walk_mark_needed(r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
+        if (cai_compiled_active()) {
             compiled_call c = {.capture = r->mode == RUN_CAPTURE,
                                .retain_graph = r->retain_graph,
                                .n_roots = n_roots,
@@ -180,7 +181,7 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
                                .n_targets = r->n_cap,
                                .targets = r->cap_nodes,
                                .grads_out = r->cap_grads};
-            st = compiled_run(r->walk, &c, &ran);
+            st = cai_compiled_run(r->walk, &c, &ran);
         }
         for (int i = 0; i < n_roots && st == CA_OK && !ran; i++)
             st = buffer_add(roots[i], grads[i]);
@@ -202,36 +203,36 @@ static ca_status root_node(ca_tensor *t, const char *fn, int i, ca_node **out) {
                        "(and keep grad mode on while computing it)",
                        fn, i);
     if (t->grad_fn) {
-        *out = node_retain(t->grad_fn);
+        *out = cai_node_retain(t->grad_fn);
         return CA_OK;
     }
-    return node_grad_accumulator(t, out);
+    return cai_node_grad_accumulator(t, out);
 }
 
 /* The seed gradient for output t: the given one (checked) or ones for one element. */
 static ca_status root_grad(ca_tensor *t, ca_tensor *given, const char *fn, ca_tensor **out) {
     ca_meta m;
-    tensor_meta(t, &m);
+    cai_tensor_meta(t, &m);
     if (!given) {
-        if (meta_numel(&m) != 1) {
+        if (cai_meta_numel(&m) != 1) {
             char s[96];
             return err_set(CA_STATUS_AUTOGRAD,
                            "%s: grad can be implicitly created only for outputs with one "
                            "element, and this output has shape %s; pass an explicit gradient "
                            "(ca_backward_ex with options.gradient) or reduce it first (ca_sum)",
-                           fn, err_shape_str(m.ndim, m.shape, s, sizeof s));
+                           fn, cai_err_shape_str(m.ndim, m.shape, s, sizeof s));
         }
-        return compiled_active() ? compiled_seed(&m, out) : tensor_full(&m, 1.0, out);
+        return cai_compiled_active() ? cai_compiled_seed(&m, out) : cai_tensor_full(&m, 1.0, out);
     }
     ca_meta gm;
-    tensor_meta(given, &gm);
-    if (!meta_same_shape(&m, &gm) || m.dtype != gm.dtype) {
+    cai_tensor_meta(given, &gm);
+    if (!cai_meta_same_shape(&m, &gm) || m.dtype != gm.dtype) {
         char s1[96], s2[96];
         return err_set(CA_STATUS_SHAPE,
                        "%s: the gradient is %s%s but the output is %s%s; pass a gradient of the "
                        "output's shape and dtype",
-                       fn, ca_dtype_name(gm.dtype), err_shape_str(gm.ndim, gm.shape, s1, 96),
-                       ca_dtype_name(m.dtype), err_shape_str(m.ndim, m.shape, s2, 96));
+                       fn, ca_dtype_name(gm.dtype), cai_err_shape_str(gm.ndim, gm.shape, s1, 96),
+                       ca_dtype_name(m.dtype), cai_err_shape_str(m.ndim, m.shape, s2, 96));
     }
     *out = ca_tensor_retain(given);
     return CA_OK;
@@ -254,7 +255,7 @@ static ca_status roots_prepare(int n, ca_tensor *const *outs, ca_tensor *const *
     }
     if (st != CA_OK)
         for (int k = 0; k < i; k++) {
-            node_release(nodes[k]);
+            cai_node_release(nodes[k]);
             ca_tensor_release(grads[k]);
         }
     return st;
@@ -262,7 +263,7 @@ static ca_status roots_prepare(int n, ca_tensor *const *outs, ca_tensor *const *
 
 static void roots_release(int n, ca_node **nodes, ca_tensor **grads) {
     for (int i = 0; i < n; i++) {
-        node_release(nodes[i]);
+        cai_node_release(nodes[i]);
         ca_tensor_release(grads[i]);
     }
 }
@@ -325,10 +326,10 @@ static ca_status grad_collect(engine_run *r, int n_in, ca_tensor *const *inputs,
 static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots, int n_in,
                               ca_tensor *const *inputs) {
     ca_walk probe = {0};
-    ca_status st = walk_graph(&probe, roots, n_roots);
+    ca_status st = cai_walk_graph(&probe, roots, n_roots);
     for (int i = 0; i < n_in && st == CA_OK; i++)
         st = capture_node(inputs[i], i, probe.epoch, &r->cap_nodes[i]);
-    walk_free(&probe);
+    cai_walk_free(&probe);
     return st;
 }
 
@@ -347,7 +348,7 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
                        n_outputs, n_inputs);
     ca_grad_options o = options ? *options : (ca_grad_options){0};
     size_t n_ptrs = (size_t)n_outputs * 2 + (size_t)n_inputs * 2;
-    void **mem = mem_calloc(n_ptrs, sizeof(void *));
+    void **mem = cai_mem_calloc(n_ptrs, sizeof(void *));
     if (!mem)
         return err_nomem("ca_grad's bookkeeping");
     ca_node **roots = (ca_node **)mem;
@@ -367,6 +368,6 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
                 ca_tensor_release(r.cap_grads[i]);
         roots_release(n_outputs, roots, seeds);
     }
-    mem_free(mem);
+    cai_mem_free(mem);
     return st;
 }

@@ -14,7 +14,7 @@ static _Thread_local char err_msg[ERR_CAP];
 static _Thread_local ca_status err_status = CA_OK;
 static _Thread_local uint64_t err_gen = 0; /* bumped by every set: who set an error? */
 
-uint64_t err_generation(void) {
+uint64_t cai_err_generation(void) {
     return err_gen;
 }
 
@@ -25,7 +25,7 @@ static ca_status err_vset(ca_status status, const char *fmt, va_list ap) {
     return status;
 }
 
-ca_status err_set_impl(ca_status status, const char *fmt, ...) {
+ca_status cai_err_set_impl(ca_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     err_vset(status, fmt, ap);
@@ -41,11 +41,11 @@ ca_status ca_error_set(ca_status status, const char *fmt, ...) {
     return status;
 }
 
-void err_nomem_impl(const char *what) {
-    err_set_impl(CA_STATUS_NOMEM,
-                 "out of memory while allocating %s; free some tensors or reduce the "
-                 "batch size",
-                 what);
+void cai_err_nomem_impl(const char *what) {
+    cai_err_set_impl(CA_STATUS_NOMEM,
+                     "out of memory while allocating %s; free some tensors or reduce the "
+                     "batch size",
+                     what);
 }
 
 const char *ca_last_error(void) {
@@ -77,7 +77,7 @@ const char *ca_status_name(ca_status status) {
     return "CA_STATUS_UNKNOWN";
 }
 
-const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
+const char *cai_err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
     size_t used = 0;
     int w = snprintf(buf, size, "[");
     used = w > 0 ? (size_t)w : 0;

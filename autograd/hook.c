@@ -9,14 +9,14 @@
 
 static atomic_uint_fast64_t next_hook_id = 1;
 
-void hook_list_free(ca_hook **list) {
+void cai_hook_list_free(ca_hook **list) {
     ca_hook *h = *list;
     *list = NULL;
     while (h) {
         ca_hook *next = h->next;
         if (h->ctx_free)
             h->ctx_free(h->ctx);
-        mem_free(h);
+        cai_mem_free(h);
         h = next;
     }
 }
@@ -29,7 +29,7 @@ static ca_status hook_append(ca_hook **list, ca_hook *h) {
 }
 
 static ca_status hook_new(hook_kind kind, void *ctx, ca_ctx_free_fn ctx_free, ca_hook **out) {
-    ca_hook *h = mem_calloc(1, sizeof *h);
+    ca_hook *h = cai_mem_calloc(1, sizeof *h);
     if (!h)
         return err_nomem("a hook");
     h->id = atomic_fetch_add(&next_hook_id, 1);
@@ -84,7 +84,7 @@ static bool hook_unlink(ca_hook **list, ca_hook_handle id) {
         ca_hook *h = *list;
         *list = h->next;
         h->next = NULL;
-        hook_list_free(&h);
+        cai_hook_list_free(&h);
         return true;
     }
     return false;
@@ -102,14 +102,15 @@ ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle) {
                    (unsigned long long)handle);
 }
 
-ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect, const char *owner) {
+ca_status cai_hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
+                           const char *owner) {
     for (ca_hook *h = list; h; h = h->next) {
         ca_tensor *repl = NULL;
-        uint64_t gen = err_generation();
+        uint64_t gen = cai_err_generation();
         ca_status st = h->pre(*grad, &repl, h->ctx);
         if (st != CA_OK) {
             ca_tensor_release(repl);
-            if (err_generation() == gen)
+            if (cai_err_generation() == gen)
                 return err_set(CA_STATUS_HOOK,
                                "a tensor hook on the output of %s failed with "
                                "%s and set no message",
@@ -119,17 +120,17 @@ ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect, c
         if (!repl)
             continue;
         ca_meta m;
-        tensor_meta(repl, &m);
-        if (!meta_same_shape(&m, expect) || m.dtype != expect->dtype) {
+        cai_tensor_meta(repl, &m);
+        if (!cai_meta_same_shape(&m, expect) || m.dtype != expect->dtype) {
             char s1[96], s2[96];
             ca_tensor_release(repl);
             return err_set(CA_STATUS_HOOK,
                            "a tensor hook on the output of %s returned a gradient of %s%s, but "
                            "the tensor is %s%s; a hook must return a gradient of the same shape "
                            "and dtype (or none)",
-                           owner, ca_dtype_name(m.dtype), err_shape_str(m.ndim, m.shape, s1, 96),
-                           ca_dtype_name(expect->dtype),
-                           err_shape_str(expect->ndim, expect->shape, s2, 96));
+                           owner, ca_dtype_name(m.dtype),
+                           cai_err_shape_str(m.ndim, m.shape, s1, 96), ca_dtype_name(expect->dtype),
+                           cai_err_shape_str(expect->ndim, expect->shape, s2, 96));
         }
         ca_tensor_release(*grad);
         *grad = repl;
@@ -137,12 +138,12 @@ ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect, c
     return CA_OK;
 }
 
-ca_status hook_run_post(ca_hook *list, ca_tensor *leaf) {
+ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf) {
     for (ca_hook *h = list; h; h = h->next) {
-        uint64_t gen = err_generation();
+        uint64_t gen = cai_err_generation();
         ca_status st = h->post(leaf, h->ctx);
         if (st != CA_OK) {
-            if (err_generation() == gen)
+            if (cai_err_generation() == gen)
                 return err_set(CA_STATUS_HOOK,
                                "a post-accumulate-grad hook failed with %s and "
                                "set no message",

@@ -7,7 +7,7 @@
 static ca_status inplace_check(ca_tensor *self, ca_tensor *other, const char *fn) {
     CA_CHECK(ca_init());
     CA_ARG_NOT_NULL(self, fn);
-    if (!grad_mode_enabled())
+    if (!cai_grad_mode_enabled())
         return CA_OK;
     if (self->requires_grad && !self->grad_fn)
         return err_set(CA_STATUS_AUTOGRAD,
@@ -29,31 +29,31 @@ static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op
     CA_ARG_NOT_NULL(other, fn);
     CA_CHECK(inplace_check(self, other, fn));
     ca_meta ms, mo, mb;
-    tensor_meta(self, &ms);
-    tensor_meta(other, &mo);
+    cai_tensor_meta(self, &ms);
+    cai_tensor_meta(other, &mo);
     if (ms.dtype != mo.dtype)
         return err_set(CA_STATUS_DTYPE,
                        "%s: self is %s but other is %s; convert other with "
                        "ca_to_dtype",
                        fn, ca_dtype_name(ms.dtype), ca_dtype_name(mo.dtype));
-    CA_CHECK(meta_broadcast(&ms, &mo, &mb, fn));
-    if (!meta_same_shape(&mb, &ms)) {
+    CA_CHECK(cai_meta_broadcast(&ms, &mo, &mb, fn));
+    if (!cai_meta_same_shape(&mb, &ms)) {
         char s1[96], s2[96];
         return err_set(CA_STATUS_SHAPE,
                        "%s: other of shape %s cannot be broadcast to self's "
                        "shape %s in place",
-                       fn, err_shape_str(mo.ndim, mo.shape, s1, 96),
-                       err_shape_str(ms.ndim, ms.shape, s2, 96));
+                       fn, cai_err_shape_str(mo.ndim, mo.shape, s1, 96),
+                       cai_err_shape_str(ms.ndim, ms.shape, s2, 96));
     }
     kern_src src[2];
-    tensor_src(self, ms.ndim, ms.shape, &src[0]);
-    tensor_src(other, ms.ndim, ms.shape, &src[1]);
+    cai_tensor_src(self, ms.ndim, ms.shape, &src[0]);
+    cai_tensor_src(other, ms.ndim, ms.shape, &src[1]);
     const kern_src *s = op == KPW_COPY ? &src[1] : src; /* copy reads only other */
-    if (kern_pointwise(op, kdt(ms.dtype), KERN_F32, ms.ndim, ms.shape, tensor_ptr(self),
-                       self->strides, s, p0, 0) != 0)
+    if (cai_kern_pointwise(op, kdt(ms.dtype), KERN_F32, ms.ndim, ms.shape, cai_tensor_ptr(self),
+                           self->strides, s, p0, 0) != 0)
         return err_set(CA_STATUS_DTYPE, "%s: not supported for %s tensors", fn,
                        ca_dtype_name(ms.dtype));
-    tensor_bump_version(self);
+    cai_tensor_bump_version(self);
     return CA_OK;
 }
 
@@ -61,10 +61,10 @@ static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op
 static ca_status inplace_unary(ca_tensor *self, kern_pw_op op, double p0, const char *fn) {
     CA_CHECK(inplace_check(self, NULL, fn));
     kern_src src;
-    tensor_src(self, self->ndim, self->shape, &src);
-    kern_pointwise(op, kdt(self->dtype), KERN_F32, self->ndim, self->shape, tensor_ptr(self),
-                   self->strides, &src, p0, 0);
-    tensor_bump_version(self);
+    cai_tensor_src(self, self->ndim, self->shape, &src);
+    cai_kern_pointwise(op, kdt(self->dtype), KERN_F32, self->ndim, self->shape,
+                       cai_tensor_ptr(self), self->strides, &src, p0, 0);
+    cai_tensor_bump_version(self);
     return CA_OK;
 }
 

@@ -2,8 +2,10 @@
  *
  * Layering: autograd sits on graph and codegen and knows about refcounts, hooks and
  * versions. Everything here is private to the library; include/cagrad.h is the public
- * face. Module prefixes: tensor_ (tensor.c), op_ (op.c, the generic op call), engine_
- * (engine.c), hook_ (hook.c), mem_ (alloc.c), err_ (error.c).
+ * face. Every global symbol of the library starts with ca: ca_ for the public API, cai_
+ * for the internal one (scripts/check-symbols.sh checks it), so cagrad links into any
+ * program. After cai_ comes the module: cai_tensor_ (tensor.c), cai_op_ (op.c, the generic
+ * op call), cai_hook_ (hook.c), cai_mem_ (alloc.c), err_ (error.c; macros over cai_err_).
  */
 #ifndef CAGRAD_INTERNAL_H
 #define CAGRAD_INTERNAL_H
@@ -22,18 +24,18 @@ typedef struct ca_hook ca_hook;
  * Errors (error.c). err_set formats the thread's message and returns status, so a
  * failing path reads `return err_set(CA_STATUS_SHAPE, "...")`.
  */
-ca_status err_set_impl(ca_status status, const char *fmt, ...)
+ca_status cai_err_set_impl(ca_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void err_nomem_impl(const char *what);
+void cai_err_nomem_impl(const char *what);
 /* Macros, so the status a failing path returns is visible where it is returned: static
  * analysis then knows that `return err_set(...)` never returns CA_OK. */
-#define err_set(status, ...) (err_set_impl((status), __VA_ARGS__), (status))
-#define err_nomem(what)      (err_nomem_impl(what), CA_STATUS_NOMEM)
+#define err_set(status, ...) (cai_err_set_impl((status), __VA_ARGS__), (status))
+#define err_nomem(what)      (cai_err_nomem_impl(what), CA_STATUS_NOMEM)
 /* A counter bumped by every error set on this thread: compare before and after a
  * callback to learn whether it set a message, without clearing the user's last error. */
-uint64_t err_generation(void);
+uint64_t cai_err_generation(void);
 /* "[2, 3]" into buf */
-const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
+const char *cai_err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
 
 #define CA_CHECK(expr)                                                                             \
     do {                                                                                           \
@@ -54,23 +56,23 @@ const char *err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size
 /* ---------------------------------------------------------------------------------------
  * Memory (alloc.c). Every byte goes through the installed ca_allocator.
  */
-void *mem_alloc(size_t size); /* 16-byte aligned; NULL on failure */
-void *mem_alloc_aligned(size_t size, size_t align);
-void *mem_calloc(size_t n, size_t size);
-void mem_free(void *p);
-bool mem_is_default(void);      /* the default allocator is installed */
-void mem_default_free(void *p); /* frees a block the default allocator made */
+void *cai_mem_alloc(size_t size); /* 16-byte aligned; NULL on failure */
+void *cai_mem_alloc_aligned(size_t size, size_t align);
+void *cai_mem_calloc(size_t n, size_t size);
+void cai_mem_free(void *p);
+bool cai_mem_is_default(void);      /* the default allocator is installed */
+void cai_mem_default_free(void *p); /* frees a block the default allocator made */
 /* Data blocks (alloc_cache.c): tensor storage and scratch, 64-byte aligned, kept in a
- * cache by size when freed. Free them only with mem_data_free. */
-void *mem_data_alloc(size_t nbytes);
-void mem_data_free(void *p);
+ * cache by size when freed. Free them only with cai_mem_data_free. */
+void *cai_mem_data_alloc(size_t nbytes);
+void cai_mem_data_free(void *p);
 /* Grow the array *p of *cap elements (of elem bytes) to hold at least need, doubling and
  * keeping its contents. False when out of memory; *p and *cap are then unchanged. */
-bool mem_grow_slow(void **p, int *cap, int need, size_t elem);
+bool cai_mem_grow_slow(void **p, int *cap, int need, size_t elem);
 /* Inline: the key collection calls it for every value it records, and nearly always
  * there is room already. */
 static inline bool mem_grow(void **p, int *cap, int need, size_t elem) {
-    return need <= *cap || mem_grow_slow(p, cap, need, elem);
+    return need <= *cap || cai_mem_grow_slow(p, cap, need, elem);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -88,16 +90,16 @@ typedef struct {
     int64_t shape[CA_MAX_DIMS];
 } ca_meta;
 
-int64_t meta_numel(const ca_meta *m);
-bool meta_same_shape(const ca_meta *a, const ca_meta *b);
+int64_t cai_meta_numel(const ca_meta *m);
+bool cai_meta_same_shape(const ca_meta *a, const ca_meta *b);
 /* Broadcast a and b (NumPy rules) into out; on failure an error naming both shapes. */
-ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op);
+ca_status cai_meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op);
 /* Normalise a possibly negative dim against ndim (ndim 0 accepts -1 and 0, as PyTorch);
  * error naming the op and the valid range otherwise. */
-ca_status dim_normalize(int64_t *dim, int ndim, const char *op);
-/* "[2, 3]" for m's shape into buf (err_shape_str); META_STR_SIZE is a size that fits. */
+ca_status cai_dim_normalize(int64_t *dim, int ndim, const char *op);
+/* "[2, 3]" for m's shape into buf (cai_err_shape_str); META_STR_SIZE is a size that fits. */
 #define META_STR_SIZE 160
-const char *meta_str(const ca_meta *m, char *buf, size_t size);
+const char *cai_meta_str(const ca_meta *m, char *buf, size_t size);
 
 static inline kern_dtype kdt(ca_dtype dt) {
     return (kern_dtype)dt;
@@ -137,27 +139,27 @@ struct ca_tensor {
 };
 
 /* A new contiguous tensor with uninitialised data. */
-ca_status tensor_new(const ca_meta *m, ca_tensor **out);
+ca_status cai_tensor_new(const ca_meta *m, ca_tensor **out);
 /* A new tensor header aliasing t's storage with the given geometry (a view). */
-ca_status tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
-                       int64_t offset, ca_tensor **out);
-void tensor_meta(const ca_tensor *t, ca_meta *out);
-void tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
-void *tensor_ptr(const ca_tensor *t); /* element (0,...,0) */
+ca_status cai_tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset, ca_tensor **out);
+void cai_tensor_meta(const ca_tensor *t, ca_meta *out);
+void cai_tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+void *cai_tensor_ptr(const ca_tensor *t); /* element (0,...,0) */
 /* Strides of t broadcast to out_ndim/out_shape (0 on broadcast dims) as a kernel source. */
-void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src);
+void cai_tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src);
 /* Run a pointwise kernel writing a fresh contiguous tensor of shape m. */
-ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in, double p0,
-                           double p1, ca_tensor **out);
+ca_status cai_tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in,
+                               double p0, double p1, ca_tensor **out);
 /* A contiguous tensor with t's values: a new ref to t itself if already contiguous. */
-ca_status tensor_contiguous(ca_tensor *t, ca_tensor **out);
+ca_status cai_tensor_contiguous(ca_tensor *t, ca_tensor **out);
 /* acc += other in place (other has acc's shape, as a kernel source), bumping acc's
  * version: how .grad accumulates, in the eager and the compiled backward alike. */
-void tensor_add_into(ca_tensor *acc, const kern_src *other);
+void cai_tensor_add_into(ca_tensor *acc, const kern_src *other);
 /* Bump the version counter: call after every in-place write. */
-void tensor_bump_version(ca_tensor *t);
+void cai_tensor_bump_version(ca_tensor *t);
 /* Raw, autograd-free fills used by creation functions and the engine. */
-ca_status tensor_full(const ca_meta *m, double value, ca_tensor **out);
+ca_status cai_tensor_full(const ca_meta *m, double value, ca_tensor **out);
 
 /* ---------------------------------------------------------------------------------------
  * Op attributes: the non-tensor arguments of one op call. One struct for every op so
@@ -211,10 +213,10 @@ struct ca_node {
     int call_id; /* compiled backward: this node's NodeCall id in the current walk */
     bool needed;
     ca_tensor *buf;     /* gradient accumulated for this node's output */
-    ca_node *free_link; /* node_release's worklist */
+    ca_node *free_link; /* cai_node_release's worklist */
 };
 
-ca_status node_alloc(int op, int n_in, ca_node **out);
+ca_status cai_node_alloc(int op, int n_in, ca_node **out);
 
 /* ---------------------------------------------------------------------------------------
  * The walk (walk.c): the nodes reachable from some roots, in the one deterministic
@@ -233,33 +235,33 @@ typedef struct {
 } ca_walk;
 
 /* Walk from the roots (node->deps is used up; node->needed is reset to false). */
-ca_status walk_graph(ca_walk *w, ca_node *const *roots, int n_roots);
-void walk_free(ca_walk *w);
+ca_status cai_walk_graph(ca_walk *w, ca_node *const *roots, int n_roots);
+void cai_walk_free(ca_walk *w);
 /* Set node->needed: every node for a backward; for autograd.grad (capture), the targets and
  * the nodes on a path to one. */
-void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets);
+void cai_walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets);
 /* Whether one of n's edges leads to a needed node. A node's rule runs only then:
  * autograd.grad w.r.t. a non-leaf y stops at y and leaves y's own grad_fn (and its saved
  * values) alone. Every backward (eager, traced, compiled) asks this one question. */
-bool node_leads_on(const ca_node *n);
+bool cai_node_leads_on(const ca_node *n);
 /* A fresh epoch, for marking nodes outside a walk. */
-uint64_t walk_new_epoch(void);
+uint64_t cai_walk_new_epoch(void);
 
-ca_node *node_retain(ca_node *n);
+ca_node *cai_node_retain(ca_node *n);
 /* Free n's saved values and mark them freed: a backward without retain_graph does this to
  * every node whose rule ran, so a second backward through n gives PyTorch's error. */
-void node_release_saved(ca_node *n);
-void node_release(ca_node *n);
+void cai_node_release_saved(ca_node *n);
+void cai_node_release(ca_node *n);
 /* True if the rule must produce a gradient for input i. */
 static inline bool node_needs_grad(const ca_node *n, int i) {
     return n->next[i].fn != NULL;
 }
-const char *node_name(const ca_node *n);
+const char *cai_node_name(const ca_node *n);
 /* CA_OK if saved tensor k of n can be used: not freed by an earlier backward, not
  * changed in place since it was saved. Else PyTorch's error, naming the node. */
-ca_status node_check_saved(const ca_node *n, int k);
+ca_status cai_node_check_saved(const ca_node *n, int k);
 /* The leaf's AccumulateGrad node, created on first use (new reference). */
-ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out);
+ca_status cai_node_grad_accumulator(ca_tensor *leaf, ca_node **out);
 
 /* ---------------------------------------------------------------------------------------
  * Hooks (hook.c)
@@ -276,12 +278,13 @@ struct ca_hook {
     ca_ctx_free_fn ctx_free;
 };
 
-void hook_list_free(ca_hook **list);
+void cai_hook_list_free(ca_hook **list);
 /* Run pre-hooks on *grad (a new reference owned by the caller, replaced in place). The
  * expected meta is checked against each replacement; `owner` names the tensor's node in
  * messages. */
-ca_status hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect, const char *owner);
-ca_status hook_run_post(ca_hook *list, ca_tensor *leaf);
+ca_status cai_hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
+                           const char *owner);
+ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf);
 
 /* ---------------------------------------------------------------------------------------
  * The builder: the interface every derivative rule is written against (builder.h).
@@ -481,74 +484,74 @@ typedef struct {
     int count;
 } ca_op_group;
 
-extern const ca_op_group ops_pointwise, ops_activation, ops_reduce, ops_shape, ops_index,
-    ops_linalg, ops_nn, ops_autograd;
-/* Every group, as op_table_check gathers them. */
-extern const ca_op_group *const op_groups[];
-extern const int op_n_groups;
+extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
+    cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_autograd;
+/* Every group, as cai_op_table_check gathers them. */
+extern const ca_op_group *const cai_op_groups[];
+extern const int cai_op_n_groups;
 
-const ca_op_def *op_def(int id);
+const ca_op_def *cai_op_def(int id);
 /* Checks that every id has exactly one complete row and fills the table (op_table.c), then
  * builds the op registry from the rows' schemas (op_registry.c). */
-ca_status op_table_check(void);
+ca_status cai_op_table_check(void);
 /* The registry over the filled table: every schema parsed, or CA_STATUS_INTERNAL naming the
  * row whose schema is malformed. */
-ca_status op_registry_build(void);
+ca_status cai_op_registry_build(void);
 /* Whether row's schema is well formed and names the row (tests use it on made-up rows). */
-bool op_schema_valid(const ca_op_def *row);
+bool cai_op_schema_valid(const ca_op_def *row);
 /* Op `op`'s scalar arguments (n_arg of them, in its schema's order) into attrs, checked:
  * the row's own args function, or the default mapping of its schema. */
-ca_status op_def_args(int op, const double *arg, int n_arg, ca_attrs *a);
+ca_status cai_op_def_args(int op, const double *arg, int n_arg, ca_attrs *a);
 /* The same check over any list of groups, into table t (CA_OP__COUNT entries): tests use
  * it to show that an incomplete table is refused. */
-ca_status op_table_build(const ca_op_group *const *groups, int n_groups, const ca_op_def **t);
+ca_status cai_op_table_build(const ca_op_group *const *groups, int n_groups, const ca_op_def **t);
 
 /* ---------------------------------------------------------------------------------------
  * The generic op call (op.c): validate, shape rule, forward, and record a node when grad
  * mode is on and an input requires grad. aux_out (may be NULL) receives the op's aux
  * outputs as new references (CA_MAX_AUX entries, unused ones NULL).
  */
-ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs, ca_tensor **out,
-                  ca_tensor **aux_out);
+ca_status cai_op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
+                      ca_tensor **out, ca_tensor **aux_out);
 /* Shorthands for the public wrappers. */
-ca_status op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out);
-ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out);
+ca_status cai_op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out);
+ca_status cai_op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out);
 
 /* A kernel's return code as a status: 0 is CA_OK, -2 out of memory (err_nomem(what)),
  * anything else an internal error naming what and the code. */
-ca_status op_kern_status(int rc, const char *what);
+ca_status cai_op_kern_status(int rc, const char *what);
 /* Copy every element of src into dst, a strided region of src's shape and dtype; `what`
  * names the op in errors. */
-ca_status op_copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src, const char *what);
+ca_status cai_op_copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src, const char *what);
 /* Release the first n of ts (NULL entries are fine): a forward's intermediates. */
-void op_release_all(ca_tensor **ts, int n);
+void cai_op_release_all(ca_tensor **ts, int n);
 
 /* Forward kernel shared by every pointwise row: runs row->pw (or attrs.i[0] for
  * CA_OP_PW) with attrs.s[0..1] as params over broadcast inputs. */
-ca_status op_pointwise_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
-                               const ca_attrs *a, const ca_meta *m, ca_tensor **out,
-                               ca_tensor **aux);
+ca_status cai_op_pointwise_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                   const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                   ca_tensor **aux);
 /* Shape rule shared by pointwise rows: the kernel op's arity, broadcast all inputs, equal
  * dtypes (float unless the kernel op takes int64), except the cond input of KPW_WHERE
  * (input 0) and the mask of KPW_MASKED_FILL (input 1), which may be any dtype. The output
  * takes the other inputs' dtype; comparisons too (1 or 0). */
-ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
-                             ca_meta *out);
+ca_status cai_op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                 ca_meta *out);
 /* The kernel op of a pointwise row (row->pw, or attrs.i[0] for CA_OP_PW). */
-kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a);
+kern_pw_op cai_op_pw_kind(const ca_op_def *row, const ca_attrs *a);
 
 /* ---------------------------------------------------------------------------------------
  * Grad mode, graph ids, sequence numbers (autograd_state.c)
  */
-bool grad_mode_enabled(void);
-int fwd_graph_current(void);
+bool cai_grad_mode_enabled(void);
+int cai_fwd_graph_current(void);
 /* Tell this thread's op observer (if any) that op `name` ran. */
-void op_observe(const char *name);
-uint64_t node_next_seq(void);
+void cai_op_observe(const char *name);
+uint64_t cai_node_next_seq(void);
 
 /* ---------------------------------------------------------------------------------------
  * Random state (random.c): the global seed and offset the random kernels consume.
  */
-void random_next(uint64_t *seed, uint64_t **offset);
+void cai_random_next(uint64_t *seed, uint64_t **offset);
 
 #endif /* CAGRAD_INTERNAL_H */

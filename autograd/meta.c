@@ -5,14 +5,14 @@
  */
 #include "autograd/internal.h"
 
-int64_t meta_numel(const ca_meta *m) {
+int64_t cai_meta_numel(const ca_meta *m) {
     int64_t n = 1;
     for (int d = 0; d < m->ndim; d++)
         n *= m->shape[d];
     return n;
 }
 
-bool meta_same_shape(const ca_meta *a, const ca_meta *b) {
+bool cai_meta_same_shape(const ca_meta *a, const ca_meta *b) {
     if (a->ndim != b->ndim)
         return false;
     for (int d = 0; d < a->ndim; d++)
@@ -21,7 +21,7 @@ bool meta_same_shape(const ca_meta *a, const ca_meta *b) {
     return true;
 }
 
-ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op) {
+ca_status cai_meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op) {
     int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
     ca_meta r = {.dtype = a->dtype, .ndim = nd};
     for (int i = 0; i < nd; i++) {
@@ -33,8 +33,8 @@ ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const
             return err_set(CA_STATUS_SHAPE,
                            "%s: shapes %s and %s cannot be broadcast together (dim %d: %lld vs "
                            "%lld); sizes must match or be 1",
-                           op, meta_str(a, s1, sizeof s1), meta_str(b, s2, sizeof s2), i - nd,
-                           (long long)sa, (long long)sb);
+                           op, cai_meta_str(a, s1, sizeof s1), cai_meta_str(b, s2, sizeof s2),
+                           i - nd, (long long)sa, (long long)sb);
         }
         r.shape[i] = sa == 1 ? sb : sa;
     }
@@ -42,7 +42,7 @@ ca_status meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const
     return CA_OK;
 }
 
-ca_status dim_normalize(int64_t *dim, int ndim, const char *op) {
+ca_status cai_dim_normalize(int64_t *dim, int ndim, const char *op) {
     int64_t n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 and -1, as PyTorch */
     if (*dim < -n || *dim >= n)
         return err_set(CA_STATUS_DIM,
@@ -54,6 +54,6 @@ ca_status dim_normalize(int64_t *dim, int ndim, const char *op) {
     return CA_OK;
 }
 
-const char *meta_str(const ca_meta *m, char *buf, size_t size) {
-    return err_shape_str(m->ndim, m->shape, buf, size);
+const char *cai_meta_str(const ca_meta *m, char *buf, size_t size) {
+    return cai_err_shape_str(m->ndim, m->shape, buf, size);
 }

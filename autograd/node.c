@@ -6,13 +6,13 @@
  */
 #include "autograd/internal.h"
 
-ca_node *node_retain(ca_node *n) {
+ca_node *cai_node_retain(ca_node *n) {
     if (n)
         n->refcnt++;
     return n;
 }
 
-void node_release_saved(ca_node *n) {
+void cai_node_release_saved(ca_node *n) {
     for (int i = 0; i < n->n_saved; i++) {
         ca_tensor_release(n->saved[i].t);
         n->saved[i].t = NULL;
@@ -20,7 +20,7 @@ void node_release_saved(ca_node *n) {
     n->released = true;
 }
 
-void node_release(ca_node *n) {
+void cai_node_release(ca_node *n) {
     /* Iterative, with an intrusive worklist, so that freeing a long chain (a graph of 10k
      * ops) cannot overflow the stack and needs no allocation. */
     if (!n || --n->refcnt > 0)
@@ -30,8 +30,8 @@ void node_release(ca_node *n) {
     while (work) {
         n = work;
         work = n->free_link;
-        node_release_saved(n);
-        hook_list_free(&n->pre_hooks);
+        cai_node_release_saved(n);
+        cai_hook_list_free(&n->pre_hooks);
         ca_tensor_release(n->buf);
         if (n->retained)
             n->retained->retains_grad = false;
@@ -47,19 +47,19 @@ void node_release(ca_node *n) {
                 work = c;
             }
         }
-        mem_free(n);
+        cai_mem_free(n);
     }
 }
 
-const char *node_name(const ca_node *n) {
-    const ca_op_def *row = op_def(n->op);
+const char *cai_node_name(const ca_node *n) {
+    const ca_op_def *row = cai_op_def(n->op);
     return row ? row->node_name : "UnknownBackward";
 }
 
 /* One allocation holds the node and its per-input arrays. */
-ca_status node_alloc(int op, int n_in, ca_node **out) {
+ca_status cai_node_alloc(int op, int n_in, ca_node **out) {
     size_t size = sizeof(ca_node) + (size_t)n_in * (sizeof(ca_edge) + sizeof(ca_meta));
-    ca_node *n = mem_calloc(1, size);
+    ca_node *n = cai_mem_calloc(1, size);
     if (!n)
         return err_nomem("an autograd node");
     n->refcnt = 1;
@@ -67,33 +67,33 @@ ca_status node_alloc(int op, int n_in, ca_node **out) {
     n->n_in = n_in;
     n->in_meta = (ca_meta *)(n + 1);
     n->next = (ca_edge *)(n->in_meta + n_in);
-    n->graph_id = fwd_graph_current();
-    n->seq = node_next_seq();
+    n->graph_id = cai_fwd_graph_current();
+    n->seq = cai_node_next_seq();
     *out = n;
     return CA_OK;
 }
 
-ca_status node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
+ca_status cai_node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
     if (leaf->grad_accumulator) {
-        *out = node_retain(leaf->grad_accumulator);
+        *out = cai_node_retain(leaf->grad_accumulator);
         return CA_OK;
     }
     ca_node *n;
-    CA_CHECK(node_alloc(CA_OP_ACCUMULATE_GRAD, 0, &n));
+    CA_CHECK(cai_node_alloc(CA_OP_ACCUMULATE_GRAD, 0, &n));
     /* Accumulate as soon as ready (as PyTorch does), whenever the node was made: a leaf's
      * accumulator can outlive one step while older tensors keep it, and the walk order,
      * and so the compiled-autograd cache key, must not depend on that. */
     n->seq = UINT64_MAX;
-    tensor_meta(leaf, &n->out_meta);
+    cai_tensor_meta(leaf, &n->out_meta);
     n->leaf = ca_tensor_retain(leaf);
     leaf->grad_accumulator = n;
     *out = n;
     return CA_OK;
 }
 
-ca_status node_check_saved(const ca_node *n, int k) {
+ca_status cai_node_check_saved(const ca_node *n, int k) {
     const ca_saved *s = &n->saved[k];
-    const ca_op_def *row = op_def(n->op);
+    const ca_op_def *row = cai_op_def(n->op);
     const char *field = row->fields[s->field].name;
     if (n->released)
         return err_set(

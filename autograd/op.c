@@ -1,7 +1,7 @@
 /* op.c - the generic op call: validate, run the shape rule and the forward kernel, and
  * record a node when the call needs a gradient.
  *
- * Every public op goes through op_call, so recording, saving and the checks around them
+ * Every public op goes through cai_op_call, so recording, saving and the checks around them
  * exist once. Saved tensors are detached aliases stamped with their storage version:
  * backward compares the stamp to report a saved tensor that was changed in place.
  */
@@ -15,10 +15,10 @@
 static ca_status edge_for(ca_tensor *t, ca_edge *e) {
     e->input_nr = 0;
     if (t->grad_fn) {
-        e->fn = node_retain(t->grad_fn);
+        e->fn = cai_node_retain(t->grad_fn);
         return CA_OK;
     }
-    return node_grad_accumulator(t, &e->fn);
+    return cai_node_grad_accumulator(t, &e->fn);
 }
 
 static ca_tensor *field_tensor(const ca_field_desc *f, ca_tensor *const *in, ca_tensor *res,
@@ -42,7 +42,7 @@ static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const 
         s->field = f;
         if (!t) /* an optional input that was not given (e.g. layer_norm without weight) */
             continue;
-        CA_CHECK(tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, &s->t));
+        CA_CHECK(cai_tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, &s->t));
         s->version = t->storage->version;
     }
     return CA_OK;
@@ -53,7 +53,7 @@ static bool input_differentiable(const ca_op_def *row, ca_tensor *const *in, int
 }
 
 static bool needs_record(const ca_op_def *row, ca_tensor *const *in, int n_in) {
-    if (!grad_mode_enabled() || (row->flags & CA_OPF_NONDIFF))
+    if (!cai_grad_mode_enabled() || (row->flags & CA_OPF_NONDIFF))
         return false;
     for (int i = 0; i < n_in; i++)
         if (input_differentiable(row, in, i))
@@ -65,9 +65,9 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
                              const ca_attrs *a, const ca_meta *metas, ca_tensor *res,
                              ca_tensor *const *aux) {
     ca_node *n;
-    CA_CHECK(node_alloc(row->id, n_in, &n));
+    CA_CHECK(cai_node_alloc(row->id, n_in, &n));
     n->attrs = *a;
-    tensor_meta(res, &n->out_meta);
+    cai_tensor_meta(res, &n->out_meta);
     ca_status st = CA_OK;
     for (int i = 0; i < n_in && st == CA_OK; i++) {
         n->in_meta[i] = metas[i];
@@ -77,7 +77,7 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
     if (st == CA_OK)
         st = save_fields(row, n, in, res, aux);
     if (st != CA_OK) {
-        node_release(n);
+        cai_node_release(n);
         return st;
     }
     res->grad_fn = n;
@@ -105,7 +105,7 @@ static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca
     ca_meta om;
     ca_tensor *res = NULL, *aux[CA_MAX_AUX] = {0};
     for (int i = 0; i < n_in; i++)
-        tensor_meta(in[i], &metas[i]);
+        cai_tensor_meta(in[i], &metas[i]);
     CA_CHECK(row->shape(row, metas, n_in, a, &om));
     CA_CHECK(row->forward(row, in, n_in, a, &om, &res, aux));
     ca_status st = CA_OK;
@@ -125,10 +125,10 @@ static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca
     return CA_OK;
 }
 
-ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs, ca_tensor **out,
-                  ca_tensor **aux_out) {
+ca_status cai_op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
+                      ca_tensor **out, ca_tensor **aux_out) {
     CA_CHECK(ca_init());
-    const ca_op_def *row = op_def(op);
+    const ca_op_def *row = cai_op_def(op);
     if (!row)
         return err_set(CA_STATUS_INTERNAL, "op id %d has no row in the op table", op);
     CA_ARG_NOT_NULL(out, row->name);
@@ -138,29 +138,29 @@ ca_status op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
     CA_CHECK(check_inputs(row, n_in, in));
     ca_attrs a = attrs ? *attrs : (ca_attrs){0};
     ca_meta local[8], *metas = local;
-    if (n_in > 8 && !(metas = mem_alloc(sizeof(ca_meta) * (size_t)n_in)))
+    if (n_in > 8 && !(metas = cai_mem_alloc(sizeof(ca_meta) * (size_t)n_in)))
         return err_nomem("input shapes");
     ca_status st = op_run(row, n_in, in, &a, metas, out, aux_out);
     if (metas != local)
-        mem_free(metas);
+        cai_mem_free(metas);
     if (st == CA_OK)
-        op_observe(row->name);
+        cai_op_observe(row->name);
     return st;
 }
 
-ca_status op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out) {
-    return op_call(op, 1, &x, a, out, NULL);
+ca_status cai_op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out) {
+    return cai_op_call(op, 1, &x, a, out, NULL);
 }
 
-ca_status op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out) {
+ca_status cai_op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out) {
     ca_tensor *in[2] = {x, y};
-    return op_call(op, 2, in, a, out, NULL);
+    return cai_op_call(op, 2, in, a, out, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------
  * Helpers for the op groups' forwards
  */
-ca_status op_kern_status(int rc, const char *what) {
+ca_status cai_op_kern_status(int rc, const char *what) {
     if (rc == 0)
         return CA_OK;
     if (rc == -2)
@@ -169,19 +169,20 @@ ca_status op_kern_status(int rc, const char *what) {
                    rc);
 }
 
-ca_status op_copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src, const char *what) {
+ca_status cai_op_copy_into(void *dst, const int64_t *dst_strides, ca_tensor *src,
+                           const char *what) {
     ca_meta m;
-    tensor_meta(src, &m);
-    if (meta_numel(&m) == 0)
+    cai_tensor_meta(src, &m);
+    if (cai_meta_numel(&m) == 0)
         return CA_OK;
     kern_src s;
-    tensor_src(src, src->ndim, src->shape, &s);
-    int rc = kern_pointwise(KPW_COPY, kdt(src->dtype), kdt(src->dtype), src->ndim, src->shape, dst,
-                            dst_strides, &s, 0, 0);
-    return op_kern_status(rc, what);
+    cai_tensor_src(src, src->ndim, src->shape, &s);
+    int rc = cai_kern_pointwise(KPW_COPY, kdt(src->dtype), kdt(src->dtype), src->ndim, src->shape,
+                                dst, dst_strides, &s, 0, 0);
+    return cai_op_kern_status(rc, what);
 }
 
-void op_release_all(ca_tensor **ts, int n) {
+void cai_op_release_all(ca_tensor **ts, int n) {
     for (int i = 0; i < n; i++)
         ca_tensor_release(ts[i]);
 }
@@ -189,7 +190,7 @@ void op_release_all(ca_tensor **ts, int n) {
 /* ---------------------------------------------------------------------------------------
  * The shape rule and forward kernel shared by every pointwise row
  */
-kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a) {
+kern_pw_op cai_op_pw_kind(const ca_op_def *row, const ca_attrs *a) {
     if (row->id == CA_OP_PW)
         return (kern_pw_op)a->i[0];
     if (row->id == CA_OP_GELU && a->i[0]) /* approximate='tanh' is its own kernel op */
@@ -197,13 +198,13 @@ kern_pw_op op_pw_kind(const ca_op_def *row, const ca_attrs *a) {
     return row->pw;
 }
 
-ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
-                             ca_meta *out) {
-    kern_pw_op k = op_pw_kind(row, a);
-    if ((unsigned)k >= KPW__COUNT || kern_pw_arity(k) != n_in)
+ca_status cai_op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                 ca_meta *out) {
+    kern_pw_op k = cai_op_pw_kind(row, a);
+    if ((unsigned)k >= KPW__COUNT || cai_kern_pw_arity(k) != n_in)
         return err_set(CA_STATUS_INVALID, "%s: pointwise op %d takes %d inputs, got %d", row->name,
-                       (int)k, (unsigned)k < KPW__COUNT ? kern_pw_arity(k) : -1, n_in);
-    int cond = kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
+                       (int)k, (unsigned)k < KPW__COUNT ? cai_kern_pw_arity(k) : -1, n_in);
+    int cond = cai_kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
     ca_meta r = in[first];
     for (int i = 0; i < n_in; i++) {
         if (i == cond)
@@ -214,14 +215,14 @@ ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
                            "convert one with ca_to_dtype",
                            row->name, ca_dtype_name(r.dtype), ca_dtype_name(in[i].dtype));
     }
-    if (r.dtype == CA_INT64 && !kern_pw_supports(k, KERN_I64))
+    if (r.dtype == CA_INT64 && !cai_kern_pw_supports(k, KERN_I64))
         return err_set(CA_STATUS_DTYPE,
                        "%s: int64 tensors are not supported; convert with "
                        "ca_to_dtype(x, CA_FLOAT32, ...) first",
                        row->name);
     for (int i = 0; i < n_in; i++) {
         ca_meta b;
-        CA_CHECK(meta_broadcast(&r, &in[i], &b, row->name));
+        CA_CHECK(cai_meta_broadcast(&r, &in[i], &b, row->name));
         b.dtype = r.dtype;
         r = b;
     }
@@ -229,9 +230,9 @@ ca_status op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
     return CA_OK;
 }
 
-ca_status op_pointwise_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
-                               const ca_attrs *a, const ca_meta *m, ca_tensor **out,
-                               ca_tensor **aux) {
+ca_status cai_op_pointwise_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                   const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                   ca_tensor **aux) {
     (void)aux;
-    return tensor_pointwise(op_pw_kind(row, a), m, n_in, in, a->s[0], a->s[1], out);
+    return cai_tensor_pointwise(cai_op_pw_kind(row, a), m, n_in, in, a->s[0], a->s[1], out);
 }

@@ -161,15 +161,15 @@ static bool parse_schema(const ca_op_def *row, reg_entry *e) {
            (row->n_in_max < 0 || e->n_tensors <= row->n_in_max);
 }
 
-bool op_schema_valid(const ca_op_def *row) {
+bool cai_op_schema_valid(const ca_op_def *row) {
     reg_entry e = {.op = row->id};
     return row->schema && parse_schema(row, &e);
 }
 
-ca_status op_registry_build(void) {
+ca_status cai_op_registry_build(void) {
     registry.n = 0;
     for (int id = 0; id < CA_OP__COUNT; id++) {
-        const ca_op_def *row = op_def(id);
+        const ca_op_def *row = cai_op_def(id);
         if (!row || !row->schema)
             continue;
         reg_entry e = {.op = id};
@@ -215,8 +215,8 @@ static ca_status default_args(const ca_op_def *row, const reg_entry *e, const do
     return CA_OK;
 }
 
-ca_status op_def_args(int op, const double *arg, int n_arg, ca_attrs *a) {
-    const ca_op_def *row = op_def(op);
+ca_status cai_op_def_args(int op, const double *arg, int n_arg, ca_attrs *a) {
+    const ca_op_def *row = cai_op_def(op);
     if (!row)
         return err_set(CA_STATUS_INTERNAL, "op id %d has no row in the op table", op);
     if (n_arg > 0 && !arg)
@@ -252,7 +252,7 @@ ca_status ca_op_describe(int index, ca_op_info *out) {
     CA_ARG_NOT_NULL(out, "ca_op_describe");
     const reg_entry *e;
     CA_CHECK(entry_at(index, &e));
-    const ca_op_def *row = op_def(e->op);
+    const ca_op_def *row = cai_op_def(e->op);
     *out = (ca_op_info){.name = row->name,
                         .schema = row->schema,
                         .n_tensors = e->n_tensors,
@@ -268,7 +268,7 @@ ca_status ca_op_find(const char *name, int *index) {
     CA_ARG_NOT_NULL(index, "ca_op_find");
     CA_CHECK(ca_init());
     for (int k = 0; k < registry.n; k++)
-        if (strcmp(op_def(registry.e[k].op)->name, name) == 0) {
+        if (strcmp(cai_op_def(registry.e[k].op)->name, name) == 0) {
             *index = k;
             return CA_OK;
         }
@@ -282,13 +282,13 @@ ca_status ca_op_apply(int index, int n_tensors, ca_tensor *const *tensors, int n
     *out = NULL;
     const reg_entry *e;
     CA_CHECK(entry_at(index, &e));
-    const ca_op_def *row = op_def(e->op);
+    const ca_op_def *row = cai_op_def(e->op);
     if (n_tensors != e->n_tensors || n_scalars != e->n_scalars)
         return err_set(CA_STATUS_INVALID,
                        "ca_op_apply: %s takes %d tensors and %d scalars, got %d and %d (schema "
                        "\"%s\")",
                        row->name, e->n_tensors, e->n_scalars, n_tensors, n_scalars, row->schema);
     ca_attrs a = {0};
-    CA_CHECK(op_def_args(e->op, scalars, n_scalars, &a));
-    return op_call(e->op, n_tensors, tensors, &a, out, NULL);
+    CA_CHECK(cai_op_def_args(e->op, scalars, n_scalars, &a));
+    return cai_op_call(e->op, n_tensors, tensors, &a, out, NULL);
 }

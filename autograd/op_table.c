@@ -9,14 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-const ca_op_group *const op_groups[] = {&ops_pointwise, &ops_activation, &ops_reduce,
-                                        &ops_shape,     &ops_index,      &ops_linalg,
-                                        &ops_nn,        &ops_autograd};
-const int op_n_groups = (int)(sizeof op_groups / sizeof op_groups[0]);
+const ca_op_group *const cai_op_groups[] = {
+    &cai_ops_pointwise, &cai_ops_activation, &cai_ops_reduce, &cai_ops_shape,
+    &cai_ops_index,     &cai_ops_linalg,     &cai_ops_nn,     &cai_ops_autograd};
+const int cai_op_n_groups = (int)(sizeof cai_op_groups / sizeof cai_op_groups[0]);
 
 static const ca_op_def *table[CA_OP__COUNT];
 
-const ca_op_def *op_def(int id) {
+const ca_op_def *cai_op_def(int id) {
     return id >= 0 && id < CA_OP__COUNT ? table[id] : NULL;
 }
 
@@ -67,7 +67,7 @@ static ca_status table_fill(const ca_op_group *const *gs, int n_groups, const ca
     return CA_OK;
 }
 
-ca_status op_table_build(const ca_op_group *const *gs, int n_groups, const ca_op_def **t) {
+ca_status cai_op_table_build(const ca_op_group *const *gs, int n_groups, const ca_op_def **t) {
     memset(t, 0, sizeof(ca_op_def *) * CA_OP__COUNT);
     CA_CHECK(table_fill(gs, n_groups, t));
     for (int id = 0; id < CA_OP__COUNT; id++) {
@@ -87,9 +87,9 @@ ca_status op_table_build(const ca_op_group *const *gs, int n_groups, const ca_op
     return CA_OK;
 }
 
-ca_status op_table_check(void) {
-    CA_CHECK(op_table_build(op_groups, op_n_groups, table));
-    return op_registry_build();
+ca_status cai_op_table_check(void) {
+    CA_CHECK(cai_op_table_build(cai_op_groups, cai_op_n_groups, table));
+    return cai_op_registry_build();
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -103,4 +103,4 @@ static const ca_op_def autograd_rows[] = {
      .flags = CA_OPF_NONDIFF},
 };
 
-const ca_op_group ops_autograd = {autograd_rows, 1};
+const ca_op_group cai_ops_autograd = {autograd_rows, 1};

@@ -14,8 +14,8 @@
 static void activation_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    const ca_op_def *row = op_def(n->op);
-    ca_bval d = bx_pw(b, row->pw_bw, g, bx_saved(b, n, 0), NULL, n->attrs.s[0], n->attrs.s[1]);
+    const ca_op_def *row = cai_op_def(n->op);
+    ca_bval d = bx_pw(b, row->pw_bw, g, cai_bx_saved(b, n, 0), NULL, n->attrs.s[0], n->attrs.s[1]);
     gin[0] = bx_sum_to(b, d, &n->in_meta[0]);
 }
 
@@ -64,8 +64,8 @@ CA_ACTIVATIONS(ACT_ARGS)
      .n_in_max = 1,                                                                                \
      .n_fields = 1 + KPW_NP_##BWD,                                                                 \
      .fields = {SAVED_##SAVED, F_DBL("p0", 0), F_DBL("p1", 1)},                                    \
-     .shape = op_pointwise_shape,                                                                  \
-     .forward = op_pointwise_forward,                                                              \
+     .shape = cai_op_pointwise_shape,                                                              \
+     .forward = cai_op_pointwise_forward,                                                          \
      .backward = activation_backward,                                                              \
      .pw = KPW_##FWD,                                                                              \
      .pw_bw = KPW_##BWD,                                                                           \
@@ -76,7 +76,7 @@ CA_ACTIVATIONS(ACT_ARGS)
 static const ca_op_def rows[] = {CA_ACTIVATIONS(ACT_ROW)};
 #undef ACT_ROW
 
-const ca_op_group ops_activation = {rows, (int)(sizeof rows / sizeof rows[0])};
+const ca_op_group cai_ops_activation = {rows, (int)(sizeof rows / sizeof rows[0])};
 
 /* ---------------------------------------------------------------------------------------
  * The C functions: ca_<NAME>(x, [a0, [a1,]] out)
@@ -86,10 +86,10 @@ static ca_status activation_call(int op, const char *fn, ca_tensor *x, const dou
     CA_ARG_NOT_NULL(out, fn);
     *out = NULL;
     CA_ARG_NOT_NULL(x, fn);
-    CA_CHECK(ca_init()); /* the table op_def_args reads */
+    CA_CHECK(ca_init()); /* the table cai_op_def_args reads */
     ca_attrs a = {0};
-    CA_CHECK(op_def_args(op, arg, n_arg, &a));
-    return op_call1(op, x, &a, out);
+    CA_CHECK(cai_op_def_args(op, arg, n_arg, &a));
+    return cai_op_call1(op, x, &a, out);
 }
 
 #define ACT_FN_0(ID, NAME)                                                                         \

@@ -44,10 +44,10 @@ static ca_status check_index_dtype(const char *op, const ca_meta *idx) {
 
 /* Every value of the contiguous int64 tensor idx must be in [0, size). */
 static ca_status check_index_values(const char *op, const ca_tensor *idx, int64_t size, int dim) {
-    const int64_t *v = tensor_ptr(idx);
+    const int64_t *v = cai_tensor_ptr(idx);
     ca_meta m;
-    tensor_meta(idx, &m);
-    int64_t n = meta_numel(&m);
+    cai_tensor_meta(idx, &m);
+    int64_t n = cai_meta_numel(&m);
     for (int64_t i = 0; i < n; i++) {
         if (v[i] >= 0 && v[i] < size)
             continue;
@@ -63,7 +63,7 @@ static ca_status check_index_values(const char *op, const ca_tensor *idx, int64_
 /* Contiguous copy (or new ref) of an index tensor, with its values checked. */
 static ca_status index_ready(const char *op, ca_tensor *idx, int64_t size, int dim,
                              ca_tensor **out) {
-    CA_CHECK(tensor_contiguous(idx, out));
+    CA_CHECK(cai_tensor_contiguous(idx, out));
     ca_status st = check_index_values(op, *out, size, dim);
     if (st != CA_OK) {
         ca_tensor_release(*out);
@@ -99,9 +99,9 @@ static ca_status index_select_shape(const ca_op_def *row, const ca_meta *in, int
         return err_set(CA_STATUS_SHAPE,
                        "index_select: the index must be 0-D or 1-D, got shape %s; "
                        "flatten it with ca_reshape",
-                       meta_str(idx, b1, sizeof b1));
-    CA_CHECK(dim_normalize(&a->i[0], x->ndim, "index_select"));
-    int64_t n_index = meta_numel(idx);
+                       cai_meta_str(idx, b1, sizeof b1));
+    CA_CHECK(cai_dim_normalize(&a->i[0], x->ndim, "index_select"));
+    int64_t n_index = cai_meta_numel(idx);
     *out = *x;
     if (x->ndim > 0)
         out->shape[a->i[0]] = n_index;
@@ -119,24 +119,25 @@ static ca_status index_select_forward(const ca_op_def *row, ca_tensor *const *in
     ca_tensor *x = in[0], *ic = NULL, *xc = NULL, *r = NULL;
     int d = (int)a->i[0];
     int64_t outer, n, inner;
-    kern_split_dim(x->ndim, x->shape, d, &outer, &n, &inner);
+    cai_kern_split_dim(x->ndim, x->shape, d, &outer, &n, &inner);
     ca_status st = index_ready("index_select", in[1], n, d, &ic);
     if (st == CA_OK)
-        st = tensor_contiguous(x, &xc);
+        st = cai_tensor_contiguous(x, &xc);
     if (st == CA_OK)
-        st = tensor_new(m, &r);
-    if (st == CA_OK && meta_numel(m) > 0)
-        st = op_kern_status(kern_index_select(kdt(x->dtype), outer, n, inner, tensor_ptr(xc),
-                                              tensor_ptr(ic), ca_tensor_numel(ic), tensor_ptr(r),
-                                              NULL, NULL),
-                            "index_select");
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK && cai_meta_numel(m) > 0)
+        st = cai_op_kern_status(cai_kern_index_select(kdt(x->dtype), outer, n, inner,
+                                                      cai_tensor_ptr(xc), cai_tensor_ptr(ic),
+                                                      ca_tensor_numel(ic), cai_tensor_ptr(r), NULL,
+                                                      NULL),
+                                "index_select");
     ca_tensor_release(ic);
     ca_tensor_release(xc);
     return finish(st, r, out);
 }
 
 static void index_select_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = bx_index_add(b, &n->in_meta[0], (int)n->attrs.i[0], bx_saved(b, n, 0), g);
+    gin[0] = bx_index_add(b, &n->in_meta[0], (int)n->attrs.i[0], cai_bx_saved(b, n, 0), g);
 }
 
 ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out) {
@@ -145,7 +146,7 @@ ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor
     CA_ARG_NOT_NULL(x, "ca_index_select");
     CA_ARG_NOT_NULL(index, "ca_index_select");
     ca_attrs a = attrs_dim(dim);
-    return op_call2(CA_OP_INDEX_SELECT, x, index, &a, out);
+    return cai_op_call2(CA_OP_INDEX_SELECT, x, index, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -160,12 +161,12 @@ static ca_status embedding_shape(const ca_op_def *row, const ca_meta *in, int n_
         return err_set(CA_STATUS_SHAPE,
                        "embedding: the weight must be 2-D [num_embeddings, "
                        "embedding_dim], got shape %s",
-                       meta_str(w, b1, sizeof b1));
+                       cai_meta_str(w, b1, sizeof b1));
     if (idx->ndim >= CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE,
                        "embedding: indices of shape %s leave no room for the "
                        "embedding dim (at most %d dims); reshape them",
-                       meta_str(idx, b1, sizeof b1), CA_MAX_DIMS - 1);
+                       cai_meta_str(idx, b1, sizeof b1), CA_MAX_DIMS - 1);
     *out = *idx;
     out->dtype = w->dtype;
     out->shape[out->ndim++] = w->shape[1];
@@ -178,14 +179,15 @@ static ca_status embedding_forward(const ca_op_def *row, ca_tensor *const *in, i
     ca_tensor *w = in[0], *ic = NULL, *wc = NULL, *r = NULL;
     ca_status st = index_ready("embedding", in[1], w->shape[0], 0, &ic);
     if (st == CA_OK)
-        st = tensor_contiguous(w, &wc);
+        st = cai_tensor_contiguous(w, &wc);
     if (st == CA_OK)
-        st = tensor_new(m, &r);
-    if (st == CA_OK && meta_numel(m) > 0)
-        st = op_kern_status(kern_index_select(kdt(w->dtype), 1, w->shape[0], w->shape[1],
-                                              tensor_ptr(wc), tensor_ptr(ic), ca_tensor_numel(ic),
-                                              tensor_ptr(r), NULL, NULL),
-                            "embedding");
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK && cai_meta_numel(m) > 0)
+        st = cai_op_kern_status(cai_kern_index_select(kdt(w->dtype), 1, w->shape[0], w->shape[1],
+                                                      cai_tensor_ptr(wc), cai_tensor_ptr(ic),
+                                                      ca_tensor_numel(ic), cai_tensor_ptr(r), NULL,
+                                                      NULL),
+                                "embedding");
     ca_tensor_release(ic);
     ca_tensor_release(wc);
     return finish(st, r, out);
@@ -195,7 +197,7 @@ static ca_status embedding_forward(const ca_op_def *row, ca_tensor *const *in, i
 static void embedding_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     ca_ints flat = {.n = 1, .v = {-1}};
     ca_ints rows2d = {.n = 2, .v = {-1, n->in_meta[0].shape[1]}};
-    ca_bval idx = bx_reshape_ints(b, bx_saved(b, n, 0), &flat);
+    ca_bval idx = bx_reshape_ints(b, cai_bx_saved(b, n, 0), &flat);
     gin[0] = bx_index_add(b, &n->in_meta[0], 0, idx, bx_reshape_ints(b, g, &rows2d));
 }
 
@@ -204,7 +206,7 @@ ca_status ca_embedding(ca_tensor *weight, ca_tensor *indices, ca_tensor **out) {
     *out = NULL;
     CA_ARG_NOT_NULL(weight, "ca_embedding");
     CA_ARG_NOT_NULL(indices, "ca_embedding");
-    return op_call2(CA_OP_EMBEDDING, weight, indices, NULL, out);
+    return cai_op_call2(CA_OP_EMBEDDING, weight, indices, NULL, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -219,8 +221,8 @@ static ca_status gather_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_SHAPE,
                        "gather: the index must have as many dims as the input, "
                        "but index has shape %s and input has shape %s",
-                       meta_str(idx, b1, sizeof b1), meta_str(x, b2, sizeof b2));
-    CA_CHECK(dim_normalize(&a->i[0], x->ndim, "gather"));
+                       cai_meta_str(idx, b1, sizeof b1), cai_meta_str(x, b2, sizeof b2));
+    CA_CHECK(cai_dim_normalize(&a->i[0], x->ndim, "gather"));
     int dim = (int)a->i[0];
     for (int d = 0; d < x->ndim; d++)
         if (d != dim && idx->shape[d] > x->shape[d])
@@ -228,7 +230,8 @@ static ca_status gather_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                            "gather: index shape %s is larger than input shape %s "
                            "at dim %d; index sizes must be <= input sizes on "
                            "every dim except %d",
-                           meta_str(idx, b1, sizeof b1), meta_str(x, b2, sizeof b2), d, dim);
+                           cai_meta_str(idx, b1, sizeof b1), cai_meta_str(x, b2, sizeof b2), d,
+                           dim);
     *out = *idx;
     out->dtype = x->dtype;
     return CA_OK;
@@ -240,9 +243,9 @@ static ca_status gather_forward(const ca_op_def *row, ca_tensor *const *in, int 
     ca_tensor *x = in[0], *index = in[1], *ic = NULL, *xv = NULL, *xc = NULL, *r = NULL;
     int d = (int)a->i[0];
     ca_meta xm;
-    tensor_meta(x, &xm);
+    cai_tensor_meta(x, &xm);
     int64_t outer, n_out, inner, n = dim_size(&xm, d);
-    kern_split_dim(index->ndim, index->shape, d, &outer, &n_out, &inner);
+    cai_kern_split_dim(index->ndim, index->shape, d, &outer, &n_out, &inner);
     /* the kernel reads x as [outer, n, inner] of the index's outer and inner sizes: view x
      * cut down to the index's sizes on the other dims */
     int64_t vshape[CA_MAX_DIMS];
@@ -251,15 +254,16 @@ static ca_status gather_forward(const ca_op_def *row, ca_tensor *const *in, int 
         vshape[d] = n;
     ca_status st = index_ready("gather", index, n, d, &ic);
     if (st == CA_OK)
-        st = tensor_alias(x, x->ndim, vshape, x->strides, x->offset, &xv);
+        st = cai_tensor_alias(x, x->ndim, vshape, x->strides, x->offset, &xv);
     if (st == CA_OK)
-        st = tensor_contiguous(xv, &xc);
+        st = cai_tensor_contiguous(xv, &xc);
     if (st == CA_OK)
-        st = tensor_new(m, &r);
-    if (st == CA_OK && meta_numel(m) > 0)
-        st = op_kern_status(kern_gather(kdt(x->dtype), outer, n, inner, tensor_ptr(xc),
-                                        tensor_ptr(ic), n_out, tensor_ptr(r), NULL, NULL),
-                            "gather");
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK && cai_meta_numel(m) > 0)
+        st = cai_op_kern_status(cai_kern_gather(kdt(x->dtype), outer, n, inner, cai_tensor_ptr(xc),
+                                                cai_tensor_ptr(ic), n_out, cai_tensor_ptr(r), NULL,
+                                                NULL),
+                                "gather");
     ca_tensor_release(ic);
     ca_tensor_release(xv);
     ca_tensor_release(xc);
@@ -267,7 +271,7 @@ static ca_status gather_forward(const ca_op_def *row, ca_tensor *const *in, int 
 }
 
 static void gather_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = bx_scatter_add(b, &n->in_meta[0], (int)n->attrs.i[0], bx_saved(b, n, 0), g);
+    gin[0] = bx_scatter_add(b, &n->in_meta[0], (int)n->attrs.i[0], cai_bx_saved(b, n, 0), g);
 }
 
 ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out) {
@@ -276,7 +280,7 @@ ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out
     CA_ARG_NOT_NULL(x, "ca_gather");
     CA_ARG_NOT_NULL(index, "ca_gather");
     ca_attrs a = attrs_dim(dim);
-    return op_call2(CA_OP_GATHER, x, index, &a, out);
+    return cai_op_call2(CA_OP_GATHER, x, index, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -289,19 +293,20 @@ static ca_status index_add_shape(const ca_op_def *row, const ca_meta *in, int n_
     CA_CHECK(check_index_dtype("index_add", idx));
     if (idx->ndim > 1)
         return err_set(CA_STATUS_SHAPE, "index_add: the index must be 0-D or 1-D, got shape %s",
-                       meta_str(idx, b1, sizeof b1));
+                       cai_meta_str(idx, b1, sizeof b1));
     ca_meta full = {.ndim = 0};
     CA_CHECK(full_meta("index_add", a, src->dtype, &full));
-    CA_CHECK(dim_normalize(&a->i[0], full.ndim, "index_add"));
+    CA_CHECK(cai_dim_normalize(&a->i[0], full.ndim, "index_add"));
     ca_meta expect = full;
     if (full.ndim > 0)
-        expect.shape[a->i[0]] = meta_numel(idx);
-    if (!meta_same_shape(src, &expect) || (full.ndim == 0 && meta_numel(idx) != 1))
+        expect.shape[a->i[0]] = cai_meta_numel(idx);
+    if (!cai_meta_same_shape(src, &expect) || (full.ndim == 0 && cai_meta_numel(idx) != 1))
         return err_set(CA_STATUS_SHAPE,
                        "index_add: src has shape %s but %lld indices along dim "
                        "%lld of %s need shape %s",
-                       meta_str(src, b1, sizeof b1), (long long)meta_numel(idx), (long long)a->i[0],
-                       meta_str(&full, b2, sizeof b2), meta_str(&expect, b3, sizeof b3));
+                       cai_meta_str(src, b1, sizeof b1), (long long)cai_meta_numel(idx),
+                       (long long)a->i[0], cai_meta_str(&full, b2, sizeof b2),
+                       cai_meta_str(&expect, b3, sizeof b3));
     *out = full;
     return CA_OK;
 }
@@ -312,17 +317,18 @@ static ca_status index_add_forward(const ca_op_def *row, ca_tensor *const *in, i
     ca_tensor *src = in[1], *ic = NULL, *sc = NULL, *r = NULL;
     int d = (int)a->i[0];
     int64_t outer, n, inner;
-    kern_split_dim(m->ndim, m->shape, d, &outer, &n, &inner);
+    cai_kern_split_dim(m->ndim, m->shape, d, &outer, &n, &inner);
     ca_status st = index_ready("index_add", in[0], n, d, &ic);
     if (st == CA_OK)
-        st = tensor_contiguous(src, &sc);
+        st = cai_tensor_contiguous(src, &sc);
     if (st == CA_OK)
-        st = tensor_full(m, 0.0, &r);
+        st = cai_tensor_full(m, 0.0, &r);
     if (st == CA_OK && ca_tensor_numel(sc) > 0)
-        st = op_kern_status(kern_index_add(kdt(m->dtype), outer, n, inner, tensor_ptr(r),
-                                           tensor_ptr(ic), ca_tensor_numel(ic), tensor_ptr(sc),
-                                           NULL, NULL),
-                            "index_add");
+        st =
+            cai_op_kern_status(cai_kern_index_add(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(r),
+                                                  cai_tensor_ptr(ic), ca_tensor_numel(ic),
+                                                  cai_tensor_ptr(sc), NULL, NULL),
+                               "index_add");
     ca_tensor_release(ic);
     ca_tensor_release(sc);
     return finish(st, r, out);
@@ -334,8 +340,8 @@ static void pick_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *g
     ca_attrs a = attrs_dim(n->attrs.i[0]);
     if (!node_needs_grad(n, 1))
         return;
-    ca_bval args[2] = {g, bx_saved(b, n, 0)};
-    gin[1] = bx_apply(b, pick, 2, args, &a);
+    ca_bval args[2] = {g, cai_bx_saved(b, n, 0)};
+    gin[1] = cai_bx_apply(b, pick, 2, args, &a);
 }
 
 static void index_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
@@ -353,23 +359,23 @@ static ca_status scatter_add_shape(const ca_op_def *row, const ca_meta *in, int 
     CA_CHECK(check_index_dtype("scatter_add", idx));
     ca_meta full = {.ndim = 0};
     CA_CHECK(full_meta("scatter_add", a, src->dtype, &full));
-    if (!meta_same_shape(idx, src))
+    if (!cai_meta_same_shape(idx, src))
         return err_set(CA_STATUS_SHAPE,
                        "scatter_add: src has shape %s but index has shape %s; "
                        "they must match",
-                       meta_str(src, b1, sizeof b1), meta_str(idx, b2, sizeof b2));
+                       cai_meta_str(src, b1, sizeof b1), cai_meta_str(idx, b2, sizeof b2));
     if (idx->ndim != full.ndim)
         return err_set(CA_STATUS_SHAPE,
                        "scatter_add: index of shape %s must have as many dims as "
                        "the output %s",
-                       meta_str(idx, b1, sizeof b1), meta_str(&full, b2, sizeof b2));
-    CA_CHECK(dim_normalize(&a->i[0], full.ndim, "scatter_add"));
+                       cai_meta_str(idx, b1, sizeof b1), cai_meta_str(&full, b2, sizeof b2));
+    CA_CHECK(cai_dim_normalize(&a->i[0], full.ndim, "scatter_add"));
     for (int d = 0; d < full.ndim; d++)
         if (d != a->i[0] && idx->shape[d] > full.shape[d])
             return err_set(CA_STATUS_SHAPE,
                            "scatter_add: index shape %s is larger than the output "
                            "%s at dim %d",
-                           meta_str(idx, b1, sizeof b1), meta_str(&full, b2, sizeof b2), d);
+                           cai_meta_str(idx, b1, sizeof b1), cai_meta_str(&full, b2, sizeof b2), d);
     *out = full;
     return CA_OK;
 }
@@ -385,22 +391,22 @@ static ca_status scatter_add_forward(const ca_op_def *row, ca_tensor *const *in,
     for (int k = 0; k < bm.ndim; k++)
         bm.shape[k] = k == d ? m->shape[d] : index->shape[k];
     int64_t outer, n, inner, n_src = m->ndim > 0 ? index->shape[d] : 1;
-    kern_split_dim(bm.ndim, bm.shape, d, &outer, &n, &inner);
-    bool corner = !meta_same_shape(&bm, m);
+    cai_kern_split_dim(bm.ndim, bm.shape, d, &outer, &n, &inner);
+    bool corner = !cai_meta_same_shape(&bm, m);
     ca_status st = index_ready("scatter_add", index, n, d, &ic);
     if (st == CA_OK)
-        st = tensor_contiguous(in[1], &sc);
+        st = cai_tensor_contiguous(in[1], &sc);
     if (st == CA_OK)
-        st = tensor_full(m, 0.0, &r);
+        st = cai_tensor_full(m, 0.0, &r);
     if (st == CA_OK && corner)
-        st = tensor_full(&bm, 0.0, &blk);
+        st = cai_tensor_full(&bm, 0.0, &blk);
     if (st == CA_OK && ca_tensor_numel(sc) > 0)
-        st = op_kern_status(kern_scatter_add(kdt(m->dtype), outer, n, inner,
-                                             tensor_ptr(corner ? blk : r), tensor_ptr(ic), n_src,
-                                             tensor_ptr(sc), NULL, NULL),
-                            "scatter_add");
+        st = cai_op_kern_status(
+            cai_kern_scatter_add(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(corner ? blk : r),
+                                 cai_tensor_ptr(ic), n_src, cai_tensor_ptr(sc), NULL, NULL),
+            "scatter_add");
     if (st == CA_OK && corner)
-        st = op_copy_into(tensor_ptr(r), r->strides, blk, "scatter_add");
+        st = cai_op_copy_into(cai_tensor_ptr(r), r->strides, blk, "scatter_add");
     ca_tensor_release(ic);
     ca_tensor_release(sc);
     ca_tensor_release(blk);
@@ -469,4 +475,4 @@ static const ca_op_def rows[] = {
      .backward = scatter_add_backward},
 };
 
-const ca_op_group ops_index = {rows, sizeof rows / sizeof rows[0]};
+const ca_op_group cai_ops_index = {rows, sizeof rows / sizeof rows[0]};

@@ -2,8 +2,8 @@
  * broadcasting), mm, bmm and linear; their shape rules, forwards, derivative rules and
  * public wrappers.
  *
- * Every product goes through kern_gemm with transpose flags and element strides, so a
- * transposed or strided operand costs nothing: kern_gemm alone decides whether an operand
+ * Every product goes through cai_kern_gemm with transpose flags and element strides, so a
+ * transposed or strided operand costs nothing: cai_kern_gemm alone decides whether an operand
  * must be packed. Derivatives are products too (bx_matmul), so compiled autograd sees
  * GEMMs with flags it can fold further.
  */
@@ -35,8 +35,8 @@ static ca_status inner_mismatch(const char *op, const ca_meta *a, const ca_meta 
     return err_set(CA_STATUS_SHAPE,
                    "%s: inner dims do not match: a %s%s and b %s%s (%lld vs %lld); a's "
                    "columns must equal b's rows",
-                   op, meta_str(a, s1, sizeof s1), ta ? " (transposed)" : "",
-                   meta_str(b, s2, sizeof s2), tb ? " (transposed)" : "", (long long)ka,
+                   op, cai_meta_str(a, s1, sizeof s1), ta ? " (transposed)" : "",
+                   cai_meta_str(b, s2, sizeof s2), tb ? " (transposed)" : "", (long long)ka,
                    (long long)kb);
 }
 
@@ -44,7 +44,7 @@ static ca_status need_ndim(const char *op, const char *what, const ca_meta *m, i
     if (m->ndim >= lo && m->ndim <= hi)
         return CA_OK;
     char s[128];
-    meta_str(m, s, sizeof s);
+    cai_meta_str(m, s, sizeof s);
     if (lo == hi)
         return err_set(CA_STATUS_SHAPE, "%s: %s must be %d-D, got a %d-D tensor of shape %s", op,
                        what, lo, m->ndim, s);
@@ -86,7 +86,7 @@ static ca_status matmul_shape_common(const char *op, const ca_meta *in, ca_attrs
             return err_set(CA_STATUS_SHAPE,
                            "%s: batch dims of a %s and b %s do not %s (batch dim %d: %lld vs "
                            "%lld)",
-                           op, meta_str(ma, s1, sizeof s1), meta_str(mb, s2, sizeof s2),
+                           op, cai_meta_str(ma, s1, sizeof s1), cai_meta_str(mb, s2, sizeof s2),
                            bcast ? "broadcast; sizes must match or be 1" : "match", i,
                            (long long)sa, (long long)sb);
         }
@@ -131,7 +131,7 @@ static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_SHAPE,
                        "linear: x %s and weight %s do not fit: x's last dim (%lld) must equal "
                        "weight's in_features (dim 1, %lld)",
-                       meta_str(x, s1, sizeof s1), meta_str(w, s2, sizeof s2),
+                       cai_meta_str(x, s1, sizeof s1), cai_meta_str(w, s2, sizeof s2),
                        (long long)x->shape[x->ndim - 1], (long long)w->shape[1]);
     if (n_in == 3) {
         const ca_meta *bias = &in[2];
@@ -140,7 +140,7 @@ static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in,
             return err_set(CA_STATUS_SHAPE,
                            "linear: bias %s does not fit weight %s; bias must be 1-D with "
                            "out_features (%lld) elements",
-                           meta_str(bias, s1, sizeof s1), meta_str(w, s2, sizeof s2),
+                           cai_meta_str(bias, s1, sizeof s1), cai_meta_str(w, s2, sizeof s2),
                            (long long)w->shape[0]);
     }
     *out = *x;
@@ -160,14 +160,14 @@ static void mat_norm_strides(int64_t rows, int64_t cols, int64_t *rs, int64_t *c
         *rs = *cs == 1 ? (cols > 1 ? cols : 1) : 1;
 }
 
-/* kern_gemm passes a matrix with a unit inner stride straight to cblas, so the other
+/* cai_kern_gemm passes a matrix with a unit inner stride straight to cblas, so the other
  * stride must be a valid leading dimension (e.g. not 0 from an expand). */
 static bool mat_strides_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
     if (cs == 1)
         return rs >= (cols > 1 ? cols : 1);
     if (rs == 1)
         return cs >= (rows > 1 ? rows : 1);
-    return true; /* neither is 1: kern_gemm packs it */
+    return true; /* neither is 1: cai_kern_gemm packs it */
 }
 
 static int64_t elem_size(ca_dtype dt) {
@@ -178,11 +178,11 @@ static ca_status gemm_status(int rc) {
     if (rc == -2)
         return err_nomem("a GEMM packing buffer");
     if (rc != 0)
-        return err_set(CA_STATUS_INTERNAL, "kern_gemm failed (%d); please report it", rc);
+        return err_set(CA_STATUS_INTERNAL, "cai_kern_gemm failed (%d); please report it", rc);
     return CA_OK;
 }
 
-/* A matrix operand: the tensor that owns its data, and the data as kern_gemm_nd reads it
+/* A matrix operand: the tensor that owns its data, and the data as cai_kern_gemm_nd reads it
  * (matrix strides, and strides per output batch dim, 0 where it broadcasts). */
 typedef struct {
     ca_tensor *t; /* owned: the input itself or a contiguous copy */
@@ -196,7 +196,7 @@ static ca_status operand_init(ca_tensor *x, int nb, const int64_t *bshape, gemm_
     mat_norm_strides(rows, cols, &rs, &cs);
     if (!mat_strides_ok(rows, cols, rs, cs)) {
         ca_tensor *c;
-        ca_status st = tensor_contiguous(t, &c);
+        ca_status st = cai_tensor_contiguous(t, &c);
         ca_tensor_release(t);
         CA_CHECK(st);
         t = c;
@@ -205,7 +205,7 @@ static ca_status operand_init(ca_tensor *x, int nb, const int64_t *bshape, gemm_
         mat_norm_strides(rows, cols, &rs, &cs);
     }
     op->t = t;
-    op->m.data = tensor_ptr(t);
+    op->m.data = cai_tensor_ptr(t);
     op->m.rs = rs;
     op->m.cs = cs;
     int own_nb = t->ndim - 2;
@@ -217,7 +217,7 @@ static ca_status operand_init(ca_tensor *x, int nb, const int64_t *bshape, gemm_
 }
 
 /* C = op(A) @ op(B) into the fresh contiguous tensor c of shape [batch..., M, N]
- * (kern_gemm_nd collapses the batch dims). */
+ * (cai_kern_gemm_nd collapses the batch dims). */
 static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_tensor *c) {
     int nd = c->ndim, nb = nd - 2;
     int64_t M = c->shape[nd - 2], N = c->shape[nd - 1];
@@ -228,7 +228,7 @@ static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_t
     if (numel == 0)
         return CA_OK;
     if (K == 0) { /* an empty sum: cblas need not be asked */
-        memset(tensor_ptr(c), 0, (size_t)(numel * elem_size(c->dtype)));
+        memset(cai_tensor_ptr(c), 0, (size_t)(numel * elem_size(c->dtype)));
         return CA_OK;
     }
     gemm_operand A, B;
@@ -238,8 +238,8 @@ static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_t
         ca_tensor_release(A.t);
         return st;
     }
-    st = gemm_status(
-        kern_gemm_nd(kdt(c->dtype), nb, c->shape, M, N, K, &A.m, ta, &B.m, tb, 0.0, tensor_ptr(c)));
+    st = gemm_status(cai_kern_gemm_nd(kdt(c->dtype), nb, c->shape, M, N, K, &A.m, ta, &B.m, tb, 0.0,
+                                      cai_tensor_ptr(c)));
     ca_tensor_release(A.t);
     ca_tensor_release(B.t);
     return st;
@@ -248,7 +248,7 @@ static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_t
 static ca_status matmul_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
                                 const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                 ca_tensor **aux) {
-    CA_CHECK(tensor_new(m, out));
+    CA_CHECK(cai_tensor_new(m, out));
     ca_status st = gemm_batched(in[0], a->i[0] != 0, in[1], a->i[1] != 0, *out);
     if (st != CA_OK) {
         ca_tensor_release(*out);
@@ -280,7 +280,7 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
     int64_t rs = fold_row_stride(x);
     if (rs < 0) {
         ca_tensor *c;
-        ca_status st = tensor_contiguous(x, &c);
+        ca_status st = cai_tensor_contiguous(x, &c);
         ca_tensor_release(x);
         CA_CHECK(st);
         x = c;
@@ -289,7 +289,7 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
     int64_t nin = w->shape[1], nout = w->shape[0], rows = 1;
     for (int d = 0; d < x->ndim - 1; d++)
         rows *= x->shape[d];
-    ca_status st = tensor_new(m, out);
+    ca_status st = cai_tensor_new(m, out);
     if (st != CA_OK) {
         ca_tensor_release(x);
         return st;
@@ -297,12 +297,12 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
     double beta = 0.0;
     if (bias && rows * nout > 0) { /* start C with the bias so the GEMM adds onto it */
         int64_t shape[2] = {rows, nout}, cst[2] = {nout, 1};
-        kern_src src = {.data = tensor_ptr(bias), .strides = {0, bias->strides[0]}};
-        kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), 2, shape, tensor_ptr(*out), cst,
-                       &src, 0, 0);
+        kern_src src = {.data = cai_tensor_ptr(bias), .strides = {0, bias->strides[0]}};
+        cai_kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), 2, shape, cai_tensor_ptr(*out),
+                           cst, &src, 0, 0);
         beta = 1.0;
     } else if (rows * nout > 0 && nin == 0) {
-        memset(tensor_ptr(*out), 0, (size_t)(rows * nout * elem_size(m->dtype)));
+        memset(cai_tensor_ptr(*out), 0, (size_t)(rows * nout * elem_size(m->dtype)));
     }
     if (rows * nout > 0 && nin > 0) {
         int64_t xcs = x->strides[x->ndim - 1], wrs = w->strides[0], wcs = w->strides[1];
@@ -311,14 +311,14 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
         ca_tensor *wc = ca_tensor_retain(w);
         if (!mat_strides_ok(nout, nin, wrs, wcs)) {
             ca_tensor_release(wc);
-            st = tensor_contiguous(w, &wc);
+            st = cai_tensor_contiguous(w, &wc);
             wrs = nin;
             wcs = 1;
             mat_norm_strides(nout, nin, &wrs, &wcs);
         }
         if (st == CA_OK && !mat_strides_ok(rows, nin, rs, xcs)) {
             ca_tensor *c = NULL;
-            st = tensor_contiguous(x, &c);
+            st = cai_tensor_contiguous(x, &c);
             ca_tensor_release(x);
             x = c;
             rs = nin;
@@ -326,9 +326,9 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
             mat_norm_strides(rows, nin, &rs, &xcs);
         }
         if (st == CA_OK) {
-            kern_mat A = {tensor_ptr(x), rs, xcs, 0}, B = {tensor_ptr(wc), wrs, wcs, 0};
-            st = gemm_status(kern_gemm(kdt(m->dtype), 1, rows, nout, nin, 1.0, A, false, B, true,
-                                       beta, tensor_ptr(*out), nout, rows * nout));
+            kern_mat A = {cai_tensor_ptr(x), rs, xcs, 0}, B = {cai_tensor_ptr(wc), wrs, wcs, 0};
+            st = gemm_status(cai_kern_gemm(kdt(m->dtype), 1, rows, nout, nin, 1.0, A, false, B,
+                                           true, beta, cai_tensor_ptr(*out), nout, rows * nout));
         }
         ca_tensor_release(wc);
     }
@@ -349,12 +349,12 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
 static void matmul_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     bool ta = n->attrs.i[0] != 0, tb = n->attrs.i[1] != 0;
     if (node_needs_grad(n, 0)) {
-        ca_bval B = bx_saved(b, n, 1);
+        ca_bval B = cai_bx_saved(b, n, 1);
         ca_bval d = ta ? bx_matmul(b, B, g, tb, true) : bx_matmul(b, g, B, false, !tb);
         gin[0] = bx_sum_to(b, d, &n->in_meta[0]);
     }
     if (node_needs_grad(n, 1)) {
-        ca_bval A = bx_saved(b, n, 0);
+        ca_bval A = cai_bx_saved(b, n, 0);
         ca_bval d = tb ? bx_matmul(b, g, A, true, ta) : bx_matmul(b, A, g, !ta, false);
         gin[1] = bx_sum_to(b, d, &n->in_meta[1]);
     }
@@ -363,9 +363,9 @@ static void matmul_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
 /* mm and bmm: equal shapes, no flags, nothing to sum back. */
 static void mm_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (node_needs_grad(n, 0))
-        gin[0] = bx_matmul(b, g, bx_saved(b, n, 1), false, true);
+        gin[0] = bx_matmul(b, g, cai_bx_saved(b, n, 1), false, true);
     if (node_needs_grad(n, 1))
-        gin[1] = bx_matmul(b, bx_saved(b, n, 0), g, true, false);
+        gin[1] = bx_matmul(b, cai_bx_saved(b, n, 0), g, true, false);
 }
 
 /* y = x @ w^T + bias with x's leading dims folded into rows:
@@ -376,11 +376,11 @@ static void linear_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
     bool need_x = node_needs_grad(n, 0), need_w = node_needs_grad(n, 1);
     ca_bval g2 = (need_x || need_w) ? bx_reshape_ints(b, g, &g2s) : NULL;
     if (need_x) {
-        ca_bval dx2 = bx_matmul(b, g2, bx_saved(b, n, 1), false, false);
+        ca_bval dx2 = bx_matmul(b, g2, cai_bx_saved(b, n, 1), false, false);
         gin[0] = bx_reshape(b, dx2, &n->in_meta[0]);
     }
     if (need_w) {
-        ca_bval x2 = bx_reshape_ints(b, bx_saved(b, n, 0), &x2s);
+        ca_bval x2 = bx_reshape_ints(b, cai_bx_saved(b, n, 0), &x2s);
         gin[1] = bx_matmul(b, g2, x2, true, false);
     }
     if (n->n_in == 3 && node_needs_grad(n, 2))
@@ -440,7 +440,7 @@ static const ca_op_def rows[] = {
      .backward = linear_backward},
 };
 
-const ca_op_group ops_linalg = {rows, sizeof rows / sizeof rows[0]};
+const ca_op_group cai_ops_linalg = {rows, sizeof rows / sizeof rows[0]};
 
 /* ---------------------------------------------------------------------------------------
  * Public wrappers
@@ -451,7 +451,7 @@ ca_status ca_mm(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
     CA_ARG_NOT_NULL(a, "ca_mm");
     CA_ARG_NOT_NULL(b, "ca_mm");
     ca_attrs at = {0};
-    return op_call2(CA_OP_MM, a, b, &at, out);
+    return cai_op_call2(CA_OP_MM, a, b, &at, out);
 }
 
 ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
@@ -460,7 +460,7 @@ ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
     CA_ARG_NOT_NULL(a, "ca_bmm");
     CA_ARG_NOT_NULL(b, "ca_bmm");
     ca_attrs at = {0};
-    return op_call2(CA_OP_BMM, a, b, &at, out);
+    return cai_op_call2(CA_OP_BMM, a, b, &at, out);
 }
 
 ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor **out) {
@@ -470,7 +470,7 @@ ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor 
     CA_ARG_NOT_NULL(weight, "ca_linear");
     ca_attrs at = {0};
     ca_tensor *in[3] = {x, weight, bias};
-    return op_call(CA_OP_LINEAR, bias ? 3 : 2, in, &at, out, NULL);
+    return cai_op_call(CA_OP_LINEAR, bias ? 3 : 2, in, &at, out, NULL);
 }
 
 /* The core product of ca_matmul once both operands are at least 2-D. */
@@ -478,7 +478,7 @@ static ca_status matmul_core(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
     if (a->ndim == 2 && b->ndim == 2)
         return ca_mm(a, b, out);
     ca_attrs at = {0};
-    return op_call2(CA_OP_MATMUL, a, b, &at, out);
+    return cai_op_call2(CA_OP_MATMUL, a, b, &at, out);
 }
 
 /* torch.matmul: 1-D operands become matrices (a row for a, a column for b) around the
@@ -493,8 +493,8 @@ ca_status ca_matmul(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
         return err_set(CA_STATUS_SHAPE,
                        "matmul: both arguments need at least 1 dim, got shapes %s and %s; use "
                        "ca_mul for a product with a scalar",
-                       err_shape_str(a->ndim, a->shape, s1, sizeof s1),
-                       err_shape_str(b->ndim, b->shape, s2, sizeof s2));
+                       cai_err_shape_str(a->ndim, a->shape, s1, sizeof s1),
+                       cai_err_shape_str(b->ndim, b->shape, s2, sizeof s2));
     if (a->ndim >= 2 && b->ndim >= 2)
         return matmul_core(a, b, out);
     int64_t ka = a->shape[a->ndim - 1], kb = b->shape[b->ndim == 1 ? 0 : b->ndim - 2];
@@ -502,8 +502,8 @@ ca_status ca_matmul(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
         return err_set(CA_STATUS_SHAPE,
                        "matmul: shapes %s and %s do not fit: a's last dim (%lld) must equal "
                        "b's %s dim (%lld)",
-                       err_shape_str(a->ndim, a->shape, s1, sizeof s1),
-                       err_shape_str(b->ndim, b->shape, s2, sizeof s2), (long long)ka,
+                       cai_err_shape_str(a->ndim, a->shape, s1, sizeof s1),
+                       cai_err_shape_str(b->ndim, b->shape, s2, sizeof s2), (long long)ka,
                        b->ndim == 1 ? "only" : "second-to-last", (long long)kb);
     ca_tensor *a2 = NULL, *b2 = NULL, *c = NULL;
     ca_status st = CA_OK;

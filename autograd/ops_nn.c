@@ -49,7 +49,7 @@ static ca_status check_reduction(const char *op, int64_t r) {
 static ca_status softmax_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                ca_meta *out) {
     CA_CHECK(need_float(row->name, "x", &in[0]));
-    CA_CHECK(dim_normalize(&a->i[0], in[0].ndim, row->name));
+    CA_CHECK(cai_dim_normalize(&a->i[0], in[0].ndim, row->name));
     *out = in[0];
     return CA_OK;
 }
@@ -63,19 +63,20 @@ static ca_status swap_view(ca_tensor *x, int d, int e, ca_tensor **out) {
     shape[e] = x->shape[d];
     strides[d] = x->strides[e];
     strides[e] = x->strides[d];
-    return tensor_alias(x, x->ndim, shape, strides, x->offset, out);
+    return cai_tensor_alias(x, x->ndim, shape, strides, x->offset, out);
 }
 
 /* softmax over the last dim of a contiguous x into a fresh tensor */
 static ca_status softmax_rows(ca_tensor *x, bool log, ca_tensor **out) {
     ca_meta m;
-    tensor_meta(x, &m);
-    CA_CHECK(tensor_new(&m, out));
-    int64_t n = x->ndim ? x->shape[x->ndim - 1] : 1, rows = n ? meta_numel(&m) / n : 0;
+    cai_tensor_meta(x, &m);
+    CA_CHECK(cai_tensor_new(&m, out));
+    int64_t n = x->ndim ? x->shape[x->ndim - 1] : 1, rows = n ? cai_meta_numel(&m) / n : 0;
     if (rows == 0 || n == 0)
         return CA_OK;
-    ca_status st = op_kern_status(
-        kern_softmax(kdt(x->dtype), rows, n, tensor_ptr(x), tensor_ptr(*out), log), "softmax");
+    ca_status st = cai_op_kern_status(
+        cai_kern_softmax(kdt(x->dtype), rows, n, cai_tensor_ptr(x), cai_tensor_ptr(*out), log),
+        "softmax");
     if (st != CA_OK) {
         ca_tensor_release(*out);
         *out = NULL;
@@ -95,14 +96,14 @@ static ca_status softmax_forward(const ca_op_def *row, ca_tensor *const *in, int
     ca_tensor *t[4] = {0}; /* swapped view, its contiguous copy, result, result swapped back */
     ca_status st = swap_view(x, dim, last, &t[0]);
     if (st == CA_OK)
-        st = tensor_contiguous(t[0], &t[1]);
+        st = cai_tensor_contiguous(t[0], &t[1]);
     if (st == CA_OK)
         st = softmax_rows(t[1], log, &t[2]);
     if (st == CA_OK)
         st = swap_view(t[2], dim, last, &t[3]);
     if (st == CA_OK)
-        st = tensor_contiguous(t[3], out);
-    op_release_all(t, 4);
+        st = cai_tensor_contiguous(t[3], out);
+    cai_op_release_all(t, 4);
     return st;
 }
 
@@ -110,7 +111,7 @@ static ca_status softmax_forward(const ca_op_def *row, ca_tensor *const *in, int
 static void softmax_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval y = bx_saved(b, n, 0);
+    ca_bval y = cai_bx_saved(b, n, 0);
     int64_t dim = n->attrs.i[0];
     ca_bval s = bx_sum(b, bx_mul(b, g, y), 1, &dim, true);
     gin[0] = bx_mul(b, y, bx_sub(b, g, s));
@@ -119,7 +120,7 @@ static void softmax_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval
 static void log_softmax_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval y = bx_saved(b, n, 0);
+    ca_bval y = cai_bx_saved(b, n, 0);
     int64_t dim = n->attrs.i[0];
     ca_bval s = bx_sum(b, g, 1, &dim, true);
     gin[0] = bx_sub(b, g, bx_mul(b, bx_exp(b, y), s));
@@ -145,11 +146,11 @@ static ca_status nll_check_target(const char *op, const ca_meta *x, const ca_met
                        "%s: target must hold int64 class indices, got %s; convert it with "
                        "ca_to_dtype(target, CA_INT64, ...)",
                        op, ca_dtype_name(t->dtype));
-    if (graph_nll_target_fits(x->ndim, x->shape, t->ndim, t->shape))
+    if (cai_graph_nll_target_fits(x->ndim, x->shape, t->ndim, t->shape))
         return CA_OK;
     char s1[128], s2[128];
     return err_set(CA_STATUS_SHAPE, "%s: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
-                   op, meta_str(x, s1, sizeof s1), meta_str(t, s2, sizeof s2));
+                   op, cai_meta_str(x, s1, sizeof s1), cai_meta_str(t, s2, sizeof s2));
 }
 
 static ca_status nll_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -178,9 +179,9 @@ static ca_status nll_compute(const ca_tensor *x, const ca_tensor *t, const ca_at
                              ca_tensor *out, ca_tensor *tw) {
     int64_t N, C, inner;
     nll_dims(x->ndim, x->shape, &N, &C, &inner);
-    const int64_t *tg = tensor_ptr(t);
-    const void *xp = tensor_ptr(x);
-    void *op = tensor_ptr(out);
+    const int64_t *tg = cai_tensor_ptr(t);
+    const void *xp = cai_tensor_ptr(x);
+    void *op = cai_tensor_ptr(out);
     kern_dtype dt = kdt(x->dtype);
     double acc = 0, count = 0;
     for (int64_t i = 0; i < N * inner; i++) {
@@ -200,7 +201,7 @@ static ca_status nll_compute(const ca_tensor *x, const ca_tensor *t, const ca_at
         kern_store(dt, op, 0, acc);
     else if (a->i[0] == CA_REDUCTION_MEAN)
         kern_store(dt, op, 0, acc / count); /* 0/0 = NaN when every target is ignored, as PyTorch */
-    kern_store(dt, tensor_ptr(tw), 0, count);
+    kern_store(dt, cai_tensor_ptr(tw), 0, count);
     return CA_OK;
 }
 
@@ -209,13 +210,13 @@ static ca_status nll_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
                              ca_tensor **aux) {
     ca_meta twm = {.dtype = in[0]->dtype, .ndim = 0};
     ca_tensor *t[4] = {0}; /* x contiguous, target contiguous, out, total_weight */
-    ca_status st = tensor_contiguous(in[0], &t[0]);
+    ca_status st = cai_tensor_contiguous(in[0], &t[0]);
     if (st == CA_OK)
-        st = tensor_contiguous(in[1], &t[1]);
+        st = cai_tensor_contiguous(in[1], &t[1]);
     if (st == CA_OK)
-        st = tensor_new(m, &t[2]);
+        st = cai_tensor_new(m, &t[2]);
     if (st == CA_OK)
-        st = tensor_new(&twm, &t[3]);
+        st = cai_tensor_new(&twm, &t[3]);
     if (st == CA_OK)
         st = nll_compute(t[0], t[1], a, t[2], t[3]);
     if (st == CA_OK) {
@@ -223,7 +224,7 @@ static ca_status nll_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
         aux[0] = t[3];
         t[2] = t[3] = NULL;
     }
-    op_release_all(t, 4);
+    cai_op_release_all(t, 4);
     return st;
 }
 
@@ -235,8 +236,8 @@ static void nll_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
     a.i[1] = n->attrs.i[1];
     a.shape.n = n->in_meta[0].ndim;
     memcpy(a.shape.v, n->in_meta[0].shape, sizeof(int64_t) * (size_t)a.shape.n);
-    ca_bval ins[3] = {g, bx_saved(b, n, 0), bx_saved(b, n, 1)};
-    gin[0] = bx_apply(b, CA_OP_NLL_LOSS_BACKWARD, 3, ins, &a);
+    ca_bval ins[3] = {g, cai_bx_saved(b, n, 0), cai_bx_saved(b, n, 1)};
+    gin[0] = cai_bx_apply(b, CA_OP_NLL_LOSS_BACKWARD, 3, ins, &a);
 }
 
 /* nll_loss_backward (internal): inputs (g, target, total_weight); attrs as nll_loss plus
@@ -255,10 +256,10 @@ static ca_status nll_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in,
     CA_CHECK(nll_check_target(op, &xm, &in[1]));
     CA_CHECK(need_same_dtype(op, "total_weight", &in[0], &in[2]));
     bool per_elem = a->i[0] == CA_REDUCTION_NONE;
-    if ((per_elem && !meta_same_shape(&in[0], &in[1])) || (!per_elem && in[0].ndim != 0)) {
+    if ((per_elem && !cai_meta_same_shape(&in[0], &in[1])) || (!per_elem && in[0].ndim != 0)) {
         char s1[128], s2[128];
         return err_set(CA_STATUS_SHAPE, "%s: grad %s does not fit target %s for reduction %lld", op,
-                       meta_str(&in[0], s1, sizeof s1), meta_str(&in[1], s2, sizeof s2),
+                       cai_meta_str(&in[0], s1, sizeof s1), cai_meta_str(&in[1], s2, sizeof s2),
                        (long long)a->i[0]);
     }
     *out = xm;
@@ -270,10 +271,10 @@ static ca_status nll_bw_compute(const ca_tensor *g, const ca_tensor *t, const ca
     int64_t N, C, inner;
     nll_dims(out->ndim, out->shape, &N, &C, &inner);
     kern_dtype dt = kdt(out->dtype);
-    const int64_t *tg = tensor_ptr(t);
-    const void *gp = tensor_ptr(g);
-    void *op = tensor_ptr(out);
-    double scale = a->i[0] == CA_REDUCTION_MEAN ? 1.0 / kern_load(dt, tensor_ptr(tw), 0) : 1.0;
+    const int64_t *tg = cai_tensor_ptr(t);
+    const void *gp = cai_tensor_ptr(g);
+    void *op = cai_tensor_ptr(out);
+    double scale = a->i[0] == CA_REDUCTION_MEAN ? 1.0 / kern_load(dt, cai_tensor_ptr(tw), 0) : 1.0;
     for (int64_t i = 0; i < N * inner; i++) {
         int64_t k = tg[i], n = i / inner, s = i % inner;
         if (k == a->i[1])
@@ -290,18 +291,18 @@ static ca_status nll_bw_forward(const ca_op_def *row, ca_tensor *const *in, int 
                                 const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                 ca_tensor **aux) {
     ca_tensor *t[3] = {0}; /* g contiguous, target contiguous, result */
-    ca_status st = tensor_contiguous(in[0], &t[0]);
+    ca_status st = cai_tensor_contiguous(in[0], &t[0]);
     if (st == CA_OK)
-        st = tensor_contiguous(in[1], &t[1]);
+        st = cai_tensor_contiguous(in[1], &t[1]);
     if (st == CA_OK)
-        st = tensor_full(m, 0.0, &t[2]);
+        st = cai_tensor_full(m, 0.0, &t[2]);
     if (st == CA_OK)
         st = nll_bw_compute(t[0], t[1], in[2], a, t[2]);
     if (st == CA_OK) {
         *out = t[2];
         t[2] = NULL;
     }
-    op_release_all(t, 3);
+    cai_op_release_all(t, 3);
     return st;
 }
 
@@ -315,7 +316,7 @@ static ca_status mse_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca
     CA_CHECK(need_same_dtype("mse_loss", "target", &in[0], &in[1]));
     CA_CHECK(check_reduction("mse_loss", a->i[0]));
     ca_meta bm;
-    CA_CHECK(meta_broadcast(&in[0], &in[1], &bm, "mse_loss"));
+    CA_CHECK(cai_meta_broadcast(&in[0], &in[1], &bm, "mse_loss"));
     if (a->i[0] == CA_REDUCTION_NONE)
         *out = bm;
     else
@@ -327,41 +328,42 @@ static ca_status mse_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
                              const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                              ca_tensor **aux) {
     ca_meta bm, xm, tm;
-    tensor_meta(in[0], &xm);
-    tensor_meta(in[1], &tm);
-    CA_CHECK(meta_broadcast(&xm, &tm, &bm, "mse_loss"));
+    cai_tensor_meta(in[0], &xm);
+    cai_tensor_meta(in[1], &tm);
+    CA_CHECK(cai_meta_broadcast(&xm, &tm, &bm, "mse_loss"));
     ca_tensor *t[3] = {0}; /* difference, its square, the reduced result */
-    ca_status st = tensor_pointwise(KPW_SUB, &bm, 2, in, 1.0, 0.0, &t[0]);
+    ca_status st = cai_tensor_pointwise(KPW_SUB, &bm, 2, in, 1.0, 0.0, &t[0]);
     if (st == CA_OK)
-        st = tensor_pointwise(KPW_SQUARE, &bm, 1, &t[0], 0.0, 0.0, &t[1]);
+        st = cai_tensor_pointwise(KPW_SQUARE, &bm, 1, &t[0], 0.0, 0.0, &t[1]);
     if (st == CA_OK && a->i[0] == CA_REDUCTION_NONE) {
         *out = t[1];
         t[1] = NULL;
     } else if (st == CA_OK) {
-        st = tensor_new(m, &t[2]);
+        st = cai_tensor_new(m, &t[2]);
         kern_red_op op = a->i[0] == CA_REDUCTION_MEAN ? KRED_MEAN : KRED_SUM;
         uint32_t mask = (uint32_t)((1u << bm.ndim) - 1u);
         if (st == CA_OK)
-            st = op_kern_status(kern_reduce(op, kdt(bm.dtype), bm.ndim, bm.shape, tensor_ptr(t[1]),
-                                            t[1]->strides, mask, tensor_ptr(t[2]), NULL),
-                                "mse_loss reduction");
+            st = cai_op_kern_status(cai_kern_reduce(op, kdt(bm.dtype), bm.ndim, bm.shape,
+                                                    cai_tensor_ptr(t[1]), t[1]->strides, mask,
+                                                    cai_tensor_ptr(t[2]), NULL),
+                                    "mse_loss reduction");
         if (st == CA_OK) {
             *out = t[2];
             t[2] = NULL;
         }
     }
-    op_release_all(t, 3);
+    cai_op_release_all(t, 3);
     return st;
 }
 
 /* d/dinput = 2 (input - target) g (/ numel for mean); target gets the negative. */
 static void mse_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    ca_bval d = bx_sub(b, bx_saved(b, n, 0), bx_saved(b, n, 1));
+    ca_bval d = bx_sub(b, cai_bx_saved(b, n, 0), cai_bx_saved(b, n, 1));
     ca_bval gd = bx_mul_s(b, bx_mul(b, d, g), 2.0);
     if (n->attrs.i[0] == CA_REDUCTION_MEAN) {
-        const ca_meta *dm = bx_meta(b, d);
+        const ca_meta *dm = cai_bx_meta(b, d);
         uint32_t all = dm ? (uint32_t)((1u << dm->ndim) - 1u) : 0;
-        gd = bx_scale_inv_numel(b, gd, dm, all);
+        gd = cai_bx_scale_inv_numel(b, gd, dm, all);
     }
     if (node_needs_grad(n, 0))
         gin[0] = bx_sum_to(b, gd, &n->in_meta[0]);
@@ -389,8 +391,8 @@ static ca_status ln_param_check(const ca_meta *x, const ca_meta *p, const char *
     return err_set(CA_STATUS_SHAPE,
                    "layer_norm: %s has shape %s but normalized_shape is %s; they "
                    "must be equal",
-                   what, meta_str(p, s1, sizeof s1),
-                   err_shape_str(a->shape.n, a->shape.v, s2, sizeof s2));
+                   what, cai_meta_str(p, s1, sizeof s1),
+                   cai_err_shape_str(a->shape.n, a->shape.v, s2, sizeof s2));
 }
 
 static ca_status ln_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -407,14 +409,14 @@ static ca_status ln_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_
         return err_set(CA_STATUS_SHAPE,
                        "layer_norm: normalized_shape has %d dims but x %s has %d; it must name "
                        "1 to %d trailing dims of x",
-                       k, meta_str(x, s1, sizeof s1), x->ndim, x->ndim);
+                       k, cai_meta_str(x, s1, sizeof s1), x->ndim, x->ndim);
     for (int j = 0; j < k; j++)
         if (x->shape[x->ndim - k + j] != a->shape.v[j])
             return err_set(CA_STATUS_SHAPE,
                            "layer_norm: normalized_shape %s does not match the last %d dims of "
                            "x %s",
-                           err_shape_str(k, a->shape.v, s1, sizeof s1), k,
-                           meta_str(x, s2, sizeof s2));
+                           cai_err_shape_str(k, a->shape.v, s1, sizeof s1), k,
+                           cai_meta_str(x, s2, sizeof s2));
     int next = 1;
     if (a->i[1] & LN_WEIGHT)
         CA_CHECK(ln_param_check(x, &in[next++], "weight", a));
@@ -431,31 +433,32 @@ static ca_status ln_forward(const ca_op_def *row, ca_tensor *const *in, int n_in
     for (int j = nd - k; j < nd; j++)
         sm.shape[j] = 1;
     ca_tensor *t[6] = {0}; /* x, weight, bias (contiguous), y, mean, rstd */
-    ca_status st = tensor_contiguous(in[0], &t[0]);
+    ca_status st = cai_tensor_contiguous(in[0], &t[0]);
     if (st == CA_OK && (a->i[1] & LN_WEIGHT))
-        st = tensor_contiguous(in[next++], &t[1]);
+        st = cai_tensor_contiguous(in[next++], &t[1]);
     if (st == CA_OK && (a->i[1] & LN_BIAS))
-        st = tensor_contiguous(in[next], &t[2]);
+        st = cai_tensor_contiguous(in[next], &t[2]);
     if (st == CA_OK)
-        st = tensor_new(m, &t[3]);
+        st = cai_tensor_new(m, &t[3]);
     if (st == CA_OK)
-        st = tensor_new(&sm, &t[4]);
+        st = cai_tensor_new(&sm, &t[4]);
     if (st == CA_OK)
-        st = tensor_new(&sm, &t[5]);
-    int64_t rows = meta_numel(&sm), n = rows ? meta_numel(m) / rows : 0;
+        st = cai_tensor_new(&sm, &t[5]);
+    int64_t rows = cai_meta_numel(&sm), n = rows ? cai_meta_numel(m) / rows : 0;
     if (st == CA_OK && rows > 0 && n > 0)
-        st = op_kern_status(kern_layer_norm(kdt(m->dtype), rows, n, tensor_ptr(t[0]),
-                                            t[1] ? tensor_ptr(t[1]) : NULL,
-                                            t[2] ? tensor_ptr(t[2]) : NULL, a->s[0],
-                                            tensor_ptr(t[3]), tensor_ptr(t[4]), tensor_ptr(t[5])),
-                            "layer_norm");
+        st = cai_op_kern_status(cai_kern_layer_norm(kdt(m->dtype), rows, n, cai_tensor_ptr(t[0]),
+                                                    t[1] ? cai_tensor_ptr(t[1]) : NULL,
+                                                    t[2] ? cai_tensor_ptr(t[2]) : NULL, a->s[0],
+                                                    cai_tensor_ptr(t[3]), cai_tensor_ptr(t[4]),
+                                                    cai_tensor_ptr(t[5])),
+                                "layer_norm");
     if (st == CA_OK) {
         *out = t[3];
         aux[0] = t[4];
         aux[1] = t[5];
         t[3] = t[4] = t[5] = NULL;
     }
-    op_release_all(t, 6);
+    cai_op_release_all(t, 6);
     return st;
 }
 
@@ -468,8 +471,8 @@ static void ln_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin
     int wi = 1, bi = has_w ? 2 : 1;
     bool need_x = node_needs_grad(n, 0), need_w = has_w && node_needs_grad(n, wi);
     if (need_x || need_w) {
-        ca_bval rstd = bx_saved(b, n, 3);
-        ca_bval xh = bx_mul(b, bx_sub(b, bx_saved(b, n, 0), bx_saved(b, n, 2)), rstd);
+        ca_bval rstd = cai_bx_saved(b, n, 3);
+        ca_bval xh = bx_mul(b, bx_sub(b, cai_bx_saved(b, n, 0), cai_bx_saved(b, n, 2)), rstd);
         if (need_w)
             gin[wi] = bx_sum_to(b, bx_mul(b, g, xh), &n->in_meta[wi]);
         if (need_x) {
@@ -480,10 +483,10 @@ static void ln_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin
                 mask |= 1u << (nd - k + j);
             }
             const ca_meta *xm = &n->in_meta[0];
-            ca_bval gw = has_w ? bx_mul(b, g, bx_saved(b, n, 1)) : g;
-            ca_bval m1 = bx_scale_inv_numel(b, bx_sum(b, gw, k, dims, true), xm, mask);
+            ca_bval gw = has_w ? bx_mul(b, g, cai_bx_saved(b, n, 1)) : g;
+            ca_bval m1 = cai_bx_scale_inv_numel(b, bx_sum(b, gw, k, dims, true), xm, mask);
             ca_bval m2 =
-                bx_scale_inv_numel(b, bx_sum(b, bx_mul(b, gw, xh), k, dims, true), xm, mask);
+                cai_bx_scale_inv_numel(b, bx_sum(b, bx_mul(b, gw, xh), k, dims, true), xm, mask);
             ca_bval inner = bx_sub(b, bx_sub(b, gw, m1), bx_mul(b, xh, m2));
             gin[0] = bx_mul(b, rstd, inner);
         }
@@ -515,12 +518,13 @@ static ca_status dropout_forward(const ca_op_def *row, ca_tensor *const *in, int
                                  const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                  ca_tensor **aux) {
     ca_tensor *mask;
-    CA_CHECK(tensor_new(m, &mask));
+    CA_CHECK(cai_tensor_new(m, &mask));
     uint64_t seed, *offset;
-    random_next(&seed, &offset);
-    kern_rand_dropout_mask(kdt(m->dtype), seed, offset, meta_numel(m), a->s[0], tensor_ptr(mask));
+    cai_random_next(&seed, &offset);
+    cai_kern_rand_dropout_mask(kdt(m->dtype), seed, offset, cai_meta_numel(m), a->s[0],
+                               cai_tensor_ptr(mask));
     ca_tensor *xm[2] = {in[0], mask};
-    ca_status st = tensor_pointwise(KPW_MUL, m, 2, xm, 0.0, 0.0, out);
+    ca_status st = cai_tensor_pointwise(KPW_MUL, m, 2, xm, 0.0, 0.0, out);
     if (st != CA_OK) {
         ca_tensor_release(mask);
         return st;
@@ -531,7 +535,7 @@ static ca_status dropout_forward(const ca_op_def *row, ca_tensor *const *in, int
 
 static void dropout_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (node_needs_grad(n, 0))
-        gin[0] = bx_mul(b, g, bx_saved(b, n, 0));
+        gin[0] = bx_mul(b, g, cai_bx_saved(b, n, 0));
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -634,7 +638,7 @@ static const ca_op_def rows[] = {
      .backward = NULL},
 };
 
-const ca_op_group ops_nn = {rows, sizeof rows / sizeof rows[0]};
+const ca_op_group cai_ops_nn = {rows, sizeof rows / sizeof rows[0]};
 
 /* ---------------------------------------------------------------------------------------
  * Public wrappers
@@ -644,7 +648,7 @@ ca_status ca_softmax(ca_tensor *x, int64_t dim, ca_tensor **out) {
     *out = NULL;
     CA_ARG_NOT_NULL(x, "ca_softmax");
     ca_attrs a = {.i = {dim}};
-    return op_call1(CA_OP_SOFTMAX, x, &a, out);
+    return cai_op_call1(CA_OP_SOFTMAX, x, &a, out);
 }
 
 ca_status ca_log_softmax(ca_tensor *x, int64_t dim, ca_tensor **out) {
@@ -652,7 +656,7 @@ ca_status ca_log_softmax(ca_tensor *x, int64_t dim, ca_tensor **out) {
     *out = NULL;
     CA_ARG_NOT_NULL(x, "ca_log_softmax");
     ca_attrs a = {.i = {dim}};
-    return op_call1(CA_OP_LOG_SOFTMAX, x, &a, out);
+    return cai_op_call1(CA_OP_LOG_SOFTMAX, x, &a, out);
 }
 
 ca_status ca_nll_loss(ca_tensor *log_probs, ca_tensor *target, ca_reduction reduction,
@@ -662,7 +666,7 @@ ca_status ca_nll_loss(ca_tensor *log_probs, ca_tensor *target, ca_reduction redu
     CA_ARG_NOT_NULL(log_probs, "ca_nll_loss");
     CA_ARG_NOT_NULL(target, "ca_nll_loss");
     ca_attrs a = {.i = {(int64_t)reduction, ignore_index}};
-    return op_call2(CA_OP_NLL_LOSS, log_probs, target, &a, out);
+    return cai_op_call2(CA_OP_NLL_LOSS, log_probs, target, &a, out);
 }
 
 /* log_softmax over the class dim (1, or 0 for a 1-D input), then nll_loss: two nodes, as
@@ -690,7 +694,7 @@ ca_status ca_mse_loss(ca_tensor *input, ca_tensor *target, ca_reduction reductio
     CA_ARG_NOT_NULL(input, "ca_mse_loss");
     CA_ARG_NOT_NULL(target, "ca_mse_loss");
     ca_attrs a = {.i = {(int64_t)reduction}};
-    return op_call2(CA_OP_MSE_LOSS, input, target, &a, out);
+    return cai_op_call2(CA_OP_MSE_LOSS, input, target, &a, out);
 }
 
 ca_status ca_layer_norm(ca_tensor *x, int n_normalized, const int64_t *normalized_shape,
@@ -717,7 +721,7 @@ ca_status ca_layer_norm(ca_tensor *x, int n_normalized, const int64_t *normalize
         in[n++] = bias;
         a.i[1] |= LN_BIAS;
     }
-    return op_call(CA_OP_LAYER_NORM, n, in, &a, out, NULL);
+    return cai_op_call(CA_OP_LAYER_NORM, n, in, &a, out, NULL);
 }
 
 /* Eval mode and p == 0 are the identity and record nothing, as in PyTorch. */
@@ -731,5 +735,5 @@ ca_status ca_dropout(ca_tensor *x, double p, bool training, ca_tensor **out) {
         return CA_OK;
     }
     ca_attrs a = {.s = {p}, .i = {1}};
-    return op_call1(CA_OP_DROPOUT, x, &a, out);
+    return cai_op_call1(CA_OP_DROPOUT, x, &a, out);
 }

@@ -20,7 +20,7 @@
     {                                                                                              \
         .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
         .n_in_min = (NIN), .n_in_max = (NIN), .n_fields = (NF), .fields = {__VA_ARGS__},           \
-        .shape = op_pointwise_shape, .forward = op_pointwise_forward, .backward = (BW),            \
+        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .backward = (BW),    \
         .pw = (KOP)                                                                                \
     }
 
@@ -29,7 +29,7 @@
     {                                                                                              \
         .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
         .n_in_min = 1, .n_in_max = 1, .n_fields = (NF), .fields = {__VA_ARGS__},                   \
-        .shape = op_pointwise_shape, .forward = op_pointwise_forward, .backward = (BW),            \
+        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .backward = (BW),    \
         .pw = (KOP), .schema = NAME "(Tensor input)",                                              \
         .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT | (FLAGS)                            \
     }
@@ -39,11 +39,11 @@
     {                                                                                              \
         .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
         .n_in_min = (NIN), .n_in_max = (NIN), .flags = CA_OPF_NONDIFF, .n_fields = 0,              \
-        .shape = op_pointwise_shape, .forward = op_pointwise_forward, .pw = (KOP)                  \
+        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .pw = (KOP)          \
     }
 
 static ca_bval saved(ca_builder *b, const ca_node *n, int k) {
-    return bx_saved(b, n, k);
+    return cai_bx_saved(b, n, k);
 }
 
 /* gin[i] = v summed down to input i's shape, when input i needs a gradient */
@@ -240,7 +240,7 @@ static void to_dtype_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bva
         return;
     }
     ca_attrs a = {.i = {n->in_meta[0].dtype}};
-    gin[0] = bx_apply(b, CA_OP_TO_DTYPE, 1, &g, &a);
+    gin[0] = cai_bx_apply(b, CA_OP_TO_DTYPE, 1, &g, &a);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ static ca_status gelu_shape(const ca_op_def *row, const ca_meta *in, int n_in, c
                        "gelu: approximate must be CA_GELU_NONE (0) or "
                        "CA_GELU_TANH (1), got %lld",
                        (long long)a->i[0]);
-    return op_pointwise_shape(row, in, n_in, a, out);
+    return cai_op_pointwise_shape(row, in, n_in, a, out);
 }
 
 static ca_status clamp_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -261,7 +261,7 @@ static ca_status clamp_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
     if (isnan(a->s[0]) && isnan(a->s[1]))
         return err_set(CA_STATUS_INVALID, "clamp: both bounds are NaN (missing); give at least "
                                           "one of min and max");
-    return op_pointwise_shape(row, in, n_in, a, out);
+    return cai_op_pointwise_shape(row, in, n_in, a, out);
 }
 
 static bool dtype_valid(int64_t dt) {
@@ -292,12 +292,12 @@ static ca_status to_dtype_forward(const ca_op_def *row, ca_tensor *const *in, in
                                   ca_tensor **aux) {
     ca_tensor *x = in[0];
     if (x->dtype == m->dtype) /* still a copy: the result must not alias x */
-        return tensor_pointwise(KPW_COPY, m, 1, in, 0, 0, out);
-    CA_CHECK(tensor_new(m, out));
+        return cai_tensor_pointwise(KPW_COPY, m, 1, in, 0, 0, out);
+    CA_CHECK(cai_tensor_new(m, out));
     kern_src src;
-    tensor_src(x, m->ndim, m->shape, &src);
-    kern_cast(kdt(m->dtype), kdt(x->dtype), m->ndim, m->shape, tensor_ptr(*out), (*out)->strides,
-              &src);
+    cai_tensor_src(x, m->ndim, m->shape, &src);
+    cai_kern_cast(kdt(m->dtype), kdt(x->dtype), m->ndim, m->shape, cai_tensor_ptr(*out),
+                  (*out)->strides, &src);
     return CA_OK;
 }
 
@@ -315,8 +315,8 @@ static const ca_op_def rows[] = {
      .flags = CA_OPF_NONDIFF,
      .n_fields = 3,
      .fields = {F_INT("op", 0), F_DBL("p0", 0), F_DBL("p1", 1)},
-     .shape = op_pointwise_shape,
-     .forward = op_pointwise_forward,
+     .shape = cai_op_pointwise_shape,
+     .forward = cai_op_pointwise_forward,
      .pw = KPW_COPY},
 
     /* binary */
@@ -341,8 +341,8 @@ static const ca_op_def rows[] = {
      .nondiff_inputs = 1u << 0,
      .n_fields = 1,
      .fields = {F_IN("condition", 0)},
-     .shape = op_pointwise_shape,
-     .forward = op_pointwise_forward,
+     .shape = cai_op_pointwise_shape,
+     .forward = cai_op_pointwise_forward,
      .backward = where_backward,
      .pw = KPW_WHERE},
     CMP_ROW(CA_OP_LT, "lt", "LtBackward0", 2, KPW_LT),
@@ -398,7 +398,7 @@ static const ca_op_def rows[] = {
      .n_fields = 2,
      .fields = {F_IN("self", 0), F_INT("approximate", 0)},
      .shape = gelu_shape,
-     .forward = op_pointwise_forward,
+     .forward = cai_op_pointwise_forward,
      .backward = gelu_backward,
      .pw = KPW_GELU,
      .schema = "gelu(Tensor input, str{none|tanh} approximate='none')",
@@ -412,7 +412,7 @@ static const ca_op_def rows[] = {
      .n_fields = 3,
      .fields = {F_IN("self", 0), F_DBL("min", 0), F_DBL("max", 1)},
      .shape = clamp_shape,
-     .forward = op_pointwise_forward,
+     .forward = cai_op_pointwise_forward,
      .backward = clamp_backward,
      .pw = KPW_CLAMP},
     /* a cast is not a kern_pw_op, so the fusion pass must treat it as opaque */
@@ -429,7 +429,7 @@ static const ca_op_def rows[] = {
      .backward = to_dtype_backward},
 };
 
-const ca_op_group ops_pointwise = {rows, (int)(sizeof rows / sizeof rows[0])};
+const ca_op_group cai_ops_pointwise = {rows, (int)(sizeof rows / sizeof rows[0])};
 
 /* ---------------------------------------------------------------------------------------
  * Public wrappers
@@ -441,14 +441,14 @@ static ca_status binary(int op, const char *fn, ca_tensor *a, ca_tensor *b, doub
     CA_ARG_NOT_NULL(a, fn);
     CA_ARG_NOT_NULL(b, fn);
     ca_attrs at = {.s = {alpha, 0}};
-    return op_call2(op, a, b, &at, out);
+    return cai_op_call2(op, a, b, &at, out);
 }
 
 static ca_status unary(int op, const char *fn, ca_tensor *x, const ca_attrs *at, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, fn);
     *out = NULL;
     CA_ARG_NOT_NULL(x, fn);
-    return op_call1(op, x, at, out);
+    return cai_op_call1(op, x, at, out);
 }
 
 static ca_status scalar(int op, const char *fn, ca_tensor *a, double s, ca_tensor **out) {
@@ -456,7 +456,7 @@ static ca_status scalar(int op, const char *fn, ca_tensor *a, double s, ca_tenso
     *out = NULL;
     CA_ARG_NOT_NULL(a, fn);
     ca_attrs at = {.s = {s, 0}};
-    return op_call1(op, a, &at, out);
+    return cai_op_call1(op, a, &at, out);
 }
 
 #define DEF_BINARY(fn, OP)                                                                         \
@@ -519,7 +519,7 @@ ca_status ca_where(ca_tensor *cond, ca_tensor *a, ca_tensor *b, ca_tensor **out)
     CA_ARG_NOT_NULL(a, "ca_where");
     CA_ARG_NOT_NULL(b, "ca_where");
     ca_tensor *in[3] = {cond, a, b};
-    return op_call(CA_OP_WHERE, 3, in, NULL, out, NULL);
+    return cai_op_call(CA_OP_WHERE, 3, in, NULL, out, NULL);
 }
 
 /* where(cond, a, full(b)) with a 0-d b: it broadcasts like where with a tensor, and the
@@ -532,7 +532,7 @@ ca_status ca_where_scalar(ca_tensor *cond, ca_tensor *a, double b, ca_tensor **o
     ca_tensor *bt = NULL;
     CA_CHECK(ca_full(a->dtype, 0, NULL, b, &bt));
     ca_tensor *in[3] = {cond, a, bt};
-    ca_status st = op_call(CA_OP_WHERE, 3, in, NULL, out, NULL);
+    ca_status st = cai_op_call(CA_OP_WHERE, 3, in, NULL, out, NULL);
     ca_tensor_release(bt);
     return st;
 }

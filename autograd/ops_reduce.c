@@ -3,7 +3,7 @@
  *
  * attrs: dims = the reduced dims, i[0] = keepdim. The shape rule canonicalises dims (an
  * empty list means every dim and becomes the explicit list; negative dims are normalised;
- * the list is sorted), so nodes store one spelling for each call. kern_reduce writes its
+ * the list is sorted), so nodes store one spelling for each call. cai_kern_reduce writes its
  * result contiguous over the kept dims, which is also the layout of the keepdim shape, so
  * the output tensor is allocated with the final shape and the kernel writes straight into
  * it.
@@ -38,7 +38,7 @@ static ca_status canon_dims(ca_ints *dims, int ndim, const char *op) {
         return CA_OK;
     }
     for (int k = 0; k < dims->n; k++)
-        CA_CHECK(dim_normalize(&dims->v[k], ndim, op));
+        CA_CHECK(cai_dim_normalize(&dims->v[k], ndim, op));
     for (int k = 1; k < dims->n; k++) { /* insertion sort: at most 8 entries */
         int64_t v = dims->v[k];
         int j = k;
@@ -87,7 +87,7 @@ static ca_status reduce_shape(const ca_op_def *row, const ca_meta *in, int n_in,
             return err_set(CA_STATUS_SHAPE,
                            "%s: reduced dim %lld of input %s has size 0; the %s "
                            "of no elements is undefined",
-                           row->name, (long long)a->dims.v[k], meta_str(&in[0], s, sizeof s),
+                           row->name, (long long)a->dims.v[k], cai_meta_str(&in[0], s, sizeof s),
                            row->name);
         }
     reduced_meta(&in[0], a, out);
@@ -108,8 +108,8 @@ static ca_status sum_to_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_SHAPE,
                        "sum_to: a value of shape %s cannot be summed to shape "
                        "%s; the target must broadcast to the value's shape",
-                       meta_str(&in[0], s1, sizeof s1),
-                       err_shape_str(to->n > 0 ? to->n : 0, to->v, s2, sizeof s2));
+                       cai_meta_str(&in[0], s1, sizeof s1),
+                       cai_err_shape_str(to->n > 0 ? to->n : 0, to->v, s2, sizeof s2));
     }
     ca_meta r = {.dtype = in[0].dtype, .ndim = to->n};
     for (int k = 0; k < to->n; k++)
@@ -144,19 +144,20 @@ static ca_status run_reduce(kern_red_op k, ca_tensor *x, uint32_t rmask, const c
     ca_tensor *o = NULL, *ix = NULL;
     ca_meta im = *m;
     im.dtype = CA_INT64;
-    bool trivial = ca_tensor_numel(x) == 0 || meta_numel(m) == 0 || rmask == 0;
+    bool trivial = ca_tensor_numel(x) == 0 || cai_meta_numel(m) == 0 || rmask == 0;
     ca_status st;
     if (!trivial)
-        st = tensor_new(m, &o);
+        st = cai_tensor_new(m, &o);
     else if (rmask == 0)
-        st = tensor_pointwise(KPW_COPY, m, 1, &x, 0, 0, &o);
+        st = cai_tensor_pointwise(KPW_COPY, m, 1, &x, 0, 0, &o);
     else
-        st = tensor_full(m, empty_value(k), &o);
+        st = cai_tensor_full(m, empty_value(k), &o);
     if (st == CA_OK && idx_out)
-        st = trivial ? tensor_full(&im, 0, &ix) : tensor_new(&im, &ix);
+        st = trivial ? cai_tensor_full(&im, 0, &ix) : cai_tensor_new(&im, &ix);
     if (st == CA_OK && !trivial) {
-        int rc = kern_reduce(k, kdt(x->dtype), x->ndim, x->shape, tensor_ptr(x), x->strides, rmask,
-                             tensor_ptr(o), ix ? (int64_t *)tensor_ptr(ix) : NULL);
+        int rc =
+            cai_kern_reduce(k, kdt(x->dtype), x->ndim, x->shape, cai_tensor_ptr(x), x->strides,
+                            rmask, cai_tensor_ptr(o), ix ? (int64_t *)cai_tensor_ptr(ix) : NULL);
         if (rc == -2)
             st = err_nomem("reduction scratch");
         else if (rc != 0)
@@ -192,7 +193,7 @@ static ca_status sum_to_forward(const ca_op_def *row, ca_tensor *const *in, int 
         if (d < lead || (m->shape[d - lead] == 1 && x->shape[d] != 1))
             mask |= 1u << d;
     if (mask == 0) /* same sizes: still a copy, never an alias of x */
-        return tensor_pointwise(KPW_COPY, m, 1, in, 0, 0, out);
+        return cai_tensor_pointwise(KPW_COPY, m, 1, in, 0, 0, out);
     return run_reduce(KRED_SUM, x, mask, m, out, NULL);
 }
 
@@ -216,7 +217,7 @@ static void sum_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
 static void mean_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval s = bx_scale_inv_numel(b, g, &n->in_meta[0], dims_mask(&n->attrs.dims));
+    ca_bval s = cai_bx_scale_inv_numel(b, g, &n->in_meta[0], dims_mask(&n->attrs.dims));
     gin[0] = bx_expand(b, keepdim_view(b, n, s), &n->in_meta[0]);
 }
 
@@ -246,8 +247,8 @@ static ca_bval argreduce_multi(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
     ca_bval gk = keepdim_view(b, n, g);
     ca_bval permuted = bx_permute(b, bx_expand(b, gk, im), &perm);
     ca_bval flat_v = bx_reshape_ints(b, permuted, &flat);
-    const ca_meta *flat_m = bx_meta(b, flat_v);
-    const ca_meta *perm_m = bx_meta(b, permuted);
+    const ca_meta *flat_m = cai_bx_meta(b, flat_v);
+    const ca_meta *perm_m = cai_bx_meta(b, permuted);
     if (!flat_m || !perm_m)
         return NULL;
     ca_meta full = *flat_m, back = *perm_m; /* copies: the builder may reuse its storage */
@@ -262,7 +263,7 @@ static void argreduce_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
     if (!node_needs_grad(n, 0))
         return;
     const ca_ints *dims = &n->attrs.dims;
-    ca_bval idx = bx_saved(b, n, 0);
+    ca_bval idx = cai_bx_saved(b, n, 0);
     if (dims->n == 0) { /* a 0-d input: the value is the input */
         gin[0] = g;
         return;
@@ -283,7 +284,7 @@ static void argreduce_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
 static void logsumexp_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval x = bx_saved(b, n, 0), r = keepdim_view(b, n, bx_saved(b, n, 1));
+    ca_bval x = cai_bx_saved(b, n, 0), r = keepdim_view(b, n, cai_bx_saved(b, n, 1));
     gin[0] = bx_mul(b, keepdim_view(b, n, g), bx_exp(b, bx_sub(b, x, r)));
 }
 
@@ -330,7 +331,7 @@ static const ca_op_def rows[] = {
      .backward = sum_to_backward},
 };
 
-const ca_op_group ops_reduce = {rows, (int)(sizeof rows / sizeof rows[0])};
+const ca_op_group cai_ops_reduce = {rows, (int)(sizeof rows / sizeof rows[0])};
 
 /* ---------------------------------------------------------------------------------------
  * Public wrappers
@@ -356,7 +357,7 @@ static ca_status reduce_call(int op, const char *fn, ca_tensor *x, int n_dims, c
     CA_ARG_NOT_NULL(x, fn);
     ca_attrs a;
     CA_CHECK(reduce_attrs(fn, n_dims, dims, keepdim, &a));
-    return op_call1(op, x, &a, out);
+    return cai_op_call1(op, x, &a, out);
 }
 
 ca_status ca_sum(ca_tensor *x, int n_dims, const int64_t *dims, bool keepdim, ca_tensor **out) {
@@ -383,7 +384,7 @@ static ca_status argreduce_call(int op, const char *fn, ca_tensor *x, int n_dims
     ca_attrs a;
     CA_CHECK(reduce_attrs(fn, n_dims, dims, keepdim, &a));
     ca_tensor *aux[CA_MAX_AUX] = {0};
-    CA_CHECK(op_call(op, 1, &x, &a, values, aux));
+    CA_CHECK(cai_op_call(op, 1, &x, &a, values, aux));
     if (indices)
         *indices = aux[0];
     else

@@ -2,7 +2,7 @@
  * unsqueeze, slice, select), cat, contiguous, masked_fill and the internal slice_backward.
  *
  * A view's forward only computes a new shape, strides and offset over its input's storage
- * (tensor_alias), so writes through either are seen by both and they share one version
+ * (cai_tensor_alias), so writes through either are seen by both and they share one version
  * counter. Derivatives map the gradient back with the inverse view, a sum over expanded
  * dims, or slice_backward (zeros with the gradient placed where the view took its
  * elements).
@@ -14,7 +14,7 @@
 #include <string.h>
 
 static const char *ints_str(const ca_ints *s, char *buf, size_t size) {
-    return err_shape_str(s->n, s->v, buf, size);
+    return cai_err_shape_str(s->n, s->v, buf, size);
 }
 
 static ca_attrs attrs_none(void) {
@@ -41,7 +41,7 @@ static geom geom_of(const ca_tensor *x) {
 }
 
 static ca_status geom_alias(ca_tensor *x, const geom *g, ca_tensor **out) {
-    return tensor_alias(x, g->ndim, g->shape, g->strides, g->offset, out);
+    return cai_tensor_alias(x, g->ndim, g->shape, g->strides, g->offset, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ static bool view_strides(int on, const int64_t *oshape, const int64_t *ostrides,
     for (int d = 0; d < on; d++)
         numel *= oshape[d];
     if (numel <= 1) { /* no element needs a second stride: any layout reads the same */
-        tensor_contiguous_strides(nn, nshape, nstrides);
+        cai_tensor_contiguous_strides(nn, nshape, nstrides);
         return true;
     }
     int nd = nn - 1;
@@ -92,7 +92,7 @@ static ca_status reshape_shape(const ca_op_def *row, const ca_meta *in, int n_in
         return err_set(CA_STATUS_SHAPE, "%s: target has %d dims; cagrad supports 0 to %d",
                        row->name, s->n, CA_MAX_DIMS);
     int infer = -1;
-    int64_t known = 1, numel = meta_numel(in);
+    int64_t known = 1, numel = cai_meta_numel(in);
     for (int d = 0; d < s->n; d++) {
         if (s->v[d] == -1 && infer >= 0)
             return err_set(CA_STATUS_SHAPE,
@@ -114,7 +114,7 @@ static ca_status reshape_shape(const ca_op_def *row, const ca_meta *in, int n_in
         return err_set(CA_STATUS_SHAPE,
                        "%s: shape %s is invalid for an input of shape %s (%lld elements); the "
                        "target must have the same number of elements%s",
-                       row->name, ints_str(s, b1, sizeof b1), meta_str(in, b2, sizeof b2),
+                       row->name, ints_str(s, b1, sizeof b1), cai_meta_str(in, b2, sizeof b2),
                        (long long)numel,
                        infer >= 0 && known == 0 ? " and -1 is ambiguous next to a size 0" : "");
     if (infer >= 0)
@@ -131,21 +131,21 @@ static ca_status reshape_forward(const ca_op_def *row, ca_tensor *const *in, int
     ca_tensor *x = in[0];
     int64_t strides[CA_MAX_DIMS];
     if (view_strides(x->ndim, x->shape, x->strides, m->ndim, m->shape, strides))
-        return tensor_alias(x, m->ndim, m->shape, strides, x->offset, out);
+        return cai_tensor_alias(x, m->ndim, m->shape, strides, x->offset, out);
     if (row->id == CA_OP_VIEW) {
         char b1[META_STR_SIZE], b2[META_STR_SIZE], b3[META_STR_SIZE];
         return err_set(CA_STATUS_SHAPE,
                        "view: view size is not compatible with input tensor's size and stride "
                        "(input shape %s, strides %s, target %s): at least one dimension spans "
                        "across two contiguous subspaces; use ca_reshape instead (it copies)",
-                       err_shape_str(x->ndim, x->shape, b1, sizeof b1),
-                       err_shape_str(x->ndim, x->strides, b2, sizeof b2),
-                       meta_str(m, b3, sizeof b3));
+                       cai_err_shape_str(x->ndim, x->shape, b1, sizeof b1),
+                       cai_err_shape_str(x->ndim, x->strides, b2, sizeof b2),
+                       cai_meta_str(m, b3, sizeof b3));
     }
     ca_tensor *c;
-    CA_CHECK(tensor_contiguous(x, &c));
-    tensor_contiguous_strides(m->ndim, m->shape, strides);
-    ca_status st = tensor_alias(c, m->ndim, m->shape, strides, c->offset, out);
+    CA_CHECK(cai_tensor_contiguous(x, &c));
+    cai_tensor_contiguous_strides(m->ndim, m->shape, strides);
+    ca_status st = cai_tensor_alias(c, m->ndim, m->shape, strides, c->offset, out);
     ca_tensor_release(c);
     return st;
 }
@@ -169,7 +169,7 @@ static ca_status shape_call(int op, const char *fn, ca_tensor *x, int ndim, cons
     a.shape.n = ndim;
     if (ndim > 0)
         memcpy(a.shape.v, shape, sizeof(int64_t) * (size_t)ndim);
-    return op_call1(op, x, &a, out);
+    return cai_op_call1(op, x, &a, out);
 }
 
 ca_status ca_reshape(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out) {
@@ -184,8 +184,8 @@ ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor
     CA_ARG_NOT_NULL(out, "ca_flatten");
     *out = NULL;
     CA_ARG_NOT_NULL(x, "ca_flatten");
-    CA_CHECK(dim_normalize(&start_dim, x->ndim, "flatten"));
-    CA_CHECK(dim_normalize(&end_dim, x->ndim, "flatten"));
+    CA_CHECK(cai_dim_normalize(&start_dim, x->ndim, "flatten"));
+    CA_CHECK(cai_dim_normalize(&end_dim, x->ndim, "flatten"));
     if (start_dim > end_dim)
         return err_set(CA_STATUS_DIM,
                        "flatten: start_dim %lld comes after end_dim %lld; pass "
@@ -221,12 +221,12 @@ static ca_status permute_shape(const ca_op_def *row, const ca_meta *in, int n_in
         return err_set(CA_STATUS_DIM,
                        "permute: the permutation has %d entries but the input of "
                        "shape %s has %d dims; give one entry per dim",
-                       p->n, meta_str(in, b1, sizeof b1), in->ndim);
+                       p->n, cai_meta_str(in, b1, sizeof b1), in->ndim);
     bool seen[CA_MAX_DIMS] = {false};
     out->dtype = in->dtype;
     out->ndim = in->ndim;
     for (int i = 0; i < p->n; i++) {
-        CA_CHECK(dim_normalize(&p->v[i], in->ndim, "permute"));
+        CA_CHECK(cai_dim_normalize(&p->v[i], in->ndim, "permute"));
         if (seen[p->v[i]])
             return err_set(CA_STATUS_DIM,
                            "permute: dim %lld appears twice in the permutation; "
@@ -272,20 +272,20 @@ ca_status ca_permute(ca_tensor *x, int ndim, const int64_t *perm, ca_tensor **ou
     a.dims.n = ndim;
     if (ndim > 0)
         memcpy(a.dims.v, perm, sizeof(int64_t) * (size_t)ndim);
-    return op_call1(CA_OP_PERMUTE, x, &a, out);
+    return cai_op_call1(CA_OP_PERMUTE, x, &a, out);
 }
 
 ca_status ca_transpose(ca_tensor *x, int64_t dim0, int64_t dim1, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_transpose");
     *out = NULL;
     CA_ARG_NOT_NULL(x, "ca_transpose");
-    CA_CHECK(dim_normalize(&dim0, x->ndim, "transpose"));
-    CA_CHECK(dim_normalize(&dim1, x->ndim, "transpose"));
+    CA_CHECK(cai_dim_normalize(&dim0, x->ndim, "transpose"));
+    CA_CHECK(cai_dim_normalize(&dim1, x->ndim, "transpose"));
     ca_attrs a = attrs_none();
     a.dims.n = x->ndim;
     for (int d = 0; d < x->ndim; d++)
         a.dims.v[d] = d == dim0 ? dim1 : d == dim1 ? dim0 : d;
-    return op_call1(CA_OP_PERMUTE, x, &a, out);
+    return cai_op_call1(CA_OP_PERMUTE, x, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ static ca_status expand_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_SHAPE,
                        "expand: the target %s has %d dims but the input of shape "
                        "%s has %d; give at least as many sizes as input dims",
-                       ints_str(&given, b1, sizeof b1), s->n, meta_str(in, b2, sizeof b2),
+                       ints_str(&given, b1, sizeof b1), s->n, cai_meta_str(in, b2, sizeof b2),
                        in->ndim);
     int lead = s->n - in->ndim;
     for (int i = 0; i < s->n; i++) {
@@ -316,7 +316,7 @@ static ca_status expand_shape(const ca_op_def *row, const ca_meta *in, int n_in,
             return err_set(CA_STATUS_SHAPE,
                            "expand: the input's size %lld cannot be expanded to %lld at dim %d "
                            "(input shape %s, target %s); only size-1 dims can be expanded",
-                           (long long)isz, (long long)s->v[i], i, meta_str(in, b2, sizeof b2),
+                           (long long)isz, (long long)s->v[i], i, cai_meta_str(in, b2, sizeof b2),
                            ints_str(&given, b1, sizeof b1));
         s->v[i] = v;
     }
@@ -336,7 +336,7 @@ static ca_status expand_forward(const ca_op_def *row, ca_tensor *const *in, int 
         int d = i - lead;
         strides[i] = d < 0 || x->shape[d] != m->shape[i] ? 0 : x->strides[d];
     }
-    return tensor_alias(x, m->ndim, m->shape, strides, x->offset, out);
+    return cai_tensor_alias(x, m->ndim, m->shape, strides, x->offset, out);
 }
 
 static void expand_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
@@ -373,7 +373,7 @@ static ca_status squeeze_shape(const ca_op_def *row, const ca_meta *in, int n_in
                 dims->v[dims->n++] = d;
     } else {
         for (int i = 0; i < dims->n; i++)
-            CA_CHECK(dim_normalize(&dims->v[i], in->ndim, "squeeze"));
+            CA_CHECK(cai_dim_normalize(&dims->v[i], in->ndim, "squeeze"));
         qsort(dims->v, (size_t)dims->n, sizeof(int64_t), cmp_i64);
         int u = 0;
         for (int i = 0; i < dims->n; i++)
@@ -419,7 +419,7 @@ ca_status ca_squeeze(ca_tensor *x, int n_dims, const int64_t *dims, ca_tensor **
     a.dims.n = n_dims;
     if (n_dims > 0)
         memcpy(a.dims.v, dims, sizeof(int64_t) * (size_t)n_dims);
-    return op_call1(CA_OP_SQUEEZE, x, &a, out);
+    return cai_op_call1(CA_OP_SQUEEZE, x, &a, out);
 }
 
 static ca_status unsqueeze_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -429,8 +429,8 @@ static ca_status unsqueeze_shape(const ca_op_def *row, const ca_meta *in, int n_
         return err_set(CA_STATUS_DIM,
                        "unsqueeze: the input of shape %s already has %d dims, the "
                        "most cagrad supports",
-                       meta_str(in, b1, sizeof b1), in->ndim);
-    CA_CHECK(dim_normalize(&a->i[0], in->ndim + 1, "unsqueeze"));
+                       cai_meta_str(in, b1, sizeof b1), in->ndim);
+    CA_CHECK(cai_dim_normalize(&a->i[0], in->ndim + 1, "unsqueeze"));
     int d = (int)a->i[0];
     out->dtype = in->dtype;
     out->ndim = in->ndim + 1;
@@ -464,7 +464,7 @@ ca_status ca_unsqueeze(ca_tensor *x, int64_t dim, ca_tensor **out) {
     CA_ARG_NOT_NULL(x, "ca_unsqueeze");
     ca_attrs a = attrs_none();
     a.i[0] = dim;
-    return op_call1(CA_OP_UNSQUEEZE, x, &a, out);
+    return cai_op_call1(CA_OP_UNSQUEEZE, x, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -489,7 +489,7 @@ static ca_status slice_canon(const char *op, const ca_meta *in, ca_attrs *a) {
                        "%s: a 0-dim tensor cannot be sliced; reshape it to [1] "
                        "first",
                        op);
-    CA_CHECK(dim_normalize(&a->i[0], in->ndim, op));
+    CA_CHECK(cai_dim_normalize(&a->i[0], in->ndim, op));
     if (a->i[3] <= 0)
         return err_set(CA_STATUS_INVALID, "%s: step must be positive, got %lld", op,
                        (long long)a->i[3]);
@@ -536,7 +536,7 @@ ca_status ca_slice(ca_tensor *x, int64_t dim, int64_t start, int64_t end, int64_
     a.i[1] = start;
     a.i[2] = end;
     a.i[3] = step;
-    return op_call1(CA_OP_SLICE, x, &a, out);
+    return cai_op_call1(CA_OP_SLICE, x, &a, out);
 }
 
 ca_status ca_narrow(ca_tensor *x, int64_t dim, int64_t start, int64_t length, ca_tensor **out) {
@@ -546,7 +546,7 @@ ca_status ca_narrow(ca_tensor *x, int64_t dim, int64_t start, int64_t length, ca
     if (x->ndim == 0)
         return err_set(CA_STATUS_DIM, "narrow: a 0-dim tensor cannot be narrowed; reshape it to "
                                       "[1] first");
-    CA_CHECK(dim_normalize(&dim, x->ndim, "narrow"));
+    CA_CHECK(cai_dim_normalize(&dim, x->ndim, "narrow"));
     int64_t size = x->shape[dim];
     if (start < -size || start > size)
         return err_set(CA_STATUS_INDEX,
@@ -571,14 +571,14 @@ static ca_status select_shape(const ca_op_def *row, const ca_meta *in, int n_in,
     if (in->ndim == 0)
         return err_set(CA_STATUS_DIM, "select: cannot select from a 0-dim tensor; it has no dim "
                                       "to index");
-    CA_CHECK(dim_normalize(&a->i[0], in->ndim, "select"));
+    CA_CHECK(cai_dim_normalize(&a->i[0], in->ndim, "select"));
     int d = (int)a->i[0];
     int64_t size = in->shape[d], idx = a->i[1];
     if (idx < -size || idx >= size)
         return err_set(CA_STATUS_INDEX,
                        "select: index %lld is out of range for dim %d of size "
                        "%lld (input shape %s); expected an index in [%lld, %lld]",
-                       (long long)idx, d, (long long)size, meta_str(in, b1, sizeof b1),
+                       (long long)idx, d, (long long)size, cai_meta_str(in, b1, sizeof b1),
                        (long long)-size, (long long)(size - 1));
     a->i[1] = idx < 0 ? idx + size : idx;
     out->dtype = in->dtype;
@@ -619,7 +619,7 @@ ca_status ca_select(ca_tensor *x, int64_t dim, int64_t index, ca_tensor **out) {
     ca_attrs a = attrs_none();
     a.i[0] = dim;
     a.i[1] = index;
-    return op_call1(CA_OP_SELECT, x, &a, out);
+    return cai_op_call1(CA_OP_SELECT, x, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -635,12 +635,12 @@ static ca_status slice_bw_shape(const ca_op_def *row, const ca_meta *in, int n_i
     CA_CHECK(slice_canon("slice_backward", &full, a));
     ca_meta expect = full;
     expect.shape[a->i[0]] = slice_len(a->i[1], a->i[2], a->i[3]);
-    if (!meta_same_shape(in, &expect))
+    if (!cai_meta_same_shape(in, &expect))
         return err_set(CA_STATUS_SHAPE,
                        "slice_backward: the gradient has shape %s but the slice "
                        "of %s along dim %lld has shape %s",
-                       meta_str(in, b1, sizeof b1), meta_str(&full, b2, sizeof b2),
-                       (long long)a->i[0], meta_str(&expect, b3, sizeof b3));
+                       cai_meta_str(in, b1, sizeof b1), cai_meta_str(&full, b2, sizeof b2),
+                       (long long)a->i[0], cai_meta_str(&expect, b3, sizeof b3));
     *out = full;
     return CA_OK;
 }
@@ -649,13 +649,14 @@ static ca_status slice_bw_forward(const ca_op_def *row, ca_tensor *const *in, in
                                   const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                   ca_tensor **aux) {
     ca_tensor *r;
-    CA_CHECK(tensor_full(m, 0.0, &r));
+    CA_CHECK(cai_tensor_full(m, 0.0, &r));
     int d = (int)a->i[0];
     int64_t strides[CA_MAX_DIMS];
     memcpy(strides, r->strides, sizeof strides);
     strides[d] *= a->i[3];
-    char *dst = (char *)tensor_ptr(r) + a->i[1] * r->strides[d] * (int64_t)ca_dtype_size(m->dtype);
-    ca_status st = op_copy_into(dst, strides, in[0], "slice_backward");
+    char *dst =
+        (char *)cai_tensor_ptr(r) + a->i[1] * r->strides[d] * (int64_t)ca_dtype_size(m->dtype);
+    ca_status st = cai_op_copy_into(dst, strides, in[0], "slice_backward");
     if (st != CA_OK) {
         ca_tensor_release(r);
         return st;
@@ -699,7 +700,7 @@ static ca_status cat_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca
             ref = i; /* the first tensor that is not a legacy empty one sets the shape */
     }
     const ca_meta *r = &in[ref];
-    CA_CHECK(dim_normalize(&a->i[0], r->ndim, "cat"));
+    CA_CHECK(cai_dim_normalize(&a->i[0], r->ndim, "cat"));
     int d = (int)a->i[0];
     *out = *r;
     out->shape[d] = 0;
@@ -713,7 +714,8 @@ static ca_status cat_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca
             return err_set(CA_STATUS_SHAPE,
                            "cat: sizes of tensors must match except in dim %d: tensor %d has "
                            "shape %s but tensor %d has shape %s",
-                           d, ref, meta_str(r, b1, sizeof b1), i, meta_str(&in[i], b2, sizeof b2));
+                           d, ref, cai_meta_str(r, b1, sizeof b1), i,
+                           cai_meta_str(&in[i], b2, sizeof b2));
         out->shape[d] += in[i].shape[d];
     }
     return CA_OK;
@@ -723,15 +725,15 @@ static ca_status cat_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
                              const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                              ca_tensor **aux) {
     ca_tensor *r;
-    CA_CHECK(tensor_new(m, &r));
+    CA_CHECK(cai_tensor_new(m, &r));
     int d = (int)a->i[0];
     size_t esz = ca_dtype_size(m->dtype);
     int64_t off = 0;
     for (int i = 0; i < n_in; i++) {
         if (in[i]->ndim != m->ndim) /* a skipped legacy empty tensor */
             continue;
-        char *dst = (char *)tensor_ptr(r) + off * r->strides[d] * (int64_t)esz;
-        ca_status st = op_copy_into(dst, r->strides, in[i], "cat");
+        char *dst = (char *)cai_tensor_ptr(r) + off * r->strides[d] * (int64_t)esz;
+        ca_status st = cai_op_copy_into(dst, r->strides, in[i], "cat");
         if (st != CA_OK) {
             ca_tensor_release(r);
             return st;
@@ -765,7 +767,7 @@ ca_status ca_cat(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out)
         return err_set(CA_STATUS_INVALID, "cat: expects a non-empty list of tensors, got %d", n);
     ca_attrs a = attrs_none();
     a.i[0] = dim;
-    return op_call(CA_OP_CAT, n, tensors, &a, out, NULL);
+    return cai_op_call(CA_OP_CAT, n, tensors, &a, out, NULL);
 }
 
 ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **out) {
@@ -778,18 +780,18 @@ ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **ou
         if (!tensors[i])
             return err_set(CA_STATUS_INVALID, "stack: tensor %d is NULL; pass a valid tensor", i);
         ca_meta m0, mi;
-        tensor_meta(tensors[0], &m0);
-        tensor_meta(tensors[i], &mi);
-        if (!meta_same_shape(&m0, &mi)) {
+        cai_tensor_meta(tensors[0], &m0);
+        cai_tensor_meta(tensors[i], &mi);
+        if (!cai_meta_same_shape(&m0, &mi)) {
             char b1[META_STR_SIZE], b2[META_STR_SIZE];
             return err_set(CA_STATUS_SHAPE,
                            "stack: expects each tensor to be equal size, but got "
                            "%s at entry 0 and %s at entry %d",
-                           meta_str(&m0, b1, sizeof b1), meta_str(&mi, b2, sizeof b2), i);
+                           cai_meta_str(&m0, b1, sizeof b1), cai_meta_str(&mi, b2, sizeof b2), i);
         }
     }
-    CA_CHECK(dim_normalize(&dim, tensors[0]->ndim + 1, "stack"));
-    ca_tensor **tmp = mem_calloc((size_t)n, sizeof(ca_tensor *));
+    CA_CHECK(cai_dim_normalize(&dim, tensors[0]->ndim + 1, "stack"));
+    ca_tensor **tmp = cai_mem_calloc((size_t)n, sizeof(ca_tensor *));
     if (!tmp)
         return err_nomem("stack's list of inputs");
     ca_status st = CA_OK;
@@ -797,8 +799,8 @@ ca_status ca_stack(int n, ca_tensor *const *tensors, int64_t dim, ca_tensor **ou
         st = ca_unsqueeze(tensors[i], dim, &tmp[i]);
     if (st == CA_OK)
         st = ca_cat(n, tmp, dim, out);
-    op_release_all(tmp, n);
-    mem_free(tmp);
+    cai_op_release_all(tmp, n);
+    cai_mem_free(tmp);
     return st;
 }
 
@@ -821,7 +823,7 @@ static ca_status contiguous_forward(const ca_op_def *row, ca_tensor *const *in, 
         geom g = geom_of(x);
         return geom_alias(x, &g, out);
     }
-    return tensor_contiguous(x, out);
+    return cai_tensor_contiguous(x, out);
 }
 
 static void identity_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
@@ -836,7 +838,7 @@ ca_status ca_contiguous(ca_tensor *x, ca_tensor **out) {
         *out = ca_tensor_retain(x);
         return CA_OK;
     }
-    return op_call1(CA_OP_CONTIGUOUS, x, NULL, out);
+    return cai_op_call1(CA_OP_CONTIGUOUS, x, NULL, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -856,7 +858,7 @@ static ca_status masked_fill_shape(const ca_op_def *row, const ca_meta *in, int 
                        "masked_fill: a mask of shape %s cannot be broadcast to "
                        "the input's shape %s; the mask must broadcast to the "
                        "input (sizes equal or 1, no extra dims)",
-                       meta_str(mask, b1, sizeof b1), meta_str(x, b2, sizeof b2));
+                       cai_meta_str(mask, b1, sizeof b1), cai_meta_str(x, b2, sizeof b2));
     *out = *x;
     return CA_OK;
 }
@@ -865,15 +867,15 @@ static ca_status masked_fill_forward(const ca_op_def *row, ca_tensor *const *in,
                                      const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                      ca_tensor **aux) {
     ca_tensor *r;
-    CA_CHECK(tensor_new(m, &r));
+    CA_CHECK(cai_tensor_new(m, &r));
     kern_src src[2];
-    tensor_src(in[0], m->ndim, m->shape, &src[0]);
-    tensor_src(in[1], m->ndim, m->shape, &src[1]);
-    int rc = meta_numel(m) == 0
+    cai_tensor_src(in[0], m->ndim, m->shape, &src[0]);
+    cai_tensor_src(in[1], m->ndim, m->shape, &src[1]);
+    int rc = cai_meta_numel(m) == 0
                  ? 0
-                 : kern_pointwise(KPW_MASKED_FILL, kdt(m->dtype), kdt(in[1]->dtype), m->ndim,
-                                  m->shape, tensor_ptr(r), r->strides, src, a->s[0], 0);
-    ca_status st = op_kern_status(rc, "masked_fill");
+                 : cai_kern_pointwise(KPW_MASKED_FILL, kdt(m->dtype), kdt(in[1]->dtype), m->ndim,
+                                      m->shape, cai_tensor_ptr(r), r->strides, src, a->s[0], 0);
+    ca_status st = cai_op_kern_status(rc, "masked_fill");
     if (st != CA_OK) {
         ca_tensor_release(r);
         return st;
@@ -884,7 +886,7 @@ static ca_status masked_fill_forward(const ca_op_def *row, ca_tensor *const *in,
 
 /* where(mask, 0, g) */
 static void masked_fill_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = bx_pw(b, KPW_MASKED_FILL, g, bx_saved(b, n, 0), NULL, 0, 0);
+    gin[0] = bx_pw(b, KPW_MASKED_FILL, g, cai_bx_saved(b, n, 0), NULL, 0, 0);
 }
 
 ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor **out) {
@@ -894,7 +896,7 @@ ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor 
     CA_ARG_NOT_NULL(mask, "ca_masked_fill");
     ca_attrs a = attrs_none();
     a.s[0] = value;
-    return op_call2(CA_OP_MASKED_FILL, x, mask, &a, out);
+    return cai_op_call2(CA_OP_MASKED_FILL, x, mask, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -1032,4 +1034,4 @@ static const ca_op_def rows[] = {
      .backward = slice_bw_backward},
 };
 
-const ca_op_group ops_shape = {rows, sizeof rows / sizeof rows[0]};
+const ca_op_group cai_ops_shape = {rows, sizeof rows / sizeof rows[0]};

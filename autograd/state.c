@@ -17,9 +17,9 @@ static ca_status init_status = CA_OK;
 static char init_msg[1024];
 
 static void init_run(void) {
-    kern_set_allocator((kern_allocator){mem_data_alloc, mem_data_free});
-    graph_set_allocator((kern_allocator){mem_data_alloc, mem_data_free});
-    init_status = op_table_check();
+    cai_kern_set_allocator((kern_allocator){cai_mem_data_alloc, cai_mem_data_free});
+    cai_graph_set_allocator((kern_allocator){cai_mem_data_alloc, cai_mem_data_free});
+    init_status = cai_op_table_check();
     if (init_status != CA_OK)
         snprintf(init_msg, sizeof init_msg, "%s", ca_last_error());
 }
@@ -36,7 +36,7 @@ ca_status ca_init(void) {
  */
 static _Thread_local bool grad_disabled = false;
 
-bool grad_mode_enabled(void) {
+bool cai_grad_mode_enabled(void) {
     return !grad_disabled;
 }
 bool ca_is_grad_enabled(void) {
@@ -58,7 +58,7 @@ static atomic_int current_graph = 0;
 static atomic_uint_fast64_t seq_counter = 0;
 static _Thread_local char last_break_reason[256];
 
-int fwd_graph_current(void) {
+int cai_fwd_graph_current(void) {
     return atomic_load(&current_graph);
 }
 
@@ -88,11 +88,11 @@ void ca_set_op_observer(ca_op_observer_fn fn, void *ctx) {
     op_observer_ctx = fn ? ctx : NULL;
 }
 
-void op_observe(const char *op) {
+void cai_op_observe(const char *op) {
     if (op_observer)
-        op_observer(op, fwd_graph_current(), op_observer_ctx);
+        op_observer(op, cai_fwd_graph_current(), op_observer_ctx);
 }
-uint64_t node_next_seq(void) {
+uint64_t cai_node_next_seq(void) {
     return atomic_fetch_add(&seq_counter, 1);
 }
 
@@ -108,7 +108,7 @@ void ca_manual_seed(uint64_t seed) {
     rng_offset = 0;
 }
 
-void random_next(uint64_t *seed, uint64_t **offset) {
+void cai_random_next(uint64_t *seed, uint64_t **offset) {
     *seed = rng_seed;
     *offset = &rng_offset;
 }
@@ -117,16 +117,16 @@ void random_next(uint64_t *seed, uint64_t **offset) {
  * Threads
  */
 int ca_set_num_threads(int n) {
-    return kern_set_num_threads(n);
+    return cai_kern_set_num_threads(n);
 }
 int ca_get_num_threads(void) {
-    return kern_num_threads();
+    return cai_kern_num_threads();
 }
 
 const char *ca_kernel_isa(void) {
-    return ca_init() == CA_OK ? kern_isa_name(kern_isa()) : "unknown";
+    return ca_init() == CA_OK ? cai_kern_isa_name(cai_kern_isa()) : "unknown";
 }
 
 const char *ca_blas_core(void) {
-    return kern_blas_core();
+    return cai_kern_blas_core();
 }

@@ -15,12 +15,12 @@
  * Storage
  */
 static ca_status storage_new(size_t nbytes, ca_storage **out) {
-    ca_storage *s = mem_calloc(1, sizeof *s); /* zeroed: not external, no deleter */
+    ca_storage *s = cai_mem_calloc(1, sizeof *s); /* zeroed: not external, no deleter */
     if (!s)
         return err_nomem("a tensor storage header");
-    s->data = mem_data_alloc(nbytes);
+    s->data = cai_mem_data_alloc(nbytes);
     if (!s->data) {
-        mem_free(s);
+        cai_mem_free(s);
         return err_nomem("tensor data");
     }
     s->refcnt = 1;
@@ -34,10 +34,10 @@ static void storage_release(ca_storage *s) {
     if (!s || --s->refcnt > 0)
         return;
     if (!s->external)
-        mem_data_free(s->data);
+        cai_mem_data_free(s->data);
     else if (s->deleter)
         s->deleter(s->deleter_ctx);
-    mem_free(s);
+    cai_mem_free(s);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ const char *ca_dtype_name(ca_dtype dtype) {
     return "invalid-dtype";
 }
 
-void tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
+void cai_tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         strides[d] = s;
@@ -90,32 +90,32 @@ static ca_status meta_validate(const ca_meta *m, const char *fn) {
 }
 
 static ca_status tensor_header(ca_storage *s, const ca_meta *m, ca_tensor **out) {
-    ca_tensor *t = mem_calloc(1, sizeof *t);
+    ca_tensor *t = cai_mem_calloc(1, sizeof *t);
     if (!t)
         return err_nomem("a tensor header");
     t->refcnt = 1;
     t->dtype = m->dtype;
     t->ndim = m->ndim;
     memcpy(t->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim);
-    tensor_contiguous_strides(m->ndim, m->shape, t->strides);
+    cai_tensor_contiguous_strides(m->ndim, m->shape, t->strides);
     t->storage = s;
     *out = t;
     return CA_OK;
 }
 
-ca_status tensor_new(const ca_meta *m, ca_tensor **out) {
+ca_status cai_tensor_new(const ca_meta *m, ca_tensor **out) {
     *out = NULL;
     CA_CHECK(meta_validate(m, "tensor"));
     ca_storage *s = NULL;
-    CA_CHECK(storage_new((size_t)meta_numel(m) * ca_dtype_size(m->dtype), &s));
+    CA_CHECK(storage_new((size_t)cai_meta_numel(m) * ca_dtype_size(m->dtype), &s));
     ca_status st = tensor_header(s, m, out);
     if (st != CA_OK)
         storage_release(s);
     return st;
 }
 
-ca_status tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
-                       int64_t offset, ca_tensor **out) {
+ca_status cai_tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset, ca_tensor **out) {
     ca_meta m = {.dtype = t->dtype, .ndim = ndim};
     memcpy(m.shape, shape, sizeof(int64_t) * (size_t)ndim);
     CA_CHECK(tensor_header(t->storage, &m, out));
@@ -125,18 +125,18 @@ ca_status tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const int64
     return CA_OK;
 }
 
-void tensor_meta(const ca_tensor *t, ca_meta *out) {
+void cai_tensor_meta(const ca_tensor *t, ca_meta *out) {
     out->dtype = t->dtype;
     out->ndim = t->ndim;
     memcpy(out->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 
-void *tensor_ptr(const ca_tensor *t) {
+void *cai_tensor_ptr(const ca_tensor *t) {
     return (char *)t->storage->data + (size_t)t->offset * ca_dtype_size(t->dtype);
 }
 
-void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src) {
-    src->data = tensor_ptr(t);
+void cai_tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src) {
+    src->data = cai_tensor_ptr(t);
     for (int i = 0; i < out_ndim; i++) {
         int d = i - (out_ndim - t->ndim);
         bool broadcast = d < 0 || (t->shape[d] == 1 && out_shape[i] != 1);
@@ -144,16 +144,16 @@ void tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern
     }
 }
 
-void tensor_add_into(ca_tensor *acc, const kern_src *other) {
+void cai_tensor_add_into(ca_tensor *acc, const kern_src *other) {
     kern_src src[2];
-    tensor_src(acc, acc->ndim, acc->shape, &src[0]);
+    cai_tensor_src(acc, acc->ndim, acc->shape, &src[0]);
     src[1] = *other;
-    kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape, tensor_ptr(acc),
-                   acc->strides, src, 1.0, 0);
-    tensor_bump_version(acc);
+    cai_kern_pointwise(KPW_ADD, kdt(acc->dtype), KERN_F32, acc->ndim, acc->shape,
+                       cai_tensor_ptr(acc), acc->strides, src, 1.0, 0);
+    cai_tensor_bump_version(acc);
 }
 
-void tensor_bump_version(ca_tensor *t) {
+void cai_tensor_bump_version(ca_tensor *t) {
     t->storage->version++;
 }
 
@@ -173,33 +173,33 @@ void ca_tensor_release(ca_tensor *t) {
         t->grad_fn->retained = NULL;
     if (t->grad_accumulator)
         t->grad_accumulator->leaf = NULL; /* unreachable: the node holds a strong ref */
-    hook_list_free(&t->hooks);
-    hook_list_free(&t->post_acc_hooks);
+    cai_hook_list_free(&t->hooks);
+    cai_hook_list_free(&t->post_acc_hooks);
     ca_tensor_release(t->grad);
-    node_release(t->grad_fn);
+    cai_node_release(t->grad_fn);
     storage_release(t->storage);
-    mem_free(t);
+    cai_mem_free(t);
 }
 
 /* ---------------------------------------------------------------------------------------
  * Kernel helpers used by every layer above
  */
-ca_status tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in, double p0,
-                           double p1, ca_tensor **out) {
-    CA_CHECK(tensor_new(m, out));
+ca_status cai_tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in,
+                               double p0, double p1, ca_tensor **out) {
+    CA_CHECK(cai_tensor_new(m, out));
     kern_src src[3];
     kern_dtype cond_dt = KERN_F32;
     for (int i = 0; i < n; i++)
-        tensor_src(in[i], m->ndim, m->shape, &src[i]);
+        cai_tensor_src(in[i], m->ndim, m->shape, &src[i]);
     if (op == KPW_WHERE)
         cond_dt = kdt(in[0]->dtype);
     else if (op == KPW_MASKED_FILL)
         cond_dt = kdt(in[1]->dtype);
-    if (kern_pointwise(op, kdt(m->dtype), cond_dt, m->ndim, m->shape, tensor_ptr(*out),
-                       (*out)->strides, src, p0, p1) != 0) {
+    if (cai_kern_pointwise(op, kdt(m->dtype), cond_dt, m->ndim, m->shape, cai_tensor_ptr(*out),
+                           (*out)->strides, src, p0, p1) != 0) {
         ca_tensor_release(*out);
         *out = NULL;
-        return err_set(CA_STATUS_DTYPE, "%s is not supported for %s tensors", kern_pw_name(op),
+        return err_set(CA_STATUS_DTYPE, "%s is not supported for %s tensors", cai_kern_pw_name(op),
                        ca_dtype_name(m->dtype));
     }
     return CA_OK;
@@ -219,21 +219,21 @@ bool ca_tensor_is_contiguous(const ca_tensor *t) {
     return true;
 }
 
-ca_status tensor_contiguous(ca_tensor *t, ca_tensor **out) {
+ca_status cai_tensor_contiguous(ca_tensor *t, ca_tensor **out) {
     if (ca_tensor_is_contiguous(t)) {
         *out = ca_tensor_retain(t);
         return CA_OK;
     }
     ca_meta m;
-    tensor_meta(t, &m);
-    return tensor_pointwise(KPW_COPY, &m, 1, &t, 0, 0, out);
+    cai_tensor_meta(t, &m);
+    return cai_tensor_pointwise(KPW_COPY, &m, 1, &t, 0, 0, out);
 }
 
-ca_status tensor_full(const ca_meta *m, double value, ca_tensor **out) {
-    CA_CHECK(tensor_new(m, out));
-    kern_src none = {.data = tensor_ptr(*out)};
-    kern_pointwise(KPW_FILL, kdt(m->dtype), KERN_F32, m->ndim, m->shape, tensor_ptr(*out),
-                   (*out)->strides, &none, value, 0);
+ca_status cai_tensor_full(const ca_meta *m, double value, ca_tensor **out) {
+    CA_CHECK(cai_tensor_new(m, out));
+    kern_src none = {.data = cai_tensor_ptr(*out)};
+    cai_kern_pointwise(KPW_FILL, kdt(m->dtype), KERN_F32, m->ndim, m->shape, cai_tensor_ptr(*out),
+                       (*out)->strides, &none, value, 0);
     return CA_OK;
 }
 
@@ -264,7 +264,7 @@ static ca_status create_filled(ca_dtype dt, int ndim, const int64_t *shape, doub
     *out = NULL;
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, fn));
-    return tensor_full(&m, v, out);
+    return cai_tensor_full(&m, v, out);
 }
 
 ca_status ca_empty(ca_dtype dt, int ndim, const int64_t *shape, ca_tensor **out) {
@@ -273,7 +273,7 @@ ca_status ca_empty(ca_dtype dt, int ndim, const int64_t *shape, ca_tensor **out)
     *out = NULL;
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, "ca_empty"));
-    return tensor_new(&m, out);
+    return cai_tensor_new(&m, out);
 }
 
 ca_status ca_zeros(ca_dtype dt, int ndim, const int64_t *shape, ca_tensor **out) {
@@ -308,11 +308,11 @@ ca_status ca_arange(double start, double end, double step, ca_dtype dt, ca_tenso
     for (int64_t i = 0; i < n; i++) {
         double v = start + (double)i * step;
         if (dt == CA_FLOAT32)
-            ((float *)tensor_ptr(t))[i] = (float)v;
+            ((float *)cai_tensor_ptr(t))[i] = (float)v;
         else if (dt == CA_FLOAT64)
-            ((double *)tensor_ptr(t))[i] = v;
+            ((double *)cai_tensor_ptr(t))[i] = v;
         else
-            ((int64_t *)tensor_ptr(t))[i] = (int64_t)v;
+            ((int64_t *)cai_tensor_ptr(t))[i] = (int64_t)v;
     }
     *out = t;
     return CA_OK;
@@ -330,13 +330,13 @@ static ca_status create_random(ca_dtype dt, int ndim, const int64_t *shape, bool
                        fn);
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, fn));
-    CA_CHECK(tensor_new(&m, out));
+    CA_CHECK(cai_tensor_new(&m, out));
     uint64_t seed, *offset;
-    random_next(&seed, &offset);
+    cai_random_next(&seed, &offset);
     if (normal)
-        kern_rand_normal(kdt(dt), seed, offset, meta_numel(&m), tensor_ptr(*out));
+        cai_kern_rand_normal(kdt(dt), seed, offset, cai_meta_numel(&m), cai_tensor_ptr(*out));
     else
-        kern_rand_uniform(kdt(dt), seed, offset, meta_numel(&m), tensor_ptr(*out));
+        cai_kern_rand_uniform(kdt(dt), seed, offset, cai_meta_numel(&m), cai_tensor_ptr(*out));
     return CA_OK;
 }
 
@@ -354,7 +354,7 @@ ca_status ca_from_data(ca_dtype dt, int ndim, const int64_t *shape, const void *
     *out = NULL;
     CA_ARG_NOT_NULL(data, "ca_from_data");
     CA_CHECK(ca_empty(dt, ndim, shape, out));
-    memcpy(tensor_ptr(*out), data, (*out)->storage->nbytes);
+    memcpy(cai_tensor_ptr(*out), data, (*out)->storage->nbytes);
     return CA_OK;
 }
 
@@ -402,15 +402,15 @@ ca_status ca_tensor_from_blob(ca_dtype dt, int ndim, const int64_t *shape, const
     if (strides)
         memcpy(st, strides, sizeof(int64_t) * (size_t)ndim);
     else
-        tensor_contiguous_strides(ndim, m.shape, st);
+        cai_tensor_contiguous_strides(ndim, m.shape, st);
     CA_CHECK(blob_check(&m, st, data));
-    ca_storage *s = mem_calloc(1, sizeof *s);
+    ca_storage *s = cai_mem_calloc(1, sizeof *s);
     if (!s)
         return err_nomem("a tensor storage header");
     *s = (ca_storage){.refcnt = 1, .data = data, .nbytes = blob_extent(&m, st), .external = true};
     ca_status status = tensor_header(s, &m, out);
     if (status != CA_OK) {
-        mem_free(s); /* not storage_release: the caller keeps data on failure */
+        cai_mem_free(s); /* not storage_release: the caller keeps data on failure */
         return status;
     }
     memcpy((*out)->strides, st, sizeof(int64_t) * (size_t)ndim);
@@ -438,15 +438,15 @@ uint64_t ca_tensor_version(const ca_tensor *t) {
     return t ? t->storage->version : 0;
 }
 void *ca_tensor_data(const ca_tensor *t) {
-    return t ? tensor_ptr(t) : NULL;
+    return t ? cai_tensor_ptr(t) : NULL;
 }
 
 int64_t ca_tensor_numel(const ca_tensor *t) {
     if (!t)
         return 0;
     ca_meta m;
-    tensor_meta(t, &m);
-    return meta_numel(&m);
+    cai_tensor_meta(t, &m);
+    return cai_meta_numel(&m);
 }
 
 ca_status ca_tensor_copy_to(const ca_tensor *t, void *dst, size_t nbytes) {
@@ -460,9 +460,10 @@ ca_status ca_tensor_copy_to(const ca_tensor *t, void *dst, size_t nbytes) {
                        nbytes, need);
     int64_t strides[CA_MAX_DIMS];
     kern_src src;
-    tensor_contiguous_strides(t->ndim, t->shape, strides);
-    tensor_src(t, t->ndim, t->shape, &src);
-    kern_pointwise(KPW_COPY, kdt(t->dtype), KERN_F32, t->ndim, t->shape, dst, strides, &src, 0, 0);
+    cai_tensor_contiguous_strides(t->ndim, t->shape, strides);
+    cai_tensor_src(t, t->ndim, t->shape, &src);
+    cai_kern_pointwise(KPW_COPY, kdt(t->dtype), KERN_F32, t->ndim, t->shape, dst, strides, &src, 0,
+                       0);
     return CA_OK;
 }
 
@@ -474,10 +475,10 @@ ca_status ca_tensor_item(const ca_tensor *t, double *out) {
         return err_set(CA_STATUS_SHAPE,
                        "ca_tensor_item: a tensor of shape %s has %lld elements; "
                        "item() needs exactly one",
-                       err_shape_str(t->ndim, t->shape, s, sizeof s),
+                       cai_err_shape_str(t->ndim, t->shape, s, sizeof s),
                        (long long)ca_tensor_numel(t));
     }
-    const void *p = tensor_ptr(t);
+    const void *p = cai_tensor_ptr(t);
     *out = t->dtype == CA_FLOAT32   ? *(const float *)p
            : t->dtype == CA_FLOAT64 ? *(const double *)p
                                     : (double)*(const int64_t *)p;
@@ -493,7 +494,7 @@ const char *ca_tensor_describe(const ca_tensor *t, char *buf, size_t size) {
     }
     char s[160];
     snprintf(buf, size, "%s%s", ca_dtype_name(t->dtype),
-             err_shape_str(t->ndim, t->shape, s, sizeof s));
+             cai_err_shape_str(t->ndim, t->shape, s, sizeof s));
     return buf;
 }
 
@@ -514,7 +515,7 @@ bool ca_tensor_retains_grad(const ca_tensor *t) {
 }
 
 const char *ca_tensor_grad_fn_name(const ca_tensor *t) {
-    return t && t->grad_fn ? node_name(t->grad_fn) : NULL;
+    return t && t->grad_fn ? cai_node_name(t->grad_fn) : NULL;
 }
 
 ca_status ca_tensor_set_requires_grad(ca_tensor *t, bool requires_grad) {
@@ -526,7 +527,7 @@ ca_status ca_tensor_set_requires_grad(ca_tensor *t, bool requires_grad) {
                        "ca_tensor_set_requires_grad: only leaf tensors can change requires_grad, "
                        "and this one was made by %s; use ca_tensor_detach() for a tensor outside "
                        "the graph",
-                       node_name(t->grad_fn));
+                       cai_node_name(t->grad_fn));
     }
     if (requires_grad && t->dtype == CA_INT64)
         return err_set(CA_STATUS_DTYPE, "ca_tensor_set_requires_grad: only float tensors can "
@@ -540,15 +541,16 @@ ca_status ca_tensor_set_grad(ca_tensor *t, ca_tensor *grad) {
     CA_ARG_NOT_NULL(t, "ca_tensor_set_grad");
     if (grad) {
         ca_meta a, b;
-        tensor_meta(t, &a);
-        tensor_meta(grad, &b);
-        if (!meta_same_shape(&a, &b) || a.dtype != b.dtype) {
+        cai_tensor_meta(t, &a);
+        cai_tensor_meta(grad, &b);
+        if (!cai_meta_same_shape(&a, &b) || a.dtype != b.dtype) {
             char s1[96], s2[96];
-            return err_set(CA_STATUS_SHAPE,
-                           "ca_tensor_set_grad: the gradient is %s%s but the tensor is %s%s; a "
-                           "gradient must match its tensor's shape and dtype",
-                           ca_dtype_name(b.dtype), err_shape_str(b.ndim, b.shape, s1, sizeof s1),
-                           ca_dtype_name(a.dtype), err_shape_str(a.ndim, a.shape, s2, sizeof s2));
+            return err_set(
+                CA_STATUS_SHAPE,
+                "ca_tensor_set_grad: the gradient is %s%s but the tensor is %s%s; a "
+                "gradient must match its tensor's shape and dtype",
+                ca_dtype_name(b.dtype), cai_err_shape_str(b.ndim, b.shape, s1, sizeof s1),
+                ca_dtype_name(a.dtype), cai_err_shape_str(a.ndim, a.shape, s2, sizeof s2));
         }
     }
     ca_tensor *old = t->grad;
@@ -561,7 +563,7 @@ ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_tensor_detach");
     *out = NULL;
     CA_ARG_NOT_NULL(t, "ca_tensor_detach");
-    return tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, out);
+    return cai_tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, out);
 }
 
 ca_status ca_tensor_retain_grad(ca_tensor *t) {

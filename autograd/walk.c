@@ -111,25 +111,25 @@ static ca_status order(ca_walk *w) {
     return CA_OK;
 }
 
-uint64_t walk_new_epoch(void) {
+uint64_t cai_walk_new_epoch(void) {
     return atomic_fetch_add(&epoch_counter, 1) + 1;
 }
 
-ca_status walk_graph(ca_walk *w, ca_node *const *roots, int n_roots) {
-    w->epoch = walk_new_epoch();
+ca_status cai_walk_graph(ca_walk *w, ca_node *const *roots, int n_roots) {
+    w->epoch = cai_walk_new_epoch();
     w->nodes.n = w->order.n = 0;
     CA_CHECK(discover(w, roots, n_roots));
     return order(w);
 }
 
-void walk_free(ca_walk *w) {
-    mem_free(w->nodes.v);
-    mem_free(w->order.v);
-    mem_free(w->scratch.v);
+void cai_walk_free(ca_walk *w) {
+    cai_mem_free(w->nodes.v);
+    cai_mem_free(w->order.v);
+    cai_mem_free(w->scratch.v);
     memset(w, 0, sizeof *w);
 }
 
-void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets) {
+void cai_walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets) {
     for (int i = 0; i < w->order.n; i++)
         w->order.v[i]->needed = !capture;
     if (!capture)
@@ -146,7 +146,7 @@ void walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_t
     }
 }
 
-bool node_leads_on(const ca_node *n) {
+bool cai_node_leads_on(const ca_node *n) {
     for (int i = 0; i < n->n_in; i++)
         if (n->next[i].fn && n->next[i].fn->needed)
             return true;

@@ -197,27 +197,27 @@ static double lookup_us_per_node(workload *w, int reps) {
     key_collect key = {0};
     ca_cache cache = {0};
     key_request req = {.n_roots = 1, .roots = &root, .seeds = &seed};
-    CHECK(walk_graph(&walk, &root, 1));
-    CHECK(key_collect_walk(&key, &walk, &req));
-    cache_lookup l = cache_find(&cache, &key);
+    CHECK(cai_walk_graph(&walk, &root, 1));
+    CHECK(cai_key_collect_walk(&key, &walk, &req));
+    cache_lookup l = cai_cache_find(&cache, &key);
     cache_leaf *leaf;
     cache_entry *e;
-    CHECK(cache_leaf_for(&cache, &key, &l, false, &leaf));
-    CHECK(cache_add_entry(leaf, &key, NULL, NULL, &e));
+    CHECK(cai_cache_leaf_for(&cache, &key, &l, false, &leaf));
+    CHECK(cai_cache_add_entry(leaf, &key, NULL, NULL, &e));
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int r = 0; r < reps; r++) {
         double t0 = now_us();
-        CHECK(walk_graph(&walk, &root, 1));
-        CHECK(key_collect_walk(&key, &walk, &req));
-        if (cache_find(&cache, &key).kind != LOOKUP_HIT)
+        CHECK(cai_walk_graph(&walk, &root, 1));
+        CHECK(cai_key_collect_walk(&key, &walk, &req));
+        if (cai_cache_find(&cache, &key).kind != LOOKUP_HIT)
             exit(1);
         t[r] = (now_us() - t0) / (key.n_nodes + 1);
     }
     double med = summarize(t, reps).median;
     free(t);
-    cache_clear(&cache);
-    key_collect_free(&key);
-    walk_free(&walk);
+    cai_cache_clear(&cache);
+    cai_key_collect_free(&key);
+    cai_walk_free(&walk);
     ca_tensor_release(seed);
     ca_tensor_release(loss);
     return med;
@@ -260,8 +260,9 @@ int main(int argc, char **argv) {
     CHECK(ca_init());
     const char *core = getenv("OPENBLAS_CORETYPE");
     printf("cagrad compiled-backward benchmark: %d repetitions, medians\n", reps);
-    printf("ISA %s, BLAS core %s%s, %d threads\n\n", kern_isa_name(kern_isa()), kern_blas_core(),
-           core ? " (OPENBLAS_CORETYPE set by the environment)" : "", ca_get_num_threads());
+    printf("ISA %s, BLAS core %s%s, %d threads\n\n", cai_kern_isa_name(cai_kern_isa()),
+           cai_kern_blas_core(), core ? " (OPENBLAS_CORETYPE set by the environment)" : "",
+           ca_get_num_threads());
     ca_manual_seed(0);
     workload mlp = {0}, chain = {0};
     mlp_setup(&mlp);

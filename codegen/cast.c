@@ -4,8 +4,8 @@
  */
 #include "codegen/cast.h"
 
-void kern_cast(kern_dtype out_dt, kern_dtype src_dt, int ndim, const int64_t *shape, void *out,
-               const int64_t *out_strides, const kern_src *src) {
+void cai_kern_cast(kern_dtype out_dt, kern_dtype src_dt, int ndim, const int64_t *shape, void *out,
+                   const int64_t *out_strides, const kern_src *src) {
     int64_t n = 1, idx[KERN_MAX_DIMS] = {0};
     for (int d = 0; d < ndim; d++)
         n *= shape[d];

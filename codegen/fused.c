@@ -1,18 +1,18 @@
 /* fused.c - the fused-loop interpreter (fused.h): a pointwise program run tile by tile.
  *
  * Planning validates the program, drops instructions nobody reads, collapses the index
- * space over every operand (as kern_pointwise does) and sorts each input into one of: a
+ * space over every operand (as cai_kern_pointwise does) and sorts each input into one of: a
  * splat (filled once per call), read in place (its elements are contiguous where the tile
  * is), or gathered per tile. Register buffers are handed out by liveness (a buffer is
  * reused once its last reader has run), so a long chain keeps only a few tiles alive and
  * they stay in L1. A tile is a list of runs (flat ranges of the index space); every
- * instruction is one call of the same per-ISA row kernel kern_pointwise uses, so fused
+ * instruction is one call of the same per-ISA row kernel cai_kern_pointwise uses, so fused
  * results equal op-by-op results bit for bit, on every ISA path and thread count.
  *
- * kern_fused_reduce takes kern_reduce's plan of the (never materialised) contiguous
+ * cai_kern_fused_reduce takes cai_kern_reduce's plan of the (never materialised) contiguous
  * pointwise result and walks the same summation tree: tiles are cut along its leaves
  * (inner mode) or rows (column mode) and each leaf goes through the ISA's own leaf
- * accumulator, so the result matches kern_pointwise + kern_reduce (bitwise in practice).
+ * accumulator, so the result matches cai_kern_pointwise + cai_kern_reduce (bitwise in practice).
  * The T-typed half of that lives in fused_red.inc.
  */
 #include <assert.h>
@@ -76,7 +76,7 @@ typedef struct {
     kf_opnd op[KF_NOPS]; /* inputs, then outputs (or the reduction's virtual output) */
     int64_t tile;        /* elements per tile buffer */
     size_t slot_bytes;   /* distance between register buffers: a tile and KF_SLOT_PAD */
-    /* kern_fused_run's tiling: tiles inside rows (tpr per row, `chunk` long) or rpt whole
+    /* cai_kern_fused_run's tiling: tiles inside rows (tpr per row, `chunk` long) or rpt whole
      * rows per tile */
     bool row_tiles;
     int64_t tpr, chunk, rpt, ntiles;
@@ -101,7 +101,7 @@ static bool kf_dtype_ok(kern_dtype dt) {
 
 /* Registers op reads (the clamp spells out 0..3 for static analysis). */
 static int kf_nread(kern_pw_op op) {
-    int n = kern_pw_reads(op);
+    int n = cai_kern_pw_reads(op);
     return n < 0 ? 0 : n > 3 ? 3 : n;
 }
 
@@ -111,7 +111,7 @@ static bool kf_read_ok(const kern_fused_prog *p, kern_dtype dt, int k, int i, in
         return false; /* read before written */
     if (reg >= p->n_inputs || p->in_dt[reg] == dt)
         return true;
-    return kern_pw_cond_input(p->instr[k].op) == i;
+    return cai_kern_pw_cond_input(p->instr[k].op) == i;
 }
 
 static int kf_validate(const kern_fused_prog *p, kern_dtype dt) {
@@ -124,7 +124,7 @@ static int kf_validate(const kern_fused_prog *p, kern_dtype dt) {
             return -1;
     for (int k = 0; k < p->n_instr; k++) {
         const kern_fused_instr *in = &p->instr[k];
-        if (!kern_pw_kernel(in->op, dt))
+        if (!cai_kern_pw_kernel(in->op, dt))
             return -1; /* unknown op, or one the dtype lacks */
         int nread = kf_nread(in->op);
         const int reg[3] = {in->a, in->b, in->c};
@@ -147,7 +147,7 @@ static int kf_validate(const kern_fused_prog *p, kern_dtype dt) {
 static void kf_collapse(kf_plan *pl, int ndim, const int64_t *shape, int nops,
                         int64_t (*str)[KERN_MAX_DIMS]) {
     int64_t cs[KF_NOPS][KERN_MAX_DIMS];
-    pl->nd = kern_collapse_dims(ndim, shape, nops, str, pl->shape, cs);
+    pl->nd = cai_kern_collapse_dims(ndim, shape, nops, str, pl->shape, cs);
     for (int k = 0; k < nops; k++)
         for (int d = 0; d < pl->nd; d++)
             pl->op[k].str[d] = cs[k][d];
@@ -328,7 +328,7 @@ static int kf_plan_init(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, in
         return -1;
     pl->p = p;
     pl->dt = dt;
-    pl->esz = (int64_t)kern_dtype_size(dt);
+    pl->esz = (int64_t)cai_kern_dtype_size(dt);
     pl->n_in = p->n_inputs;
     pl->n_instr = p->n_instr;
     pl->n_out = p->n_outputs;
@@ -342,7 +342,7 @@ static int kf_plan_init(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, in
     }
     for (int k = 0; k < pl->n_instr; k++) {
         const kern_fused_instr *ins = &p->instr[k];
-        pl->fn[k] = kern_pw_kernel(ins->op, dt);
+        pl->fn[k] = cai_kern_pw_kernel(ins->op, dt);
         pl->nread[k] = kf_nread(ins->op);
     }
     kf_liveness(pl);
@@ -379,7 +379,7 @@ static void kf_plan_layout(kf_plan *pl, int ndim, const int64_t *shape, const ke
         kf_opnd *o = &pl->op[r];
         o->mdt = pl->p->in_dt[r];
         o->cvt = o->mdt != pl->dt;
-        o->isz = (int64_t)kern_dtype_size(o->mdt);
+        o->isz = (int64_t)cai_kern_dtype_size(o->mdt);
         if (!pl->live[r])
             continue; /* never read: may be NULL, must not stop dims merging */
         o->src = in[r].data;
@@ -456,7 +456,7 @@ static void kf_walk(const kf_plan *pl, const kf_opnd *o, int64_t f, int64_t n, c
             from += len * pl->esz;
         } else {
             if (o->cvt)
-                kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src + off * o->isz, s, len);
+                cai_kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src + off * o->isz, s, len);
             else
                 kf_move(pl->esz, buf, 1, o->src + off * o->isz, s, len);
             buf += len * pl->esz;
@@ -573,7 +573,7 @@ static void kf_ws_prefill(const kf_plan *pl, const kf_ws *ws) {
             continue;
         char *buf = kf_slot(pl, ws, pl->slot[r]);
         if (o->cvt)
-            kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src, 0, pl->tile);
+            cai_kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src, 0, pl->tile);
         else
             kf_move(pl->esz, buf, 1, o->src, 0, pl->tile);
     }
@@ -595,14 +595,14 @@ static void kf_lane(void *ctx, int64_t begin, int64_t end) {
 static int64_t kf_lanes(int64_t n, int64_t grain) {
     if (n < 2 * grain) /* before asking the pool: that may cost a system call */
         return 1;
-    int64_t nth = kern_num_threads(), most = n / grain;
+    int64_t nth = cai_kern_num_threads(), most = n / grain;
     if (nth < 2)
         return 1;
     return nth < most ? nth : most;
 }
 
 /* Units of work per grab: at least KERN_GRAIN elements of the index space, the grain by
- * which kern_pointwise splits one op, so a fused loop never takes more threads than the
+ * which cai_kern_pointwise splits one op, so a fused loop never takes more threads than the
  * ops it replaces would. (Counting element-instructions instead sent loops of a few
  * thousand elements to the pool, whose wake-up cost more than the whole loop.) */
 static int64_t kf_grain(int64_t elems_per_unit) {
@@ -616,20 +616,20 @@ static void kf_launch(const kf_plan *pl, char *mem, int64_t lanes, int64_t n, in
     kf_job j = {pl, block, ctx, mem, n, grain, 0};
     atomic_init(&j.next, 0);
     if (lanes > 1)
-        kern_parallel_for(lanes, 1, kf_lane, &j);
+        cai_kern_parallel_for(lanes, 1, kf_lane, &j);
     else
         kf_lane(&j, 0, 1);
 }
 
 /* The lanes' workspaces and `extra` bytes after them: the caller's scratch when it is big
- * enough, else allocated (*owned set: free it with kern_scratch_free). */
+ * enough, else allocated (*owned set: free it with cai_kern_scratch_free). */
 static char *kf_lanes_mem(const kf_plan *pl, int64_t lanes, size_t extra, void *scratch,
                           size_t scratch_bytes, bool *owned) {
     size_t need = (size_t)lanes * pl->ws_bytes + extra;
     char *mem = scratch && scratch_bytes >= need ? scratch : NULL;
     *owned = !mem;
     if (!mem)
-        mem = kern_scratch_alloc(need);
+        mem = cai_kern_scratch_alloc(need);
     for (int64_t l = 0; mem && l < lanes; l++) {
         kf_ws ws = kf_ws_at(pl, mem, l);
         kf_ws_prefill(pl, &ws);
@@ -637,7 +637,7 @@ static char *kf_lanes_mem(const kf_plan *pl, int64_t lanes, size_t extra, void *
     return mem;
 }
 
-/* ------------------------------------------------------------------ kern_fused_run */
+/* ------------------------------------------------------------------ cai_kern_fused_run */
 
 static kf_run kf_tile_range(const kf_plan *pl, int64_t t) {
     int64_t L = pl->shape[pl->nd - 1];
@@ -672,7 +672,7 @@ static int kf_run_planned(const kf_plan *pl, void *scratch, size_t scratch_bytes
         return -2;
     kf_launch(pl, mem, lanes, pl->ntiles, grain, kf_run_block, (void *)pl);
     if (owned)
-        kern_scratch_free(mem);
+        cai_kern_scratch_free(mem);
     return 0;
 }
 
@@ -690,7 +690,7 @@ struct kern_fused_memo {
     kf_plan pl;
 };
 
-size_t kern_fused_memo_bytes(void) {
+size_t cai_kern_fused_memo_bytes(void) {
     return sizeof(kern_fused_memo);
 }
 
@@ -777,9 +777,9 @@ static int kf_run_fresh(kf_plan *pl, const kern_fused_prog *p, kern_dtype dt, in
     return kf_run_planned(pl, scratch, scratch_bytes);
 }
 
-int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                        const kern_src *in, void *const *out, const int64_t *const *out_strides,
-                        void *scratch, size_t scratch_bytes, kern_fused_memo *memo) {
+int cai_kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                            const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                            void *scratch, size_t scratch_bytes, kern_fused_memo *memo) {
     if (!memo) {
         kf_plan pl;
         return kf_run_fresh(&pl, p, dt, ndim, shape, in, out, out_strides, scratch, scratch_bytes,
@@ -796,21 +796,21 @@ int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const
                         memo);
 }
 
-int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                      const kern_src *in, void *const *out, const int64_t *const *out_strides,
-                      void *scratch, size_t scratch_bytes) {
-    return kern_fused_run_memo(p, dt, ndim, shape, in, out, out_strides, scratch, scratch_bytes,
-                               NULL);
+int cai_kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                          const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                          void *scratch, size_t scratch_bytes) {
+    return cai_kern_fused_run_memo(p, dt, ndim, shape, in, out, out_strides, scratch, scratch_bytes,
+                                   NULL);
 }
 
-int kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                   const kern_src *in, void *const *out, const int64_t *const *out_strides) {
-    return kern_fused_run_ws(p, dt, ndim, shape, in, out, out_strides, NULL, 0);
+int cai_kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                       const kern_src *in, void *const *out, const int64_t *const *out_strides) {
+    return cai_kern_fused_run_ws(p, dt, ndim, shape, in, out, out_strides, NULL, 0);
 }
 
-/* ------------------------------------------------------------------ kern_fused_reduce */
+/* ------------------------------------------------------------------ cai_kern_fused_reduce */
 
-/* A reduction pass: kern_reduce's plan of the virtual contiguous pointwise result (whose
+/* A reduction pass: cai_kern_reduce's plan of the virtual contiguous pointwise result (whose
  * flat index is the collapsed space's), and what the leaves accumulate. */
 typedef struct {
     const kf_plan *pl;
@@ -823,7 +823,7 @@ typedef struct {
 
 /* Column mode's work units are our own: the last kept dim cut into chunks that fit a tile
  * (whole rows when they do, so consecutive reduced rows are one run, read in place). A
- * column's result depends only on the row tree and kern_reduce's segment split, which
+ * column's result depends only on the row tree and cai_kern_reduce's segment split, which
  * stay as planned. Returns the number of units. */
 static int64_t kf_col_units(kern_rplan *rp, int64_t tile) {
     int64_t L = rp->keep.shape[rp->keep.nd - 1], nch = (L + tile - 1) / tile;
@@ -856,7 +856,7 @@ static int64_t kf_seg_start(const kf_red *rd, int64_t w) {
     return r0;
 }
 
-/* End of the leaf of [r0, r1) that starts at x: the halving kern_reduce's tree makes.
+/* End of the leaf of [r0, r1) that starts at x: the halving cai_kern_reduce's tree makes.
  * Max/min (and int64) do not depend on the split: they take whole tiles. */
 static int64_t kf_leaf_end(const kf_red *rd, int64_t r0, int64_t r1, int64_t x) {
     if (!rd->simd || rd->mode >= KRM_MAX)
@@ -1041,7 +1041,7 @@ static void kf_red_run(kf_red *rd, char *mem, int64_t lanes, int64_t grain) {
     kf_red_pass(rd, mem, lanes, grain, KRM_SUMEXP, KRED_LOGSUMEXP);
 }
 
-/* kern_fused_reduce's planning up to the layout (kern_reduce's plan of the virtual
+/* cai_kern_fused_reduce's planning up to the layout (cai_kern_reduce's plan of the virtual
  * contiguous pointwise result). Returns -1 on bad arguments, 1 when no element is reduced
  * or nothing is kept (the caller finishes), else 0 with *levels the column tree's depth. */
 static int kf_red_init(kf_plan *pl, kf_red *rd, const kern_fused_prog *p, kern_dtype dt, int ndim,
@@ -1052,21 +1052,21 @@ static int kf_red_init(kf_plan *pl, kf_red *rd, const kern_fused_prog *p, kern_d
         return -1;
     if (kf_plan_init(pl, p, dt, ndim, shape, true) < 0)
         return -1;
-    *rd = (kf_red){.pl = pl, .simd = kern_simd_for(dt)};
+    *rd = (kf_red){.pl = pl, .simd = cai_kern_simd_for(dt)};
     int64_t vstr[KERN_MAX_DIMS], c = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         vstr[d] = c;
         c *= shape[d];
     }
     rd->rp = (kern_rplan){.op = red, .out = out};
-    if (kern_red_prepare(&rd->rp, ndim, shape, vstr, rmask) < 0)
+    if (cai_kern_red_prepare(&rd->rp, ndim, shape, vstr, rmask) < 0)
         return -1;
     if (rd->rp.O == 0 || rd->rp.R == 0)
         return 1;
     if (rd->simd) {
-        kern_red_split(&rd->rp, rd->simd->col_tile);
+        cai_kern_red_split(&rd->rp, rd->simd->col_tile);
         rd->leaf = rd->simd->leaf;
-    } else { /* one item per output, like kern_reduce's plain path */
+    } else { /* one item per output, like cai_kern_reduce's plain path */
         rd->rp.col = false;
         rd->rp.tile = rd->rp.nseg = 1;
         rd->rp.nunit = rd->rp.O;
@@ -1080,9 +1080,9 @@ static size_t kf_red_part_bytes(const kf_red *rd) {
     return rd->rp.nseg > 1 ? (size_t)(rd->rp.O * rd->rp.nseg * rd->pl->esz) : 0;
 }
 
-int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                         const kern_src *in, kern_red_op red, uint32_t rmask, void *out,
-                         void *scratch, size_t scratch_bytes) {
+int cai_kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim,
+                             const int64_t *shape, const kern_src *in, kern_red_op red,
+                             uint32_t rmask, void *out, void *scratch, size_t scratch_bytes) {
     kf_plan pl;
     kf_red rd;
     int64_t levels = 0;
@@ -1090,7 +1090,7 @@ int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, cons
     if (rc < 0 || !kf_inputs_given(&pl, in))
         return -1;
     if (rc > 0)
-        return rd.rp.O == 0 ? 0 : kern_red_empty(red, dt, rd.rp.O, out);
+        return rd.rp.O == 0 ? 0 : cai_kern_red_empty(red, dt, rd.rp.O, out);
     kf_plan_layout(&pl, ndim, shape, in, NULL, NULL, rd.simd ? rd.leaf : KF_TILE_MIN, 1 + levels);
     if (rd.rp.col)
         rd.rp.nunit = kf_col_units(&rd.rp, pl.tile);
@@ -1104,13 +1104,13 @@ int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, cons
     rd.rp.part = part ? mem + (size_t)lanes * pl.ws_bytes : NULL;
     kf_red_run(&rd, mem, lanes, grain);
     if (owned)
-        kern_scratch_free(mem);
+        cai_kern_scratch_free(mem);
     return 0;
 }
 
-int kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                      const kern_src *in, kern_red_op red, uint32_t rmask, void *out) {
-    return kern_fused_reduce_ws(p, dt, ndim, shape, in, red, rmask, out, NULL, 0);
+int cai_kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                          const kern_src *in, kern_red_op red, uint32_t rmask, void *out) {
+    return cai_kern_fused_reduce_ws(p, dt, ndim, shape, in, red, rmask, out, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ scratch sizes */
@@ -1134,8 +1134,8 @@ static size_t kf_lane_bound(const kf_plan *pl, int64_t min_tile, int64_t n_spare
     return most;
 }
 
-size_t kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
-                                const int64_t *shape, int red, uint32_t rmask) {
+size_t cai_kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
+                                    const int64_t *shape, int red, uint32_t rmask) {
     kf_plan pl;
     size_t lane, part = 0;
     if (red < 0) {
@@ -1152,10 +1152,10 @@ size_t kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndi
     }
     /* More than one lane needs two grains of work (kf_lanes): units cover at most twice
      * the elements they stand for, so fewer than KERN_GRAIN / 2 elements run on one. */
-    int nth = pl.total < KERN_GRAIN / 2 ? 1 : kern_num_threads();
+    int nth = pl.total < KERN_GRAIN / 2 ? 1 : cai_kern_num_threads();
     return (size_t)(nth > 1 ? nth : 1) * lane + part;
 }
 
-bool kern_fused_supports(kern_pw_op op, kern_dtype dt) {
-    return kf_dtype_ok(dt) && (unsigned)op < KPW__COUNT && kern_pw_kernel(op, dt) != NULL;
+bool cai_kern_fused_supports(kern_pw_op op, kern_dtype dt) {
+    return kf_dtype_ok(dt) && (unsigned)op < KPW__COUNT && cai_kern_pw_kernel(op, dt) != NULL;
 }

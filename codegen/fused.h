@@ -5,7 +5,7 @@
  * the inputs (strided, broadcast sources); each instruction writes a new register
  * n_inputs + k. Per tile (a few hundred elements of the collapsed index space) the
  * interpreter gathers each input into a contiguous tile buffer once, runs every
- * instruction with the same vectorised row kernels as kern_pointwise (AVX-512 / AVX2 /
+ * instruction with the same vectorised row kernels as cai_kern_pointwise (AVX-512 / AVX2 /
  * scalar, chosen at run time), and stores the output registers. Tiles are spread over the
  * thread pool; results do not depend on the thread count.
  *
@@ -30,13 +30,13 @@ typedef struct {
 /* Notes on the interpreter (fused.c): instructions no output depends on are skipped;
  * an output may name an input register (a copy) or the same register as another output;
  * an output may be an input's own memory with the same strides (an in-place update), but
- * other partial overlaps are undefined, as for kern_pointwise. in_dt must be filled for
+ * other partial overlaps are undefined, as for cai_kern_pointwise. in_dt must be filled for
  * every input: a zeroed program declares float32 inputs. */
 typedef struct {
     int n_inputs;
     int n_instr;
     kern_fused_instr instr[KERN_FUSED_MAX_INSTR];
-    int n_outputs; /* 0..KERN_FUSED_MAX_OUTPUTS for kern_fused_run (0 writes nothing) */
+    int n_outputs; /* 0..KERN_FUSED_MAX_OUTPUTS for cai_kern_fused_run (0 writes nothing) */
     uint8_t out_reg[KERN_FUSED_MAX_OUTPUTS]; /* registers stored to the outputs, in order */
     /* Inputs whose dtype differs from the program's (a where's cond, a masked_fill mask):
      * in_dt[r] for input register r (set it to the program dtype for ordinary inputs);
@@ -49,50 +49,50 @@ typedef struct {
  * written with out_strides[k] (contiguous for fresh buffers; views are allowed).
  * Returns 0, -1 for a malformed program (a register read before it is written, an op
  * the dtype does not support), -2 when scratch memory could not be had. */
-int kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                   const kern_src *in, void *const *out, const int64_t *const *out_strides);
+int cai_kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                       const kern_src *in, void *const *out, const int64_t *const *out_strides);
 
 /* Run p, then reduce its single output register (n_outputs must be 1) with `red` over the
  * dims set in rmask, without materialising the pointwise result. out is contiguous over the
- * kept dims (like kern_reduce). Sum and mean use the same cascade summation as
- * kern_reduce, so the result equals kern_pointwise followed by kern_reduce up to rounding
- * of the summation order (tests compare within a few ulps). MAX/MIN without indices.
- * (fused.c walks kern_reduce's own plan and leaves, so in practice the bits are equal.)
- * LOGSUMEXP works too; KERN_I64 takes SUM (wrapping), MAX and MIN, as kern_reduce does.
- * Over zero elements the result is kern_reduce's. Returns 0, -1 or -2 as kern_fused_run. */
-int kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                      const kern_src *in, kern_red_op red, uint32_t rmask, void *out);
+ * kept dims (like cai_kern_reduce). Sum and mean use the same cascade summation as
+ * cai_kern_reduce, so the result equals cai_kern_pointwise followed by cai_kern_reduce up to
+ * rounding of the summation order (tests compare within a few ulps). MAX/MIN without indices.
+ * (fused.c walks cai_kern_reduce's own plan and leaves, so in practice the bits are equal.)
+ * LOGSUMEXP works too; KERN_I64 takes SUM (wrapping), MAX and MIN, as cai_kern_reduce does.
+ * Over zero elements the result is cai_kern_reduce's. Returns 0, -1 or -2 as cai_kern_fused_run. */
+int cai_kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                          const kern_src *in, kern_red_op red, uint32_t rmask, void *out);
 
 /* The same two with caller scratch (the compiled backward's arena, so a run allocates
  * nothing): scratch, 64-byte aligned, holds scratch_bytes bytes. When it is NULL or too
  * small for this call, the call allocates its scratch as the functions above do. */
-int kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                      const kern_src *in, void *const *out, const int64_t *const *out_strides,
-                      void *scratch, size_t scratch_bytes);
-int kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                         const kern_src *in, kern_red_op red, uint32_t rmask, void *out,
-                         void *scratch, size_t scratch_bytes);
+int cai_kern_fused_run_ws(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                          const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                          void *scratch, size_t scratch_bytes);
+int cai_kern_fused_reduce_ws(const kern_fused_prog *p, kern_dtype dt, int ndim,
+                             const int64_t *shape, const kern_src *in, kern_red_op red,
+                             uint32_t rmask, void *out, void *scratch, size_t scratch_bytes);
 
-/* kern_fused_run_ws that remembers its plan (validation, liveness, the collapsed index
+/* cai_kern_fused_run_ws that remembers its plan (validation, liveness, the collapsed index
  * space, tiles and buffers) in caller memory, so a call with an equal program and the
  * same dtype, shape and strides only points it at the new operands. A compiled backward
  * keeps one memo per fused group: planning each group on every run was a tenth of a
- * 200-op pointwise chain's backward. memo: kern_fused_memo_bytes() bytes, zeroed before
+ * 200-op pointwise chain's backward. memo: cai_kern_fused_memo_bytes() bytes, zeroed before
  * first use, 16-byte aligned, used by one call at a time; NULL runs without one. */
 typedef struct kern_fused_memo kern_fused_memo;
-size_t kern_fused_memo_bytes(void);
-int kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
-                        const kern_src *in, void *const *out, const int64_t *const *out_strides,
-                        void *scratch, size_t scratch_bytes, kern_fused_memo *memo);
+size_t cai_kern_fused_memo_bytes(void);
+int cai_kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,
+                            const kern_src *in, void *const *out, const int64_t *const *out_strides,
+                            void *scratch, size_t scratch_bytes, kern_fused_memo *memo);
 
-/* Bytes of scratch that always suffice for kern_fused_run_ws (red < 0) or
- * kern_fused_reduce_ws (red a kern_red_op, over rmask) of p over `shape`, whatever the
+/* Bytes of scratch that always suffice for cai_kern_fused_run_ws (red < 0) or
+ * cai_kern_fused_reduce_ws (red a kern_red_op, over rmask) of p over `shape`, whatever the
  * operands' strides, at the current thread count. 0 for a malformed program or when the
  * call needs none. */
-size_t kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
-                                const int64_t *shape, int red, uint32_t rmask);
+size_t cai_kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
+                                    const int64_t *shape, int red, uint32_t rmask);
 
 /* Whether an instruction may use op in dtype dt (the fusion pass asks before fusing). */
-bool kern_fused_supports(kern_pw_op op, kern_dtype dt);
+bool cai_kern_fused_supports(kern_pw_op op, kern_dtype dt);
 
 #endif /* CAGRAD_FUSED_H */

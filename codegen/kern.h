@@ -7,9 +7,9 @@
  *
  * Pointwise math goes through SLEEF's vector functions. Each kernel family has an
  * AVX-512 path, an AVX2 path and a scalar path; the path is chosen once at run time
- * (kern_isa()), because valgrind and older CPUs have no AVX-512.
+ * (cai_kern_isa()), because valgrind and older CPUs have no AVX-512.
  *
- * Big kernels split their work over the thread pool (kern_parallel_for). GEMMs go to
+ * Big kernels split their work over the thread pool (cai_kern_parallel_for). GEMMs go to
  * cblas with transpose flags; an operand is copied only when neither of its two inner
  * strides is 1.
  */
@@ -24,7 +24,7 @@
 
 typedef enum { KERN_F32 = 0, KERN_F64 = 1, KERN_I64 = 2 } kern_dtype;
 
-size_t kern_dtype_size(kern_dtype dt);
+size_t cai_kern_dtype_size(kern_dtype dt);
 
 /* Element i of a dt array, read as a double (an int64 converts exactly below 2^53). For
  * the plain loops that handle every dtype at once: casts and nll_loss. */
@@ -53,11 +53,11 @@ static inline void kern_store(kern_dtype dt, void *p, int64_t i, double v) {
  */
 typedef enum { KERN_ISA_SCALAR = 0, KERN_ISA_AVX2 = 1, KERN_ISA_AVX512 = 2 } kern_isa_level;
 
-kern_isa_level kern_isa(void);
+kern_isa_level cai_kern_isa(void);
 /* Force a path (clamped to what the CPU supports); returns the path now in use.
  * (The AVX-512 path needs avx512f, dq, bw and vl; the AVX2 path avx2 and fma.) */
-kern_isa_level kern_isa_set(kern_isa_level want);
-const char *kern_isa_name(kern_isa_level isa);
+kern_isa_level cai_kern_isa_set(kern_isa_level want);
+const char *cai_kern_isa_name(kern_isa_level isa);
 
 /* ---------------------------------------------------------------------------------------
  * Pointwise ops. One enum for every elementwise function, forward and backward helpers
@@ -81,13 +81,13 @@ enum {
 };
 
 /* Each takes any int and answers for one outside [0, KPW__COUNT) too: -1, 0, "?", -1, false. */
-int kern_pw_arity(kern_pw_op op);   /* inputs (FILL's one input is never read) */
-int kern_pw_nparams(kern_pw_op op); /* scalar parameters read: 0, 1 (p0) or 2 (p0, p1) */
-const char *kern_pw_name(kern_pw_op op);
+int cai_kern_pw_arity(kern_pw_op op);   /* inputs (FILL's one input is never read) */
+int cai_kern_pw_nparams(kern_pw_op op); /* scalar parameters read: 0, 1 (p0) or 2 (p0, p1) */
+const char *cai_kern_pw_name(kern_pw_op op);
 /* The input that is a condition or mask of any dtype (where: 0, masked_fill: 1), or -1. */
-int kern_pw_cond_input(kern_pw_op op);
-/* Whether kern_pointwise runs op in dtype dt (every op runs in float32 and float64). */
-bool kern_pw_supports(kern_pw_op op, kern_dtype dt);
+int cai_kern_pw_cond_input(kern_pw_op op);
+/* Whether cai_kern_pointwise runs op in dtype dt (every op runs in float32 and float64). */
+bool cai_kern_pw_supports(kern_pw_op op, kern_dtype dt);
 
 /* A strided input: data points at the element for index (0,...,0); strides are given per
  * output dim (0 for a broadcast dim). */
@@ -99,13 +99,13 @@ typedef struct {
 /* out[i] = op(src[0][i], ..., src[arity-1][i]) over the index space `shape` (ndim dims,
  * ndim == 0 means one element). out is written with out_strides (pass contiguous strides
  * for a fresh output; the same kernel serves in-place updates of views). All inputs and
- * the output share dtype dt, except that the condition input (kern_pw_cond_input) may be
- * any dtype: pass its dtype in cond_dt. KERN_I64 supports the ops kern_pw_supports says
+ * the output share dtype dt, except that the condition input (cai_kern_pw_cond_input) may be
+ * any dtype: pass its dtype in cond_dt. KERN_I64 supports the ops cai_kern_pw_supports says
  * (int64 arithmetic wraps; p0 is truncated to int64, except that comparisons with p0 are
  * exact). Returns 0, or -1 for an unsupported op/dtype pair. */
-int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, const int64_t *shape,
-                   void *out, const int64_t *out_strides, const kern_src *src, double p0,
-                   double p1);
+int cai_kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim,
+                       const int64_t *shape, void *out, const int64_t *out_strides,
+                       const kern_src *src, double p0, double p1);
 
 /* ---------------------------------------------------------------------------------------
  * Reductions. The input has ndim dims; `rmask` bit d set means dim d is reduced. The
@@ -121,8 +121,8 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
  */
 typedef enum { KRED_SUM, KRED_MEAN, KRED_MAX, KRED_MIN, KRED_LOGSUMEXP, KRED__COUNT } kern_red_op;
 
-int kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, const void *in,
-                const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx);
+int cai_kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, const void *in,
+                    const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx);
 
 /* ---------------------------------------------------------------------------------------
  * Row kernels over the last dim of a contiguous [rows, n] array.
@@ -131,9 +131,9 @@ int kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, c
  * mean and rstd (length rows) are written when non-NULL. rstd = 1/sqrt(var + eps), with the
  * biased variance.
  */
-int kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void *y, bool log);
-int kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const void *w,
-                    const void *b, double eps, void *y, void *mean, void *rstd);
+int cai_kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void *y, bool log);
+int cai_kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const void *w,
+                        const void *b, double eps, void *y, void *mean, void *rstd);
 
 /* ---------------------------------------------------------------------------------------
  * GEMM. C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b in [0, batch).
@@ -152,14 +152,14 @@ typedef struct {
     int64_t rs, cs, bs;
 } kern_mat;
 
-int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
-              kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C, int64_t ldc,
-              int64_t bsC);
+int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+                  kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C,
+                  int64_t ldc, int64_t bsC);
 
-/* Whether kern_gemm hands a rows x cols matrix with strides (rs, cs) to cblas as it is;
+/* Whether cai_kern_gemm hands a rows x cols matrix with strides (rs, cs) to cblas as it is;
  * false: it packs a copy with scratch memory. (A caller with memory of its own, as the
  * compiled backward's arena, can make that copy itself.) */
-bool kern_gemm_unpacked(int64_t rows, int64_t cols, int64_t rs, int64_t cs);
+bool cai_kern_gemm_unpacked(int64_t rows, int64_t cols, int64_t rs, int64_t cs);
 
 /* A matrix operand with batch dims: data at batch index (0, ...), its matrix strides, and
  * its element stride per batch dim of the product (0 where it broadcasts). */
@@ -172,11 +172,11 @@ typedef struct {
 /* C[i...] = op(A[i...]) @ op(B[i...]) + beta * C[i...] for every index i... of the nb
  * batch dims bshape; C is contiguous [bshape..., M, N]. Batch dims of size 1 are dropped
  * and neighbours that all three operands step through uniformly are merged; the innermost
- * merged dim is kern_gemm's batch, the others an outer loop, so broadcast batches cost no
- * copy. Returns kern_gemm's code (the first failure stops the loop). */
-int kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
-                 const kern_mat_nd *A, bool transA, const kern_mat_nd *B, bool transB, double beta,
-                 void *C);
+ * merged dim is cai_kern_gemm's batch, the others an outer loop, so broadcast batches cost no
+ * copy. Returns cai_kern_gemm's code (the first failure stops the loop). */
+int cai_kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
+                     const kern_mat_nd *A, bool transA, const kern_mat_nd *B, bool transB,
+                     double beta, void *C);
 
 /* ---------------------------------------------------------------------------------------
  * Indexing. Tensors here are viewed as [outer, n, inner] around the indexed dim, with
@@ -192,19 +192,20 @@ int kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_
  */
 /* The [outer, n, inner] view of shape around dim: the product of the dims before it, its
  * size, and the product of the dims after it. A 0-d shape is one element, [1, 1, 1]. */
-void kern_split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
-                    int64_t *inner);
-int kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
-                      const int64_t *index, int64_t n_index, void *out, int64_t *bad_pos,
-                      int64_t *bad_val);
-int kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
-                   const int64_t *index, int64_t n_index, const void *src, int64_t *bad_pos,
-                   int64_t *bad_val);
-int kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
-                const int64_t *index, int64_t n_out, void *out, int64_t *bad_pos, int64_t *bad_val);
-int kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
-                     const int64_t *index, int64_t n_src, const void *src, int64_t *bad_pos,
-                     int64_t *bad_val);
+void cai_kern_split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
+                        int64_t *inner);
+int cai_kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                          const int64_t *index, int64_t n_index, void *out, int64_t *bad_pos,
+                          int64_t *bad_val);
+int cai_kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
+                       const int64_t *index, int64_t n_index, const void *src, int64_t *bad_pos,
+                       int64_t *bad_val);
+int cai_kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                    const int64_t *index, int64_t n_out, void *out, int64_t *bad_pos,
+                    int64_t *bad_val);
+int cai_kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
+                         const int64_t *index, int64_t n_src, const void *src, int64_t *bad_pos,
+                         int64_t *bad_val);
 
 /* ---------------------------------------------------------------------------------------
  * Random numbers: a counter-based generator (Philox-4x32-10), so a (seed, offset) pair
@@ -215,10 +216,10 @@ int kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, voi
  * dt is KERN_F32 (one 32-bit word, 24 bits, per draw) or KERN_F64 (two words, 53 bits);
  * KERN_I64 writes nothing.
  */
-void kern_rand_uniform(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out);
-void kern_rand_normal(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out);
-void kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, double p,
-                            void *out);
+void cai_kern_rand_uniform(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out);
+void cai_kern_rand_normal(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out);
+void cai_kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, double p,
+                                void *out);
 
 /* ---------------------------------------------------------------------------------------
  * Thread pool: one pool for the process, sized to the cores (or CAGRAD_NUM_THREADS).
@@ -229,10 +230,10 @@ void kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, int6
  */
 typedef void (*kern_range_fn)(void *ctx, int64_t begin, int64_t end);
 
-void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx);
-int kern_num_threads(void);
+void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx);
+int cai_kern_num_threads(void);
 /* Set the pool size (1..cores); returns the size now in use. Safe between calls only. */
-int kern_set_num_threads(int n);
+int cai_kern_set_num_threads(int n);
 
 /* ---------------------------------------------------------------------------------------
  * Scratch memory for kernels (GEMM packing copies). Set once by the layer above, so that
@@ -245,13 +246,13 @@ typedef struct {
 } kern_allocator;
 
 /* Set the scratch allocator; one with a NULL alloc or free restores the default. */
-void kern_set_allocator(kern_allocator a);
+void cai_kern_set_allocator(kern_allocator a);
 /* The default: 64-byte aligned_alloc (sizes rounded up to a multiple of 64; 0 takes 64
  * bytes) and free. graph/ uses it too, so there is one default in the library. */
-void *kern_default_alloc(size_t nbytes);
-kern_allocator kern_default_allocator(void);
+void *cai_kern_default_alloc(size_t nbytes);
+kern_allocator cai_kern_default_allocator(void);
 
 /* BLAS core name as OpenBLAS reports it (e.g. "Haswell", "SkylakeX"), for reports. */
-const char *kern_blas_core(void);
+const char *cai_kern_blas_core(void);
 
 #endif /* CAGRAD_KERN_H */

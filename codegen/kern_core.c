@@ -1,7 +1,7 @@
 /* kern_core.c - run-time ISA choice, dtype sizes, the scratch allocator and BLAS naming.
  *
  * The ISA is detected once (lazily) and capped by CAGRAD_ISA; every kernel family asks
- * kern_simd_for() for the table of the path in use, so the AVX files are never entered on
+ * cai_kern_simd_for() for the table of the path in use, so the AVX files are never entered on
  * a CPU (or under valgrind) that lacks their instructions.
  */
 #include <cblas.h>
@@ -11,7 +11,7 @@
 
 #include "kern_internal.h"
 
-size_t kern_dtype_size(kern_dtype dt) {
+size_t cai_kern_dtype_size(kern_dtype dt) {
     switch (dt) {
     case KERN_F32: return 4;
     case KERN_F64:
@@ -39,12 +39,12 @@ static kern_isa_level kern_isa_env_cap(kern_isa_level isa) {
     if (!e)
         return isa;
     for (int l = KERN_ISA_SCALAR; l <= KERN_ISA_AVX512; l++)
-        if (strcmp(e, kern_isa_name((kern_isa_level)l)) == 0)
+        if (strcmp(e, cai_kern_isa_name((kern_isa_level)l)) == 0)
             return l < (int)isa ? (kern_isa_level)l : isa;
     return isa; /* unknown names leave the path alone */
 }
 
-kern_isa_level kern_isa(void) {
+kern_isa_level cai_kern_isa(void) {
     int v = atomic_load_explicit(&kern_isa_cur, memory_order_relaxed);
     if (v < 0) {
         v = (int)kern_isa_env_cap(kern_isa_cpu());
@@ -53,7 +53,7 @@ kern_isa_level kern_isa(void) {
     return (kern_isa_level)v;
 }
 
-kern_isa_level kern_isa_set(kern_isa_level want) {
+kern_isa_level cai_kern_isa_set(kern_isa_level want) {
     kern_isa_level cpu = kern_isa_cpu();
     if ((int)want < KERN_ISA_SCALAR)
         want = KERN_ISA_SCALAR;
@@ -63,7 +63,7 @@ kern_isa_level kern_isa_set(kern_isa_level want) {
     return want;
 }
 
-const char *kern_isa_name(kern_isa_level isa) {
+const char *cai_kern_isa_name(kern_isa_level isa) {
     switch (isa) {
     case KERN_ISA_SCALAR: return "scalar";
     case KERN_ISA_AVX2: return "avx2";
@@ -72,46 +72,46 @@ const char *kern_isa_name(kern_isa_level isa) {
     return "unknown";
 }
 
-const kern_simd *kern_simd_for(kern_dtype dt) {
+const kern_simd *cai_kern_simd_for(kern_dtype dt) {
     static const kern_simd *const tables[3][2] = {
-        {&kern_scalar_f32_table, &kern_scalar_f64_table},
-        {&kern_avx2_f32_table, &kern_avx2_f64_table},
-        {&kern_avx512_f32_table, &kern_avx512_f64_table},
+        {&cai_kern_scalar_f32_table, &cai_kern_scalar_f64_table},
+        {&cai_kern_avx2_f32_table, &cai_kern_avx2_f64_table},
+        {&cai_kern_avx512_f32_table, &cai_kern_avx512_f64_table},
     };
     if (dt != KERN_F32 && dt != KERN_F64)
         return NULL;
-    return tables[kern_isa()][dt];
+    return tables[cai_kern_isa()][dt];
 }
 
 /* ------------------------------------------------------------------ scratch memory */
 
-void *kern_default_alloc(size_t nbytes) {
+void *cai_kern_default_alloc(size_t nbytes) {
     size_t n = (nbytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of 64 */
     return aligned_alloc(64, n ? n : 64);
 }
 
-kern_allocator kern_default_allocator(void) {
-    return (kern_allocator){kern_default_alloc, free};
+kern_allocator cai_kern_default_allocator(void) {
+    return (kern_allocator){cai_kern_default_alloc, free};
 }
 
-static kern_allocator kern_alloc_cur = {kern_default_alloc, free};
+static kern_allocator kern_alloc_cur = {cai_kern_default_alloc, free};
 
-void kern_set_allocator(kern_allocator a) {
-    kern_alloc_cur = a.alloc && a.free ? a : kern_default_allocator();
+void cai_kern_set_allocator(kern_allocator a) {
+    kern_alloc_cur = a.alloc && a.free ? a : cai_kern_default_allocator();
 }
 
-void *kern_scratch_alloc(size_t nbytes) {
+void *cai_kern_scratch_alloc(size_t nbytes) {
     return kern_alloc_cur.alloc(nbytes);
 }
 
-void kern_scratch_free(void *p) {
+void cai_kern_scratch_free(void *p) {
     if (p)
         kern_alloc_cur.free(p);
 }
 
 /* ------------------------------------------------------------------ BLAS */
 
-const char *kern_blas_core(void) {
+const char *cai_kern_blas_core(void) {
     const char *s = openblas_get_corename();
     return s ? s : "unknown";
 }

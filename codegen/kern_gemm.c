@@ -40,7 +40,7 @@ static int kern_gemm_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) 
     return -1;
 }
 
-bool kern_gemm_unpacked(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+bool cai_kern_gemm_unpacked(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
     return kern_gemm_layout(rows, cols, rs, cs) >= 0;
 }
 
@@ -68,12 +68,12 @@ static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t co
     if (kern_gemm_direct(rows, cols, rs, cs, o))
         return 0;
     int64_t nb = X.bs == 0 ? 1 : batch, sz = rows * cols;
-    o->packed = kern_scratch_alloc((size_t)(nb * sz) * kern_dtype_size(dt));
+    o->packed = cai_kern_scratch_alloc((size_t)(nb * sz) * cai_kern_dtype_size(dt));
     if (!o->packed)
         return -2;
     int64_t shape[3] = {nb, rows, cols}, ostr[3] = {sz, cols, 1};
     kern_src src = {.data = X.data, .strides = {X.bs, rs, cs}};
-    kern_pointwise(KPW_COPY, dt, dt, 3, shape, o->packed, ostr, &src, 0, 0);
+    cai_kern_pointwise(KPW_COPY, dt, dt, 3, shape, o->packed, ostr, &src, 0, 0);
     o->data = o->packed;
     o->bs = X.bs == 0 ? 0 : sz;
     o->trans = false;
@@ -82,7 +82,7 @@ static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t co
 }
 
 static void kern_gemm_one(const kern_gemm_job *j, int64_t i) {
-    int64_t esz = (int64_t)kern_dtype_size(j->dt);
+    int64_t esz = (int64_t)cai_kern_dtype_size(j->dt);
     const void *a = j->a.data + i * j->a.bs * esz;
     const void *b = j->b.data + i * j->b.bs * esz;
     void *c = j->c + i * j->bsC * esz;
@@ -119,9 +119,9 @@ static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch) {
         }
 }
 
-int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
-              kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C, int64_t ldc,
-              int64_t bsC) {
+int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+                  kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C,
+                  int64_t ldc, int64_t bsC) {
     if ((dt != KERN_F32 && dt != KERN_F64) || batch < 0 || M < 0 || N < 0 || K < 0)
         return -1;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || ldc > INT_MAX)
@@ -152,15 +152,15 @@ int kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
         double mnk = (double)M * (double)N * (double)K;
         bool par = batch > 1 && bsC != 0 && mnk < KERN_GEMM_SMALL;
         int64_t grain = par ? (int64_t)(KERN_GEMM_SMALL / mnk) / 4 + 1 : batch;
-        kern_parallel_for(batch, grain, kern_gemm_range, &j);
+        cai_kern_parallel_for(batch, grain, kern_gemm_range, &j);
     }
-    kern_scratch_free(j.a.packed);
-    kern_scratch_free(j.b.packed);
+    cai_kern_scratch_free(j.a.packed);
+    cai_kern_scratch_free(j.b.packed);
     return rc;
 }
 
 /* ---------------------------------------------------------------------------------------
- * Batch dims: kern_gemm_nd
+ * Batch dims: cai_kern_gemm_nd
  */
 
 /* Batch dims without size-1 dims, neighbours merged where all three operands step
@@ -193,12 +193,12 @@ static void kern_batch_collapse(int nb, const int64_t *bshape, const kern_mat_nd
     }
 }
 
-int kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
-                 const kern_mat_nd *A, bool transA, const kern_mat_nd *B, bool transB, double beta,
-                 void *C) {
+int cai_kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_t N, int64_t K,
+                     const kern_mat_nd *A, bool transA, const kern_mat_nd *B, bool transB,
+                     double beta, void *C) {
     kern_batch_dims bd;
     kern_batch_collapse(nb, bshape, A, B, M * N, &bd);
-    int64_t es = (int64_t)kern_dtype_size(dt);
+    int64_t es = (int64_t)cai_kern_dtype_size(dt);
     int64_t batch = 1, bsa = 0, bsb = 0, bsc = M * N, outer = 1;
     if (bd.n > 0) {
         batch = bd.size[bd.n - 1];
@@ -219,8 +219,8 @@ int kern_gemm_nd(kern_dtype dt, int nb, const int64_t *bshape, int64_t M, int64_
         }
         kern_mat ma = {(const char *)A->data + oa * es, A->rs, A->cs, bsa};
         kern_mat mb = {(const char *)B->data + ob * es, B->rs, B->cs, bsb};
-        int rc = kern_gemm(dt, batch, M, N, K, 1.0, ma, transA, mb, transB, beta,
-                           (char *)C + oc * es, N, bsc);
+        int rc = cai_kern_gemm(dt, batch, M, N, K, 1.0, ma, transA, mb, transB, beta,
+                               (char *)C + oc * es, N, bsc);
         if (rc)
             return rc;
     }

@@ -11,8 +11,8 @@
 
 #define KERN_INDEX_CHUNK 1024 /* inner elements per work unit of the accumulating kernels */
 
-void kern_split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
-                    int64_t *inner) {
+void cai_kern_split_dim(int ndim, const int64_t *shape, int dim, int64_t *outer, int64_t *n,
+                        int64_t *inner) {
     *outer = *inner = 1;
     *n = ndim > 0 ? shape[dim] : 1;
     for (int d = 0; d < ndim; d++) {
@@ -57,7 +57,7 @@ static int64_t kern_index_nchunks(int64_t inner) {
 
 static void kern_index_run_chunked(kern_index_job *j, kern_range_fn fn) {
     int64_t per = (j->inner < KERN_INDEX_CHUNK ? j->inner : KERN_INDEX_CHUNK) * j->m;
-    kern_parallel_for(j->outer * kern_index_nchunks(j->inner), kern_index_grain(per), fn, j);
+    cai_kern_parallel_for(j->outer * kern_index_nchunks(j->inner), kern_index_grain(per), fn, j);
 }
 
 /* dst[0..len) += src[0..len) in the dtype. */
@@ -84,29 +84,29 @@ static void kern_add_into(kern_dtype dt, char *dst, const char *src, int64_t len
 
 static void kern_select_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
-    size_t row = (size_t)j->inner * kern_dtype_size(j->dt);
+    size_t row = (size_t)j->inner * cai_kern_dtype_size(j->dt);
     for (int64_t r = begin; r < end; r++) { /* r = o * m + jj */
         int64_t o = r / j->m, jj = r % j->m;
         memcpy(j->dst + (size_t)r * row, j->src + (size_t)(o * j->n + j->index[jj]) * row, row);
     }
 }
 
-int kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
-                      const int64_t *index, int64_t n_index, void *out, int64_t *bad_pos,
-                      int64_t *bad_val) {
-    if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
+int cai_kern_index_select(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                          const int64_t *index, int64_t n_index, void *out, int64_t *bad_pos,
+                          int64_t *bad_val) {
+    if (cai_kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
         return -1;
     if (kern_index_check(index, n_index, n, bad_pos, bad_val) >= 0)
         return -1;
     kern_index_job j = {dt, outer, n, inner, n_index, index, x, out};
-    kern_parallel_for(outer * n_index, kern_index_grain(inner), kern_select_range, &j);
+    cai_kern_parallel_for(outer * n_index, kern_index_grain(inner), kern_select_range, &j);
     return 0;
 }
 
 /* Units are (o, inner chunk); each walks the index in order. */
 static void kern_index_add_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
-    size_t esz = kern_dtype_size(j->dt);
+    size_t esz = cai_kern_dtype_size(j->dt);
     int64_t nch = kern_index_nchunks(j->inner);
     for (int64_t u = begin; u < end; u++) {
         int64_t o = u / nch, i0 = (u % nch) * KERN_INDEX_CHUNK;
@@ -119,10 +119,10 @@ static void kern_index_add_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-int kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
-                   const int64_t *index, int64_t n_index, const void *src, int64_t *bad_pos,
-                   int64_t *bad_val) {
-    if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
+int cai_kern_index_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
+                       const int64_t *index, int64_t n_index, const void *src, int64_t *bad_pos,
+                       int64_t *bad_val) {
+    if (cai_kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
         return -1;
     if (kern_index_check(index, n_index, n, bad_pos, bad_val) >= 0)
         return -1;
@@ -144,22 +144,22 @@ static void kern_gather_range(void *ctx, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r++) { /* r = o * m + jj */
         int64_t o = r / j->m;
         const int64_t *ix = j->index + r * j->inner;
-        if (kern_dtype_size(j->dt) == 4)
+        if (cai_kern_dtype_size(j->dt) == 4)
             KERN_GATHER_LOOP(uint32_t)
         else
             KERN_GATHER_LOOP(uint64_t)
     }
 }
 
-int kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
-                const int64_t *index, int64_t n_out, void *out, int64_t *bad_pos,
-                int64_t *bad_val) {
-    if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_out < 0)
+int cai_kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                    const int64_t *index, int64_t n_out, void *out, int64_t *bad_pos,
+                    int64_t *bad_val) {
+    if (cai_kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_out < 0)
         return -1;
     if (kern_index_check(index, outer * n_out * inner, n, bad_pos, bad_val) >= 0)
         return -1;
     kern_index_job j = {dt, outer, n, inner, n_out, index, x, out};
-    kern_parallel_for(outer * n_out, kern_index_grain(inner), kern_gather_range, &j);
+    cai_kern_parallel_for(outer * n_out, kern_index_grain(inner), kern_gather_range, &j);
     return 0;
 }
 
@@ -192,10 +192,10 @@ static void kern_scatter_add_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-int kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
-                     const int64_t *index, int64_t n_src, const void *src, int64_t *bad_pos,
-                     int64_t *bad_val) {
-    if (kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_src < 0)
+int cai_kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
+                         const int64_t *index, int64_t n_src, const void *src, int64_t *bad_pos,
+                         int64_t *bad_val) {
+    if (cai_kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_src < 0)
         return -1;
     if (kern_index_check(index, outer * n_src * inner, n, bad_pos, bad_val) >= 0)
         return -1;

@@ -3,7 +3,7 @@
  * The per-ISA code (kern_simd_*.c, one instantiation of kern_simd_body.inc per ISA and
  * float dtype) exports one kern_simd table each. The generic drivers (pointwise
  * iterator, reduction planner, row kernels) pick the table for the current ISA and dtype
- * with kern_simd_for() and only ever hand it contiguous data or a finished plan.
+ * with cai_kern_simd_for() and only ever hand it contiguous data or a finished plan.
  */
 #ifndef CAGRAD_KERN_INTERNAL_H
 #define CAGRAD_KERN_INTERNAL_H
@@ -69,56 +69,56 @@ typedef struct {
                            void *y, void *mean, void *rstd);
     /* A reduction leaf over n <= leaf contiguous elements (any n for MAX/MIN), as the
      * reduction tree computes it; the result is a T, widened. Lets the fused interpreter
-     * sum its tiles exactly as kern_reduce would. */
+     * sum its tiles exactly as cai_kern_reduce would. */
     double (*acc)(int64_t n, const void *p, kern_red_mode mode, double m);
     int col_tile;  /* outputs per column-mode reduction unit */
     int leaf;      /* elements per summation leaf of the inner-mode tree */
     int leaf_rows; /* rows per summation leaf of the column-mode tree */
 } kern_simd;
 
-extern const kern_simd kern_scalar_f32_table, kern_scalar_f64_table;
-extern const kern_simd kern_avx2_f32_table, kern_avx2_f64_table;
-extern const kern_simd kern_avx512_f32_table, kern_avx512_f64_table;
+extern const kern_simd cai_kern_scalar_f32_table, cai_kern_scalar_f64_table;
+extern const kern_simd cai_kern_avx2_f32_table, cai_kern_avx2_f64_table;
+extern const kern_simd cai_kern_avx512_f32_table, cai_kern_avx512_f64_table;
 
 /* The table for the current ISA; NULL for KERN_I64. */
-const kern_simd *kern_simd_for(kern_dtype dt);
+const kern_simd *cai_kern_simd_for(kern_dtype dt);
 
 /* The inputs op's kernel reads: its arity, but none for FILL (0 for an invalid op). */
-int kern_pw_reads(kern_pw_op op);
+int cai_kern_pw_reads(kern_pw_op op);
 
-/* The contiguous kernel kern_pointwise runs for op in dtype dt on the current ISA; NULL
+/* The contiguous kernel cai_kern_pointwise runs for op in dtype dt on the current ISA; NULL
  * when dt does not support op. */
-kern_pw_fn kern_pw_kernel(kern_pw_op op, kern_dtype dt);
+kern_pw_fn cai_kern_pw_kernel(kern_pw_op op, kern_dtype dt);
 
-/* kern_reduce's planning, shared with the fused interpreter. kern_red_prepare fills
+/* cai_kern_reduce's planning, shared with the fused interpreter. cai_kern_red_prepare fills
  * pl->keep, pl->red (collapsed; red gets a dummy size-1 dim when nothing is reduced),
- * pl->O and pl->R from shape, strides and rmask; -1 on a negative size. kern_red_split
- * then picks inner/column mode and the segment count. kern_red_empty writes the value of
+ * pl->O and pl->R from shape, strides and rmask; -1 on a negative size. cai_kern_red_split
+ * then picks inner/column mode and the segment count. cai_kern_red_empty writes the value of
  * a reduction over no element (-1 where there is none). */
-int kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64_t *in_strides,
-                     uint32_t rmask);
-void kern_red_split(kern_rplan *pl, int tile);
-int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out);
+int cai_kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64_t *in_strides,
+                         uint32_t rmask);
+void cai_kern_red_split(kern_rplan *pl, int tile);
+int cai_kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out);
 
 /* Drops size-1 dims of the index space shape[0..ndim) and merges neighbours that are
  * contiguous for all nops operands (str[k]: operand k's strides, in elements). Writes the
  * collapsed dims, outermost first, to cshape and cstr (which must not alias shape or str)
  * and returns their count: at least 1, a space of one element being one dim of size 1
  * with stride 0. Shared by the pointwise iterator and the fused interpreter. */
-int kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[KERN_MAX_DIMS],
-                       int64_t *cshape, int64_t (*cstr)[KERN_MAX_DIMS]);
+int cai_kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[KERN_MAX_DIMS],
+                           int64_t *cshape, int64_t (*cstr)[KERN_MAX_DIMS]);
 
 /* n mask elements of dtype mdt at src (stride s) as 1/0 of dtype dt at dst (stride ds);
  * strides in elements. How where / masked_fill read a condition of another dtype. */
-void kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
-                    int64_t s, int64_t n);
+void cai_kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
+                        int64_t s, int64_t n);
 
-/* Scratch buffers through the allocator set by kern_set_allocator. */
-void *kern_scratch_alloc(size_t nbytes);
-void kern_scratch_free(void *p);
+/* Scratch buffers through the allocator set by cai_kern_set_allocator. */
+void *cai_kern_scratch_alloc(size_t nbytes);
+void cai_kern_scratch_free(void *p);
 
 /* One Philox-4x32-10 block (exposed for known-answer tests). */
-void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+void cai_kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* dst[i * ds] = src[i * s] for n elements of esz (4 or 8) bytes. Constant-size memcpy
  * compiles to plain moves (a runtime size would call libc per element); bytes, not values,

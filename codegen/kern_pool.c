@@ -1,4 +1,4 @@
-/* kern_pool.c - the process-wide thread pool behind kern_parallel_for.
+/* kern_pool.c - the process-wide thread pool behind cai_kern_parallel_for.
  *
  * Workers are created lazily by the first parallel call and sleep on a condition variable
  * between jobs, so they take no cores from OpenBLAS's threads. The calling thread works
@@ -147,7 +147,7 @@ static void kern_pool_stop(void) {
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
-void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx) {
+void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx) {
     if (n <= 0)
         return;
     if (grain < 1)
@@ -188,7 +188,7 @@ void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx) {
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
-int kern_num_threads(void) {
+int cai_kern_num_threads(void) {
     pthread_mutex_lock(&kern_pool.mu);
     int n = kern_pool.size > 0 ? kern_pool.size
                                : (kern_pool.want > 0 ? kern_pool.want : kern_default_threads());
@@ -196,7 +196,7 @@ int kern_num_threads(void) {
     return n;
 }
 
-int kern_set_num_threads(int n) {
+int cai_kern_set_num_threads(int n) {
     int cores = kern_cores();
     if (n < 1)
         n = 1;

@@ -1,4 +1,4 @@
-/* kern_pw.c - kern_pointwise: the N-d strided iterator around the contiguous kernels.
+/* kern_pw.c - cai_kern_pointwise: the N-d strided iterator around the contiguous kernels.
  *
  * Dims are collapsed where every operand is contiguous across them; the flat index space
  * is split over the pool. Each row (innermost dim) goes straight to the ISA kernel when all
@@ -23,26 +23,26 @@ static const struct {
 #undef KERN_PW_INFO
 };
 
-int kern_pw_arity(kern_pw_op op) {
+int cai_kern_pw_arity(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].arity : -1;
 }
 
-int kern_pw_nparams(kern_pw_op op) {
+int cai_kern_pw_nparams(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].nparams : 0;
 }
 
-const char *kern_pw_name(kern_pw_op op) {
+const char *cai_kern_pw_name(kern_pw_op op) {
     return (unsigned)op < KPW__COUNT ? kern_pw_info[op].name : "?";
 }
 
-int kern_pw_cond_input(kern_pw_op op) {
+int cai_kern_pw_cond_input(kern_pw_op op) {
     if ((unsigned)op >= KPW__COUNT)
         return -1;
     int fl = kern_pw_info[op].flags;
     return fl & KPWF_COND0 ? 0 : fl & KPWF_COND1 ? 1 : -1;
 }
 
-int kern_pw_reads(kern_pw_op op) {
+int cai_kern_pw_reads(kern_pw_op op) {
     if ((unsigned)op >= KPW__COUNT)
         return 0;
     return kern_pw_info[op].flags & KPWF_NOREAD ? 0 : kern_pw_info[op].arity;
@@ -118,16 +118,16 @@ static const kern_pw_fn kern_i64_table[KPW__COUNT] = {
 #undef I64_TAB
 };
 
-bool kern_pw_supports(kern_pw_op op, kern_dtype dt) {
+bool cai_kern_pw_supports(kern_pw_op op, kern_dtype dt) {
     if ((unsigned)op >= KPW__COUNT)
         return false;
     return dt == KERN_I64 ? kern_i64_table[op] != NULL : dt == KERN_F32 || dt == KERN_F64;
 }
 
-kern_pw_fn kern_pw_kernel(kern_pw_op op, kern_dtype dt) {
+kern_pw_fn cai_kern_pw_kernel(kern_pw_op op, kern_dtype dt) {
     if ((unsigned)op >= KPW__COUNT)
         return NULL;
-    const kern_simd *simd = kern_simd_for(dt);
+    const kern_simd *simd = cai_kern_simd_for(dt);
     if (simd)
         return simd->pw[op];
     return dt == KERN_I64 ? kern_i64_table[op] : NULL;
@@ -154,8 +154,8 @@ static inline int kern_pw_nin(const kern_pw_plan *pl) {
     return pl->nin < 0 ? 0 : pl->nin > 3 ? 3 : pl->nin;
 }
 
-int kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[KERN_MAX_DIMS],
-                       int64_t *cshape, int64_t (*cstr)[KERN_MAX_DIMS]) {
+int cai_kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[KERN_MAX_DIMS],
+                           int64_t *cshape, int64_t (*cstr)[KERN_MAX_DIMS]) {
     int nd = 0; /* collected innermost first */
     for (int d = ndim - 1; d >= 0; d--) {
         if (shape[d] == 1)
@@ -191,9 +191,9 @@ int kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*str)[
     return nd;
 }
 
-void kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
-                    int64_t s, int64_t n) {
-    int64_t isz = (int64_t)kern_dtype_size(mdt);
+void cai_kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
+                        int64_t s, int64_t n) {
+    int64_t isz = (int64_t)cai_kern_dtype_size(mdt);
     for (int64_t i = 0; i < n; i++) {
         const char *q = src + i * s * isz;
         bool on = mdt == KERN_I64   ? *(const int64_t *)q != 0
@@ -215,7 +215,7 @@ static void kern_pw_pack(const kern_pw_plan *pl, int k, char *dst, int64_t ds, c
     if (k != pl->conv)
         kern_move_strided(pl->sz[0], dst, ds, src, s, n);
     else
-        kern_mask_pack(pl->dt, dst, ds, pl->cond_dt, src, s, n);
+        cai_kern_mask_pack(pl->dt, dst, ds, pl->cond_dt, src, s, n);
 }
 
 typedef struct {
@@ -368,18 +368,19 @@ static void kern_pw_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, const int64_t *shape,
-                   void *out, const int64_t *out_strides, const kern_src *src, double p0,
-                   double p1) {
-    if ((unsigned)op >= KPW__COUNT || ndim < 0 || ndim > KERN_MAX_DIMS || kern_dtype_size(dt) == 0)
+int cai_kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim,
+                       const int64_t *shape, void *out, const int64_t *out_strides,
+                       const kern_src *src, double p0, double p1) {
+    if ((unsigned)op >= KPW__COUNT || ndim < 0 || ndim > KERN_MAX_DIMS ||
+        cai_kern_dtype_size(dt) == 0)
         return -1;
-    kern_pw_plan pl = {.dt = dt, .cond_dt = dt, .esz = kern_dtype_size(dt), .conv = -1};
-    pl.fn = kern_pw_kernel(op, dt);
+    kern_pw_plan pl = {.dt = dt, .cond_dt = dt, .esz = cai_kern_dtype_size(dt), .conv = -1};
+    pl.fn = cai_kern_pw_kernel(op, dt);
     if (!pl.fn)
         return -1;
-    int cond = kern_pw_cond_input(op);
+    int cond = cai_kern_pw_cond_input(op);
     if (cond >= 0 && cond_dt != dt) {
-        if (kern_dtype_size(cond_dt) == 0)
+        if (cai_kern_dtype_size(cond_dt) == 0)
             return -1;
         pl.conv = cond;
         pl.cond_dt = cond_dt;
@@ -392,11 +393,11 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
     }
     if (total == 0)
         return 0;
-    pl.nin = kern_pw_reads(op);
+    pl.nin = cai_kern_pw_reads(op);
     pl.p0 = p0;
     pl.p1 = p1;
     for (int k = 0; k < 4; k++)
-        pl.sz[k] = (int64_t)(k - 1 == pl.conv && k > 0 ? kern_dtype_size(pl.cond_dt) : pl.esz);
+        pl.sz[k] = (int64_t)(k - 1 == pl.conv && k > 0 ? cai_kern_dtype_size(pl.cond_dt) : pl.esz);
     int64_t str[4][KERN_MAX_DIMS]; /* the caller's strides; pl.str gets them collapsed */
     pl.base[0] = out;
     for (int d = 0; d < ndim; d++)
@@ -406,9 +407,9 @@ int kern_pointwise(kern_pw_op op, kern_dtype dt, kern_dtype cond_dt, int ndim, c
         for (int d = 0; d < ndim; d++)
             str[k + 1][d] = src[k].strides[d];
     }
-    pl.nd = kern_collapse_dims(ndim, shape, pl.nin + 1, str, pl.shape, pl.str);
+    pl.nd = cai_kern_collapse_dims(ndim, shape, pl.nin + 1, str, pl.shape, pl.str);
     if (total >= 2 * KERN_GRAIN)
-        kern_parallel_for(total, KERN_GRAIN, kern_pw_range, &pl);
+        cai_kern_parallel_for(total, KERN_GRAIN, kern_pw_range, &pl);
     else
         kern_pw_range(&pl, 0, total);
     return 0;

@@ -15,7 +15,7 @@
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
 
-void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+void cai_kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
@@ -36,7 +36,7 @@ void kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t o
 static void kern_philox_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
     uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0, 0};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    kern_philox4x32_10(ctr, key, out);
+    cai_kern_philox4x32_10(ctr, key, out);
 }
 
 /* Uniform [0, 1) of absolute draw i, at the dtype's resolution, as a double. */
@@ -98,19 +98,19 @@ static void kern_rand_run(kern_rand_kind kind, kern_dtype dt, uint64_t seed, uin
     if ((dt != KERN_F32 && dt != KERN_F64) || n <= 0)
         return;
     kern_rand_job j = {kind, dt, seed, *offset, p, p < 1 ? 1.0 / (1.0 - p) : 0.0, out};
-    kern_parallel_for(n, KERN_GRAIN, kern_rand_range, &j);
+    cai_kern_parallel_for(n, KERN_GRAIN, kern_rand_range, &j);
     *offset += (uint64_t)n;
 }
 
-void kern_rand_uniform(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out) {
+void cai_kern_rand_uniform(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out) {
     kern_rand_run(KERN_RAND_UNIFORM, dt, seed, offset, n, 0, out);
 }
 
-void kern_rand_normal(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out) {
+void cai_kern_rand_normal(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, void *out) {
     kern_rand_run(KERN_RAND_NORMAL, dt, seed, offset, n, 0, out);
 }
 
-void kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, double p,
-                            void *out) {
+void cai_kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, int64_t n, double p,
+                                void *out) {
     kern_rand_run(KERN_RAND_DROPOUT, dt, seed, offset, n, p, out);
 }

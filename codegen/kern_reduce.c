@@ -1,4 +1,4 @@
-/* kern_reduce.c - kern_reduce: plans a reduction, then hands it to the ISA table.
+/* kern_reduce.c - cai_kern_reduce: plans a reduction, then hands it to the ISA table.
  *
  * Planning splits the dims into kept and reduced sets, collapses each, and picks a mode:
  * "inner" (each output reduces runs along the innermost reduced dim; vectorised when that
@@ -103,13 +103,14 @@ static void kern_sum_i64_range(void *ctx, int64_t begin, int64_t end) {
 static void kern_red_plain(const kern_rplan *pl, kern_dtype dt, int64_t *idx) {
     kern_arg_job j = {pl, dt, idx};
     int64_t grain = pl->R >= KERN_GRAIN ? 1 : KERN_GRAIN / pl->R;
-    kern_parallel_for(pl->O, grain, pl->op == KRED_SUM ? kern_sum_i64_range : kern_arg_range, &j);
+    cai_kern_parallel_for(pl->O, grain, pl->op == KRED_SUM ? kern_sum_i64_range : kern_arg_range,
+                          &j);
 }
 
 /* ------------------------------------------------------------------ planning */
 
 /* Reductions over no element: 0 for sums, NaN for mean, -inf for logsumexp. */
-int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
+int cai_kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
     if (op == KRED_MAX || op == KRED_MIN || (dt == KERN_I64 && op != KRED_SUM))
         return -1;
     double v = op == KRED_SUM ? 0.0 : op == KRED_MEAN ? NAN : -INFINITY;
@@ -125,7 +126,7 @@ int kern_red_empty(kern_red_op op, kern_dtype dt, int64_t O, void *out) {
 }
 
 /* Column mode needs a contiguous last kept dim and a non-contiguous reduced one. */
-void kern_red_split(kern_rplan *pl, int tile) {
+void cai_kern_red_split(kern_rplan *pl, int tile) {
     int nk = pl->keep.nd, nr = pl->red.nd;
     pl->col = nk > 0 && pl->keep.stride[nk - 1] == 1 && pl->red.stride[nr - 1] != 1;
     if (pl->col) {
@@ -143,8 +144,8 @@ void kern_red_split(kern_rplan *pl, int tile) {
         pl->nseg *= 2;
 }
 
-int kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64_t *in_strides,
-                     uint32_t rmask) {
+int cai_kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64_t *in_strides,
+                         uint32_t rmask) {
     pl->O = pl->R = 1;
     pl->keep.nd = pl->red.nd = 0;
     for (int d = 0; d < ndim; d++) {
@@ -165,32 +166,33 @@ int kern_red_prepare(kern_rplan *pl, int ndim, const int64_t *shape, const int64
     return 0;
 }
 
-int kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, const void *in,
-                const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx) {
-    if ((unsigned)op >= KRED__COUNT || kern_dtype_size(dt) == 0 || ndim < 0 || ndim > KERN_MAX_DIMS)
+int cai_kern_reduce(kern_red_op op, kern_dtype dt, int ndim, const int64_t *shape, const void *in,
+                    const int64_t *in_strides, uint32_t rmask, void *out, int64_t *idx) {
+    if ((unsigned)op >= KRED__COUNT || cai_kern_dtype_size(dt) == 0 || ndim < 0 ||
+        ndim > KERN_MAX_DIMS)
         return -1;
     if (dt == KERN_I64 && (op == KRED_MEAN || op == KRED_LOGSUMEXP))
         return -1;
     kern_rplan pl = {.op = op, .in = in, .out = out};
-    if (kern_red_prepare(&pl, ndim, shape, in_strides, rmask) < 0)
+    if (cai_kern_red_prepare(&pl, ndim, shape, in_strides, rmask) < 0)
         return -1;
     if (pl.O == 0)
         return 0;
     if (pl.R == 0)
-        return kern_red_empty(op, dt, pl.O, out);
+        return cai_kern_red_empty(op, dt, pl.O, out);
     bool want_idx = idx && (op == KRED_MAX || op == KRED_MIN);
     if (want_idx || dt == KERN_I64) {
         kern_red_plain(&pl, dt, want_idx ? idx : NULL);
         return 0;
     }
-    const kern_simd *simd = kern_simd_for(dt);
-    kern_red_split(&pl, simd->col_tile);
+    const kern_simd *simd = cai_kern_simd_for(dt);
+    cai_kern_red_split(&pl, simd->col_tile);
     if (pl.nseg > 1) {
-        pl.part = kern_scratch_alloc((size_t)(pl.O * pl.nseg) * kern_dtype_size(dt));
+        pl.part = cai_kern_scratch_alloc((size_t)(pl.O * pl.nseg) * cai_kern_dtype_size(dt));
         if (!pl.part)
             return -2;
     }
     simd->reduce(&pl);
-    kern_scratch_free(pl.part);
+    cai_kern_scratch_free(pl.part);
     return 0;
 }

@@ -26,15 +26,15 @@ static void kern_softmax_range(void *ctx, int64_t begin, int64_t end) {
         j->simd->softmax_row(j->n, j->x + (size_t)r * row, j->y + (size_t)r * row, j->log);
 }
 
-int kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void *y, bool log) {
-    const kern_simd *simd = kern_simd_for(dt);
+int cai_kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void *y, bool log) {
+    const kern_simd *simd = cai_kern_simd_for(dt);
     if (!simd || rows < 0 || n < 0)
         return -1;
     if (rows == 0 || n == 0)
         return 0;
     kern_rows_job j = {
-        .simd = simd, .n = n, .esz = kern_dtype_size(dt), .x = x, .y = y, .log = log};
-    kern_parallel_for(rows, kern_rows_grain(n), kern_softmax_range, &j);
+        .simd = simd, .n = n, .esz = cai_kern_dtype_size(dt), .x = x, .y = y, .log = log};
+    cai_kern_parallel_for(rows, kern_rows_grain(n), kern_softmax_range, &j);
     return 0;
 }
 
@@ -48,16 +48,16 @@ static void kern_layer_norm_range(void *ctx, int64_t begin, int64_t end) {
                                 j->rstd ? j->rstd + (size_t)r * j->esz : NULL);
 }
 
-int kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const void *w,
-                    const void *b, double eps, void *y, void *mean, void *rstd) {
-    const kern_simd *simd = kern_simd_for(dt);
+int cai_kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const void *w,
+                        const void *b, double eps, void *y, void *mean, void *rstd) {
+    const kern_simd *simd = cai_kern_simd_for(dt);
     if (!simd || rows < 0 || n < 0)
         return -1;
     if (rows == 0)
         return 0;
     kern_rows_job j = {.simd = simd,
                        .n = n,
-                       .esz = kern_dtype_size(dt),
+                       .esz = cai_kern_dtype_size(dt),
                        .x = x,
                        .w = w,
                        .b = b,
@@ -65,6 +65,6 @@ int kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const
                        .mean = mean,
                        .rstd = rstd,
                        .eps = eps};
-    kern_parallel_for(rows, kern_rows_grain(n > 0 ? n : 1), kern_layer_norm_range, &j);
+    cai_kern_parallel_for(rows, kern_rows_grain(n > 0 ? n : 1), kern_layer_norm_range, &j);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* kern_simd_avx2.c - the AVX2 + FMA instantiation of kern_simd_body.inc, on SLEEF.
  *
- * Built with -mavx2 -mfma and reached only through kern_simd_for() once kern_core.c has
+ * Built with -mavx2 -mfma and reached only through cai_kern_simd_for() once kern_core.c has
  * seen avx2 and fma on the CPU. Tails use maskload/maskstore, so no lane past n is touched.
  */
 #if !defined(__AVX2__) || !defined(__FMA__)
@@ -66,7 +66,7 @@
 #define SLV f8
 #define KS_TAILI(n)                                                                                \
     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
-#define KS_NAME(x)     kern_avx2_f32_##x
+#define KS_NAME(x)     cai_kern_avx2_f32_##x
 #define KS_GELU_ERF(x) KS_NAME(erf_as)(x)
 #include "kern_simd_body.inc"
 #undef SFX
@@ -80,5 +80,5 @@
 #define SFX         pd
 #define SLV         d4
 #define KS_TAILI(n) _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3))
-#define KS_NAME(x)  kern_avx2_f64_##x
+#define KS_NAME(x)  cai_kern_avx2_f64_##x
 #include "kern_simd_body.inc"

@@ -1,7 +1,7 @@
 /* kern_simd_avx512.c - the AVX-512 instantiation of kern_simd_body.inc, on SLEEF.
  *
  * Built with -mavx512f -mavx512dq -mavx512vl -mavx512bw -mavx2 -mfma and reached only
- * through kern_simd_for() once kern_core.c has seen those features on the CPU (valgrind
+ * through cai_kern_simd_for() once kern_core.c has seen those features on the CPU (valgrind
  * and older CPUs have none). Tails use lane masks, so no lane past n is touched.
  */
 #if !defined(__AVX512F__) || !defined(__AVX512DQ__)
@@ -65,7 +65,7 @@
 #define W              16
 #define SFX            ps
 #define SLV            f16
-#define KS_NAME(x)     kern_avx512_f32_##x
+#define KS_NAME(x)     cai_kern_avx512_f32_##x
 #define KS_GELU_ERF(x) KS_NAME(erf_as)(x)
 #include "kern_simd_body.inc"
 #undef SFX
@@ -77,5 +77,5 @@
 #define W          8
 #define SFX        pd
 #define SLV        d8
-#define KS_NAME(x) kern_avx512_f64_##x
+#define KS_NAME(x) cai_kern_avx512_f64_##x
 #include "kern_simd_body.inc"

@@ -54,7 +54,7 @@
 #define M          int
 #define W          1
 #define LSFX       f
-#define KS_NAME(x) kern_scalar_f32_##x
+#define KS_NAME(x) cai_kern_scalar_f32_##x
 #include "kern_simd_body.inc"
 #undef LSFX
 
@@ -63,6 +63,6 @@
 #define M int
 #define W 1
 #define LSFX
-#define KS_NAME(x) kern_scalar_f64_##x
+#define KS_NAME(x) cai_kern_scalar_f64_##x
 #include "kern_simd_body.inc"
 #undef LSFX

@@ -2,10 +2,10 @@
  * edges from each input to its users, fused groups drawn as clusters, and the rest of
  * each autograd node's IR grouped in a light cluster named after it.
  *
- * Labels use the printer's value names (graph_value_names, as graph_print), so a box in the picture
- * and a line of the CAGRAD_LOGS=compiled_autograd log can be matched by eye. Graphviz clusters must
- * nest, so a fused group sits inside its origin's cluster when all its nodes share one
- * origin, and at the top level when it spans several.
+ * Labels use the printer's value names (cai_graph_value_names, as cai_graph_print), so a box in the
+ * picture and a line of the CAGRAD_LOGS=compiled_autograd log can be matched by eye. Graphviz
+ * clusters must nest, so a fused group sits inside its origin's cluster when all its nodes share
+ * one origin, and at the top level when it spans several.
  */
 #include "graph/internal.h"
 
@@ -31,11 +31,11 @@ static const char *sb_str(const graph_sbuf *b) {
 static void sb_escaped(graph_sbuf *b, const char *text) {
     for (const char *p = text; *p; p++) {
         if (*p == '"' || *p == '\\')
-            graph_sb_printf(b, "\\%c", *p);
+            cai_graph_sb_printf(b, "\\%c", *p);
         else if (*p == '\n')
-            graph_sb_printf(b, "\\n");
+            cai_graph_sb_printf(b, "\\n");
         else if ((unsigned char)*p >= 0x20)
-            graph_sb_printf(b, "%c", *p);
+            cai_graph_sb_printf(b, "%c", *p);
     }
 }
 
@@ -43,47 +43,47 @@ static void sb_escaped(graph_sbuf *b, const char *text) {
  * Labels: "name\nop attrs\ndtype[shape]"; call-outs that make no value: "op\ntarget"
  */
 static void label_slice(graph_sbuf *b, const int64_t *i) {
-    graph_sb_printf(b, " dim=%lld %lld:%lld:%lld", (long long)i[0], (long long)i[1],
-                    (long long)i[2], (long long)i[3]);
+    cai_graph_sb_printf(b, " dim=%lld %lld:%lld:%lld", (long long)i[0], (long long)i[1],
+                        (long long)i[2], (long long)i[3]);
 }
 
 /* The op's attributes after its name, space separated; flags only when set. */
 static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
     const graph_op_args *a = &x->a;
     switch (a->op) {
-    case GOP_PW: graph_sb_pw_params(b, x, " "); break;
+    case GOP_PW: cai_graph_sb_pw_params(b, x, " "); break;
     case GOP_SUM:
-        graph_sb_printf(b, " ");
-        graph_sb_dim_mask(b, a->i[0]);
+        cai_graph_sb_printf(b, " ");
+        cai_graph_sb_dim_mask(b, a->i[0]);
         if (a->i[1])
-            graph_sb_printf(b, " keepdim=1");
+            cai_graph_sb_printf(b, " keepdim=1");
         break;
     case GOP_PERMUTE:
-        graph_sb_printf(b, " ");
-        graph_sb_perm(b, a->n_perm, a->perm);
+        cai_graph_sb_printf(b, " ");
+        cai_graph_sb_perm(b, a->n_perm, a->perm);
         break;
-    case GOP_UNSQUEEZE: graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_UNSQUEEZE: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
     case GOP_SLICE:
     case GOP_SLICE_BACKWARD: label_slice(b, a->i); break;
     case GOP_MATMUL:
         if (a->i[0])
-            graph_sb_printf(b, " ta=1");
+            cai_graph_sb_printf(b, " ta=1");
         if (a->i[1])
-            graph_sb_printf(b, " tb=1");
+            cai_graph_sb_printf(b, " tb=1");
         break;
     case GOP_INDEX_ADD:
-    case GOP_SCATTER_ADD: graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_SCATTER_ADD: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
     case GOP_SCALE_SIZE: { /* x * (p/N), or x * (p*N) when i[0] is set */
         char n[256];
-        graph_sb_printf(b, " %g%s(%s)", a->p[0], a->i[0] ? "*" : "/",
-                        graph_sx_str(g, a->shape[0], n, sizeof n));
+        cai_graph_sb_printf(b, " %g%s(%s)", a->p[0], a->i[0] ? "*" : "/",
+                            cai_graph_sx_str(g, a->shape[0], n, sizeof n));
         break;
     }
     case GOP_NLL_BW:
-        graph_sb_printf(b, " reduction=%lld ignore_index=%lld", (long long)a->i[0],
-                        (long long)a->i[1]);
+        cai_graph_sb_printf(b, " reduction=%lld ignore_index=%lld", (long long)a->i[0],
+                            (long long)a->i[1]);
         break;
-    case GOP_HOOK: graph_sb_printf(b, " hooks[%lld]", (long long)a->i[0]); break;
+    case GOP_HOOK: cai_graph_sb_printf(b, " hooks[%lld]", (long long)a->i[0]); break;
     default: break;
     }
 }
@@ -93,26 +93,26 @@ static void label_text(graph_sbuf *t, const graph *g, const graph_node *x, const
     sb_reset(t);
     const graph_op_args *a = &x->a;
     switch (a->op) {
-    case GOP_RETAIN: graph_sb_printf(t, "retain_grad\nretain=%lld", (long long)a->i[0]); return;
+    case GOP_RETAIN: cai_graph_sb_printf(t, "retain_grad\nretain=%lld", (long long)a->i[0]); return;
     case GOP_ACCUMULATE:
-        graph_sb_printf(t, "accumulate_grad\nleaf=%lld", (long long)a->i[0]);
+        cai_graph_sb_printf(t, "accumulate_grad\nleaf=%lld", (long long)a->i[0]);
         return;
     case GOP_POST_HOOK:
-        graph_sb_printf(t, "post_accumulate_hook\nhooks[%lld], leaf=%lld", (long long)a->i[1],
-                        (long long)a->i[0]);
+        cai_graph_sb_printf(t, "post_accumulate_hook\nhooks[%lld], leaf=%lld", (long long)a->i[1],
+                            (long long)a->i[0]);
         return;
-    case GOP_OUTPUT: graph_sb_printf(t, "output\nreturn[%lld]", (long long)a->i[0]); return;
-    case GOP_INPUT: graph_sb_printf(t, "%s\ninputs[%lld]\n", name, (long long)a->i[0]); break;
+    case GOP_OUTPUT: cai_graph_sb_printf(t, "output\nreturn[%lld]", (long long)a->i[0]); return;
+    case GOP_INPUT: cai_graph_sb_printf(t, "%s\ninputs[%lld]\n", name, (long long)a->i[0]); break;
     default: {
         graph_name op;
-        graph_node_op_name(x, op);
-        graph_sb_printf(t, "%s\n%s", name, op);
+        cai_graph_node_op_name(x, op);
+        cai_graph_sb_printf(t, "%s\n%s", name, op);
         label_attrs(t, g, x);
-        graph_sb_printf(t, "\n");
+        cai_graph_sb_printf(t, "\n");
     }
     }
-    graph_sb_printf(t, "%s", graph_dtype_short(x->dtype));
-    graph_sb_shape(t, g, x->ndim, x->shape);
+    cai_graph_sb_printf(t, "%s", cai_graph_dtype_short(x->dtype));
+    cai_graph_sb_shape(t, g, x->ndim, x->shape);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ typedef struct {
     graph_origin *origins;
     int n_origins;
     int *group_parent; /* per group: the origin cluster it nests in, or NO_CLUSTER */
-    int *group_id;     /* per group: graph_node_group's id */
+    int *group_id;     /* per group: cai_graph_node_group's id */
     int n_groups;
     graph_name *names;
 } layout;
@@ -136,7 +136,7 @@ static int origin_index(layout *l, const graph_origin *o) {
     if (o->node_call < 0 && !o->name)
         return NO_CLUSTER;
     for (int k = 0; k < l->n_origins; k++)
-        if (graph_same_origin(&l->origins[k], o))
+        if (cai_graph_same_origin(&l->origins[k], o))
             return k;
     l->origins[l->n_origins] = *o;
     return l->n_origins++;
@@ -155,35 +155,35 @@ static int group_index(layout *l, int id, int origin) {
 }
 
 static void layout_free(layout *l) {
-    graph_mem_free(l->origin);
-    graph_mem_free(l->group);
-    graph_mem_free(l->origins);
-    graph_mem_free(l->group_parent);
-    graph_mem_free(l->group_id);
-    graph_mem_free(l->names);
+    cai_graph_mem_free(l->origin);
+    cai_graph_mem_free(l->group);
+    cai_graph_mem_free(l->origins);
+    cai_graph_mem_free(l->group_parent);
+    cai_graph_mem_free(l->group_id);
+    cai_graph_mem_free(l->names);
 }
 
 static bool layout_new(const graph *g, layout *l) {
-    size_t n = (size_t)graph_count(g) + 1;
+    size_t n = (size_t)cai_graph_count(g) + 1;
     memset(l, 0, sizeof *l);
-    l->n_nodes = graph_count(g);
-    l->origin = graph_mem_alloc(n * sizeof(int));
-    l->group = graph_mem_alloc(n * sizeof(int));
-    l->origins = graph_mem_alloc(n * sizeof(graph_origin));
-    l->group_parent = graph_mem_alloc(n * sizeof(int));
-    l->group_id = graph_mem_alloc(n * sizeof(int));
-    l->names = graph_value_names(g);
+    l->n_nodes = cai_graph_count(g);
+    l->origin = cai_graph_mem_alloc(n * sizeof(int));
+    l->group = cai_graph_mem_alloc(n * sizeof(int));
+    l->origins = cai_graph_mem_alloc(n * sizeof(graph_origin));
+    l->group_parent = cai_graph_mem_alloc(n * sizeof(int));
+    l->group_id = cai_graph_mem_alloc(n * sizeof(int));
+    l->names = cai_graph_value_names(g);
     if (!l->origin || !l->group || !l->origins || !l->group_parent || !l->group_id || !l->names) {
         layout_free(l);
         return false;
     }
     for (int v = 0; v < l->n_nodes; v++) {
-        const graph_node *x = graph_node_at(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
         l->origin[v] = l->group[v] = NO_CLUSTER;
         if (x->dead)
             continue;
         l->origin[v] = origin_index(l, &x->origin);
-        int id = graph_node_group(g, v);
+        int id = cai_graph_node_group(g, v);
         if (id >= 0)
             l->group[v] = group_index(l, id, l->origin[v]);
     }
@@ -197,45 +197,46 @@ static bool layout_new(const graph *g, layout *l) {
 static void origin_text(graph_sbuf *t, const graph_origin *o) {
     sb_reset(t);
     if (o->name)
-        graph_sb_printf(t, "%s%s", o->name, o->node_call >= 0 ? " " : "");
+        cai_graph_sb_printf(t, "%s%s", o->name, o->node_call >= 0 ? " " : "");
     if (o->node_call >= 0)
-        graph_sb_printf(t, "(NodeCall %d)", o->node_call);
+        cai_graph_sb_printf(t, "(NodeCall %d)", o->node_call);
 }
 
 static void emit_node(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l, graph_val v,
                       const char *indent) {
-    const graph_node *x = graph_node_at(g, v);
+    const graph_node *x = cai_graph_node_at(g, v);
     label_text(t, g, x, l->names[v]);
-    graph_sb_printf(b, "%sn%d [", indent, v);
+    cai_graph_sb_printf(b, "%sn%d [", indent, v);
     if (x->a.op == GOP_INPUT)
-        graph_sb_printf(b, "shape=box, fillcolor=\"#dbe8f7\", ");
-    else if (graph_op_is_side_effect(x->a.op))
-        graph_sb_printf(b, "shape=octagon, fillcolor=\"#f8dada\", ");
-    graph_sb_printf(b, "label=\"");
+        cai_graph_sb_printf(b, "shape=box, fillcolor=\"#dbe8f7\", ");
+    else if (cai_graph_op_is_side_effect(x->a.op))
+        cai_graph_sb_printf(b, "shape=octagon, fillcolor=\"#f8dada\", ");
+    cai_graph_sb_printf(b, "label=\"");
     sb_escaped(b, sb_str(t));
-    graph_sb_printf(b, "\"");
+    cai_graph_sb_printf(b, "\"");
     if (l->origin[v] != NO_CLUSTER) {
         origin_text(t, &x->origin);
-        graph_sb_printf(b, ", tooltip=\"");
+        cai_graph_sb_printf(b, ", tooltip=\"");
         sb_escaped(b, sb_str(t));
-        graph_sb_printf(b, "\"");
+        cai_graph_sb_printf(b, "\"");
     }
-    graph_sb_printf(b, "];\n");
+    cai_graph_sb_printf(b, "];\n");
 }
 
 static void emit_group(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l, int k,
                        const char *indent) {
-    graph_sb_printf(b, "%ssubgraph cluster_fused_%d {\n", indent, l->group_id[k]);
-    graph_sb_printf(b,
-                    "%s    label=\"fused %d\"; style=\"rounded,filled\"; fillcolor=\"#fff2d9\"; "
-                    "color=\"#e0a040\"; fontcolor=\"#a06000\";\n",
-                    indent, l->group_id[k]);
+    cai_graph_sb_printf(b, "%ssubgraph cluster_fused_%d {\n", indent, l->group_id[k]);
+    cai_graph_sb_printf(
+        b,
+        "%s    label=\"fused %d\"; style=\"rounded,filled\"; fillcolor=\"#fff2d9\"; "
+        "color=\"#e0a040\"; fontcolor=\"#a06000\";\n",
+        indent, l->group_id[k]);
     char inner[32];
     snprintf(inner, sizeof inner, "%s    ", indent);
     for (int v = 0; v < l->n_nodes; v++)
         if (l->group[v] == k)
             emit_node(b, t, g, l, v, inner);
-    graph_sb_printf(b, "%s}\n", indent);
+    cai_graph_sb_printf(b, "%s}\n", indent);
 }
 
 /* Whether origin k's cluster would hold anything: its nodes may all be in groups that span
@@ -253,23 +254,24 @@ static bool origin_has_content(const layout *l, int k) {
 static void emit_origin(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l, int k) {
     if (!origin_has_content(l, k))
         return;
-    graph_sb_printf(b, "    subgraph cluster_origin_%d {\n        label=\"", k);
+    cai_graph_sb_printf(b, "    subgraph cluster_origin_%d {\n        label=\"", k);
     origin_text(t, &l->origins[k]);
     sb_escaped(b, sb_str(t));
-    graph_sb_printf(b, "\"; style=\"rounded,dashed\"; color=\"#b0b0b0\"; fontcolor=\"#707070\";\n");
+    cai_graph_sb_printf(
+        b, "\"; style=\"rounded,dashed\"; color=\"#b0b0b0\"; fontcolor=\"#707070\";\n");
     for (int v = 0; v < l->n_nodes; v++)
         if (l->origin[v] == k && l->group[v] == NO_CLUSTER)
             emit_node(b, t, g, l, v, "        ");
     for (int gk = 0; gk < l->n_groups; gk++)
         if (l->group_parent[gk] == k)
             emit_group(b, t, g, l, gk, "        ");
-    graph_sb_printf(b, "    }\n");
+    cai_graph_sb_printf(b, "    }\n");
 }
 
 /* The input an edge starts from: CSE's replacement when the input was merged away. */
 static graph_val edge_source(const graph *g, graph_val u) {
-    for (int hops = 0; u >= 0 && hops < graph_count(g); hops++) {
-        const graph_node *y = graph_node_at(g, u);
+    for (int hops = 0; u >= 0 && hops < cai_graph_count(g); hops++) {
+        const graph_node *y = cai_graph_node_at(g, u);
         if (!y->dead)
             return u;
         u = y->alias;
@@ -279,7 +281,7 @@ static graph_val edge_source(const graph *g, graph_val u) {
 
 static void emit_edges(graph_sbuf *b, const graph *g, const layout *l) {
     for (int v = 0; v < l->n_nodes; v++) {
-        const graph_node *x = graph_node_at(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
         if (x->dead)
             continue;
         for (int k = 0; k < x->a.n_in; k++) {
@@ -287,22 +289,23 @@ static void emit_edges(graph_sbuf *b, const graph *g, const layout *l) {
             if (u < 0)
                 continue;
             /* a post hook reads no value: it only runs after its accumulation */
-            graph_sb_printf(b, "    n%d -> n%d%s;\n", u, v,
-                            x->a.op == GOP_POST_HOOK ? " [style=dashed]" : "");
+            cai_graph_sb_printf(b, "    n%d -> n%d%s;\n", u, v,
+                                x->a.op == GOP_POST_HOOK ? " [style=dashed]" : "");
         }
     }
 }
 
 static void emit_graph(graph_sbuf *b, graph_sbuf *t, const graph *g, const layout *l) {
-    graph_sb_printf(b,
-                    "digraph compiled_backward {\n"
-                    "    graph [rankdir=TB, fontname=\"Helvetica,Arial,sans-serif\", fontsize=10, "
-                    "labeljust=l, nodesep=0.25, ranksep=0.35];\n"
-                    "    node [shape=ellipse, style=filled, fillcolor=white, "
-                    "fontname=\"Helvetica,Arial,sans-serif\", fontsize=10];\n"
-                    "    edge [color=\"#606060\", arrowsize=0.6];\n");
+    cai_graph_sb_printf(
+        b, "digraph compiled_backward {\n"
+           "    graph [rankdir=TB, fontname=\"Helvetica,Arial,sans-serif\", fontsize=10, "
+           "labeljust=l, nodesep=0.25, ranksep=0.35];\n"
+           "    node [shape=ellipse, style=filled, fillcolor=white, "
+           "fontname=\"Helvetica,Arial,sans-serif\", fontsize=10];\n"
+           "    edge [color=\"#606060\", arrowsize=0.6];\n");
     for (int v = 0; v < l->n_nodes; v++)
-        if (!graph_node_at(g, v)->dead && l->origin[v] == NO_CLUSTER && l->group[v] == NO_CLUSTER)
+        if (!cai_graph_node_at(g, v)->dead && l->origin[v] == NO_CLUSTER &&
+            l->group[v] == NO_CLUSTER)
             emit_node(b, t, g, l, v, "    ");
     for (int k = 0; k < l->n_groups; k++)
         if (l->group_parent[k] == NO_CLUSTER)
@@ -310,10 +313,10 @@ static void emit_graph(graph_sbuf *b, graph_sbuf *t, const graph *g, const layou
     for (int k = 0; k < l->n_origins; k++)
         emit_origin(b, t, g, l, k);
     emit_edges(b, g, l);
-    graph_sb_printf(b, "}\n");
+    cai_graph_sb_printf(b, "}\n");
 }
 
-char *graph_dot(const graph *g) {
+char *cai_graph_dot(const graph *g) {
     if (!g)
         return NULL;
     layout l;
@@ -323,9 +326,9 @@ char *graph_dot(const graph *g) {
     emit_graph(&b, &t, g, &l);
     layout_free(&l);
     bool oom = b.oom || t.oom || !b.s;
-    graph_mem_free(t.s);
+    cai_graph_mem_free(t.s);
     if (oom) {
-        graph_mem_free(b.s);
+        cai_graph_mem_free(b.s);
         return NULL;
     }
     return b.s;

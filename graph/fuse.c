@@ -46,7 +46,7 @@ static bool fusible(const graph_node *x) {
     if (x->dead || x->a.op != GOP_PW || x->a.n_in > 3)
         return false;
     kern_pw_op k = (kern_pw_op)x->a.i[0];
-    return kern_pw_arity(k) == x->a.n_in && kern_fused_supports(k, x->dtype);
+    return cai_kern_pw_arity(k) == x->a.n_in && cai_kern_fused_supports(k, x->dtype);
 }
 
 static bool same_space(const graph_node *a, const graph_node *b) {
@@ -79,9 +79,9 @@ static bool has_input(const fgroup *G, graph_val v) {
 /* Whether x may join group gi: open, same space, and within the limits afterwards. */
 static bool can_join(const fuser *f, int gi, graph_val xv) {
     const fgroup *G = &f->groups[gi];
-    const graph_node *x = graph_node_at(f->g, xv);
+    const graph_node *x = cai_graph_node_at(f->g, xv);
     if (G->frozen || G->epoch != f->epoch || G->n_members >= KERN_FUSED_MAX_INSTR ||
-        !same_space(graph_node_at(f->g, G->first), x))
+        !same_space(cai_graph_node_at(f->g, G->first), x))
         return false;
     int n_new = 0, pending = G->pending + (f->ext[xv] > 0);
     for (int k = 0; k < x->a.n_in; k++) {
@@ -98,7 +98,7 @@ static bool can_join(const fuser *f, int gi, graph_val xv) {
 
 static void join(fuser *f, int gi, graph_val xv) {
     fgroup *G = &f->groups[gi];
-    const graph_node *x = graph_node_at(f->g, xv);
+    const graph_node *x = cai_graph_node_at(f->g, xv);
     for (int k = 0; k < x->a.n_in; k++) {
         graph_val v = x->a.in[k];
         if (seen_before(x, k))
@@ -124,7 +124,7 @@ static void open_group(fuser *f, graph_val xv) {
 
 /* Place x: the first of its inputs' groups (then the most recent group) that takes it. */
 static void place(fuser *f, graph_val xv) {
-    const graph_node *x = graph_node_at(f->g, xv);
+    const graph_node *x = cai_graph_node_at(f->g, xv);
     for (int k = 0; k < x->a.n_in; k++) {
         int gi = f->grp[x->a.in[k]];
         if (gi >= 0 && can_join(f, gi, xv)) {
@@ -141,14 +141,14 @@ static void place(fuser *f, graph_val xv) {
 /* A SUM / SUM_TO x whose input is its group's one output, read by x alone, since the
  * group opened with no side effect in between: the group ends in x. */
 static void try_reduce(fuser *f, graph_val xv) {
-    const graph_node *x = graph_node_at(f->g, xv);
+    const graph_node *x = cai_graph_node_at(f->g, xv);
     graph_val o = x->a.in[0];
     int gi = f->grp[o];
     if (gi < 0)
         return;
     fgroup *G = &f->groups[gi];
     if (G->reduce >= 0 || G->pending != 1 || f->ext[o] != 1 || G->epoch != f->epoch ||
-        x->dtype != graph_node_at(f->g, o)->dtype)
+        x->dtype != cai_graph_node_at(f->g, o)->dtype)
         return;
     G->reduce = xv;
     G->frozen = true;
@@ -157,7 +157,7 @@ static void try_reduce(fuser *f, graph_val xv) {
 
 /* Every group a node reads from, other than its own, takes no more members. */
 static void freeze_read(fuser *f, graph_val xv) {
-    const graph_node *x = graph_node_at(f->g, xv);
+    const graph_node *x = cai_graph_node_at(f->g, xv);
     for (int k = 0; k < x->a.n_in; k++) {
         int gi = f->grp[x->a.in[k]];
         if (gi >= 0 && gi != f->grp[xv])
@@ -167,10 +167,10 @@ static void freeze_read(fuser *f, graph_val xv) {
 
 static void walk(fuser *f) {
     for (graph_val v = 0; v < f->n; v++) {
-        const graph_node *x = graph_node_at(f->g, v);
+        const graph_node *x = cai_graph_node_at(f->g, v);
         if (x->dead)
             continue;
-        if (graph_op_is_side_effect(x->a.op))
+        if (cai_graph_op_is_side_effect(x->a.op))
             f->epoch++;
         if (fusible(x))
             place(f, v);
@@ -191,14 +191,14 @@ static int number_groups(fuser *f, int32_t *id) {
     return k;
 }
 
-int graph_fuse(graph *g) {
+int cai_graph_fuse(graph *g) {
     if (!g)
         return -1;
-    int n = graph_count(g);
+    int n = cai_graph_count(g);
     size_t s_idx = ((sizeof(int32_t) * (size_t)n) + 15) & ~(size_t)15;
-    char *m = graph_mem_alloc(3 * s_idx + sizeof(fgroup) * (size_t)n);
+    char *m = cai_graph_mem_alloc(3 * s_idx + sizeof(fgroup) * (size_t)n);
     if (!m)
-        return graph_fail_nomem(g, "for the fusion pass");
+        return cai_graph_fail_nomem(g, "for the fusion pass");
     fuser f = {.g = g, .n = n, .recent = -1};
     f.grp = (int32_t *)m;
     f.ext = (int32_t *)(m + s_idx);
@@ -209,27 +209,27 @@ int graph_fuse(graph *g) {
         f.ext[v] = 0;
     }
     for (graph_val v = 0; v < n; v++) {
-        const graph_node *x = graph_node_at(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
         for (int k = 0; !x->dead && k < x->a.n_in; k++)
             f.ext[x->a.in[k]]++;
     }
     walk(&f);
     number_groups(&f, id);
     for (graph_val v = 0; v < n; v++)
-        graph_node_mut(g, v)->fused = f.grp[v] >= 0 && id[f.grp[v]] >= 0 ? 1 + id[f.grp[v]] : 0;
-    graph_mem_free(m);
+        cai_graph_node_mut(g, v)->fused = f.grp[v] >= 0 && id[f.grp[v]] >= 0 ? 1 + id[f.grp[v]] : 0;
+    cai_graph_mem_free(m);
     return 0;
 }
 
-int graph_node_group(const graph *g, graph_val v) {
-    const graph_node *x = graph_node_at(g, v);
+int cai_graph_node_group(const graph *g, graph_val v) {
+    const graph_node *x = cai_graph_node_at(g, v);
     return x && !x->dead && x->fused > 0 ? x->fused - 1 : -1;
 }
 
-int graph_count_fused(const graph *g) {
+int cai_graph_count_fused(const graph *g) {
     int most = 0;
-    for (graph_val v = 0; v < graph_count(g); v++) {
-        int k = graph_node_group(g, v);
+    for (graph_val v = 0; v < cai_graph_count(g); v++) {
+        int k = cai_graph_node_group(g, v);
         most = k + 1 > most ? k + 1 : most;
     }
     return most;

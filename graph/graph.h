@@ -10,8 +10,8 @@
  * lifted tensors arrive as raw views, and hooks, .grad accumulation and autograd.grad's
  * outputs are call-outs through graph_callbacks.
  *
- * Prefixes: graph_ (the IR), graph_sx_ (size expressions), graph_plan_ (memory plan and
- * run).
+ * Prefixes (after the library's internal cai_): graph_ (the IR), graph_sx_ (size
+ * expressions), graph_plan_ (memory plan and run).
  *
  * This is the layer's contract with the autograd layer and the tests; what only the
  * graph/ source files share is in graph/internal.h.
@@ -33,7 +33,7 @@ typedef int32_t graph_val; /* a value: the id of the node that makes it; -1: non
 
 /* Every allocation of this layer goes through this allocator (the library wires it to its
  * one allocator hook at start-up). Default: aligned_alloc / free. */
-void graph_set_allocator(kern_allocator a);
+void cai_graph_set_allocator(kern_allocator a);
 
 /* ---------------------------------------------------------------------------------------
  * Size expressions. Hash-consed per graph: the same expression always has the same id,
@@ -41,16 +41,16 @@ void graph_set_allocator(kern_allocator a);
  */
 typedef enum { GSX_CONST, GSX_SLOT, GSX_ADD, GSX_SUB, GSX_MUL, GSX_DIV } graph_sx_kind;
 
-graph_sx graph_sx_const(graph *g, int64_t v);
-graph_sx graph_sx_slot(graph *g, int slot);
+graph_sx cai_graph_sx_const(graph *g, int64_t v);
+graph_sx cai_graph_sx_slot(graph *g, int slot);
 /* a OP b; GSX_DIV is exact division (reshape's -1). */
-graph_sx graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b);
+graph_sx cai_graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b);
 /* The value of s for the given slot values. */
-int64_t graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots);
+int64_t cai_graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots);
 /* True (and *v set) when s is a constant. */
-bool graph_sx_const_value(const graph *g, graph_sx s, int64_t *v);
+bool cai_graph_sx_const_value(const graph *g, graph_sx s, int64_t *v);
 /* "s3", "64", "s0*s1" into buf; returns buf. */
-const char *graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size);
+const char *cai_graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size);
 
 /* ---------------------------------------------------------------------------------------
  * Nodes
@@ -112,12 +112,12 @@ typedef struct {
     graph_origin origin;
     bool dead;       /* removed by a pass */
     graph_val alias; /* set by CSE: this node was replaced by that one; -1 otherwise */
-    int32_t fused;   /* set by graph_fuse: 1 + the node's fused group; 0: none (Addition.) */
+    int32_t fused;   /* set by cai_graph_fuse: 1 + the node's fused group; 0: none (Addition.) */
 } graph_node;
 
 /* The op's short name as printed and in messages ("sum", "matmul", "call_hook"; "pw" for
- * GOP_PW, whose printed name is its kern_pw_name in lower case). (Addition.) */
-const char *graph_op_name(graph_op op);
+ * GOP_PW, whose printed name is its cai_kern_pw_name in lower case). (Addition.) */
+const char *cai_graph_op_name(graph_op op);
 
 /* GOP_NLL_BW's reduction codes (its i[0]). They are cagrad.h's ca_reduction values, which
  * this layer cannot include; the autograd layer checks with _Static_assert that they
@@ -134,37 +134,37 @@ typedef enum {
 
 /* Whether a target of shape t (t_nd dims) fits an nll_loss input of shape x
  * (GRAPH_NLL_TARGET_RULE; x needs at least one dim). Dims compare by value: the eager
- * shape rule passes sizes, graph_add size-expression ids (equal ids, provably equal
+ * shape rule passes sizes, cai_graph_add size-expression ids (equal ids, provably equal
  * sizes). The one check behind both. (shape.c) */
-bool graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t);
+bool cai_graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t);
 
 /* A new empty graph, or NULL when out of memory. */
-graph *graph_new(void);
-void graph_free(graph *g);
+graph *cai_graph_new(void);
+void cai_graph_free(graph *g);
 /* Append a node; infers its dtype and symbolic shape, checking the inputs like the
- * matching op's shape rule does. Returns its value, or -1 (message in graph_error).
+ * matching op's shape rule does. Returns its value, or -1 (message in cai_graph_error).
  * (Clarifications:) Fields an op does not use are zeroed in the stored args, and dims
  * are normalised (negative dims, perm entries), so equal calls store equal args. A
  * RESHAPE/EXPAND target dim is "-1" when it is the id -1 or the constant -1. Inputs that
  * CSE replaced are followed to their replacement. Sizes are compared symbolically: two
  * dims are equal when their ids are; a symbol (a dim that is not a constant) is assumed
  * >= 2, so it broadcasts against a constant 1 but against nothing else. */
-graph_val graph_add(graph *g, const graph_op_args *a, graph_origin origin);
-const char *graph_error(const graph *g);
+graph_val cai_graph_add(graph *g, const graph_op_args *a, graph_origin origin);
+const char *cai_graph_error(const graph *g);
 /* True when the last failure was an allocation (the graph is fine, memory ran out). */
-bool graph_out_of_memory(const graph *g);
-int graph_count(const graph *g); /* nodes, dead ones included */
-const graph_node *graph_node_at(const graph *g, graph_val v);
+bool cai_graph_out_of_memory(const graph *g);
+int cai_graph_count(const graph *g); /* nodes, dead ones included */
+const graph_node *cai_graph_node_at(const graph *g, graph_val v);
 /* The concrete shape of v for the given slot values (for the tracing builder's meta). */
-void graph_eval_shape(const graph *g, graph_val v, const int64_t *slots, int64_t *shape);
-int graph_n_slots(const graph *g); /* 1 + the highest slot any expression uses */
+void cai_graph_eval_shape(const graph *g, graph_val v, const int64_t *slots, int64_t *shape);
+int cai_graph_n_slots(const graph *g); /* 1 + the highest slot any expression uses */
 
 /* ---------------------------------------------------------------------------------------
  * Passes. Side-effect nodes (HOOK, RETAIN, ACCUMULATE, POST_HOOK, OUTPUT) are roots and
  * keep their order.
  */
-void graph_dce(graph *g); /* mark nodes no root depends on dead */
-void graph_cse(graph *g); /* same op, args and inputs: later uses go to the first copy */
+void cai_graph_dce(graph *g); /* mark nodes no root depends on dead */
+void cai_graph_cse(graph *g); /* same op, args and inputs: later uses go to the first copy */
 /* (Clarification:) CSE rewrites every input to its replacement, then marks the replaced
  * node dead with alias set. INPUT and side-effect nodes are never merged. Either pass
  * keeps the graph unchanged if it cannot get its scratch memory. */
@@ -189,7 +189,7 @@ void graph_cse(graph *g); /* same op, args and inputs: later uses go to the firs
  * names are op names, suffixed _1, _2 ... when repeated, and prefixed aot{k}_ by their
  * forward graph. Dead nodes are not printed. verbose adds each slot's current value
  * ("# sizes: s0=64, s1=128") when slots is non-NULL. Returns a string from the graph's
- * allocator (free with graph_free_string), or NULL when out of memory.
+ * allocator (free with cai_graph_free_string), or NULL when out of memory.
  *
  * (Clarifications:) Integer attributes print as name=value after the inputs (dim=1,
  * keepdim=0, ta=1), shapes and dim lists as [..], pointwise scalars positionally with %g
@@ -199,8 +199,8 @@ void graph_cse(graph *g); /* same op, args and inputs: later uses go to the firs
  * "return [...]" lists their inputs by output number. A size expression prints with
  * Python operators, operands of + and * ordered by id: s0*s1, s0+1, s0//2, s1*(s0+1).
  */
-char *graph_print(const graph *g, bool verbose, const int64_t *slots);
-void graph_free_string(char *s);
+char *cai_graph_print(const graph *g, bool verbose, const int64_t *slots);
+void cai_graph_free_string(char *s);
 
 /* ---------------------------------------------------------------------------------------
  * Memory plan and run
@@ -213,7 +213,7 @@ void graph_free_string(char *s);
  *
  * (Clarifications:) RESHAPE and CONTIGUOUS are views when the input's strides allow (as
  * the eager ops), decided per run; the plan gives them a buffer used only for a copy. A
- * plan's run scratch lives in the plan: one run at a time per plan. kern_reduce may still
+ * plan's run scratch lives in the plan: one run at a time per plan. cai_kern_reduce may still
  * take scratch memory for a very long reduction into few outputs (its split path).
  */
 typedef struct graph_plan graph_plan;
@@ -228,8 +228,8 @@ typedef struct {
 
 /* The same, and when verbose with inputs (one view per GOP_INPUT), each input's type also
  * shows its strides this run: getitem_1: "f32[s0, 784][784, 1]" = inputs[1]. */
-char *graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
-                         const graph_view *inputs);
+char *cai_graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
+                             const graph_view *inputs);
 
 typedef struct {
     /* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT nodes call this with the node and
@@ -258,16 +258,16 @@ typedef struct {
 } graph_callbacks;
 
 /* Plan g (after its passes), or NULL when out of memory. The plan keeps a pointer to g. */
-graph_plan *graph_plan_new(const graph *g);
-void graph_plan_free(graph_plan *p);
+graph_plan *cai_graph_plan_new(const graph *g);
+void cai_graph_plan_free(graph_plan *p);
 /* Bytes of arena the plan needs for these slot values (64-byte aligned buffers). */
-size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots);
+size_t cai_graph_plan_arena_bytes(graph_plan *p, const int64_t *slots);
 /* Run the plan: inputs[k] is GOP_INPUT k's view; arena has at least
- * graph_plan_arena_bytes bytes, 64-byte aligned. Returns 0, the callback's nonzero value,
- * or -1 for a kernel error (e.g. an index out of range; message via graph_plan_error). */
-int graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
-                   graph_callbacks cb);
-const char *graph_plan_error(const graph_plan *p);
+ * cai_graph_plan_arena_bytes bytes, 64-byte aligned. Returns 0, the callback's nonzero value,
+ * or -1 for a kernel error (e.g. an index out of range; message via cai_graph_plan_error). */
+int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
+                       graph_callbacks cb);
+const char *cai_graph_plan_error(const graph_plan *p);
 
 /* ---------------------------------------------------------------------------------------
  * Graphviz DOT (dot.c). (Addition.)
@@ -277,16 +277,16 @@ const char *graph_plan_error(const graph_plan *p);
  * symbolic shape), inputs as boxes, side effects (call_hook, retain_grad, accumulate_grad,
  * post_accumulate_hook, output) as octagons, and an edge from each input to its users.
  * The nodes of each origin sit in a light cluster "Name (NodeCall i)"; fused groups
- * (graph_node_group) are clusters "cluster_fused_<k>", inside their origin's cluster when
+ * (cai_graph_node_group) are clusters "cluster_fused_<k>", inside their origin's cluster when
  * all their nodes share it. Returns a string from the graph's allocator (free with
- * graph_free_string), or NULL when out of memory.
+ * cai_graph_free_string), or NULL when out of memory.
  */
-char *graph_dot(const graph *g);
+char *cai_graph_dot(const graph *g);
 
 /* ---------------------------------------------------------------------------------------
  * Fusion (fuse.c). (Addition.)
  *
- * graph_fuse groups pointwise nodes (GOP_PW) of one dtype and one output shape (their
+ * cai_graph_fuse groups pointwise nodes (GOP_PW) of one dtype and one output shape (their
  * inputs may broadcast into it) into fused loop kernels, run by the fused-loop interpreter
  * (codegen/fused.h): a group's members are computed tile by tile at the position of its
  * last member, and only the values read outside the group (its outputs, at most 8) are
@@ -296,20 +296,20 @@ char *graph_dot(const graph *g);
  * hooks, GEMMs and every other op are barriers: a non-member reading a member's value
  * closes the group, and no group spans a side-effect node, so callbacks see exactly what
  * the unfused run shows them. At most 16 inputs and 64 instructions per group. A group of
- * one node without a reduction is not fused. graph_print ends each member's line (and a
+ * one node without a reduction is not fused. cai_graph_print ends each member's line (and a
  * fused reduction's) with "  # fused k".
  *
- * Run it last, after DCE, CSE and simplification, just before graph_plan_new. Returns 0,
- * or -1 when out of memory (message in graph_error; the graph is left unfused and
+ * Run it last, after DCE, CSE and simplification, just before cai_graph_plan_new. Returns 0,
+ * or -1 when out of memory (message in cai_graph_error; the graph is left unfused and
  * valid). The plan validates each group and runs one it cannot honour op by op, so later
  * edits cannot make a run wrong.
  */
-int graph_fuse(graph *g);
+int cai_graph_fuse(graph *g);
 /* Fused kernels (groups) of the graph's live nodes. */
-int graph_count_fused(const graph *g);
+int cai_graph_count_fused(const graph *g);
 /* The fused group of a live node (0, 1, ...), or -1. A fused reduce's SUM / SUM_TO node
  * belongs to its producers' group. */
-int graph_node_group(const graph *g, graph_val v);
+int cai_graph_node_group(const graph *g, graph_val v);
 
 /* ---------------------------------------------------------------------------------------
  * Algebraic simplification (simplify.c). (Addition.)
@@ -334,6 +334,6 @@ int graph_node_group(const graph *g, graph_val v);
  * (see graph_callbacks.accumulate_target). Returns the number of rewrites, or -1 when out
  * of memory (the graph is then unchanged and valid).
  */
-int graph_simplify(graph *g);
+int cai_graph_simplify(graph *g);
 
 #endif /* CAGRAD_GRAPH_H */

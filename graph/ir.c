@@ -20,17 +20,17 @@
  * Allocator
  */
 /* codegen's default (64-byte aligned) until the library wires in its hook. */
-static kern_allocator g_alloc = {kern_default_alloc, free};
+static kern_allocator g_alloc = {cai_kern_default_alloc, free};
 
-void graph_set_allocator(kern_allocator a) {
-    g_alloc = a.alloc && a.free ? a : kern_default_allocator();
+void cai_graph_set_allocator(kern_allocator a) {
+    g_alloc = a.alloc && a.free ? a : cai_kern_default_allocator();
 }
 
-void *graph_mem_alloc(size_t nbytes) {
+void *cai_graph_mem_alloc(size_t nbytes) {
     return g_alloc.alloc(nbytes ? nbytes : 1);
 }
 
-void graph_mem_free(void *p) {
+void cai_graph_mem_free(void *p) {
     if (p)
         g_alloc.free(p);
 }
@@ -43,12 +43,12 @@ static bool grow(void **arr, int *cap, int used, int need, size_t elem) {
     int ncap = *cap > 0 ? *cap : 16;
     while (ncap < need)
         ncap *= 2;
-    void *p = graph_mem_alloc((size_t)ncap * elem);
+    void *p = cai_graph_mem_alloc((size_t)ncap * elem);
     if (!p)
         return false;
     if (*arr && used > 0)
         memcpy(p, *arr, (size_t)used * elem);
-    graph_mem_free(*arr);
+    cai_graph_mem_free(*arr);
     *arr = p;
     *cap = ncap;
     return true;
@@ -74,45 +74,45 @@ struct graph {
     char err[512];
 };
 
-graph *graph_new(void) {
-    graph *g = graph_mem_alloc(sizeof *g);
+graph *cai_graph_new(void) {
+    graph *g = cai_graph_mem_alloc(sizeof *g);
     if (!g)
         return NULL;
     memset(g, 0, sizeof *g);
     g->cap_nodes = 64;
     g->cap_sx = 64;
     g->hash_cap = 128;
-    g->nodes = graph_mem_alloc(sizeof(graph_node) * (size_t)g->cap_nodes);
-    g->sx = graph_mem_alloc(sizeof(sx_entry) * (size_t)g->cap_sx);
-    g->hash = graph_mem_alloc(sizeof(int32_t) * (size_t)g->hash_cap);
+    g->nodes = cai_graph_mem_alloc(sizeof(graph_node) * (size_t)g->cap_nodes);
+    g->sx = cai_graph_mem_alloc(sizeof(sx_entry) * (size_t)g->cap_sx);
+    g->hash = cai_graph_mem_alloc(sizeof(int32_t) * (size_t)g->hash_cap);
     if (!g->nodes || !g->sx || !g->hash) {
-        graph_free(g);
+        cai_graph_free(g);
         return NULL;
     }
     memset(g->hash, 0xff, sizeof(int32_t) * (size_t)g->hash_cap);
     return g;
 }
 
-void graph_free(graph *g) {
+void cai_graph_free(graph *g) {
     if (!g)
         return;
-    graph_mem_free(g->nodes);
-    graph_mem_free(g->sx);
-    graph_mem_free(g->hash);
-    graph_mem_free(g);
+    cai_graph_mem_free(g->nodes);
+    cai_graph_mem_free(g->sx);
+    cai_graph_mem_free(g->hash);
+    cai_graph_mem_free(g);
 }
 
-int graph_fail_nomem(graph *g, const char *what) {
-    graph_fail(g, "out of memory %s", what);
+int cai_graph_fail_nomem(graph *g, const char *what) {
+    cai_graph_fail(g, "out of memory %s", what);
     g->oom = true;
     return -1;
 }
 
-bool graph_out_of_memory(const graph *g) {
+bool cai_graph_out_of_memory(const graph *g) {
     return g && g->oom;
 }
 
-int graph_fail(graph *g, const char *fmt, ...) {
+int cai_graph_fail(graph *g, const char *fmt, ...) {
     g->oom = false;
     va_list ap;
     va_start(ap, fmt);
@@ -121,7 +121,7 @@ int graph_fail(graph *g, const char *fmt, ...) {
     return -1;
 }
 
-const char *graph_error(const graph *g) {
+const char *cai_graph_error(const graph *g) {
     return g ? g->err : "graph is NULL";
 }
 
@@ -137,7 +137,7 @@ static uint64_t sx_hash(graph_sx_kind k, int64_t a, int64_t b) {
 }
 
 static bool rehash(graph *g, int ncap) {
-    int32_t *t = graph_mem_alloc(sizeof(int32_t) * (size_t)ncap);
+    int32_t *t = cai_graph_mem_alloc(sizeof(int32_t) * (size_t)ncap);
     if (!t)
         return false;
     memset(t, 0xff, sizeof(int32_t) * (size_t)ncap);
@@ -148,7 +148,7 @@ static bool rehash(graph *g, int ncap) {
             j = (j + 1) & (size_t)(ncap - 1);
         t[j] = i;
     }
-    graph_mem_free(g->hash);
+    cai_graph_mem_free(g->hash);
     g->hash = t;
     g->hash_cap = ncap;
     return true;
@@ -164,11 +164,11 @@ static graph_sx intern(graph *g, graph_sx_kind k, int64_t a, int64_t b) {
     }
     if (2 * (g->n_sx + 1) > g->hash_cap) { /* keep the load under one half */
         if (!rehash(g, g->hash_cap * 2))
-            return graph_fail_nomem(g, "growing the size-expression table");
+            return cai_graph_fail_nomem(g, "growing the size-expression table");
         return intern(g, k, a, b);
     }
     if (!grow((void **)&g->sx, &g->cap_sx, g->n_sx, g->n_sx + 1, sizeof(sx_entry)))
-        return graph_fail_nomem(g, "growing the size-expression table");
+        return cai_graph_fail_nomem(g, "growing the size-expression table");
     g->sx[g->n_sx] = (sx_entry){k, a, b};
     g->hash[j] = g->n_sx;
     return g->n_sx++;
@@ -178,20 +178,20 @@ static bool sx_valid(const graph *g, graph_sx s) {
     return s >= 0 && s < g->n_sx;
 }
 
-graph_sx graph_sx_const(graph *g, int64_t v) {
+graph_sx cai_graph_sx_const(graph *g, int64_t v) {
     return intern(g, GSX_CONST, v, 0);
 }
 
-graph_sx graph_sx_slot(graph *g, int slot) {
+graph_sx cai_graph_sx_slot(graph *g, int slot) {
     if (slot < 0)
-        return graph_fail(g, "size slot %d is negative", slot);
+        return cai_graph_fail(g, "size slot %d is negative", slot);
     graph_sx s = intern(g, GSX_SLOT, slot, 0);
     if (s >= 0 && slot + 1 > g->n_slots)
         g->n_slots = slot + 1;
     return s;
 }
 
-bool graph_sx_const_value(const graph *g, graph_sx s, int64_t *v) {
+bool cai_graph_sx_const_value(const graph *g, graph_sx s, int64_t *v) {
     if (!sx_valid(g, s) || g->sx[s].kind != GSX_CONST)
         return false;
     if (v)
@@ -199,9 +199,9 @@ bool graph_sx_const_value(const graph *g, graph_sx s, int64_t *v) {
     return true;
 }
 
-bool graph_sx_is(const graph *g, graph_sx s, int64_t v) {
+bool cai_graph_sx_is(const graph *g, graph_sx s, int64_t v) {
     int64_t c;
-    return graph_sx_const_value(g, s, &c) && c == v;
+    return cai_graph_sx_const_value(g, s, &c) && c == v;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -209,13 +209,13 @@ bool graph_sx_is(const graph *g, graph_sx s, int64_t v) {
  */
 static graph_sx fold_consts(graph *g, graph_sx_kind k, int64_t a, int64_t b) {
     switch (k) {
-    case GSX_ADD: return graph_sx_const(g, a + b);
-    case GSX_SUB: return graph_sx_const(g, a - b);
-    case GSX_MUL: return graph_sx_const(g, a * b);
+    case GSX_ADD: return cai_graph_sx_const(g, a + b);
+    case GSX_SUB: return cai_graph_sx_const(g, a - b);
+    case GSX_MUL: return cai_graph_sx_const(g, a * b);
     default:
         if (b == 0)
-            return graph_fail(g, "size expression divides %lld by zero", (long long)a);
-        return graph_sx_const(g, a / b);
+            return cai_graph_fail(g, "size expression divides %lld by zero", (long long)a);
+        return cai_graph_sx_const(g, a / b);
     }
 }
 
@@ -223,10 +223,10 @@ static graph_sx fold_consts(graph *g, graph_sx_kind k, int64_t a, int64_t b) {
 static graph_sx fold_assoc(graph *g, graph_sx_kind k, graph_sx a, int64_t cb) {
     const sx_entry *e = &g->sx[a];
     int64_t c1;
-    if (e->kind != k || !graph_sx_const_value(g, (graph_sx)e->b, &c1))
+    if (e->kind != k || !cai_graph_sx_const_value(g, (graph_sx)e->b, &c1))
         return -2;
-    graph_sx c = graph_sx_const(g, k == GSX_ADD ? c1 + cb : c1 * cb);
-    return c < 0 ? c : graph_sx_op(g, k, (graph_sx)e->a, c);
+    graph_sx c = cai_graph_sx_const(g, k == GSX_ADD ? c1 + cb : c1 * cb);
+    return c < 0 ? c : cai_graph_sx_op(g, k, (graph_sx)e->a, c);
 }
 
 /* (x*y)/y -> x, (x*y)/x -> y, (x*c1)/c2 -> x*(c1/c2) when c2 divides c1. */
@@ -239,10 +239,10 @@ static graph_sx fold_div(graph *g, graph_sx a, graph_sx b) {
     if (e->a == b)
         return (graph_sx)e->b;
     int64_t c1, c2;
-    if (graph_sx_const_value(g, (graph_sx)e->b, &c1) && graph_sx_const_value(g, b, &c2) &&
+    if (cai_graph_sx_const_value(g, (graph_sx)e->b, &c1) && cai_graph_sx_const_value(g, b, &c2) &&
         c2 != 0 && c1 % c2 == 0) {
-        graph_sx c = graph_sx_const(g, c1 / c2);
-        return c < 0 ? c : graph_sx_op(g, GSX_MUL, (graph_sx)e->a, c);
+        graph_sx c = cai_graph_sx_const(g, c1 / c2);
+        return c < 0 ? c : cai_graph_sx_op(g, GSX_MUL, (graph_sx)e->a, c);
     }
     return -2;
 }
@@ -250,7 +250,7 @@ static graph_sx fold_div(graph *g, graph_sx a, graph_sx b) {
 /* An existing id for a op b, or -2 when nothing folds. */
 static graph_sx fold(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
     int64_t cb;
-    bool bconst = graph_sx_const_value(g, b, &cb);
+    bool bconst = cai_graph_sx_const_value(g, b, &cb);
     switch (k) {
     case GSX_ADD:
         if (bconst && cb == 0)
@@ -259,7 +259,7 @@ static graph_sx fold(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
     case GSX_SUB:
         if (bconst && cb == 0)
             return a;
-        return a == b ? graph_sx_const(g, 0) : -2;
+        return a == b ? cai_graph_sx_const(g, 0) : -2;
     case GSX_MUL:
         if (bconst && cb == 1)
             return a;
@@ -268,22 +268,22 @@ static graph_sx fold(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
         return bconst ? fold_assoc(g, k, a, cb) : -2;
     default:
         if (bconst && cb == 0)
-            return graph_fail(g, "size expression divides by zero");
+            return cai_graph_fail(g, "size expression divides by zero");
         if (bconst && cb == 1)
             return a;
         if (a == b) /* symbols are nonzero (the cache guards them >= 2) */
-            return graph_sx_const(g, 1);
+            return cai_graph_sx_const(g, 1);
         return fold_div(g, a, b);
     }
 }
 
-graph_sx graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
+graph_sx cai_graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
     if (k < GSX_ADD || k > GSX_DIV)
-        return graph_fail(g, "size expression kind %d is not an operator", (int)k);
+        return cai_graph_fail(g, "size expression kind %d is not an operator", (int)k);
     if (!sx_valid(g, a) || !sx_valid(g, b))
-        return graph_fail(g, "size expression operands %d and %d: not in the table", a, b);
+        return cai_graph_fail(g, "size expression operands %d and %d: not in the table", a, b);
     int64_t va, vb;
-    bool ca = graph_sx_const_value(g, a, &va), cb = graph_sx_const_value(g, b, &vb);
+    bool ca = cai_graph_sx_const_value(g, a, &va), cb = cai_graph_sx_const_value(g, b, &vb);
     if (ca && cb)
         return fold_consts(g, k, va, vb);
     /* Commutative ops get one spelling: the constant second, else the lower id first. */
@@ -301,7 +301,7 @@ graph_sx graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
 /* ---------------------------------------------------------------------------------------
  * Size expressions: evaluation and printing
  */
-int64_t graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots) {
+int64_t cai_graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots) {
     if (!sx_valid(g, s))
         return 0;
     const sx_entry *e = &g->sx[s];
@@ -309,8 +309,8 @@ int64_t graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots) {
         return e->a;
     if (e->kind == GSX_SLOT)
         return slots ? slots[e->a] : 0;
-    int64_t a = graph_sx_eval(g, (graph_sx)e->a, slots);
-    int64_t b = graph_sx_eval(g, (graph_sx)e->b, slots);
+    int64_t a = cai_graph_sx_eval(g, (graph_sx)e->a, slots);
+    int64_t b = cai_graph_sx_eval(g, (graph_sx)e->b, slots);
     switch (e->kind) {
     case GSX_ADD: return a + b;
     case GSX_SUB: return a - b;
@@ -319,11 +319,11 @@ int64_t graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots) {
     }
 }
 
-int graph_sx_count(const graph *g) {
+int cai_graph_sx_count(const graph *g) {
     return g->n_sx;
 }
 
-graph_sx_kind graph_sx_get(const graph *g, graph_sx s, int64_t *a, int64_t *b) {
+graph_sx_kind cai_graph_sx_get(const graph *g, graph_sx s, int64_t *a, int64_t *b) {
     const sx_entry *e = &g->sx[s];
     *a = e->a;
     *b = e->b;
@@ -371,7 +371,7 @@ static void sx_print(const graph *g, graph_sx s, int need, strout *o) {
         out_str(o, ")");
 }
 
-const char *graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size) {
+const char *cai_graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size) {
     if (!buf || size == 0)
         return buf;
     strout o = {buf, size, 0};
@@ -380,7 +380,8 @@ const char *graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size) {
     return buf;
 }
 
-const char *graph_shape_str(const graph *g, int n, const graph_sx *shape, char *buf, size_t size) {
+const char *cai_graph_shape_str(const graph *g, int n, const graph_sx *shape, char *buf,
+                                size_t size) {
     if (!buf || size == 0)
         return buf;
     strout o = {buf, size, 0};
@@ -398,61 +399,61 @@ const char *graph_shape_str(const graph *g, int n, const graph_sx *shape, char *
 /* ---------------------------------------------------------------------------------------
  * Nodes
  */
-graph_val graph_add(graph *g, const graph_op_args *a, graph_origin origin) {
+graph_val cai_graph_add(graph *g, const graph_op_args *a, graph_origin origin) {
     if (!g)
         return -1;
     if (!a)
-        return graph_fail(g, "graph_add: args are NULL");
+        return cai_graph_fail(g, "cai_graph_add: args are NULL");
     if (!grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes, g->n_nodes + 1, sizeof(graph_node)))
-        return graph_fail_nomem(g, "growing the node list");
+        return cai_graph_fail_nomem(g, "growing the node list");
     graph_node n;
     memset(&n, 0, sizeof n);
     n.a = *a;
     n.origin = origin;
     n.alias = -1;
-    if (graph_infer(g, &n) != 0)
+    if (cai_graph_infer(g, &n) != 0)
         return -1;
     g->nodes[g->n_nodes] = n;
     return g->n_nodes++;
 }
 
-int graph_count(const graph *g) {
+int cai_graph_count(const graph *g) {
     return g ? g->n_nodes : 0;
 }
 
-const graph_node *graph_node_at(const graph *g, graph_val v) {
+const graph_node *cai_graph_node_at(const graph *g, graph_val v) {
     return g && v >= 0 && v < g->n_nodes ? &g->nodes[v] : NULL;
 }
 
-graph_node *graph_node_mut(graph *g, graph_val v) {
+graph_node *cai_graph_node_mut(graph *g, graph_val v) {
     return g && v >= 0 && v < g->n_nodes ? &g->nodes[v] : NULL;
 }
 
-graph_val graph_resolve(const graph *g, graph_val v) {
-    const graph_node *x = graph_node_at(g, v);
+graph_val cai_graph_resolve(const graph *g, graph_val v) {
+    const graph_node *x = cai_graph_node_at(g, v);
     while (x && x->alias >= 0) {
         v = x->alias;
-        x = graph_node_at(g, v);
+        x = cai_graph_node_at(g, v);
     }
     return v;
 }
 
-void graph_eval_shape(const graph *g, graph_val v, const int64_t *slots, int64_t *shape) {
-    const graph_node *n = graph_node_at(g, v);
+void cai_graph_eval_shape(const graph *g, graph_val v, const int64_t *slots, int64_t *shape) {
+    const graph_node *n = cai_graph_node_at(g, v);
     if (!n || !shape)
         return;
     for (int d = 0; d < n->ndim; d++)
-        shape[d] = graph_sx_eval(g, n->shape[d], slots);
+        shape[d] = cai_graph_sx_eval(g, n->shape[d], slots);
 }
 
-int graph_n_slots(const graph *g) {
+int cai_graph_n_slots(const graph *g) {
     return g ? g->n_slots : 0;
 }
 
 /* ---------------------------------------------------------------------------------------
  * Op facts
  */
-const char *graph_op_name(graph_op op) {
+const char *cai_graph_op_name(graph_op op) {
     static const char *const names[GOP__COUNT] = {
         [GOP_INPUT] = "getitem",
         [GOP_PW] = "pw",
@@ -480,11 +481,11 @@ const char *graph_op_name(graph_op op) {
     return (unsigned)op < GOP__COUNT ? names[op] : "?";
 }
 
-bool graph_op_is_side_effect(graph_op op) {
+bool cai_graph_op_is_side_effect(graph_op op) {
     return op == GOP_HOOK || op == GOP_RETAIN || op == GOP_ACCUMULATE || op == GOP_POST_HOOK ||
            op == GOP_OUTPUT;
 }
 
-bool graph_op_has_value(graph_op op) {
+bool cai_graph_op_has_value(graph_op op) {
     return op != GOP_RETAIN && op != GOP_ACCUMULATE && op != GOP_POST_HOOK && op != GOP_OUTPUT;
 }

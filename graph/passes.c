@@ -17,19 +17,19 @@
 /* One backward sweep: a consumer always comes after its producers, so by the time node v
  * is visited every node that could keep it alive has been, and the dead flags double as
  * the marks (no scratch memory). */
-void graph_dce(graph *g) {
-    int n = graph_count(g);
+void cai_graph_dce(graph *g) {
+    int n = cai_graph_count(g);
     for (int v = 0; v < n; v++) {
-        graph_node *x = graph_node_mut(g, v);
-        if (!graph_op_is_side_effect(x->a.op))
+        graph_node *x = cai_graph_node_mut(g, v);
+        if (!cai_graph_op_is_side_effect(x->a.op))
             x->dead = true;
     }
     for (int v = n - 1; v >= 0; v--) {
-        const graph_node *x = graph_node_at(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
         if (x->dead)
             continue;
         for (int k = 0; k < x->a.n_in; k++) {
-            graph_node *in = graph_node_mut(g, x->a.in[k]);
+            graph_node *in = cai_graph_node_mut(g, x->a.in[k]);
             if (in->alias < 0) /* a node CSE replaced stays dead */
                 in->dead = false;
         }
@@ -50,7 +50,7 @@ static uint64_t bits_of(double d) {
     return u;
 }
 
-/* Over the canonical args (graph_add zeroed unused fields) and the output dtype. */
+/* Over the canonical args (cai_graph_add zeroed unused fields) and the output dtype. */
 static uint64_t node_hash(const graph_node *x) {
     const graph_op_args *a = &x->a;
     uint64_t h = mix((uint64_t)a->op, (uint64_t)x->dtype);
@@ -82,24 +82,24 @@ static bool node_same(const graph_node *x, const graph_node *y) {
 
 /* In node order: rewrite inputs to their replacements, then look the node up; a match
  * replaces it. Replacements always come first, so one pass settles chains. */
-void graph_cse(graph *g) {
-    int n = graph_count(g);
+void cai_graph_cse(graph *g) {
+    int n = cai_graph_count(g);
     size_t cap = 16;
     while (cap < 2 * (size_t)n)
         cap *= 2;
-    int32_t *tab = graph_mem_alloc(sizeof(int32_t) * cap);
+    int32_t *tab = cai_graph_mem_alloc(sizeof(int32_t) * cap);
     if (!tab)
         return;
     memset(tab, 0xff, sizeof(int32_t) * cap);
     for (int v = 0; v < n; v++) {
-        graph_node *x = graph_node_mut(g, v);
+        graph_node *x = cai_graph_node_mut(g, v);
         for (int k = 0; k < x->a.n_in; k++)
-            x->a.in[k] = graph_resolve(g, x->a.in[k]);
-        if (x->dead || x->a.op == GOP_INPUT || graph_op_is_side_effect(x->a.op))
+            x->a.in[k] = cai_graph_resolve(g, x->a.in[k]);
+        if (x->dead || x->a.op == GOP_INPUT || cai_graph_op_is_side_effect(x->a.op))
             continue;
         size_t j = node_hash(x) & (cap - 1);
         for (; tab[j] >= 0; j = (j + 1) & (cap - 1))
-            if (node_same(graph_node_at(g, tab[j]), x))
+            if (node_same(cai_graph_node_at(g, tab[j]), x))
                 break;
         if (tab[j] < 0) {
             tab[j] = v;
@@ -108,5 +108,5 @@ void graph_cse(graph *g) {
             x->dead = true;
         }
     }
-    graph_mem_free(tab);
+    cai_graph_mem_free(tab);
 }

@@ -8,7 +8,7 @@
  *    strides can differ between runs, so this is decided at run time; the plan gives
  *    them a buffer that is used only when a copy is needed;
  *  - call-outs: no memory (a hook's value is its replacement or its input);
- *  - members of a fused group (graph_fuse, plan_fused.c): all computed by one fused loop
+ *  - members of a fused group (cai_graph_fuse, plan_fused.c): all computed by one fused loop
  *    where the group runs (its last member, or the reduction it ends in); only values read
  *    outside the group get buffers, and the loops' scratch is one region at the end of the
  *    arena;
@@ -54,15 +54,15 @@ static int8_t kind_of(const graph_node *x) {
 static bool maybe_strided(const graph *g, const plan_node *pn, graph_val v) {
     int8_t k = pn[v].kind;
     return k == PK_INPUT || k == PK_VIEW || k == PK_HOOK ||
-           (k == PK_MAYBE_VIEW && graph_node_at(g, v)->a.op == GOP_RESHAPE);
+           (k == PK_MAYBE_VIEW && cai_graph_node_at(g, v)->a.op == GOP_RESHAPE);
 }
 
 static void key_of(const graph *g, int nd, const graph_sx *shape, kern_dtype dt, plan_buf *k) {
-    k->cbytes = (int64_t)kern_dtype_size(dt);
+    k->cbytes = (int64_t)cai_kern_dtype_size(dt);
     k->nsym = 0;
     for (int d = 0; d < nd; d++) {
         int64_t c;
-        if (graph_sx_const_value(g, shape[d], &c)) {
+        if (cai_graph_sx_const_value(g, shape[d], &c)) {
             k->cbytes *= c;
             continue;
         }
@@ -121,13 +121,13 @@ static int32_t take_buf(planner *pl, const plan_buf *key) {
 }
 
 static void val_key(const graph *g, graph_val v, plan_buf *k) {
-    const graph_node *x = graph_node_at(g, v);
+    const graph_node *x = cai_graph_node_at(g, v);
     key_of(g, x->ndim, x->shape, x->dtype, k);
 }
 
 /* scatter_add needs a block when the index is smaller than the output in a kept dim. */
 static bool scatter_block_key(const graph *g, const graph_node *x, plan_buf *k) {
-    const graph_node *idx = graph_node_at(g, x->a.in[0]);
+    const graph_node *idx = cai_graph_node_at(g, x->a.in[0]);
     graph_sx bm[KERN_MAX_DIMS];
     bool differs = false;
     for (int d = 0; d < x->ndim; d++) {
@@ -139,7 +139,7 @@ static bool scatter_block_key(const graph *g, const graph_node *x, plan_buf *k) 
 }
 
 static void take_temps(planner *pl, const graph *g, graph_val v) {
-    const graph_node *x = graph_node_at(g, v);
+    const graph_node *x = cai_graph_node_at(g, v);
     plan_node *pn = &pl->nodes[v];
     plan_buf k;
     bool copies = x->a.op == GOP_MATMUL || x->a.op == GOP_INDEX_ADD || x->a.op == GOP_SCATTER_ADD;
@@ -161,7 +161,7 @@ static void mark_use(planner *pl, const graph *g, graph_val v, int32_t use) {
         int8_t k = pl->nodes[v].kind;
         if (k != PK_VIEW && k != PK_MAYBE_VIEW && k != PK_HOOK)
             break;
-        v = graph_node_at(g, v)->a.in[0];
+        v = cai_graph_node_at(g, v)->a.in[0];
     }
 }
 
@@ -181,7 +181,7 @@ static void liveness(planner *pl, const graph *g, int n) {
     for (int v = 0; v < n; v++)
         pl->last[v] = step_of(pl, v);
     for (int v = 0; v < n; v++) {
-        const graph_node *x = graph_node_at(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
         if (pl->nodes[v].kind == PK_SKIP || x->a.op == GOP_POST_HOOK)
             continue;
         /* outputs stay readable after the run, until the arena is reused */
@@ -234,7 +234,7 @@ static void find_folds(planner *pl, const graph *g, int n) {
         readers[v] = 0;
     }
     for (int v = 0; v < n; v++) {
-        const graph_node *x = graph_node_at(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
         bool live = pl->nodes[v].kind != PK_SKIP;
         hooks[v + 1] = hooks[v] + (live && fold_barrier(x->a.op));
         for (int k = 0; live && k < x->a.n_in; k++) {
@@ -243,11 +243,11 @@ static void find_folds(planner *pl, const graph *g, int n) {
         }
     }
     for (int a = 0; a < n; a++) {
-        const graph_node *x = graph_node_at(g, a);
+        const graph_node *x = cai_graph_node_at(g, a);
         if (pl->nodes[a].kind == PK_SKIP || x->a.op != GOP_ACCUMULATE)
             continue;
         graph_val m = x->a.in[0];
-        if (graph_node_at(g, m)->a.op == GOP_MATMUL && pl->nodes[m].kind == PK_BUFFER &&
+        if (cai_graph_node_at(g, m)->a.op == GOP_MATMUL && pl->nodes[m].kind == PK_BUFFER &&
             readers[m] == 1 && hooks[a] == hooks[m + 1]) {
             pl->nodes[m].fold = a;
             pl->nodes[a].fold = m;
@@ -291,7 +291,7 @@ static size_t round16(size_t n) {
 
 /* Bytes between the groups' fused-loop memos. */
 static size_t memo_stride(void) {
-    return round16(kern_fused_memo_bytes());
+    return round16(cai_kern_fused_memo_bytes());
 }
 
 /* The next `bytes` of the block at *m. */
@@ -310,11 +310,11 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     size_t s_val = round16(sizeof(int64_t) * (size_t)n_sx);
     size_t s_off = round16(sizeof(int64_t) * (size_t)n_bufs);
     size_t s_views = round16(sizeof(graph_view) * (size_t)n);
-    int n_slots = graph_n_slots(g);
+    int n_slots = cai_graph_n_slots(g);
     size_t s_slots = round16(sizeof(int64_t) * (size_t)n_slots);
     size_t s_memo = memo_stride() * (size_t)n_groups;
-    char *m = graph_mem_alloc(s_plan + s_nodes + s_bufs + s_groups + s_prog + s_val + s_off +
-                              s_views + s_slots + s_memo);
+    char *m = cai_graph_mem_alloc(s_plan + s_nodes + s_bufs + s_groups + s_prog + s_val + s_off +
+                                  s_views + s_slots + s_memo);
     if (!m)
         return NULL;
     graph_plan *p = (graph_plan *)carve(&m, s_plan);
@@ -333,7 +333,7 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     return p;
 }
 
-/* The planner's arrays, in one scratch block (pl->nodes; free it with graph_mem_free),
+/* The planner's arrays, in one scratch block (pl->nodes; free it with cai_graph_mem_free),
  * every node of its kind and with no buffer yet. False when out of memory. */
 static bool planner_init(planner *pl, const graph *g, int n, int n_groups) {
     int max_bufs = (PLAN_N_TMP + 1) * n;
@@ -341,7 +341,7 @@ static bool planner_init(planner *pl, const graph *g, int n, int n_groups) {
     size_t s_idx = round16(sizeof(int32_t) * (size_t)(n + 1));
     size_t s_bufs = round16(sizeof(plan_buf) * (size_t)max_bufs);
     size_t s_groups = round16(sizeof(plan_group) * (size_t)n_groups);
-    char *m = graph_mem_alloc(s_nodes + 3 * s_idx + s_bufs + s_groups + (size_t)max_bufs + 16);
+    char *m = cai_graph_mem_alloc(s_nodes + 3 * s_idx + s_bufs + s_groups + (size_t)max_bufs + 16);
     if (!m)
         return false;
     *pl = (planner){
@@ -354,7 +354,8 @@ static bool planner_init(planner *pl, const graph *g, int n, int n_groups) {
     pl->busy = (bool *)m;
     memset(pl->busy, 0, (size_t)max_bufs);
     for (int v = 0; v < n; v++)
-        pl->nodes[v] = (plan_node){kind_of(graph_node_at(g, v)), -1, {-1, -1, -1}, -1, -1, false};
+        pl->nodes[v] =
+            (plan_node){kind_of(cai_graph_node_at(g, v)), -1, {-1, -1, -1}, -1, -1, false};
     return true;
 }
 
@@ -368,31 +369,31 @@ static void plan_fill(graph_plan *p, const planner *pl) {
         memcpy(p->groups, pl->groups, sizeof(plan_group) * (size_t)p->n_groups);
     for (int k = 0; k < p->n_groups; k++)
         p->groups[k].memo = (kern_fused_memo *)(p->memos + memo_stride() * (size_t)k);
-    graph_plan_compile_sizes(p);
+    cai_graph_plan_compile_sizes(p);
 }
 
-graph_plan *graph_plan_new(const graph *g) {
+graph_plan *cai_graph_plan_new(const graph *g) {
     if (!g)
         return NULL;
-    int n = graph_count(g), n_groups = graph_count_fused(g);
+    int n = cai_graph_count(g), n_groups = cai_graph_count_fused(g);
     planner pl;
     if (!planner_init(&pl, g, n, n_groups))
         return NULL;
-    graph_plan_fused(g, n, pl.nodes, pl.groups, n_groups, pl.last);
+    cai_graph_plan_fused(g, n, pl.nodes, pl.groups, n_groups, pl.last);
     find_folds(&pl, g, n);
     liveness(&pl, g, n);
     assign(&pl, g, n);
-    graph_plan *p = plan_alloc(g, n, graph_sx_count(g), pl.n_bufs, n_groups);
+    graph_plan *p = plan_alloc(g, n, cai_graph_sx_count(g), pl.n_bufs, n_groups);
     if (p)
         plan_fill(p, &pl);
-    graph_mem_free(pl.nodes);
+    cai_graph_mem_free(pl.nodes);
     return p;
 }
 
-void graph_plan_free(graph_plan *p) {
-    graph_mem_free(p);
+void cai_graph_plan_free(graph_plan *p) {
+    cai_graph_mem_free(p);
 }
 
-const char *graph_plan_error(const graph_plan *p) {
+const char *cai_graph_plan_error(const graph_plan *p) {
     return p ? p->err : "plan is NULL";
 }

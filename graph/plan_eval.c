@@ -11,10 +11,10 @@
 
 #define ALIGN 64u /* buffer alignment in the arena */
 
-void graph_plan_compile_sizes(graph_plan *p) {
+void cai_graph_plan_compile_sizes(graph_plan *p) {
     for (int s = 0; s < p->n_sx; s++) {
         int64_t a, b;
-        graph_sx_kind k = graph_sx_get(p->g, s, &a, &b);
+        graph_sx_kind k = cai_graph_sx_get(p->g, s, &a, &b);
         CA_ASSERT(k == GSX_CONST ||
                   (k == GSX_SLOT ? a >= 0 && a < p->n_slots : a >= 0 && a < s && b >= 0 && b < s));
         p->prog[s] = (sx_step){.kind = (int8_t)k, .a = (int32_t)a, .b = (int32_t)b, .c = a};
@@ -30,12 +30,12 @@ static int64_t buf_bytes(const graph_plan *p, const plan_buf *b, const int64_t *
                          const int64_t *slots) {
     int64_t n = b->cbytes;
     for (int i = 0; i < b->nsym; i++)
-        n *= vals ? vals[b->sym[i]] : graph_sx_eval(p->g, b->sym[i], slots);
+        n *= vals ? vals[b->sym[i]] : cai_graph_sx_eval(p->g, b->sym[i], slots);
     return n;
 }
 
-uint32_t graph_sum_to_mask(int in_nd, const int64_t *in_shape, int out_nd,
-                           const int64_t *out_shape) {
+uint32_t cai_graph_sum_to_mask(int in_nd, const int64_t *in_shape, int out_nd,
+                               const int64_t *out_shape) {
     int lead = in_nd - out_nd;
     uint32_t mask = 0;
     for (int d = 0; d < in_nd; d++)
@@ -47,7 +47,7 @@ uint32_t graph_sum_to_mask(int in_nd, const int64_t *in_shape, int out_nd,
 static void eval_shape(const graph_plan *p, const graph_node *x, const int64_t *vals,
                        const int64_t *slots, int64_t *shape) {
     for (int d = 0; d < x->ndim; d++)
-        shape[d] = vals ? vals[x->shape[d]] : graph_sx_eval(p->g, x->shape[d], slots);
+        shape[d] = vals ? vals[x->shape[d]] : cai_graph_sx_eval(p->g, x->shape[d], slots);
 }
 
 /* Scratch the fused loops need: they run one at a time, so they share one region. */
@@ -57,19 +57,19 @@ static size_t fused_scratch(const graph_plan *p, const int64_t *slots) {
         const plan_group *G = &p->groups[k];
         if (!G->ok)
             continue;
-        const graph_node *f = graph_node_at(p->g, G->first);
+        const graph_node *f = cai_graph_node_at(p->g, G->first);
         int64_t shape[KERN_MAX_DIMS], rshape[KERN_MAX_DIMS];
         eval_shape(p, f, NULL, slots, shape);
         int red = -1;
         uint32_t mask = 0;
         if (G->reduce >= 0) {
-            const graph_node *r = graph_node_at(p->g, G->reduce);
+            const graph_node *r = cai_graph_node_at(p->g, G->reduce);
             eval_shape(p, r, NULL, slots, rshape);
             red = KRED_SUM;
             mask = r->a.op == GOP_SUM ? (uint32_t)r->a.i[0]
-                                      : graph_sum_to_mask(f->ndim, shape, r->ndim, rshape);
+                                      : cai_graph_sum_to_mask(f->ndim, shape, r->ndim, rshape);
         }
-        size_t b = kern_fused_scratch_bytes(&G->prog, f->dtype, f->ndim, shape, red, mask);
+        size_t b = cai_kern_fused_scratch_bytes(&G->prog, f->dtype, f->ndim, shape, red, mask);
         most = b > most ? b : most;
     }
     return most;
@@ -78,7 +78,7 @@ static size_t fused_scratch(const graph_plan *p, const int64_t *slots) {
 /* fused_scratch for these slot values, worked out again only when they or the thread
  * count changed since the last call. */
 static size_t fused_scratch_memo(graph_plan *p, const int64_t *slots) {
-    int nth = kern_num_threads();
+    int nth = cai_kern_num_threads();
     size_t bytes = sizeof(int64_t) * (size_t)p->n_slots;
     if (!slots && bytes) /* no slot values given: every slot reads as 0, do not memoise */
         return fused_scratch(p, slots);
@@ -99,7 +99,7 @@ static size_t bufs_bytes(const graph_plan *p, const int64_t *vals, const int64_t
     return total;
 }
 
-size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
+size_t cai_graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
     if (!p)
         return 0;
     size_t total = bufs_bytes(p, NULL, slots);
@@ -107,7 +107,7 @@ size_t graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
 }
 
 /* Operands precede users in the table, so one pass in id order evaluates everything. */
-void graph_plan_eval_sizes(graph_plan *p, const int64_t *slots) {
+void cai_graph_plan_eval_sizes(graph_plan *p, const int64_t *slots) {
     int64_t *v = p->val;
     for (int s = 0; s < p->n_sx; s++) {
         const sx_step *e = &p->prog[s];
@@ -125,7 +125,7 @@ void graph_plan_eval_sizes(graph_plan *p, const int64_t *slots) {
         p->offset[b] = off;
         off += (int64_t)align_up(buf_bytes(p, &p->bufs[b], v, slots));
     }
-    /* the buffers end where graph_plan_arena_bytes sized them to, before the scratch */
+    /* the buffers end where cai_graph_plan_arena_bytes sized them to, before the scratch */
     CA_ASSERT((size_t)off == bufs_bytes(p, NULL, slots));
     p->scratch_off = off;
     p->scratch_bytes = fused_scratch_memo(p, slots);

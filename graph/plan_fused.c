@@ -1,4 +1,4 @@
-/* plan_fused.c - the fused groups of the memory plan: for each group graph_fuse marked,
+/* plan_fused.c - the fused groups of the memory plan: for each group cai_graph_fuse marked,
  * its members (pointwise, in node order), the reduction it may end in, its outputs, and
  * the interpreter program (codegen/fused.h) that computes all of them in one loop.
  *
@@ -19,10 +19,10 @@ static bool same_space(const graph_node *a, const graph_node *b) {
 static void collect_members(plan_group *groups, int n_groups, const graph *g, int n) {
     int se = 0; /* side-effect nodes so far: a group must not span one */
     for (graph_val v = 0; v < n; v++) {
-        const graph_node *x = graph_node_at(g, v);
-        int k = graph_node_group(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
+        int k = cai_graph_node_group(g, v);
         if (k < 0 || k >= n_groups) {
-            se += !x->dead && graph_op_is_side_effect(x->a.op);
+            se += !x->dead && cai_graph_op_is_side_effect(x->a.op);
             continue;
         }
         plan_group *G = &groups[k];
@@ -62,11 +62,11 @@ static void add_out(plan_group *G, graph_val v) {
  * group's anchor (it runs there). */
 static void collect_outputs(plan_group *groups, int n_groups, const graph *g, int n) {
     for (graph_val v = 0; v < n; v++) {
-        const graph_node *x = graph_node_at(g, v);
-        int kx = graph_node_group(g, v);
+        const graph_node *x = cai_graph_node_at(g, v);
+        int kx = cai_graph_node_group(g, v);
         for (int i = 0; !x->dead && i < x->a.n_in; i++) {
             graph_val u = x->a.in[i];
-            int ku = graph_node_group(g, u);
+            int ku = cai_graph_node_group(g, u);
             if (ku < 0 || ku >= n_groups || ku == kx)
                 continue;
             plan_group *G = &groups[ku];
@@ -103,22 +103,22 @@ static int reg_of(plan_group *G, const int32_t *idx, graph_val v, bool add) {
 /* One instruction per member, in node order, over the inputs gathered first. */
 static bool build_prog(plan_group *G, const graph *g, const int32_t *idx) {
     kern_fused_prog *p = &G->prog;
-    const graph_node *f = graph_node_at(g, G->first);
+    const graph_node *f = cai_graph_node_at(g, G->first);
     memset(p, 0, sizeof *p);
     for (int i = 0; i < G->n_members; i++) {
-        const graph_node *x = graph_node_at(g, G->member[i]);
+        const graph_node *x = cai_graph_node_at(g, G->member[i]);
         kern_pw_op op = (kern_pw_op)x->a.i[0];
-        if (!same_space(f, x) || !kern_fused_supports(op, f->dtype) ||
-            kern_pw_arity(op) != x->a.n_in)
+        if (!same_space(f, x) || !cai_kern_fused_supports(op, f->dtype) ||
+            cai_kern_pw_arity(op) != x->a.n_in)
             return false;
         for (int k = 0; k < x->a.n_in; k++)
             if (member_index(idx, x->a.in[k]) < 0 && reg_of(G, idx, x->a.in[k], true) < 0)
                 return false;
     }
     for (int r = 0; r < p->n_inputs; r++)
-        p->in_dt[r] = graph_node_at(g, G->in[r])->dtype;
+        p->in_dt[r] = cai_graph_node_at(g, G->in[r])->dtype;
     for (int i = 0; i < G->n_members; i++) {
-        const graph_node *x = graph_node_at(g, G->member[i]);
+        const graph_node *x = cai_graph_node_at(g, G->member[i]);
         uint8_t reg[3] = {0, 0, 0};
         for (int k = 0; k < x->a.n_in; k++) {
             int r = reg_of(G, idx, x->a.in[k], false);
@@ -131,7 +131,7 @@ static bool build_prog(plan_group *G, const graph *g, const int32_t *idx) {
     CA_ASSERT(G->n_members <= KERN_FUSED_MAX_INSTR && G->n_out <= KERN_FUSED_MAX_OUTPUTS);
     p->n_instr = G->n_members;
     if (G->reduce >= 0) {
-        const graph_node *r = graph_node_at(g, G->reduce);
+        const graph_node *r = cai_graph_node_at(g, G->reduce);
         int i = member_index(idx, r->a.in[0]);
         if (i < 0 || r->dtype != f->dtype)
             return false;
@@ -147,8 +147,8 @@ static bool build_prog(plan_group *G, const graph *g, const int32_t *idx) {
     return G->n_out > 0;
 }
 
-void graph_plan_fused(const graph *g, int n, plan_node *nodes, plan_group *groups, int n_groups,
-                      int32_t *idx) {
+void cai_graph_plan_fused(const graph *g, int n, plan_node *nodes, plan_group *groups, int n_groups,
+                          int32_t *idx) {
     for (int v = 0; v < n; v++)
         idx[v] = -1;
     for (int k = 0; k < n_groups; k++)

@@ -5,7 +5,7 @@
  * views are computed from their input's, call-outs go to the caller's callbacks (hooks,
  * .grad, autograd.grad's outputs), fused groups run their loop at their anchor, and every
  * other node calls its kernel from codegen/ on its buffer in the arena. A run allocates
- * nothing; the first failure stops it, with a message for graph_plan_error.
+ * nothing; the first failure stops it, with a message for cai_graph_plan_error.
  */
 #include "codegen/cast.h"
 #include "graph/internal.h"
@@ -28,10 +28,10 @@ typedef struct {
 static int fail(graph_plan *p, graph_val v, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Record "value v (op): message" for graph_plan_error; returns -1. */
+/* Record "value v (op): message" for cai_graph_plan_error; returns -1. */
 static int fail(graph_plan *p, graph_val v, const char *fmt, ...) {
-    const graph_node *x = graph_node_at(p->g, v);
-    int n = snprintf(p->err, sizeof p->err, "value %d (%s): ", v, graph_op_name(x->a.op));
+    const graph_node *x = cai_graph_node_at(p->g, v);
+    int n = snprintf(p->err, sizeof p->err, "value %d (%s): ", v, cai_graph_op_name(x->a.op));
     va_list ap;
     va_start(ap, fmt);
     if (n >= 0 && (size_t)n < sizeof p->err)
@@ -74,7 +74,7 @@ static bool is_contig(const graph_view *v) {
 }
 
 static size_t esize(const graph_view *v) {
-    return kern_dtype_size(v->dtype);
+    return cai_kern_dtype_size(v->dtype);
 }
 
 /* The node's output over `data`, contiguous, with its evaluated shape. */
@@ -100,8 +100,8 @@ static const graph_view *in_view(const run_ctx *r, const graph_node *x, int k) {
 static int copy_strided(void *dst, const int64_t *dst_strides, const graph_view *src) {
     kern_src s = {.data = src->data};
     memcpy(s.strides, src->strides, sizeof s.strides);
-    return kern_pointwise(KPW_COPY, src->dtype, src->dtype, src->ndim, src->shape, dst, dst_strides,
-                          &s, 0, 0);
+    return cai_kern_pointwise(KPW_COPY, src->dtype, src->dtype, src->ndim, src->shape, dst,
+                              dst_strides, &s, 0, 0);
 }
 
 /* A contiguous copy of src into dst; *out becomes that copy. */
@@ -116,8 +116,8 @@ static int copy_contig(void *dst, const graph_view *src, graph_view *out) {
 
 static int fill_zero(const graph_view *out) {
     kern_src none = {.data = NULL};
-    return kern_pointwise(KPW_FILL, out->dtype, out->dtype, out->ndim, out->shape, out->data,
-                          out->strides, &none, 0, 0);
+    return cai_kern_pointwise(KPW_FILL, out->dtype, out->dtype, out->ndim, out->shape, out->data,
+                              out->strides, &none, 0, 0);
 }
 
 /* src's strides per dim of `out` when broadcast to it (0 where it broadcasts). */
@@ -187,7 +187,7 @@ static bool view_matches(const graph_view *v, kern_dtype dt, int nd, const int64
 }
 
 static int bind_input(run_ctx *r, graph_val v, const graph_view *inputs) {
-    const graph_node *x = graph_node_at(r->p->g, v);
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
     graph_view want;
     node_view(r->p, x, NULL, &want);
     if (!inputs)
@@ -203,7 +203,7 @@ static int bind_input(run_ctx *r, graph_val v, const graph_view *inputs) {
 }
 
 static int run_view(run_ctx *r, graph_val v) {
-    const graph_node *x = graph_node_at(r->p->g, v);
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
     const graph_view *in = in_view(r, x, 0);
     graph_view *out = &r->p->views[v];
     node_view(r->p, x, in->data, out);
@@ -237,7 +237,7 @@ static int run_view(run_ctx *r, graph_val v) {
 
 /* reshape and contiguous: a view when the strides allow, else a copy into the buffer. */
 static int run_maybe_view(run_ctx *r, graph_val v) {
-    const graph_node *x = graph_node_at(r->p->g, v);
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
     const graph_view *in = in_view(r, x, 0);
     graph_view *out = &r->p->views[v];
     node_view(r->p, x, in->data, out);
@@ -258,7 +258,7 @@ static int run_maybe_view(run_ctx *r, graph_val v) {
 }
 
 static int run_hook(run_ctx *r, graph_val v) {
-    const graph_node *x = graph_node_at(r->p->g, v);
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
     const graph_view *in = in_view(r, x, 0);
     graph_view repl;
     memset(&repl, 0, sizeof repl);
@@ -281,7 +281,7 @@ static int run_hook(run_ctx *r, graph_val v) {
 }
 
 static int run_call(run_ctx *r, graph_val v) {
-    const graph_node *x = graph_node_at(r->p->g, v);
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
     if (!r->cb->call || (r->p->nodes[v].fold >= 0 && r->p->nodes[v].folded))
         return 0; /* no callbacks, or the GEMM already wrote this .grad */
     const graph_view *in = x->a.op == GOP_POST_HOOK ? NULL : in_view(r, x, 0);
@@ -297,10 +297,10 @@ static int run_pw(run_ctx *r, const graph_node *x, const graph_view *out) {
     memset(src, 0, sizeof src);
     for (int i = 0; i < x->a.n_in; i++)
         bcast_src(in_view(r, x, i), out, &src[i]);
-    int cond = kern_pw_cond_input(k);
+    int cond = cai_kern_pw_cond_input(k);
     kern_dtype cond_dt = cond >= 0 ? in_view(r, x, cond)->dtype : out->dtype;
-    return kern_pointwise(k, out->dtype, cond_dt, out->ndim, out->shape, out->data, out->strides,
-                          src, x->a.p[0], x->a.p[1]);
+    return cai_kern_pointwise(k, out->dtype, cond_dt, out->ndim, out->shape, out->data,
+                              out->strides, src, x->a.p[0], x->a.p[1]);
 }
 
 /* x * (p / N), or x * (p * N) when i[0] is set: N is evaluated for this run, so one graph
@@ -309,21 +309,21 @@ static int run_scale_size(run_ctx *r, const graph_node *x, const graph_view *out
     kern_src src;
     bcast_src(in_view(r, x, 0), out, &src);
     double n = (double)r->p->val[x->a.shape[0]];
-    return kern_pointwise(KPW_MUL_S, out->dtype, out->dtype, out->ndim, out->shape, out->data,
-                          out->strides, &src, x->a.i[0] ? x->a.p[0] * n : x->a.p[0] / n, 0);
+    return cai_kern_pointwise(KPW_MUL_S, out->dtype, out->dtype, out->ndim, out->shape, out->data,
+                              out->strides, &src, x->a.i[0] ? x->a.p[0] * n : x->a.p[0] / n, 0);
 }
 
 static int run_sum(run_ctx *r, const graph_node *x, const graph_view *out) {
     const graph_view *in = in_view(r, x, 0);
-    return kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides,
-                       (uint32_t)x->a.i[0], out->data, NULL);
+    return cai_kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides,
+                           (uint32_t)x->a.i[0], out->data, NULL);
 }
 
 static int run_sum_to(run_ctx *r, const graph_node *x, const graph_view *out) {
     const graph_view *in = in_view(r, x, 0);
-    uint32_t mask = graph_sum_to_mask(in->ndim, in->shape, out->ndim, out->shape);
-    return kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides, mask,
-                       out->data, NULL);
+    uint32_t mask = cai_graph_sum_to_mask(in->ndim, in->shape, out->ndim, out->shape);
+    return cai_kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides, mask,
+                           out->data, NULL);
 }
 
 static int run_slice_backward(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
@@ -347,7 +347,7 @@ static int run_cast(run_ctx *r, const graph_node *x, const graph_view *out) {
         return 0;
     kern_src s = {.data = in->data};
     memcpy(s.strides, in->strides, sizeof s.strides);
-    kern_cast(out->dtype, in->dtype, out->ndim, out->shape, out->data, out->strides, &s);
+    cai_kern_cast(out->dtype, in->dtype, out->ndim, out->shape, out->data, out->strides, &s);
     return 0;
 }
 
@@ -360,9 +360,9 @@ static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp,
     graph_view w = *in;
     int nd = w.ndim;
     memset(o, 0, sizeof *o);
-    /* an operand kern_gemm would pack with scratch memory is copied into a planned buffer */
-    if (!kern_gemm_unpacked(w.shape[nd - 2], w.shape[nd - 1], w.strides[nd - 2],
-                            w.strides[nd - 1])) {
+    /* an operand cai_kern_gemm would pack with scratch memory is copied into a planned buffer */
+    if (!cai_kern_gemm_unpacked(w.shape[nd - 2], w.shape[nd - 1], w.strides[nd - 2],
+                                w.strides[nd - 1])) {
         if (tmp < 0)
             return fail(r->p, v, "an operand needs a copy but the plan has no buffer for it");
         int rc = copy_contig(buf_ptr(r, tmp), in, &w);
@@ -394,8 +394,8 @@ static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_
     if (gemm_prep(r, v, a, pn->tmp[0], nb, out->shape, &A) ||
         gemm_prep(r, v, b, pn->tmp[1], nb, out->shape, &B))
         return -1;
-    int rc = kern_gemm_nd(out->dtype, nb, out->shape, out->shape[nb], out->shape[nb + 1], K, &A,
-                          x->a.i[0] != 0, &B, x->a.i[1] != 0, beta, out->data);
+    int rc = cai_kern_gemm_nd(out->dtype, nb, out->shape, out->shape[nb], out->shape[nb + 1], K, &A,
+                              x->a.i[0] != 0, &B, x->a.i[1] != 0, beta, out->data);
     return rc ? kern_fail(r->p, v, rc, "matmul") : 0;
 }
 
@@ -443,8 +443,8 @@ static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_vi
     want.data = NULL;
     memset(&dst, 0, sizeof dst);
     bool has = false;
-    int rc =
-        r->cb->accumulate_target(r->cb->ctx, graph_node_at(r->p->g, pn->fold), &want, &dst, &has);
+    int rc = r->cb->accumulate_target(r->cb->ctx, cai_graph_node_at(r->p->g, pn->fold), &want, &dst,
+                                      &has);
     if (rc)
         return rc;
     if (!dst.data) /* declined */
@@ -506,9 +506,9 @@ static int run_index_add(run_ctx *r, graph_val v, const graph_node *x, const gra
     if (numel(&src) == 0)
         return 0;
     int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    kern_split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
-    rc = kern_index_add(out->dtype, outer, n, inner, out->data, idx.data, numel(&idx), src.data,
-                        &bad_pos, &bad_val);
+    cai_kern_split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
+    rc = cai_kern_index_add(out->dtype, outer, n, inner, out->data, idx.data, numel(&idx), src.data,
+                            &bad_pos, &bad_val);
     if (rc == -1 && bad_pos >= 0)
         return index_fail(r, v, "index_add", bad_pos, bad_val, d, n);
     return rc ? kern_fail(r->p, v, rc, "index_add") : 0;
@@ -555,9 +555,9 @@ static int run_scatter_add(run_ctx *r, graph_val v, const graph_node *x, const g
     if (numel(&src) == 0)
         return 0;
     int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    kern_split_dim(blk.ndim, blk.shape, d, &outer, &n, &inner);
-    rc = kern_scatter_add(out->dtype, outer, n, inner, blk.data, idx.data,
-                          idx.ndim > 0 ? idx.shape[d] : 1, src.data, &bad_pos, &bad_val);
+    cai_kern_split_dim(blk.ndim, blk.shape, d, &outer, &n, &inner);
+    rc = cai_kern_scatter_add(out->dtype, outer, n, inner, blk.data, idx.data,
+                              idx.ndim > 0 ? idx.shape[d] : 1, src.data, &bad_pos, &bad_val);
     if (rc == -1 && bad_pos >= 0)
         return index_fail(r, v, "scatter_add", bad_pos, bad_val, d, n);
     if (rc)
@@ -616,7 +616,7 @@ static int run_fused(run_ctx *r, graph_val v) {
     const plan_group *G = &p->groups[p->nodes[v].grp];
     CA_ASSERT(G->ok && G->anchor == v);
     graph_view space;
-    node_view(p, graph_node_at(p->g, G->first), NULL, &space);
+    node_view(p, cai_graph_node_at(p->g, G->first), NULL, &space);
     kern_src in[KERN_FUSED_MAX_INPUTS];
     for (int i = 0; i < G->prog.n_inputs; i++) {
         CA_ASSERT(G->in[i] >= 0 && G->in[i] < v);
@@ -625,25 +625,26 @@ static int run_fused(run_ctx *r, graph_val v) {
     void *scratch = r->arena + p->scratch_off;
     int rc;
     if (G->reduce >= 0) {
-        const graph_node *x = graph_node_at(p->g, G->reduce);
+        const graph_node *x = cai_graph_node_at(p->g, G->reduce);
         graph_view *out = &p->views[G->reduce];
         node_view(p, x, buf_ptr(r, p->nodes[G->reduce].buf), out);
         uint32_t mask = x->a.op == GOP_SUM
                             ? (uint32_t)x->a.i[0]
-                            : graph_sum_to_mask(space.ndim, space.shape, out->ndim, out->shape);
-        rc = kern_fused_reduce_ws(&G->prog, space.dtype, space.ndim, space.shape, in, KRED_SUM,
-                                  mask, out->data, scratch, p->scratch_bytes);
+                            : cai_graph_sum_to_mask(space.ndim, space.shape, out->ndim, out->shape);
+        rc = cai_kern_fused_reduce_ws(&G->prog, space.dtype, space.ndim, space.shape, in, KRED_SUM,
+                                      mask, out->data, scratch, p->scratch_bytes);
     } else {
         void *out[KERN_FUSED_MAX_OUTPUTS];
         const int64_t *out_strides[KERN_FUSED_MAX_OUTPUTS];
         for (int k = 0; k < G->n_out; k++) {
             graph_view *o = &p->views[G->out[k]];
-            node_view(p, graph_node_at(p->g, G->out[k]), buf_ptr(r, p->nodes[G->out[k]].buf), o);
+            node_view(p, cai_graph_node_at(p->g, G->out[k]), buf_ptr(r, p->nodes[G->out[k]].buf),
+                      o);
             out[k] = o->data;
             out_strides[k] = o->strides;
         }
-        rc = kern_fused_run_memo(&G->prog, space.dtype, space.ndim, space.shape, in, out,
-                                 out_strides, scratch, p->scratch_bytes, G->memo);
+        rc = cai_kern_fused_run_memo(&G->prog, space.dtype, space.ndim, space.shape, in, out,
+                                     out_strides, scratch, p->scratch_bytes, G->memo);
     }
     return rc ? kern_fail(p, v, rc, "fused loop") : 0;
 }
@@ -652,7 +653,7 @@ static int run_fused(run_ctx *r, graph_val v) {
  * The run
  */
 static int run_buffer(run_ctx *r, graph_val v) {
-    const graph_node *x = graph_node_at(r->p->g, v);
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
     graph_view *out = &r->p->views[v];
     node_view(r->p, x, buf_ptr(r, r->p->nodes[v].buf), out);
     int rc;
@@ -676,12 +677,12 @@ static int run_buffer(run_ctx *r, graph_val v) {
     return rc ? kern_fail(r->p, v, rc, x->a.op == GOP_PW ? "pointwise" : "kernel") : 0;
 }
 
-int graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
-                   graph_callbacks cb) {
+int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
+                       graph_callbacks cb) {
     if (!p)
         return -1;
     p->err[0] = '\0';
-    graph_plan_eval_sizes(p, slots);
+    cai_graph_plan_eval_sizes(p, slots);
     run_ctx r = {p, arena, &cb, 0};
     for (graph_val v = 0; v < p->n_nodes; v++) {
         int rc = 0;

@@ -11,74 +11,76 @@
  * Lines
  */
 static void print_type(graph_sbuf *b, const graph *g, const graph_node *x) {
-    graph_sb_printf(b, "\"%s", graph_dtype_short(x->dtype));
-    graph_sb_shape(b, g, x->ndim, x->shape);
-    graph_sb_printf(b, "\"");
+    cai_graph_sb_printf(b, "\"%s", cai_graph_dtype_short(x->dtype));
+    cai_graph_sb_shape(b, g, x->ndim, x->shape);
+    cai_graph_sb_printf(b, "\"");
 }
 
 static void print_inputs(graph_sbuf *b, const graph_node *x, graph_name *names, bool first) {
     for (int k = 0; k < x->a.n_in; k++)
-        graph_sb_printf(b, "%s%s", first && k == 0 ? "" : ", ", names[x->a.in[k]]);
+        cai_graph_sb_printf(b, "%s%s", first && k == 0 ? "" : ", ", names[x->a.in[k]]);
 }
 
 static void print_slice(graph_sbuf *b, const int64_t *i) {
-    graph_sb_printf(b, ", dim=%lld, start=%lld, end=%lld, step=%lld", (long long)i[0],
-                    (long long)i[1], (long long)i[2], (long long)i[3]);
+    cai_graph_sb_printf(b, ", dim=%lld, start=%lld, end=%lld, step=%lld", (long long)i[0],
+                        (long long)i[1], (long long)i[2], (long long)i[3]);
 }
 
 /* Everything after the inputs: shapes, dim lists, scalars and flags. */
 static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
     const graph_op_args *a = &x->a;
     switch (a->op) {
-    case GOP_PW: graph_sb_pw_params(b, x, ", "); break;
+    case GOP_PW: cai_graph_sb_pw_params(b, x, ", "); break;
     case GOP_SUM:
-        graph_sb_printf(b, ", ");
-        graph_sb_dim_mask(b, a->i[0]);
-        graph_sb_printf(b, ", keepdim=%lld", (long long)a->i[1]);
+        cai_graph_sb_printf(b, ", ");
+        cai_graph_sb_dim_mask(b, a->i[0]);
+        cai_graph_sb_printf(b, ", keepdim=%lld", (long long)a->i[1]);
         break;
     case GOP_PERMUTE:
-        graph_sb_printf(b, ", ");
-        graph_sb_perm(b, a->n_perm, a->perm);
+        cai_graph_sb_printf(b, ", ");
+        cai_graph_sb_perm(b, a->n_perm, a->perm);
         break;
-    case GOP_UNSQUEEZE: graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]); break;
+    case GOP_UNSQUEEZE: cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]); break;
     case GOP_SLICE: print_slice(b, a->i); break;
     case GOP_MATMUL:
-        graph_sb_printf(b, ", ta=%lld, tb=%lld", (long long)a->i[0], (long long)a->i[1]);
+        cai_graph_sb_printf(b, ", ta=%lld, tb=%lld", (long long)a->i[0], (long long)a->i[1]);
         break;
-    case GOP_CAST: graph_sb_printf(b, ", dtype=%s", graph_dtype_short(a->dtype)); break;
-    case GOP_SCALE_SIZE: graph_sb_printf(b, ", %g", a->p[0]); break;
+    case GOP_CAST: cai_graph_sb_printf(b, ", dtype=%s", cai_graph_dtype_short(a->dtype)); break;
+    case GOP_SCALE_SIZE: cai_graph_sb_printf(b, ", %g", a->p[0]); break;
     default: break;
     }
     if (a->n_shape > 0 || a->op == GOP_SUM_TO || a->op == GOP_EXPAND || a->op == GOP_RESHAPE ||
         a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD) {
         if (a->op != GOP_INPUT) {
-            graph_sb_printf(b, ", ");
-            graph_sb_shape(b, g, a->n_shape, a->shape);
+            cai_graph_sb_printf(b, ", ");
+            cai_graph_sb_shape(b, g, a->n_shape, a->shape);
         }
     }
     if (a->op == GOP_SLICE_BACKWARD)
         print_slice(b, a->i);
     else if (a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD)
-        graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
+        cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
     else if (a->op == GOP_NLL_BW)
-        graph_sb_printf(b, ", reduction=%lld, ignore_index=%lld", (long long)a->i[0],
-                        (long long)a->i[1]);
+        cai_graph_sb_printf(b, ", reduction=%lld, ignore_index=%lld", (long long)a->i[0],
+                            (long long)a->i[1]);
     else if (a->op == GOP_SCALE_SIZE && a->i[0])
-        graph_sb_printf(b, ", mul=1");
+        cai_graph_sb_printf(b, ", mul=1");
 }
 
 static void print_callout(graph_sbuf *b, const graph_node *x, graph_name *names) {
     const graph_op_args *a = &x->a;
     switch (a->op) {
     case GOP_RETAIN:
-        graph_sb_printf(b, "retain_grad(retain=%lld, %s)\n", (long long)a->i[0], names[a->in[0]]);
+        cai_graph_sb_printf(b, "retain_grad(retain=%lld, %s)\n", (long long)a->i[0],
+                            names[a->in[0]]);
         break;
     case GOP_ACCUMULATE:
-        graph_sb_printf(b, "accumulate_grad(leaf=%lld, %s)\n", (long long)a->i[0], names[a->in[0]]);
+        cai_graph_sb_printf(b, "accumulate_grad(leaf=%lld, %s)\n", (long long)a->i[0],
+                            names[a->in[0]]);
         break;
     default: /* GOP_POST_HOOK */
-        graph_sb_printf(b, "post_accumulate_hook(hooks[%lld], leaf=%lld)\n", (long long)a->i[1],
-                        (long long)a->i[0]);
+        cai_graph_sb_printf(b, "post_accumulate_hook(hooks[%lld], leaf=%lld)\n", (long long)a->i[1],
+                            (long long)a->i[0]);
         break;
     }
 }
@@ -86,69 +88,69 @@ static void print_callout(graph_sbuf *b, const graph_node *x, graph_name *names)
 /* Verbose dumps show each input's strides as they are this run: "f32[s0, 784][784, 1]",
  * as PyTorch's verbose compiled-autograd graph does. */
 static void print_strides(graph_sbuf *b, const graph_view *in) {
-    graph_sb_printf(b, "[");
+    cai_graph_sb_printf(b, "[");
     for (int d = 0; d < in->ndim; d++)
-        graph_sb_printf(b, d ? ", %lld" : "%lld", (long long)in->strides[d]);
-    graph_sb_printf(b, "]");
+        cai_graph_sb_printf(b, d ? ", %lld" : "%lld", (long long)in->strides[d]);
+    cai_graph_sb_printf(b, "]");
 }
 
 static void print_node(graph_sbuf *b, const graph *g, const graph_node *x, graph_val v,
                        graph_name *names, const graph_view *inputs) {
-    graph_sb_printf(b, "    ");
-    if (!graph_op_has_value(x->a.op)) {
+    cai_graph_sb_printf(b, "    ");
+    if (!cai_graph_op_has_value(x->a.op)) {
         print_callout(b, x, names);
         return;
     }
-    graph_sb_printf(b, "%s: ", names[v]);
+    cai_graph_sb_printf(b, "%s: ", names[v]);
     print_type(b, g, x);
     if (x->a.op == GOP_INPUT && inputs) {
         b->len--; /* reopen the type's closing quote */
         print_strides(b, &inputs[x->a.i[0]]);
-        graph_sb_printf(b, "\"");
+        cai_graph_sb_printf(b, "\"");
     }
     if (x->a.op == GOP_INPUT) {
-        graph_sb_printf(b, " = inputs[%lld]\n", (long long)x->a.i[0]);
+        cai_graph_sb_printf(b, " = inputs[%lld]\n", (long long)x->a.i[0]);
         return;
     }
     if (x->a.op == GOP_HOOK) {
-        graph_sb_printf(b, " = call_hook(hooks[%lld], %s)\n", (long long)x->a.i[0],
-                        names[x->a.in[0]]);
+        cai_graph_sb_printf(b, " = call_hook(hooks[%lld], %s)\n", (long long)x->a.i[0],
+                            names[x->a.in[0]]);
         return;
     }
     graph_name op;
-    graph_node_op_name(x, op);
-    graph_sb_printf(b, " = %s(", op);
+    cai_graph_node_op_name(x, op);
+    cai_graph_sb_printf(b, " = %s(", op);
     print_inputs(b, x, names, true);
     print_attrs(b, g, x);
-    graph_sb_printf(b, ")\n");
+    cai_graph_sb_printf(b, ")\n");
 }
 
-/* A member of a fused group ends its line with "  # fused k" (graph_fuse). */
+/* A member of a fused group ends its line with "  # fused k" (cai_graph_fuse). */
 static void mark_fused(graph_sbuf *b, const graph *g, graph_val v) {
-    int k = graph_node_group(g, v);
+    int k = cai_graph_node_group(g, v);
     if (k < 0 || b->oom || b->len == 0 || b->s[b->len - 1] != '\n')
         return;
     b->len--;
-    graph_sb_printf(b, "  # fused %d\n", k);
+    cai_graph_sb_printf(b, "  # fused %d\n", k);
 }
 
 static void print_origin(graph_sbuf *b, const graph_origin *o) {
     if (o->name && o->node_call >= 0)
-        graph_sb_printf(b, "    # %s (NodeCall %d)\n", o->name, o->node_call);
+        cai_graph_sb_printf(b, "    # %s (NodeCall %d)\n", o->name, o->node_call);
     else if (o->name)
-        graph_sb_printf(b, "    # %s\n", o->name);
+        cai_graph_sb_printf(b, "    # %s\n", o->name);
     else if (o->node_call >= 0)
-        graph_sb_printf(b, "    # NodeCall %d\n", o->node_call);
+        cai_graph_sb_printf(b, "    # NodeCall %d\n", o->node_call);
 }
 
 /* The live OUTPUT node with the smallest output number above `after`, or -1. */
 static graph_val next_output(const graph *g, int64_t after) {
     graph_val best = -1;
-    for (int v = 0; v < graph_count(g); v++) {
-        const graph_node *x = graph_node_at(g, v);
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *x = cai_graph_node_at(g, v);
         if (x->dead || x->a.op != GOP_OUTPUT || x->a.i[0] <= after)
             continue;
-        if (best < 0 || x->a.i[0] < graph_node_at(g, best)->a.i[0])
+        if (best < 0 || x->a.i[0] < cai_graph_node_at(g, best)->a.i[0])
             best = v;
     }
     return best;
@@ -156,32 +158,32 @@ static graph_val next_output(const graph *g, int64_t after) {
 
 /* "return [a, b]": OUTPUT nodes' inputs by output number. */
 static void print_return(graph_sbuf *b, const graph *g, graph_name *names) {
-    graph_sb_printf(b, "    return [");
+    cai_graph_sb_printf(b, "    return [");
     int64_t after = -1;
     for (graph_val v = next_output(g, after); v >= 0; v = next_output(g, after)) {
-        const graph_node *x = graph_node_at(g, v);
-        graph_sb_printf(b, "%s%s", after >= 0 ? ", " : "", names[x->a.in[0]]);
+        const graph_node *x = cai_graph_node_at(g, v);
+        cai_graph_sb_printf(b, "%s%s", after >= 0 ? ", " : "", names[x->a.in[0]]);
         after = x->a.i[0];
     }
-    graph_sb_printf(b, "]\n");
+    cai_graph_sb_printf(b, "]\n");
 }
 
 static void print_body(graph_sbuf *b, const graph *g, bool verbose, const int64_t *slots,
                        const graph_view *inputs, graph_name *names) {
-    graph_sb_printf(b, "===== Compiled autograd graph =====\n");
-    graph_sb_printf(b, "def forward(inputs, sizes, hooks):\n");
-    if (verbose && slots && graph_n_slots(g) > 0) {
-        graph_sb_printf(b, "    # sizes:");
-        for (int s = 0; s < graph_n_slots(g); s++)
-            graph_sb_printf(b, "%s s%d=%lld", s ? "," : "", s, (long long)slots[s]);
-        graph_sb_printf(b, "\n");
+    cai_graph_sb_printf(b, "===== Compiled autograd graph =====\n");
+    cai_graph_sb_printf(b, "def forward(inputs, sizes, hooks):\n");
+    if (verbose && slots && cai_graph_n_slots(g) > 0) {
+        cai_graph_sb_printf(b, "    # sizes:");
+        for (int s = 0; s < cai_graph_n_slots(g); s++)
+            cai_graph_sb_printf(b, "%s s%d=%lld", s ? "," : "", s, (long long)slots[s]);
+        cai_graph_sb_printf(b, "\n");
     }
     graph_origin prev = {.node_call = -1, .name = NULL, .fwd_graph = -1};
-    for (int v = 0; v < graph_count(g); v++) {
-        const graph_node *x = graph_node_at(g, v);
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *x = cai_graph_node_at(g, v);
         if (x->dead || x->a.op == GOP_OUTPUT)
             continue;
-        if (!graph_same_origin(&x->origin, &prev))
+        if (!cai_graph_same_origin(&x->origin, &prev))
             print_origin(b, &x->origin);
         prev = x->origin;
         print_node(b, g, x, v, names, verbose ? inputs : NULL);
@@ -190,28 +192,28 @@ static void print_body(graph_sbuf *b, const graph *g, bool verbose, const int64_
     print_return(b, g, names);
 }
 
-char *graph_print(const graph *g, bool verbose, const int64_t *slots) {
-    return graph_print_inputs(g, verbose, slots, NULL);
+char *cai_graph_print(const graph *g, bool verbose, const int64_t *slots) {
+    return cai_graph_print_inputs(g, verbose, slots, NULL);
 }
 
-char *graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
-                         const graph_view *inputs) {
+char *cai_graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
+                             const graph_view *inputs) {
     if (!g)
         return NULL;
-    graph_name *names = graph_value_names(g);
+    graph_name *names = cai_graph_value_names(g);
     graph_sbuf b = {.first_cap = 1024};
     if (names)
         print_body(&b, g, verbose, slots, inputs, names);
     else
         b.oom = true;
-    graph_mem_free(names);
+    cai_graph_mem_free(names);
     if (b.oom || !b.s) {
-        graph_mem_free(b.s);
+        cai_graph_mem_free(b.s);
         return NULL;
     }
     return b.s;
 }
 
-void graph_free_string(char *s) {
-    graph_mem_free(s);
+void cai_graph_free_string(char *s) {
+    cai_graph_mem_free(s);
 }

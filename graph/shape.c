@@ -1,4 +1,4 @@
-/* shape.c - shape inference for graph_add: per op, check the inputs the way the eager
+/* shape.c - shape inference for cai_graph_add: per op, check the inputs the way the eager
  * op's shape rule does, canonicalise the args, and compute the output's dtype and
  * symbolic shape.
  *
@@ -18,19 +18,19 @@ static const char *dtype_name(kern_dtype dt) {
 }
 
 static const char *shape_of(const graph *g, const graph_node *n, char *buf) {
-    return graph_shape_str(g, n->ndim, n->shape, buf, SHAPE_STR);
+    return cai_graph_shape_str(g, n->ndim, n->shape, buf, SHAPE_STR);
 }
 
 static const char *sx_s(const graph *g, graph_sx s, char *buf) {
-    return graph_sx_str(g, s, buf, SHAPE_STR);
+    return cai_graph_sx_str(g, s, buf, SHAPE_STR);
 }
 
 /* -1 in a RESHAPE or EXPAND target: the id -1 or the constant -1. */
 static bool sx_infer(const graph *g, graph_sx s) {
-    return s == -1 || graph_sx_is(g, s, -1);
+    return s == -1 || cai_graph_sx_is(g, s, -1);
 }
 
-bool graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
+bool cai_graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
     if (na != nb)
         return false;
     for (int d = 0; d < na; d++)
@@ -42,8 +42,8 @@ bool graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) {
 static int norm_dim(graph *g, const char *op, int64_t *dim, int ndim) {
     int64_t n = ndim > 0 ? ndim : 1; /* a 0-d value accepts dim 0 and -1, as PyTorch */
     if (*dim < -n || *dim >= n)
-        return graph_fail(g, "%s: dim %lld is out of range for a value with %d dims", op,
-                          (long long)*dim, ndim);
+        return cai_graph_fail(g, "%s: dim %lld is out of range for a value with %d dims", op,
+                              (long long)*dim, ndim);
     if (*dim < 0)
         *dim += n;
     return 0;
@@ -55,7 +55,8 @@ static int norm_dim(graph *g, const char *op, int64_t *dim, int ndim) {
 static int op_n_in(const graph_op_args *a) {
     switch (a->op) {
     case GOP_INPUT: return 0;
-    case GOP_PW: return (unsigned)a->i[0] < KPW__COUNT ? kern_pw_arity((kern_pw_op)a->i[0]) : -1;
+    case GOP_PW:
+        return (unsigned)a->i[0] < KPW__COUNT ? cai_kern_pw_arity((kern_pw_op)a->i[0]) : -1;
     case GOP_MATMUL:
     case GOP_INDEX_ADD:
     case GOP_SCATTER_ADD: return 2;
@@ -105,7 +106,7 @@ static void canon_unused(graph_op_args *a, int n_in) {
     int ni = op_n_ints(a->op);
     for (int k = ni; k < 4; k++)
         a->i[k] = 0;
-    int np = a->op == GOP_PW           ? kern_pw_nparams((kern_pw_op)a->i[0])
+    int np = a->op == GOP_PW           ? cai_kern_pw_nparams((kern_pw_op)a->i[0])
              : a->op == GOP_SCALE_SIZE ? 1
                                        : 0;
     for (int k = np; k < 2; k++)
@@ -124,47 +125,47 @@ static void canon_unused(graph_op_args *a, int n_in) {
 
 /* Check the inputs and follow CSE's replacements. */
 static int check_inputs(graph *g, graph_op_args *a, int n_in) {
-    const char *op = graph_op_name(a->op);
+    const char *op = cai_graph_op_name(a->op);
     if (a->n_in != n_in)
-        return graph_fail(g, "%s: takes %d inputs, got %d", op, n_in, a->n_in);
+        return cai_graph_fail(g, "%s: takes %d inputs, got %d", op, n_in, a->n_in);
     for (int k = 0; k < n_in; k++) {
-        const graph_node *in = graph_node_at(g, a->in[k]);
+        const graph_node *in = cai_graph_node_at(g, a->in[k]);
         if (!in)
-            return graph_fail(g, "%s: input %d is value %d, which does not exist (%d nodes)", op, k,
-                              a->in[k], graph_count(g));
-        a->in[k] = graph_resolve(g, a->in[k]);
-        in = graph_node_at(g, a->in[k]);
+            return cai_graph_fail(g, "%s: input %d is value %d, which does not exist (%d nodes)",
+                                  op, k, a->in[k], cai_graph_count(g));
+        a->in[k] = cai_graph_resolve(g, a->in[k]);
+        in = cai_graph_node_at(g, a->in[k]);
         bool want_acc = a->op == GOP_POST_HOOK;
-        if (want_acc ? in->a.op != GOP_ACCUMULATE : !graph_op_has_value(in->a.op))
-            return graph_fail(g, "%s: input %d is a %s node, %s", op, k, graph_op_name(in->a.op),
-                              want_acc ? "expected its accumulate_grad node"
-                                       : "which makes no value");
+        if (want_acc ? in->a.op != GOP_ACCUMULATE : !cai_graph_op_has_value(in->a.op))
+            return cai_graph_fail(
+                g, "%s: input %d is a %s node, %s", op, k, cai_graph_op_name(in->a.op),
+                want_acc ? "expected its accumulate_grad node" : "which makes no value");
     }
     return 0;
 }
 
 static int check_shape_attr(graph *g, const graph_op_args *a, bool allow_infer) {
-    const char *op = graph_op_name(a->op);
+    const char *op = cai_graph_op_name(a->op);
     if (a->n_shape < 0 || a->n_shape > KERN_MAX_DIMS)
-        return graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d", op, a->n_shape,
-                          KERN_MAX_DIMS);
+        return cai_graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d", op,
+                              a->n_shape, KERN_MAX_DIMS);
     for (int d = 0; d < a->n_shape; d++) {
         graph_sx s = a->shape[d];
         if (allow_infer && sx_infer(g, s))
             continue;
         int64_t v;
-        if (s < 0 || s >= graph_sx_count(g))
-            return graph_fail(g, "%s: dim %d of the shape is size expression %d, not in the table",
-                              op, d, s);
-        if (graph_sx_const_value(g, s, &v) && v < 0)
-            return graph_fail(g, "%s: size %lld at dim %d of the shape is negative", op,
-                              (long long)v, d);
+        if (s < 0 || s >= cai_graph_sx_count(g))
+            return cai_graph_fail(
+                g, "%s: dim %d of the shape is size expression %d, not in the table", op, d, s);
+        if (cai_graph_sx_const_value(g, s, &v) && v < 0)
+            return cai_graph_fail(g, "%s: size %lld at dim %d of the shape is negative", op,
+                                  (long long)v, d);
     }
     return 0;
 }
 
 static const graph_node *in_node(const graph *g, const graph_node *n, int k) {
-    return graph_node_at(g, n->a.in[k]);
+    return cai_graph_node_at(g, n->a.in[k]);
 }
 
 static void set_out(graph_node *n, kern_dtype dt, int ndim, const graph_sx *shape) {
@@ -183,11 +184,11 @@ static void copy_out(graph_node *n, const graph_node *in) {
  */
 /* One dim of a broadcast: equal ids, or a constant 1 on either side. */
 static bool bcast_dim(const graph *g, graph_sx a, graph_sx b, graph_sx *out) {
-    if (a == b || graph_sx_is(g, b, 1)) {
+    if (a == b || cai_graph_sx_is(g, b, 1)) {
         *out = a;
         return true;
     }
-    if (graph_sx_is(g, a, 1)) {
+    if (cai_graph_sx_is(g, a, 1)) {
         *out = b;
         return true;
     }
@@ -201,18 +202,19 @@ static int bcast(graph *g, const char *op, int na, const graph_sx *a, int nb, co
     graph_sx r[KERN_MAX_DIMS] = {0};
     for (int i = 0; i < nd; i++) {
         int da = na - nd + i, db = nb - nd + i;
-        graph_sx one = graph_sx_const(g, 1);
+        graph_sx one = cai_graph_sx_const(g, 1);
         if (one < 0)
             return -1;
         graph_sx sa = da >= 0 ? a[da] : one, sb = db >= 0 ? b[db] : one;
         if (!bcast_dim(g, sa, sb, &r[i])) {
             char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
-            return graph_fail(g,
-                              "%s: shapes %s and %s cannot be broadcast together (dim %d: %s vs "
-                              "%s); sizes must be the same expression or 1",
-                              op, graph_shape_str(g, na, a, s1, sizeof s1),
-                              graph_shape_str(g, nb, b, s2, sizeof s2), i - nd, sx_s(g, sa, s3),
-                              sx_s(g, sb, s4));
+            return cai_graph_fail(
+                g,
+                "%s: shapes %s and %s cannot be broadcast together (dim %d: %s vs "
+                "%s); sizes must be the same expression or 1",
+                op, cai_graph_shape_str(g, na, a, s1, sizeof s1),
+                cai_graph_shape_str(g, nb, b, s2, sizeof s2), i - nd, sx_s(g, sa, s3),
+                sx_s(g, sb, s4));
         }
     }
     *nout = nd;
@@ -226,15 +228,16 @@ static int bcast(graph *g, const char *op, int na, const graph_sx *a, int nb, co
 static int infer_input(graph *g, graph_node *n) {
     graph_op_args *a = &n->a;
     if (a->i[0] < 0)
-        return graph_fail(g, "getitem: input number %lld is negative", (long long)a->i[0]);
+        return cai_graph_fail(g, "getitem: input number %lld is negative", (long long)a->i[0]);
     if ((unsigned)a->dtype > KERN_I64)
-        return graph_fail(g, "getitem: dtype %d is not a kern_dtype", (int)a->dtype);
+        return cai_graph_fail(g, "getitem: dtype %d is not a kern_dtype", (int)a->dtype);
     if (check_shape_attr(g, a, false))
         return -1;
-    for (int v = 0; v < graph_count(g); v++) {
-        const graph_node *o = graph_node_at(g, v);
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *o = cai_graph_node_at(g, v);
         if (o->a.op == GOP_INPUT && o->a.i[0] == a->i[0])
-            return graph_fail(g, "getitem: input %lld is already value %d", (long long)a->i[0], v);
+            return cai_graph_fail(g, "getitem: input %lld is already value %d", (long long)a->i[0],
+                                  v);
     }
     set_out(n, a->dtype, a->n_shape, a->shape);
     return 0;
@@ -242,20 +245,21 @@ static int infer_input(graph *g, graph_node *n) {
 
 static int infer_pw(graph *g, graph_node *n) {
     kern_pw_op k = (kern_pw_op)n->a.i[0];
-    char op[32]; /* the printed name: kern_pw_name in lower case */
-    const char *src = kern_pw_name(k);
+    char op[32]; /* the printed name: cai_kern_pw_name in lower case */
+    const char *src = cai_kern_pw_name(k);
     size_t len = 0;
     for (; src[len] && len + 1 < sizeof op; len++)
         op[len] = (char)(src[len] >= 'A' && src[len] <= 'Z' ? src[len] - 'A' + 'a' : src[len]);
     op[len] = '\0';
-    int cond = kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
+    int cond = cai_kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
     kern_dtype dt = in_node(g, n, first)->dtype;
     for (int i = 0; i < n->a.n_in; i++)
         if (i != cond && in_node(g, n, i)->dtype != dt)
-            return graph_fail(g, "%s: inputs have different dtypes (%s and %s); cast one", op,
-                              dtype_name(dt), dtype_name(in_node(g, n, i)->dtype));
-    if (dt == KERN_I64 && !kern_pw_supports(k, KERN_I64))
-        return graph_fail(g, "%s: i64 values are not supported; cast to a float dtype first", op);
+            return cai_graph_fail(g, "%s: inputs have different dtypes (%s and %s); cast one", op,
+                                  dtype_name(dt), dtype_name(in_node(g, n, i)->dtype));
+    if (dt == KERN_I64 && !cai_kern_pw_supports(k, KERN_I64))
+        return cai_graph_fail(g, "%s: i64 values are not supported; cast to a float dtype first",
+                              op);
     int nd = 0;
     graph_sx shape[KERN_MAX_DIMS];
     for (int i = 0; i < n->a.n_in; i++) {
@@ -271,10 +275,10 @@ static int infer_sum(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     uint64_t mask = (uint64_t)n->a.i[0];
     if (n->a.i[0] < 0 || (mask >> x->ndim) != 0)
-        return graph_fail(g, "sum: dim mask 0x%llx names dims a %d-D value does not have",
-                          (unsigned long long)mask, x->ndim);
+        return cai_graph_fail(g, "sum: dim mask 0x%llx names dims a %d-D value does not have",
+                              (unsigned long long)mask, x->ndim);
     n->a.i[1] = n->a.i[1] != 0;
-    graph_sx shape[KERN_MAX_DIMS], one = graph_sx_const(g, 1);
+    graph_sx shape[KERN_MAX_DIMS], one = cai_graph_sx_const(g, 1);
     if (one < 0)
         return -1;
     int nd = 0;
@@ -296,15 +300,15 @@ static int infer_sum_to(graph *g, graph_node *n) {
     bool ok = a->n_shape <= x->ndim;
     for (int k = 0; ok && k < a->n_shape; k++) {
         graph_sx t = a->shape[k];
-        ok = t == x->shape[x->ndim - a->n_shape + k] || graph_sx_is(g, t, 1);
+        ok = t == x->shape[x->ndim - a->n_shape + k] || cai_graph_sx_is(g, t, 1);
     }
     if (!ok) {
         char s1[SHAPE_STR], s2[SHAPE_STR];
-        return graph_fail(g,
-                          "sum_to: a value of shape %s cannot be summed to shape %s; the target "
-                          "must broadcast to the value's shape",
-                          shape_of(g, x, s1),
-                          graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
+        return cai_graph_fail(
+            g,
+            "sum_to: a value of shape %s cannot be summed to shape %s; the target "
+            "must broadcast to the value's shape",
+            shape_of(g, x, s1), cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
     }
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;
@@ -317,21 +321,21 @@ static int infer_expand(graph *g, graph_node *n) {
     if (check_shape_attr(g, a, true))
         return -1;
     if (a->n_shape < x->ndim)
-        return graph_fail(g, "expand: the target has %d dims but the input of shape %s has %d",
-                          a->n_shape, shape_of(g, x, s1), x->ndim);
+        return cai_graph_fail(g, "expand: the target has %d dims but the input of shape %s has %d",
+                              a->n_shape, shape_of(g, x, s1), x->ndim);
     int lead = a->n_shape - x->ndim;
     for (int i = 0; i < a->n_shape; i++) {
         graph_sx t = a->shape[i], xs = i >= lead ? x->shape[i - lead] : -1;
         if (sx_infer(g, t) && i < lead)
-            return graph_fail(g, "expand: -1 at dim %d is a new leading dim; give its size", i);
+            return cai_graph_fail(g, "expand: -1 at dim %d is a new leading dim; give its size", i);
         if (sx_infer(g, t))
             t = a->shape[i] = xs;
-        if (i >= lead && xs != t && !graph_sx_is(g, xs, 1))
-            return graph_fail(g,
-                              "expand: the input's size %s cannot be expanded to %s at dim %d "
-                              "(input shape %s, target %s); only size-1 dims can be expanded",
-                              sx_s(g, xs, s1), sx_s(g, t, s2), i, shape_of(g, x, s3),
-                              graph_shape_str(g, a->n_shape, a->shape, s4, sizeof s4));
+        if (i >= lead && xs != t && !cai_graph_sx_is(g, xs, 1))
+            return cai_graph_fail(g,
+                                  "expand: the input's size %s cannot be expanded to %s at dim %d "
+                                  "(input shape %s, target %s); only size-1 dims can be expanded",
+                                  sx_s(g, xs, s1), sx_s(g, t, s2), i, shape_of(g, x, s3),
+                                  cai_graph_shape_str(g, a->n_shape, a->shape, s4, sizeof s4));
     }
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;
@@ -352,7 +356,7 @@ typedef struct {
 /* Split s into constant and symbolic factors, looking through products. */
 static void factor_add(const graph *g, graph_sx s, factors *fs) {
     int64_t a, b;
-    graph_sx_kind k = graph_sx_get(g, s, &a, &b);
+    graph_sx_kind k = cai_graph_sx_get(g, s, &a, &b);
     if (k == GSX_CONST) {
         fs->c *= a;
     } else if (k == GSX_MUL && fs->n + 2 <= MAX_FACTORS) {
@@ -388,10 +392,10 @@ static bool factors_cancel(factors *from, const factors *what) {
 }
 
 static graph_sx product(graph *g, int n, const graph_sx *shape, int skip) {
-    graph_sx p = graph_sx_const(g, 1);
+    graph_sx p = cai_graph_sx_const(g, 1);
     for (int d = 0; d < n && p >= 0; d++)
         if (d != skip)
-            p = graph_sx_op(g, GSX_MUL, p, shape[d]);
+            p = cai_graph_sx_op(g, GSX_MUL, p, shape[d]);
     return p;
 }
 
@@ -404,22 +408,22 @@ static graph_sx reshape_infer(graph *g, const graph_node *x, const graph_op_args
     factors rest = in;
     char s1[SHAPE_STR], s2[SHAPE_STR];
     if (known.c == 0)
-        return graph_fail(g, "reshape: -1 is ambiguous next to a size 0 in target %s",
-                          graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1));
+        return cai_graph_fail(g, "reshape: -1 is ambiguous next to a size 0 in target %s",
+                              cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1));
     if (!in.partial && !known.partial && factors_cancel(&rest, &known) && rest.c % known.c == 0) {
-        graph_sx p = graph_sx_const(g, rest.c / known.c);
+        graph_sx p = cai_graph_sx_const(g, rest.c / known.c);
         for (int i = 0; i < rest.n && p >= 0; i++)
-            p = graph_sx_op(g, GSX_MUL, p, rest.f[i]);
+            p = cai_graph_sx_op(g, GSX_MUL, p, rest.f[i]);
         return p;
     }
     if (in.n == 0 && known.n == 0 && !in.partial && !known.partial)
-        return graph_fail(g,
-                          "reshape: shape %s is invalid for an input of shape %s (%lld elements)",
-                          graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
-                          shape_of(g, x, s2), (long long)in.c);
+        return cai_graph_fail(
+            g, "reshape: shape %s is invalid for an input of shape %s (%lld elements)",
+            cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1), shape_of(g, x, s2),
+            (long long)in.c);
     graph_sx num = product(g, x->ndim, x->shape, -1);
     graph_sx den = num < 0 ? -1 : product(g, a->n_shape, a->shape, infer);
-    return den < 0 ? -1 : graph_sx_op(g, GSX_DIV, num, den);
+    return den < 0 ? -1 : cai_graph_sx_op(g, GSX_DIV, num, den);
 }
 
 static int sort_factors(factors *fs) {
@@ -444,7 +448,7 @@ static bool same_numel(const graph *g, const graph_node *x, const graph_op_args 
 
 static bool all_const(const graph *g, int n, const graph_sx *shape) {
     for (int d = 0; d < n; d++)
-        if (!graph_sx_const_value(g, shape[d], NULL))
+        if (!cai_graph_sx_const_value(g, shape[d], NULL))
             return false;
     return true;
 }
@@ -460,10 +464,10 @@ static int infer_reshape(graph *g, graph_node *n) {
         if (!sx_infer(g, a->shape[d]))
             continue;
         if (infer >= 0)
-            return graph_fail(g,
-                              "reshape: only one dim can be -1, but the target has -1 at dims "
-                              "%d and %d",
-                              infer, d);
+            return cai_graph_fail(g,
+                                  "reshape: only one dim can be -1, but the target has -1 at dims "
+                                  "%d and %d",
+                                  infer, d);
         infer = d;
     }
     if (infer >= 0) {
@@ -473,9 +477,9 @@ static int infer_reshape(graph *g, graph_node *n) {
         a->shape[infer] = s;
     } else if (!same_numel(g, x, a) && all_const(g, x->ndim, x->shape) &&
                all_const(g, a->n_shape, a->shape)) {
-        return graph_fail(g, "reshape: shape %s is invalid for an input of shape %s",
-                          graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
-                          shape_of(g, x, s2));
+        return cai_graph_fail(g, "reshape: shape %s is invalid for an input of shape %s",
+                              cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
+                              shape_of(g, x, s2));
     }
     /* Symbolic sizes whose products cannot be proven equal (a flattened batch B*T is its
      * own symbol) are accepted: the forward's view guaranteed them, the cache guards their
@@ -492,10 +496,10 @@ static int infer_permute(graph *g, graph_node *n) {
     graph_op_args *a = &n->a;
     char s1[SHAPE_STR];
     if (a->n_perm != x->ndim)
-        return graph_fail(g,
-                          "permute: the permutation has %d entries but the input of shape %s "
-                          "has %d dims",
-                          a->n_perm, shape_of(g, x, s1), x->ndim);
+        return cai_graph_fail(g,
+                              "permute: the permutation has %d entries but the input of shape %s "
+                              "has %d dims",
+                              a->n_perm, shape_of(g, x, s1), x->ndim);
     bool seen[KERN_MAX_DIMS] = {false};
     graph_sx shape[KERN_MAX_DIMS];
     for (int i = 0; i < a->n_perm; i++) {
@@ -503,8 +507,8 @@ static int infer_permute(graph *g, graph_node *n) {
         if (norm_dim(g, "permute", &d, x->ndim))
             return -1;
         if (seen[d])
-            return graph_fail(g, "permute: dim %lld appears twice in the permutation",
-                              (long long)d);
+            return cai_graph_fail(g, "permute: dim %lld appears twice in the permutation",
+                                  (long long)d);
         seen[d] = true;
         a->perm[i] = (int8_t)d;
         shape[i] = x->shape[d];
@@ -517,13 +521,13 @@ static int infer_unsqueeze(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     char s1[SHAPE_STR];
     if (x->ndim >= KERN_MAX_DIMS)
-        return graph_fail(g,
-                          "unsqueeze: the input of shape %s already has %d dims, the most "
-                          "graphs support",
-                          shape_of(g, x, s1), x->ndim);
+        return cai_graph_fail(g,
+                              "unsqueeze: the input of shape %s already has %d dims, the most "
+                              "graphs support",
+                              shape_of(g, x, s1), x->ndim);
     if (norm_dim(g, "unsqueeze", &n->a.i[0], x->ndim + 1))
         return -1;
-    graph_sx shape[KERN_MAX_DIMS], one = graph_sx_const(g, 1);
+    graph_sx shape[KERN_MAX_DIMS], one = cai_graph_sx_const(g, 1);
     if (one < 0)
         return -1;
     int d = (int)n->a.i[0];
@@ -538,19 +542,19 @@ static int slice_check(graph *g, const char *op, int64_t *i, int nd, const graph
                        graph_sx *len) {
     *len = -1;
     if (nd == 0)
-        return graph_fail(g, "%s: a 0-d value cannot be sliced", op);
+        return cai_graph_fail(g, "%s: a 0-d value cannot be sliced", op);
     if (norm_dim(g, op, &i[0], nd))
         return -1;
     int64_t start = i[1], end = i[2], step = i[3], size;
     if (step <= 0 || start < 0 || end < start)
-        return graph_fail(g,
-                          "%s: slice %lld:%lld:%lld is not canonical; expected 0 <= start <= "
-                          "end and step > 0",
-                          op, (long long)start, (long long)end, (long long)step);
-    if (graph_sx_const_value(g, shape[i[0]], &size) && end > size)
-        return graph_fail(g, "%s: slice end %lld is past the end of dim %lld (size %lld)", op,
-                          (long long)end, (long long)i[0], (long long)size);
-    *len = graph_sx_const(g, (end - start + step - 1) / step);
+        return cai_graph_fail(g,
+                              "%s: slice %lld:%lld:%lld is not canonical; expected 0 <= start <= "
+                              "end and step > 0",
+                              op, (long long)start, (long long)end, (long long)step);
+    if (cai_graph_sx_const_value(g, shape[i[0]], &size) && end > size)
+        return cai_graph_fail(g, "%s: slice end %lld is past the end of dim %lld (size %lld)", op,
+                              (long long)end, (long long)i[0], (long long)size);
+    *len = cai_graph_sx_const(g, (end - start + step - 1) / step);
     return *len < 0 ? -1 : 0;
 }
 
@@ -574,14 +578,14 @@ static int infer_slice_backward(graph *g, graph_node *n) {
         return -1;
     memcpy(expect, a->shape, sizeof expect);
     expect[a->i[0]] = len;
-    if (!graph_same_shape(x->ndim, x->shape, a->n_shape, expect)) {
+    if (!cai_graph_same_shape(x->ndim, x->shape, a->n_shape, expect)) {
         char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR];
-        return graph_fail(
+        return cai_graph_fail(
             g,
             "slice_backward: the gradient has shape %s but the slice of %s along "
             "dim %lld has shape %s",
-            shape_of(g, x, s1), graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2),
-            (long long)a->i[0], graph_shape_str(g, a->n_shape, expect, s3, sizeof s3));
+            shape_of(g, x, s1), cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2),
+            (long long)a->i[0], cai_graph_shape_str(g, a->n_shape, expect, s3, sizeof s3));
     }
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;
@@ -594,7 +598,7 @@ static int infer_same(graph *g, graph_node *n) {
 
 static int infer_cast(graph *g, graph_node *n) {
     if ((unsigned)n->a.dtype > KERN_I64)
-        return graph_fail(g, "cast: dtype %d is not a kern_dtype", (int)n->a.dtype);
+        return cai_graph_fail(g, "cast: dtype %d is not a kern_dtype", (int)n->a.dtype);
     const graph_node *x = in_node(g, n, 0);
     set_out(n, n->a.dtype, x->ndim, x->shape);
     return 0;
@@ -607,22 +611,22 @@ static int infer_matmul(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0), *y = in_node(g, n, 1);
     char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
     if (x->ndim < 2 || y->ndim < 2)
-        return graph_fail(g, "matmul: both operands need at least 2 dims, got shapes %s and %s",
-                          shape_of(g, x, s1), shape_of(g, y, s2));
+        return cai_graph_fail(g, "matmul: both operands need at least 2 dims, got shapes %s and %s",
+                              shape_of(g, x, s1), shape_of(g, y, s2));
     if (x->dtype == KERN_I64 || x->dtype != y->dtype)
-        return graph_fail(g, "matmul: expected two f32 or two f64 operands, got %s and %s",
-                          dtype_name(x->dtype), dtype_name(y->dtype));
+        return cai_graph_fail(g, "matmul: expected two f32 or two f64 operands, got %s and %s",
+                              dtype_name(x->dtype), dtype_name(y->dtype));
     bool ta = n->a.i[0] != 0, tb = n->a.i[1] != 0;
     n->a.i[0] = ta;
     n->a.i[1] = tb;
     graph_sx m = x->shape[x->ndim - (ta ? 1 : 2)], ka = x->shape[x->ndim - (ta ? 2 : 1)];
     graph_sx kb = y->shape[y->ndim - (tb ? 1 : 2)], nn = y->shape[y->ndim - (tb ? 2 : 1)];
     if (ka != kb)
-        return graph_fail(g,
-                          "matmul: inner dims do not match: a %s%s and b %s%s (%s vs %s); a's "
-                          "columns must equal b's rows",
-                          shape_of(g, x, s1), ta ? " (transposed)" : "", shape_of(g, y, s2),
-                          tb ? " (transposed)" : "", sx_s(g, ka, s3), sx_s(g, kb, s4));
+        return cai_graph_fail(g,
+                              "matmul: inner dims do not match: a %s%s and b %s%s (%s vs %s); a's "
+                              "columns must equal b's rows",
+                              shape_of(g, x, s1), ta ? " (transposed)" : "", shape_of(g, y, s2),
+                              tb ? " (transposed)" : "", sx_s(g, ka, s3), sx_s(g, kb, s4));
     int nb = 0;
     graph_sx shape[KERN_MAX_DIMS];
     if (bcast(g, "matmul (batch dims)", x->ndim - 2, x->shape, y->ndim - 2, y->shape, &nb, shape))
@@ -639,7 +643,7 @@ static int infer_matmul(graph *g, graph_node *n) {
 static int need_index(graph *g, const char *op, const char *what, const graph_node *x) {
     if (x->dtype == KERN_I64)
         return 0;
-    return graph_fail(g, "%s: %s must be i64, got %s", op, what, dtype_name(x->dtype));
+    return cai_graph_fail(g, "%s: %s must be i64, got %s", op, what, dtype_name(x->dtype));
 }
 
 static int infer_index_add(graph *g, graph_node *n) {
@@ -649,24 +653,25 @@ static int infer_index_add(graph *g, graph_node *n) {
     if (need_index(g, "index_add", "the index", idx) || check_shape_attr(g, a, false))
         return -1;
     if (idx->ndim > 1)
-        return graph_fail(g, "index_add: the index must be 0-D or 1-D, got shape %s",
-                          shape_of(g, idx, s1));
+        return cai_graph_fail(g, "index_add: the index must be 0-D or 1-D, got shape %s",
+                              shape_of(g, idx, s1));
     if (norm_dim(g, "index_add", &a->i[0], a->n_shape))
         return -1;
-    graph_sx n_idx = idx->ndim == 1 ? idx->shape[0] : graph_sx_const(g, 1);
+    graph_sx n_idx = idx->ndim == 1 ? idx->shape[0] : cai_graph_sx_const(g, 1);
     graph_sx expect[KERN_MAX_DIMS];
     memcpy(expect, a->shape, sizeof expect);
     if (a->n_shape > 0)
         expect[a->i[0]] = n_idx;
-    bool ok = graph_same_shape(src->ndim, src->shape, a->n_shape, expect) &&
-              (a->n_shape > 0 || graph_sx_is(g, n_idx, 1));
+    bool ok = cai_graph_same_shape(src->ndim, src->shape, a->n_shape, expect) &&
+              (a->n_shape > 0 || cai_graph_sx_is(g, n_idx, 1));
     if (!ok)
-        return graph_fail(g,
-                          "index_add: src has shape %s but the index of shape %s along dim %lld "
-                          "of %s needs shape %s",
-                          shape_of(g, src, s1), shape_of(g, idx, s2), (long long)a->i[0],
-                          graph_shape_str(g, a->n_shape, a->shape, s3, sizeof s3),
-                          graph_shape_str(g, a->n_shape, expect, s4, sizeof s4));
+        return cai_graph_fail(
+            g,
+            "index_add: src has shape %s but the index of shape %s along dim %lld "
+            "of %s needs shape %s",
+            shape_of(g, src, s1), shape_of(g, idx, s2), (long long)a->i[0],
+            cai_graph_shape_str(g, a->n_shape, a->shape, s3, sizeof s3),
+            cai_graph_shape_str(g, a->n_shape, expect, s4, sizeof s4));
     set_out(n, src->dtype, a->n_shape, a->shape);
     return 0;
 }
@@ -677,34 +682,34 @@ static int infer_scatter_add(graph *g, graph_node *n) {
     char s1[SHAPE_STR], s2[SHAPE_STR];
     if (need_index(g, "scatter_add", "the index", idx) || check_shape_attr(g, a, false))
         return -1;
-    if (!graph_same_shape(idx->ndim, idx->shape, src->ndim, src->shape))
-        return graph_fail(g,
-                          "scatter_add: src has shape %s but index has shape %s; they must "
-                          "match",
-                          shape_of(g, src, s1), shape_of(g, idx, s2));
+    if (!cai_graph_same_shape(idx->ndim, idx->shape, src->ndim, src->shape))
+        return cai_graph_fail(g,
+                              "scatter_add: src has shape %s but index has shape %s; they must "
+                              "match",
+                              shape_of(g, src, s1), shape_of(g, idx, s2));
     if (idx->ndim != a->n_shape)
-        return graph_fail(g,
-                          "scatter_add: index of shape %s must have as many dims as the output "
-                          "%s",
-                          shape_of(g, idx, s1),
-                          graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
+        return cai_graph_fail(g,
+                              "scatter_add: index of shape %s must have as many dims as the output "
+                              "%s",
+                              shape_of(g, idx, s1),
+                              cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
     if (norm_dim(g, "scatter_add", &a->i[0], a->n_shape))
         return -1;
     for (int d = 0; d < a->n_shape; d++) {
         int64_t vi, vf;
-        if (d != a->i[0] && graph_sx_const_value(g, idx->shape[d], &vi) &&
-            graph_sx_const_value(g, a->shape[d], &vf) && vi > vf)
-            return graph_fail(g,
-                              "scatter_add: index shape %s is larger than the output %s at "
-                              "dim %d",
-                              shape_of(g, idx, s1),
-                              graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2), d);
+        if (d != a->i[0] && cai_graph_sx_const_value(g, idx->shape[d], &vi) &&
+            cai_graph_sx_const_value(g, a->shape[d], &vf) && vi > vf)
+            return cai_graph_fail(g,
+                                  "scatter_add: index shape %s is larger than the output %s at "
+                                  "dim %d",
+                                  shape_of(g, idx, s1),
+                                  cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2), d);
     }
     set_out(n, src->dtype, a->n_shape, a->shape);
     return 0;
 }
 
-bool graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t) {
+bool cai_graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t) {
     bool ok = x_nd >= 1 && t_nd == (x_nd >= 2 ? x_nd - 1 : 0);
     if (ok && x_nd >= 2) {
         ok = t[0] == x[0];
@@ -720,20 +725,21 @@ static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *
         xs[d] = a->shape[d];
     for (int d = 0; d < t->ndim; d++)
         ts[d] = t->shape[d];
-    if (graph_nll_target_fits(a->n_shape, xs, t->ndim, ts))
+    if (cai_graph_nll_target_fits(a->n_shape, xs, t->ndim, ts))
         return 0;
     char s1[SHAPE_STR], s2[SHAPE_STR];
-    return graph_fail(g, "nll_bw: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
-                      graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1), shape_of(g, t, s2));
+    return cai_graph_fail(g, "nll_bw: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
+                          cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
+                          shape_of(g, t, s2));
 }
 
 static int infer_scale_size(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     if (n->a.n_shape != 1)
-        return graph_fail(g, "scale_size: needs exactly one size expression (N), got %d",
-                          n->a.n_shape);
+        return cai_graph_fail(g, "scale_size: needs exactly one size expression (N), got %d",
+                              n->a.n_shape);
     if (x->dtype == KERN_I64)
-        return graph_fail(g, "scale_size: needs a float input, got int64");
+        return cai_graph_fail(g, "scale_size: needs a float input, got int64");
     n->a.i[0] = n->a.i[0] != 0; /* 1: multiply by N instead of dividing */
     set_out(n, x->dtype, x->ndim, x->shape);
     return 0;
@@ -744,24 +750,24 @@ static int infer_nll_bw(graph *g, graph_node *n) {
     graph_op_args *a = &n->a;
     char s1[SHAPE_STR], s2[SHAPE_STR];
     if (gr->dtype == KERN_I64)
-        return graph_fail(g, "nll_bw: the gradient must be f32 or f64, got i64");
+        return cai_graph_fail(g, "nll_bw: the gradient must be f32 or f64, got i64");
     if (a->i[0] < GRAPH_REDUCTION_NONE || a->i[0] > GRAPH_REDUCTION_SUM)
-        return graph_fail(g, "nll_bw: reduction %lld is not none (0), mean (1) or sum (2)",
-                          (long long)a->i[0]);
+        return cai_graph_fail(g, "nll_bw: reduction %lld is not none (0), mean (1) or sum (2)",
+                              (long long)a->i[0]);
     if (check_shape_attr(g, a, false) || need_index(g, "nll_bw", "the target", t))
         return -1;
     if (a->n_shape < 1)
-        return graph_fail(g, "nll_bw: the input shape must have 1 to %d dims, got 0",
-                          KERN_MAX_DIMS);
+        return cai_graph_fail(g, "nll_bw: the input shape must have 1 to %d dims, got 0",
+                              KERN_MAX_DIMS);
     if (nll_check_target(g, a, t))
         return -1;
     if (tw->dtype != gr->dtype)
-        return graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
-                          dtype_name(tw->dtype), dtype_name(gr->dtype));
+        return cai_graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
+                              dtype_name(tw->dtype), dtype_name(gr->dtype));
     bool per_elem = a->i[0] == GRAPH_REDUCTION_NONE;
-    if (per_elem ? !graph_same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
-        return graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
-                          shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
+    if (per_elem ? !cai_graph_same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
+        return cai_graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
+                              shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
     set_out(n, gr->dtype, a->n_shape, a->shape);
     return 0;
 }
@@ -771,39 +777,41 @@ static int infer_nll_bw(graph *g, graph_node *n) {
  */
 static int infer_callout(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
-    const char *op = graph_op_name(n->a.op);
+    const char *op = cai_graph_op_name(n->a.op);
     if (n->a.i[0] < 0 || (n->a.op == GOP_POST_HOOK && n->a.i[1] < 0))
-        return graph_fail(g, "%s: numbers must be >= 0, got %lld", op,
-                          (long long)(n->a.i[0] < 0 ? n->a.i[0] : n->a.i[1]));
+        return cai_graph_fail(g, "%s: numbers must be >= 0, got %lld", op,
+                              (long long)(n->a.i[0] < 0 ? n->a.i[0] : n->a.i[1]));
     if (n->a.op == GOP_POST_HOOK && x->a.i[0] != n->a.i[0])
-        return graph_fail(g,
-                          "post_accumulate_hook: leaf %lld does not match its accumulate_grad's "
-                          "leaf %lld",
-                          (long long)n->a.i[0], (long long)x->a.i[0]);
-    for (int v = 0; n->a.op == GOP_OUTPUT && v < graph_count(g); v++) {
-        const graph_node *o = graph_node_at(g, v);
+        return cai_graph_fail(
+            g,
+            "post_accumulate_hook: leaf %lld does not match its accumulate_grad's "
+            "leaf %lld",
+            (long long)n->a.i[0], (long long)x->a.i[0]);
+    for (int v = 0; n->a.op == GOP_OUTPUT && v < cai_graph_count(g); v++) {
+        const graph_node *o = cai_graph_node_at(g, v);
         if (o->a.op == GOP_OUTPUT && !o->dead && o->a.i[0] == n->a.i[0])
-            return graph_fail(g, "output: output %lld is already value %d", (long long)n->a.i[0],
-                              v);
+            return cai_graph_fail(g, "output: output %lld is already value %d",
+                                  (long long)n->a.i[0], v);
     }
     copy_out(n, x);
     return 0;
 }
 
-int graph_infer(graph *g, graph_node *n) {
+int cai_graph_infer(graph *g, graph_node *n) {
     graph_op_args *a = &n->a;
     if ((unsigned)a->op >= GOP__COUNT)
-        return graph_fail(g, "graph_add: op %d is not a graph_op", (int)a->op);
+        return cai_graph_fail(g, "cai_graph_add: op %d is not a graph_op", (int)a->op);
     if (a->op == GOP_PW && (uint64_t)a->i[0] >= KPW__COUNT)
-        return graph_fail(g, "pw: %lld is not a kern_pw_op", (long long)a->i[0]);
+        return cai_graph_fail(g, "pw: %lld is not a kern_pw_op", (long long)a->i[0]);
     int n_in = op_n_in(a);
     if (check_inputs(g, a, n_in))
         return -1;
     if (a->n_perm < 0 || a->n_perm > KERN_MAX_DIMS)
-        return graph_fail(g, "%s: the permutation has %d entries", graph_op_name(a->op), a->n_perm);
+        return cai_graph_fail(g, "%s: the permutation has %d entries", cai_graph_op_name(a->op),
+                              a->n_perm);
     if (op_uses_shape(a->op) && (a->n_shape < 0 || a->n_shape > KERN_MAX_DIMS))
-        return graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d",
-                          graph_op_name(a->op), a->n_shape, KERN_MAX_DIMS);
+        return cai_graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d",
+                              cai_graph_op_name(a->op), a->n_shape, KERN_MAX_DIMS);
     canon_unused(a, n_in);
     switch (a->op) {
     case GOP_INPUT: return infer_input(g, n);

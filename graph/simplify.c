@@ -6,7 +6,7 @@
  * value (the node is marked dead with alias set, as CSE does, and the readers follow the
  * alias) or rewrites the node in place into an op that makes the same dtype and shape
  * (re-inferred and checked, undone when it does not match). A rule that needs new nodes
- * appends them with graph_add; each new node is anchored to the node being rewritten, and
+ * appends them with cai_graph_add; each new node is anchored to the node being rewritten, and
  * a final stable reorder places it just before its anchor, so values still come before
  * their readers and the printed graph keeps its NodeCall comments in order.
  *
@@ -38,25 +38,25 @@ typedef struct {
  * Small facts
  */
 static const graph_node *node(const simp *s, graph_val v) {
-    return graph_node_at(s->g, v);
+    return cai_graph_node_at(s->g, v);
 }
 
 static const graph_node *input(const simp *s, const graph_node *x, int k) {
-    return graph_node_at(s->g, x->a.in[k]);
+    return cai_graph_node_at(s->g, x->a.in[k]);
 }
 
 static bool same_type(const graph_node *a, const graph_node *b) {
-    return a->dtype == b->dtype && graph_same_shape(a->ndim, a->shape, b->ndim, b->shape);
+    return a->dtype == b->dtype && cai_graph_same_shape(a->ndim, a->shape, b->ndim, b->shape);
 }
 
 /* The shapes differ only by leading 1s (a reshape or unsqueeze that moves nothing). */
 static bool ones_only(const graph *g, int na, const graph_sx *a, int nb, const graph_sx *b) {
     int ia = 0, ib = 0;
-    while (ia < na && graph_sx_is(g, a[ia], 1))
+    while (ia < na && cai_graph_sx_is(g, a[ia], 1))
         ia++;
-    while (ib < nb && graph_sx_is(g, b[ib], 1))
+    while (ib < nb && cai_graph_sx_is(g, b[ib], 1))
         ib++;
-    return graph_same_shape(na - ia, a + ia, nb - ib, b + ib);
+    return cai_graph_same_shape(na - ia, a + ia, nb - ib, b + ib);
 }
 
 static bool leading_ones_only(const graph *g, const graph_node *a, const graph_node *b) {
@@ -109,7 +109,7 @@ static bool is_fill(const graph_node *x, double c) {
  */
 /* v's readers use r from now on (r makes the same dtype and shape). */
 static bool replace(simp *s, graph_val v, graph_val r) {
-    graph_node *x = graph_node_mut(s->g, v);
+    graph_node *x = cai_graph_node_mut(s->g, v);
     if (r < 0 || r == v || !same_type(x, node(s, r)))
         return false;
     x->alias = r;
@@ -121,10 +121,10 @@ static bool replace(simp *s, graph_val v, graph_val r) {
 /* Rewrite v's args in place; undone unless the node still infers and makes the same
  * dtype and shape. */
 static bool mutate(simp *s, graph_val v, const graph_op_args *a) {
-    graph_node *x = graph_node_mut(s->g, v);
+    graph_node *x = cai_graph_node_mut(s->g, v);
     graph_node old = *x;
     x->a = *a;
-    if (graph_infer(s->g, x) != 0 || !same_type(x, &old)) {
+    if (cai_graph_infer(s->g, x) != 0 || !same_type(x, &old)) {
         *x = old;
         return false;
     }
@@ -134,9 +134,9 @@ static bool mutate(simp *s, graph_val v, const graph_op_args *a) {
 
 /* A new node in v's place in the order, with v's origin; -1 when it cannot be made. */
 static graph_val append(simp *s, const graph_op_args *a, graph_origin o) {
-    if (graph_count(s->g) >= s->cap)
+    if (cai_graph_count(s->g) >= s->cap)
         return -1;
-    graph_val r = graph_add(s->g, a, o);
+    graph_val r = cai_graph_add(s->g, a, o);
     if (r >= 0)
         s->anchor[r] = s->cur;
     return r;
@@ -171,7 +171,7 @@ static bool pw_identity(simp *s, graph_val v, const graph_node *x) {
 static bool sum_of_ones(simp *s, graph_val v, const graph_node *x, uint32_t mask) {
     const graph_node *in = input(s, x, 0);
     for (int d = 0; d < in->ndim; d++)
-        if (((mask >> d) & 1) && !graph_sx_is(s->g, in->shape[d], 1))
+        if (((mask >> d) & 1) && !cai_graph_sx_is(s->g, in->shape[d], 1))
             return false;
     if (replace(s, v, x->a.in[0]))
         return true;
@@ -185,8 +185,8 @@ static uint32_t sum_to_mask(const simp *s, const graph_node *x, const graph_node
     int lead = in->ndim - x->ndim;
     uint32_t mask = 0;
     for (int d = 0; d < in->ndim; d++)
-        if (d < lead ||
-            (graph_sx_is(s->g, x->shape[d - lead], 1) && !graph_sx_is(s->g, in->shape[d], 1)))
+        if (d < lead || (cai_graph_sx_is(s->g, x->shape[d - lead], 1) &&
+                         !cai_graph_sx_is(s->g, in->shape[d], 1)))
             mask |= 1u << d;
     return mask;
 }
@@ -198,7 +198,7 @@ static uint32_t sum_to_mask(const simp *s, const graph_node *x, const graph_node
 /* y * n: mul_s for a constant, scale_size (multiplying) for a symbol. */
 static graph_val scale_by(simp *s, graph_val y, graph_sx n, graph_origin o) {
     int64_t c;
-    if (graph_sx_const_value(s->g, n, &c)) {
+    if (cai_graph_sx_const_value(s->g, n, &c)) {
         if (c == 1)
             return y;
         graph_op_args a = {.op = GOP_PW, .n_in = 1, .in = {y}, .i = {KPW_MUL_S}, .p = {(double)c}};
@@ -214,7 +214,7 @@ static graph_val scale_by(simp *s, graph_val y, graph_sx n, graph_origin o) {
 static graph_val shape_to(simp *s, graph_op op, graph_val y, int nd, const graph_sx *shape,
                           graph_origin o) {
     const graph_node *yn = node(s, y);
-    if (graph_same_shape(yn->ndim, yn->shape, nd, shape))
+    if (cai_graph_same_shape(yn->ndim, yn->shape, nd, shape))
         return y;
     graph_op_args a = {.op = op, .n_in = 1, .in = {y}, .n_shape = nd};
     memcpy(a.shape, shape, sizeof(graph_sx) * (size_t)nd);
@@ -229,16 +229,16 @@ static bool expand_sum(simp *s, graph_val v, const graph_node *x, uint32_t mask,
     const graph_node *e = input(s, x, 0), *y = input(s, e, 0);
     graph *g = s->g;
     int off = e->ndim - y->ndim, nr = 0;
-    graph_sx n = graph_sx_const(g, 1), r[KERN_MAX_DIMS];
+    graph_sx n = cai_graph_sx_const(g, 1), r[KERN_MAX_DIMS];
     graph_sx one = n;
     if (n < 0)
         return false;
     for (int d = 0; d < e->ndim; d++) {
         bool bcast = d < off || y->shape[d - off] != e->shape[d];
         bool reduced = (mask >> d) & 1;
-        if (reduced && !bcast && !graph_sx_is(g, e->shape[d], 1))
+        if (reduced && !bcast && !cai_graph_sx_is(g, e->shape[d], 1))
             return false; /* a real sum remains */
-        if (reduced && bcast && (n = graph_sx_op(g, GSX_MUL, n, e->shape[d])) < 0)
+        if (reduced && bcast && (n = cai_graph_sx_op(g, GSX_MUL, n, e->shape[d])) < 0)
             return false;
         if (!reduced && d >= lead)
             r[nr++] = d < off ? one : y->shape[d - off];
@@ -246,13 +246,13 @@ static bool expand_sum(simp *s, graph_val v, const graph_node *x, uint32_t mask,
             r[nr++] = one;
     }
     int64_t c;
-    if (graph_sx_const_value(g, n, &c) && c <= 0)
+    if (cai_graph_sx_const_value(g, n, &c) && c <= 0)
         return false; /* an empty sum is 0, y * 0 is not (NaN, inf) */
     if (nr != x->ndim)
         return false;
     graph_origin o = x->origin;
     /* an expand adds leading 1s itself: no reshape just for them */
-    bool reshape = graph_same_shape(nr, r, x->ndim, x->shape) || nr < y->ndim ||
+    bool reshape = cai_graph_same_shape(nr, r, x->ndim, x->shape) || nr < y->ndim ||
                    !ones_only(g, nr, r, y->ndim, y->shape);
     graph_val t = scale_by(s, e->a.in[0], n, o);
     if (t >= 0 && reshape)
@@ -341,7 +341,8 @@ static bool rule_matmul_operand(simp *s, graph_val v, const graph_node *x, int k
 }
 
 static bool rule_matmul(simp *s, graph_val v, const graph_node *x) {
-    return rule_matmul_operand(s, v, x, 0) || rule_matmul_operand(s, v, graph_node_at(s->g, v), 1);
+    return rule_matmul_operand(s, v, x, 0) ||
+           rule_matmul_operand(s, v, cai_graph_node_at(s->g, v), 1);
 }
 
 /* One rewrite of v, if any applies. */
@@ -379,7 +380,7 @@ static void emit(simp *s, graph_val v, int *next) {
 /* New nodes go just before their anchor (in the order they were made), then everything is
  * renumbered: ids, inputs and aliases. */
 static void reorder(simp *s) {
-    int n = graph_count(s->g), next = 0;
+    int n = cai_graph_count(s->g), next = 0;
     for (int v = 0; v < n; v++)
         s->map[v] = s->first[v] = s->link[v] = -1;
     for (int v = n - 1; v >= s->n_orig; v--) { /* lists in id order */
@@ -401,62 +402,62 @@ static void reorder(simp *s) {
             c->alias = s->map[c->alias];
     }
     for (int i = 0; i < n; i++)
-        *graph_node_mut(s->g, i) = s->copy[i];
+        *cai_graph_node_mut(s->g, i) = s->copy[i];
 }
 
 /* ---------------------------------------------------------------------------------------
  * The pass
  */
 static bool simp_alloc(simp *s, graph *g) {
-    int n = graph_count(g);
+    int n = cai_graph_count(g);
     s->g = g;
     s->n_orig = n;
     s->cap = 2 * n + 16;
     size_t cap = (size_t)s->cap;
-    s->anchor = graph_mem_alloc(sizeof(int32_t) * cap);
-    s->map = graph_mem_alloc(sizeof(int32_t) * cap);
-    s->order = graph_mem_alloc(sizeof(int32_t) * cap);
-    s->first = graph_mem_alloc(sizeof(int32_t) * cap);
-    s->link = graph_mem_alloc(sizeof(int32_t) * cap);
-    s->copy = graph_mem_alloc(sizeof(graph_node) * cap);
+    s->anchor = cai_graph_mem_alloc(sizeof(int32_t) * cap);
+    s->map = cai_graph_mem_alloc(sizeof(int32_t) * cap);
+    s->order = cai_graph_mem_alloc(sizeof(int32_t) * cap);
+    s->first = cai_graph_mem_alloc(sizeof(int32_t) * cap);
+    s->link = cai_graph_mem_alloc(sizeof(int32_t) * cap);
+    s->copy = cai_graph_mem_alloc(sizeof(graph_node) * cap);
     return s->anchor && s->map && s->order && s->first && s->link && s->copy;
 }
 
 static void simp_free(simp *s) {
-    graph_mem_free(s->anchor);
-    graph_mem_free(s->map);
-    graph_mem_free(s->order);
-    graph_mem_free(s->first);
-    graph_mem_free(s->link);
-    graph_mem_free(s->copy);
+    cai_graph_mem_free(s->anchor);
+    cai_graph_mem_free(s->map);
+    cai_graph_mem_free(s->order);
+    cai_graph_mem_free(s->first);
+    cai_graph_mem_free(s->link);
+    cai_graph_mem_free(s->copy);
 }
 
-int graph_simplify(graph *g) {
+int cai_graph_simplify(graph *g) {
     if (!g)
         return -1;
     simp s = {0};
     if (!simp_alloc(&s, g)) {
         simp_free(&s);
-        return graph_fail_nomem(g, "simplifying the graph");
+        return cai_graph_fail_nomem(g, "simplifying the graph");
     }
     for (int v = 0; v < s.n_orig; v++)
         s.anchor[v] = v;
-    for (graph_val v = 0; v < graph_count(g); v++) { /* new nodes are visited too */
-        graph_node *x = graph_node_mut(g, v);
+    for (graph_val v = 0; v < cai_graph_count(g); v++) { /* new nodes are visited too */
+        graph_node *x = cai_graph_node_mut(g, v);
         for (int k = 0; k < x->a.n_in; k++)
-            x->a.in[k] = graph_resolve(g, x->a.in[k]);
-        if (x->dead || x->a.op == GOP_INPUT || graph_op_is_side_effect(x->a.op))
+            x->a.in[k] = cai_graph_resolve(g, x->a.in[k]);
+        if (x->dead || x->a.op == GOP_INPUT || cai_graph_op_is_side_effect(x->a.op))
             continue;
         s.cur = s.anchor[v];
         for (int round = 0; round < MAX_ROUNDS && !node(&s, v)->dead && rewrite(&s, v); round++)
             ;
     }
-    for (graph_val v = 0; v < graph_count(g); v++) { /* readers of later replacements */
-        graph_node *x = graph_node_mut(g, v);
+    for (graph_val v = 0; v < cai_graph_count(g); v++) { /* readers of later replacements */
+        graph_node *x = cai_graph_node_mut(g, v);
         for (int k = 0; k < x->a.n_in; k++)
-            x->a.in[k] = graph_resolve(g, x->a.in[k]);
+            x->a.in[k] = cai_graph_resolve(g, x->a.in[k]);
     }
-    if (graph_count(g) > s.n_orig)
+    if (cai_graph_count(g) > s.n_orig)
         reorder(&s);
     simp_free(&s);
     return s.changes;

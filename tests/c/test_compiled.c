@@ -1641,7 +1641,7 @@ Test(compiled, flattened_batch_gives_eager_gradients) {
  * batch size (a miss and a failed trace each time) instead of one recompile then hits. The
  * relation holds by construction (the forward view enforced it, and the key guards every
  * slot). Fix: when the tracer lowers a reshape whose element count cannot be proven, pass
- * the target with one symbolic dim as -1 (graph_add infers it), or record the relation
+ * the target with one symbolic dim as -1 (cai_graph_add infers it), or record the relation
  * s1 = s0*3 when the key lifts a view's sizes. The same failure makes every random graph
  * with a flatten/merge of a dynamic dim run eagerly (see compiled_random). */
 Test(compiled, flattened_batch_change_is_one_recompile) {
@@ -1660,7 +1660,7 @@ Test(compiled, flattened_batch_change_is_one_recompile) {
     ca_compiled_autograd_reset();
 }
 
-/* BUG (autograd/compiled_cache.c, leaf_new and cache_add_entry): for a graph with no size
+/* BUG (autograd/compiled_cache.c, leaf_new and cai_cache_add_entry): for a graph with no size
  * slot at all (only 0-d tensors) and an empty key buffer (the first backward after a reset),
  * key->sizes is NULL and both functions call memcpy(dst, NULL, 0): undefined behaviour,
  * reported by UBSan ("compiled_cache.c:88: null pointer passed as argument 2") so the
@@ -2610,7 +2610,7 @@ Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
     ca_compiled_autograd_reset();
 }
 
-/* BUG (compiled_key.c, node_fields): the key runs node_check_saved on every saved tensor,
+/* BUG (compiled_key.c, node_fields): the key runs cai_node_check_saved on every saved tensor,
  * even one the rule will not read. y = a * b with only a requiring grad: MulBackward0's
  * rule reads only 'other' (b), so eager (like PyTorch) does not mind a change of a in
  * place, but the compiled backward fails with "modified by an in-place operation". */
@@ -2816,57 +2816,57 @@ Test(compiled, allocation_failure_at_every_allocation) {
 }
 
 /* The graph layer's allocations, wired by hand to the library's hook (what ca_init should
- * do, see graph_allocator_goes_through_the_hook), so failures reach graph_new, graph_add
+ * do, see graph_allocator_goes_through_the_hook), so failures reach cai_graph_new, cai_graph_add
  * and the plan too. */
 static void *hooked_graph_alloc(size_t n) {
-    return mem_alloc_aligned(n, 64);
+    return cai_mem_alloc_aligned(n, 64);
 }
 
 Test(compiled, allocation_failure_in_the_graph_layer) {
     TU_OK(ca_init());
-    graph_set_allocator((kern_allocator){hooked_graph_alloc, mem_free});
+    cai_graph_set_allocator((kern_allocator){hooked_graph_alloc, cai_mem_free});
     oom_runs_failed = oom_silent_fallbacks = 0;
     tu_oom_every_allocation("compiled MLP backward, graph layer hooked", oom_scenario);
     tu_oom_every_allocation("compiled deep chain, graph layer hooked", oom_deep_scenario);
-    graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_gt(oom_runs_failed, 0, "no run failed in the compiled backward");
 }
 
 /* BUG (autograd/builder_trace.c, add_node and size_sx; compiled.c, compile_entry): an
- * allocation failure inside the graph layer while tracing (graph_add: "out of memory growing
+ * allocation failure inside the graph layer while tracing (cai_graph_add: "out of memory growing
  * the node list", graph_sx_*: the size-expression table) is turned into CA_STATUS_INTERNAL,
  * which compile_entry takes for "untraceable": the backward silently runs eagerly and is
  * counted in eager_fallbacks instead of failing with CA_STATUS_NOMEM (and the graph is
- * re-traced on every later backward). Fix: when graph_add/graph_sx_* fail for lack of
+ * re-traced on every later backward). Fix: when cai_graph_add/graph_sx_* fail for lack of
  * memory, set CA_STATUS_NOMEM (e.g. graph_error_is_nomem, or check the message/kind) so
  * compile_entry returns it. Seen only with the graph layer wired to the hook (see
  * graph_allocator_goes_through_the_hook). */
 Test(compiled, graph_layer_allocation_failure_is_nomem) {
     TU_OK(ca_init());
-    graph_set_allocator((kern_allocator){hooked_graph_alloc, mem_free});
+    cai_graph_set_allocator((kern_allocator){hooked_graph_alloc, cai_mem_free});
     oom_runs_failed = oom_silent_fallbacks = 0;
     tu_oom_every_allocation("compiled deep chain, graph layer hooked", oom_deep_scenario);
-    graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(oom_silent_fallbacks, 0, "%d failed allocations ran eagerly instead of failing",
                  oom_silent_fallbacks);
 }
 
 /* BUG (autograd/state.c, init_run): ca_init wires the kernels' scratch allocator to the
- * library's hook (kern_set_allocator) but never calls graph_set_allocator, so the graph IR,
- * its passes and memory plans (graph_new, graph_add, graph_plan_new, graph_print) allocate
- * with aligned_alloc behind the user's allocator: they are not counted, cannot be failed
- * by tests, and ignore a user's allocator. Fix: graph_set_allocator((kern_allocator)
- * {kern_scratch_alloc, mem_free}) in init_run. */
+ * library's hook (cai_kern_set_allocator) but never calls cai_graph_set_allocator, so the graph IR,
+ * its passes and memory plans (cai_graph_new, cai_graph_add, cai_graph_plan_new, cai_graph_print)
+ * allocate with aligned_alloc behind the user's allocator: they are not counted, cannot be failed
+ * by tests, and ignore a user's allocator. Fix: cai_graph_set_allocator((kern_allocator)
+ * {cai_kern_scratch_alloc, cai_mem_free}) in init_run. */
 Test(compiled, graph_allocator_goes_through_the_hook) {
     tu_alloc_install();
     TU_OK(ca_init());
     tu_alloc_arm(0);
-    graph *g = graph_new();
+    graph *g = cai_graph_new();
     long n = tu_alloc_count();
-    graph_free(g);
+    cai_graph_free(g);
     tu_alloc_uninstall();
     cr_assert_not_null(g);
-    cr_assert_gt(n, 0, "graph_new allocated behind the library's allocator hook");
+    cr_assert_gt(n, 0, "cai_graph_new allocated behind the library's allocator hook");
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -26,14 +26,14 @@ static void make_key(graph_key *g, int64_t batch, int64_t in, int64_t out, bool 
     }
     TU_OK(ca_ones(CA_FLOAT32, 0, NULL, &g->t[5]));
     ca_node *root = loss->grad_fn;
-    TU_OK(walk_graph(&g->walk, &root, 1));
+    TU_OK(cai_walk_graph(&g->walk, &root, 1));
     key_request req = {.n_roots = 1, .roots = &root, .seeds = &g->t[5]};
-    TU_OK(key_collect_walk(&g->key, &g->walk, &req));
+    TU_OK(cai_key_collect_walk(&g->key, &g->walk, &req));
 }
 
 static void free_key(graph_key *g) {
-    key_collect_free(&g->key);
-    walk_free(&g->walk);
+    cai_key_collect_free(&g->key);
+    cai_walk_free(&g->walk);
     tu_release_n(g->t, 6);
 }
 
@@ -44,13 +44,13 @@ static void count_free(void *p) {
 
 /* Insert g at whatever its lookup says, returning the new entry. */
 static cache_entry *insert(ca_cache *c, graph_key *g, bool dynamic) {
-    cache_lookup l = cache_find(c, &g->key);
+    cache_lookup l = cai_cache_find(c, &g->key);
     cache_leaf *leaf;
     cache_entry *e;
-    TU_OK(cache_leaf_for(c, &g->key, &l, dynamic, &leaf));
+    TU_OK(cai_cache_leaf_for(c, &g->key, &l, dynamic, &leaf));
     if (l.kind == LOOKUP_SHAPES)
-        cache_mark_changed(leaf, &g->key, NULL);
-    TU_OK(cache_add_entry(leaf, &g->key, &freed, count_free, &e));
+        cai_cache_mark_changed(leaf, &g->key, NULL);
+    TU_OK(cai_cache_add_entry(leaf, &g->key, &freed, count_free, &e));
     return e;
 }
 
@@ -58,7 +58,7 @@ Test(compiled_cache, empty_cache_misses_at_graph_root) {
     ca_cache c = {0};
     graph_key g;
     make_key(&g, 8, 4, 3, false);
-    cache_lookup l = cache_find(&c, &g.key);
+    cache_lookup l = cai_cache_find(&c, &g.key);
     cr_assert_eq(l.kind, LOOKUP_NEW_NODE);
     cr_assert_eq(l.call, 0);
     free_key(&g);
@@ -70,10 +70,10 @@ Test(compiled_cache, same_graph_hits) {
     make_key(&g1, 8, 4, 3, false);
     make_key(&g2, 8, 4, 3, false);
     cache_entry *e = insert(&c, &g1, false);
-    cache_lookup l = cache_find(&c, &g2.key);
+    cache_lookup l = cai_cache_find(&c, &g2.key);
     cr_assert_eq(l.kind, LOOKUP_HIT);
     cr_assert_eq(l.entry, e);
-    cache_clear(&c);
+    cai_cache_clear(&c);
     free_key(&g1);
     free_key(&g2);
 }
@@ -85,20 +85,20 @@ Test(compiled_cache, batch_change_is_one_shapes_miss_then_hits) {
     make_key(&g16, 16, 4, 3, false);
     make_key(&g32, 32, 4, 3, false);
     insert(&c, &g8, false);
-    cache_lookup l = cache_find(&c, &g16.key);
+    cache_lookup l = cai_cache_find(&c, &g16.key);
     cr_assert_eq(l.kind, LOOKUP_SHAPES);
     uint8_t changed[256] = {0};
     cr_assert_lt(l.leaf->n_slots, 256);
-    int n = cache_mark_changed(l.leaf, &g16.key, changed);
+    int n = cai_cache_mark_changed(l.leaf, &g16.key, changed);
     cr_assert_gt(n, 0);
     for (int s = 0; s < l.leaf->n_slots; s++)
         cr_assert_eq(l.leaf->dynamic[s], changed[s], "slot %d: only changed slots turn dynamic", s);
     cache_entry *e;
-    TU_OK(cache_add_entry(l.leaf, &g16.key, &freed, count_free, &e));
-    cr_assert_eq(cache_find(&c, &g32.key).kind, LOOKUP_HIT, "a third batch size hits");
-    cr_assert_eq(cache_find(&c, &g32.key).entry, e);
-    cr_assert_eq(cache_find(&c, &g8.key).kind, LOOKUP_HIT);
-    cache_clear(&c);
+    TU_OK(cai_cache_add_entry(l.leaf, &g16.key, &freed, count_free, &e));
+    cr_assert_eq(cai_cache_find(&c, &g32.key).kind, LOOKUP_HIT, "a third batch size hits");
+    cr_assert_eq(cai_cache_find(&c, &g32.key).entry, e);
+    cr_assert_eq(cai_cache_find(&c, &g8.key).kind, LOOKUP_HIT);
+    cai_cache_clear(&c);
     free_key(&g8);
     free_key(&g16);
     free_key(&g32);
@@ -110,13 +110,13 @@ Test(compiled_cache, new_node_miss_names_the_first_differing_call) {
     make_key(&a, 8, 4, 3, false);
     make_key(&b, 8, 4, 3, true);
     insert(&c, &a, false);
-    cache_lookup l = cache_find(&c, &b.key);
+    cache_lookup l = cai_cache_find(&c, &b.key);
     cr_assert_eq(l.kind, LOOKUP_NEW_NODE);
     cr_assert_eq(l.call, 1, "GraphRoot matches in shape, NodeCall 1 (TanhBackward0) differs");
-    cr_assert_str_eq(key_node_name(&b.key, 1), "TanhBackward0");
+    cr_assert_str_eq(cai_key_node_name(&b.key, 1), "TanhBackward0");
     int sizes[4];
-    cr_assert_eq(cache_child_key_sizes(l.at, sizes, 4), 1, "one previous key at that level");
-    cache_clear(&c);
+    cr_assert_eq(cai_cache_child_key_sizes(l.at, sizes, 4), 1, "one previous key at that level");
+    cai_cache_clear(&c);
     free_key(&a);
     free_key(&b);
 }
@@ -127,8 +127,8 @@ Test(compiled_cache, dynamic_option_makes_first_entry_general) {
     make_key(&g8, 8, 4, 3, false);
     make_key(&g16, 16, 4, 3, false);
     insert(&c, &g8, true);
-    cr_assert_eq(cache_find(&c, &g16.key).kind, LOOKUP_HIT);
-    cache_clear(&c);
+    cr_assert_eq(cai_cache_find(&c, &g16.key).kind, LOOKUP_HIT);
+    cai_cache_clear(&c);
     free_key(&g8);
     free_key(&g16);
 }
@@ -139,8 +139,8 @@ Test(compiled_cache, sizes_0_and_1_stay_specialised) {
     make_key(&g8, 8, 4, 3, false);
     make_key(&g1, 1, 4, 3, false);
     insert(&c, &g8, true); /* every slot >= 2 is dynamic */
-    cr_assert_eq(cache_find(&c, &g1.key).kind, LOOKUP_SHAPES, "batch 1 needs its own entry");
-    cache_clear(&c);
+    cr_assert_eq(cai_cache_find(&c, &g1.key).kind, LOOKUP_SHAPES, "batch 1 needs its own entry");
+    cai_cache_clear(&c);
     free_key(&g8);
     free_key(&g1);
 }
@@ -153,9 +153,9 @@ Test(compiled_cache, equal_dims_share_a_symbol) {
     make_key(&g12, 12, 12, 3, false);
     make_key(&g16, 16, 12, 3, false);
     insert(&c, &sq, true);
-    cr_assert_eq(cache_find(&c, &g12.key).kind, LOOKUP_HIT, "still equal: hit");
-    cr_assert_eq(cache_find(&c, &g16.key).kind, LOOKUP_SHAPES, "no longer equal: miss");
-    cache_clear(&c);
+    cr_assert_eq(cai_cache_find(&c, &g12.key).kind, LOOKUP_HIT, "still equal: hit");
+    cr_assert_eq(cai_cache_find(&c, &g16.key).kind, LOOKUP_SHAPES, "no longer equal: miss");
+    cai_cache_clear(&c);
     free_key(&sq);
     free_key(&g12);
     free_key(&g16);
@@ -171,7 +171,7 @@ Test(compiled_cache, clear_frees_every_compiled_payload) {
     insert(&c, &a, false);
     insert(&c, &b, false);
     insert(&c, &b16, false);
-    cache_clear(&c);
+    cai_cache_clear(&c);
     cr_assert_eq(freed, 3);
     cr_assert_null(c.root.child);
     free_key(&a);
@@ -196,10 +196,10 @@ static ca_status make_key_status(graph_key *g) {
     if (st != CA_OK)
         return st;
     ca_node *root = g->t[3]->grad_fn;
-    if ((st = walk_graph(&g->walk, &root, 1)) != CA_OK)
+    if ((st = cai_walk_graph(&g->walk, &root, 1)) != CA_OK)
         return st;
     key_request req = {.n_roots = 1, .roots = &root, .seeds = &g->t[5]};
-    return key_collect_walk(&g->key, &g->walk, &req);
+    return cai_key_collect_walk(&g->key, &g->walk, &req);
 }
 
 /* Allocation failure anywhere in an insertion leaves a cache that still works. */
@@ -211,14 +211,14 @@ static ca_status insert_scenario(void) {
     cache_leaf *leaf;
     cache_entry *e;
     if (st == CA_OK) {
-        l = cache_find(&c, &g.key);
-        st = cache_leaf_for(&c, &g.key, &l, false, &leaf);
+        l = cai_cache_find(&c, &g.key);
+        st = cai_cache_leaf_for(&c, &g.key, &l, false, &leaf);
     }
     if (st == CA_OK)
-        st = cache_add_entry(leaf, &g.key, &freed, count_free, &e);
-    if (st == CA_OK && cache_find(&c, &g.key).kind != LOOKUP_HIT)
+        st = cai_cache_add_entry(leaf, &g.key, &freed, count_free, &e);
+    if (st == CA_OK && cai_cache_find(&c, &g.key).kind != LOOKUP_HIT)
         st = CA_STATUS_INTERNAL;
-    cache_clear(&c);
+    cai_cache_clear(&c);
     free_key(&g);
     return st;
 }

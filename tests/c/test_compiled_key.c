@@ -19,14 +19,14 @@ static void collect(key_run *r, ca_tensor *loss) {
     ca_node *root = loss->grad_fn;
     cr_assert_not_null(root);
     TU_OK(ca_ones(loss->dtype, loss->ndim, loss->shape, &r->seed));
-    TU_OK(walk_graph(&r->walk, &root, 1));
+    TU_OK(cai_walk_graph(&r->walk, &root, 1));
     key_request req = {.n_roots = 1, .roots = &root, .seeds = &r->seed};
-    TU_OK(key_collect_walk(&r->key, &r->walk, &req));
+    TU_OK(cai_key_collect_walk(&r->key, &r->walk, &req));
 }
 
 static void key_run_free(key_run *r) {
-    key_collect_free(&r->key);
-    walk_free(&r->walk);
+    cai_key_collect_free(&r->key);
+    cai_walk_free(&r->walk);
     ca_tensor_release(r->seed);
 }
 
@@ -56,8 +56,8 @@ Test(compiled_key, same_graph_same_key) {
     cr_assert(same_bytes(&r1.key, &r2.key));
     cr_assert_eq(r1.key.n_sizes, r2.key.n_sizes);
     cr_assert_eq(memcmp(r1.key.sizes, r2.key.sizes, sizeof(int64_t) * (size_t)r1.key.n_sizes), 0);
-    cr_assert_str_eq(key_node_name(&r1.key, 0), "GraphRoot");
-    cr_assert_str_eq(key_node_name(&r1.key, 1), "SumBackward0");
+    cr_assert_str_eq(cai_key_node_name(&r1.key, 0), "GraphRoot");
+    cr_assert_str_eq(cai_key_node_name(&r1.key, 1), "SumBackward0");
     key_run_free(&r1);
     key_run_free(&r2);
     tu_release_n((ca_tensor *[]){w, l1, l2, k1[0], k1[1], k1[2], k2[0], k2[1], k2[2]}, 9);
@@ -97,7 +97,7 @@ Test(compiled_key, new_op_changes_bytes_at_its_node) {
     const uint8_t *b1 = key_bytes(&r1.key, 1, &len1), *b3 = key_bytes(&r3.key, 1, &len3);
     cr_assert(len1 != len3 || memcmp(b1, b3, (size_t)len1) != 0,
               "NodeCall 1 is SumBackward0 in one walk and MulBackward1 in the other");
-    cr_assert_str_eq(key_node_name(&r3.key, 1), "MulBackward1");
+    cr_assert_str_eq(cai_key_node_name(&r3.key, 1), "MulBackward1");
     key_run_free(&r1);
     key_run_free(&r3);
     tu_release_n((ca_tensor *[]){w, l1, l2, t, l3, k1[0], k1[1], k1[2], k2[0], k2[1], k2[2]}, 11);
@@ -169,11 +169,11 @@ Test(compiled_key, slot_owners_name_node_field_and_dim) {
         const key_slot_owner *o = &r.key.owners[s];
         char buf[128];
         found = o->node_call == 3 && o->kind == OWN_SAVED && o->dim == 0 && r.key.sizes[s] == 8 &&
-                strcmp(key_owner_str(&r.key, s, buf, sizeof buf),
+                strcmp(cai_key_owner_str(&r.key, s, buf, sizeof buf),
                        "LinearBackward0 (NodeCall 3) saved input dim 0") == 0;
     }
     cr_assert(found, "a slot owned by LinearBackward0 (NodeCall 3) saved input dim 0");
-    cr_assert_str_eq(key_node_name(&r.key, 3), "LinearBackward0");
+    cr_assert_str_eq(cai_key_node_name(&r.key, 3), "LinearBackward0");
     key_run_free(&r);
     tu_release_n((ca_tensor *[]){w, l, k[0], k[1], k[2]}, 5);
 }
@@ -192,12 +192,12 @@ Test(compiled_key, saved_tensors_are_not_checked_by_the_key) {
     ca_tensor *seed = tu_from(CA_FLOAT64, 0, NULL, (double[]){1}, false);
     ca_walk w = {0};
     key_collect k = {0};
-    TU_OK(walk_graph(&w, &root, 1));
+    TU_OK(cai_walk_graph(&w, &root, 1));
     key_request req = {.n_roots = 1, .roots = &root, .seeds = &seed};
-    TU_OK(key_collect_walk(&k, &w, &req));
+    TU_OK(cai_key_collect_walk(&k, &w, &req));
     /* ...but the eager check of that node still reports it */
-    TU_FAILS(node_check_saved(k.nodes[1], 0), CA_STATUS_AUTOGRAD, "ExpBackward0");
-    key_collect_free(&k);
-    walk_free(&w);
+    TU_FAILS(cai_node_check_saved(k.nodes[1], 0), CA_STATUS_AUTOGRAD, "ExpBackward0");
+    cai_key_collect_free(&k);
+    cai_walk_free(&w);
     tu_release_n((ca_tensor *[]){x, y, l, seed}, 4);
 }

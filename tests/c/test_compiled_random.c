@@ -981,7 +981,7 @@ static outcome run_case(const graph_case *gc, bool compiled, const char *what) {
     hook_calls = 0;
     ca_compiled_counters c0, c1;
     ca_compiled_autograd_counters(&c0);
-    uint64_t gen = err_generation();
+    uint64_t gen = cai_err_generation();
     if (compiled)
         cr_assert_eq(ca_compiled_autograd_enable(gc->opts), CA_OK);
     if (gc->use_grad) {
@@ -1006,7 +1006,7 @@ static outcome run_case(const graph_case *gc, bool compiled, const char *what) {
     o.hooks = hook_calls;
     ca_compiled_autograd_counters(&c1);
     if (compiled)
-        check_compiled(gc, &o, &c0, &c1, err_generation() != gen, what);
+        check_compiled(gc, &o, &c0, &c1, cai_err_generation() != gen, what);
     build_free(&b);
     return o;
 }

@@ -1,4 +1,4 @@
-/* test_dot.c - suite `dot`: the backward graph as Graphviz DOT (graph_dot, graph/dot.c)
+/* test_dot.c - suite `dot`: the backward graph as Graphviz DOT (cai_graph_dot, graph/dot.c)
  * and its public door, ca_graph_write_dot.
  *
  * Covered: the nodes, shapes, clusters and edges of a hand-built graph (dead nodes left
@@ -25,8 +25,8 @@
  * Helpers
  */
 static graph_val td_add(graph *g, graph_op_args a, graph_origin o) {
-    graph_val v = graph_add(g, &a, o);
-    cr_assert(v >= 0, "graph_add failed: %s", graph_error(g));
+    graph_val v = cai_graph_add(g, &a, o);
+    cr_assert(v >= 0, "cai_graph_add failed: %s", cai_graph_error(g));
     return v;
 }
 
@@ -59,9 +59,10 @@ static int td_count(const char *s, const char *needle) {
  *   n0 getitem  n1 getitem_1  n2 expand  n3 mul_s  n4 neg (dead)  n5 matmul  n6 call_hook
  *   n7 accumulate_grad  n8 post_accumulate_hook  n9 sum_to  n10 output */
 static graph *td_graph(void) {
-    graph *g = graph_new();
+    graph *g = cai_graph_new();
     cr_assert_not_null(g);
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3), c4 = graph_sx_const(g, 4);
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3),
+             c4 = cai_graph_sx_const(g, 4);
     graph_origin none = {-1, NULL, -1}, mean = {1, "MeanBackward0", 0};
     graph_origin mm = {3, "MmBackward0", 1}, acc = {4, "AccumulateGrad", -1};
     graph_val gr = td_add(g, (graph_op_args){.op = GOP_INPUT, .i = {0}, .dtype = KERN_F32}, none);
@@ -85,7 +86,7 @@ static graph *td_graph(void) {
         g, (graph_op_args){.op = GOP_SUM_TO, .n_in = 1, .in = {m}, .n_shape = 1, .shape = {c3}},
         mm);
     td_add(g, td_callout(GOP_OUTPUT, b, 0), mm);
-    graph_dce(g);
+    cai_graph_dce(g);
     return g;
 }
 
@@ -162,11 +163,11 @@ static void td_backward(int64_t batch, ca_tensor *w, ca_tensor *b) {
 }
 
 /* ---------------------------------------------------------------------------------------
- * graph_dot
+ * cai_graph_dot
  */
 Test(dot, nodes_shapes_clusters_and_edges) {
     graph *g = td_graph();
-    char *s = graph_dot(g);
+    char *s = cai_graph_dot(g);
     cr_assert_not_null(s);
     cr_assert(strncmp(s, "digraph compiled_backward {\n", 28) == 0, "%s", s);
     cr_assert(strcmp(s + strlen(s) - 2, "}\n") == 0, "%s", s);
@@ -217,13 +218,13 @@ Test(dot, nodes_shapes_clusters_and_edges) {
     cr_assert_eq(td_count(s, " -> "), 9, "exactly one edge per live input:\n%s", s);
     /* no fusion ran: no fused cluster */
     td_lacks(s, "cluster_fused_");
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 Test(dot, labels_show_attributes) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
     graph_origin none = {-1, NULL, -1};
     graph_val x = td_add(
         g, (graph_op_args){.op = GOP_INPUT, .dtype = KERN_F64, .n_shape = 2, .shape = {s0, s1}},
@@ -264,7 +265,7 @@ Test(dot, labels_show_attributes) {
     int n = (int)(sizeof v / sizeof v[0]);
     for (int k = 0; k < n; k++)
         td_add(g, td_callout(GOP_RETAIN, v[k], k), none);
-    char *s = graph_dot(g);
+    char *s = cai_graph_dot(g);
     cr_assert_not_null(s);
     td_has(s, "label=\"getitem\\ninputs[0]\\nf64[s0, s1]\"");
     td_has(s, "label=\"sum\\nsum [1] keepdim=1\\nf64[s0, 1]\"");
@@ -281,8 +282,8 @@ Test(dot, labels_show_attributes) {
     td_has(s, "label=\"retain_grad\\nretain=0\"");
     cr_assert_eq(td_count(s, "label=\"retain_grad"), n);
     cr_assert_eq(td_count(s, " -> "), 2 * n + 3, "%s", s); /* add, sub, matmul read x twice */
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 /* Every quoted string of the DOT text must close on its line, and hold no raw control
@@ -305,12 +306,12 @@ static void td_assert_quotes_balanced(const char *s) {
 }
 
 Test(dot, labels_escaped) {
-    graph *g = graph_new();
+    graph *g = cai_graph_new();
     graph_origin odd = {2, "Odd\"Fn\\N\nY\t", -1}, name_only = {-1, "Hook\"", -1};
     graph_val x = td_add(g, (graph_op_args){.op = GOP_INPUT, .i = {0}, .dtype = KERN_F64}, odd);
     graph_val y = td_add(g, td_pw(KPW_ADD_S, x, -2.5), name_only);
     td_add(g, td_callout(GOP_OUTPUT, y, 0), name_only);
-    char *s = graph_dot(g);
+    char *s = cai_graph_dot(g);
     cr_assert_not_null(s);
     /* the quote and backslash are escaped (a bare \N would be Graphviz's node name), the
      * newline becomes DOT's \n, the tab is dropped */
@@ -325,13 +326,13 @@ Test(dot, labels_escaped) {
         td_has(svg, ">Hook&quot;</text>");
         free(svg);
     }
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 Test(dot, renders_with_graphviz) {
     graph *g = td_graph();
-    char *s = graph_dot(g);
+    char *s = cai_graph_dot(g);
     cr_assert_not_null(s);
     td_assert_quotes_balanced(s);
     char *svg = td_render(s);
@@ -346,8 +347,8 @@ Test(dot, renders_with_graphviz) {
         cr_assert_eq(td_count(svg, "class=\"cluster\""), 3, "3 origin clusters drawn");
         free(svg);
     }
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 /* The text between the line opening cluster `name` and its closing brace. */
@@ -377,8 +378,8 @@ static char *td_cluster(const char *s, const char *name) {
  * and ExpBackward0, left empty, gets no cluster).
  *   n0 x  n1 mul_s  n2 add_s  n3 output  n4 exp  n5 neg  n6 output */
 Test(dot, fused_groups_are_clusters) {
-    graph *g = graph_new();
-    graph_sx c8 = graph_sx_const(g, 8);
+    graph *g = cai_graph_new();
+    graph_sx c8 = cai_graph_sx_const(g, 8);
     graph_origin none = {-1, NULL, -1}, mul = {1, "MulBackward0", 0};
     graph_origin ex = {2, "ExpBackward0", 0}, neg = {3, "NegBackward0", 0};
     graph_val x = td_add(
@@ -389,13 +390,13 @@ Test(dot, fused_groups_are_clusters) {
     graph_val c = td_add(g, td_pw(KPW_EXP, x, 0), ex);
     graph_val d = td_add(g, td_pw(KPW_NEG, c, 0), neg);
     td_add(g, td_callout(GOP_OUTPUT, d, 1), neg);
-    cr_assert_eq(graph_fuse(g), 0, "%s", graph_error(g));
-    int ga = graph_node_group(g, a), gc = graph_node_group(g, c);
+    cr_assert_eq(cai_graph_fuse(g), 0, "%s", cai_graph_error(g));
+    int ga = cai_graph_node_group(g, a), gc = cai_graph_node_group(g, c);
     cr_assert(ga >= 0 && gc >= 0 && ga != gc, "expected two groups, got %d and %d", ga, gc);
-    cr_assert_eq(graph_node_group(g, b), ga);
-    cr_assert_eq(graph_node_group(g, d), gc);
+    cr_assert_eq(cai_graph_node_group(g, b), ga);
+    cr_assert_eq(cai_graph_node_group(g, d), gc);
 
-    char *s = graph_dot(g);
+    char *s = cai_graph_dot(g);
     cr_assert_not_null(s);
     char name_a[32], name_c[32], label[32];
     snprintf(name_a, sizeof name_a, "cluster_fused_%d", ga);
@@ -435,22 +436,22 @@ Test(dot, fused_groups_are_clusters) {
     free(mul_cluster);
     free(fa);
     free(fc);
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 Test(dot, empty_graph_and_null) {
-    cr_assert_null(graph_dot(NULL));
-    graph *g = graph_new();
-    char *s = graph_dot(g);
+    cr_assert_null(cai_graph_dot(NULL));
+    graph *g = cai_graph_new();
+    char *s = cai_graph_dot(g);
     cr_assert_not_null(s);
     td_lacks(s, "->");
     td_lacks(s, "subgraph");
     td_has(s, "digraph compiled_backward {");
     char *svg = td_render(s);
     free(svg);
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 /* A failing allocator for the graph layer: fails the fail_at-th allocation, counts live. */
@@ -471,26 +472,26 @@ static void td_free(void *p) {
 }
 
 Test(dot, survives_allocation_failure) {
-    graph_set_allocator((kern_allocator){td_alloc, td_free});
+    cai_graph_set_allocator((kern_allocator){td_alloc, td_free});
     graph *g = td_graph();
     long live = td_live;
     int failures = 0;
     for (long k = 1;; k++) {
         td_allocs = 0;
         td_fail_at = k;
-        char *s = graph_dot(g);
+        char *s = cai_graph_dot(g);
         if (s) {
-            graph_free_string(s);
+            cai_graph_free_string(s);
             break;
         }
         failures++;
-        cr_assert_eq(td_live, live, "graph_dot leaked after failing allocation %ld", k);
-        cr_assert_lt(k, 1000, "graph_dot never succeeded");
+        cr_assert_eq(td_live, live, "cai_graph_dot leaked after failing allocation %ld", k);
+        cr_assert_lt(k, 1000, "cai_graph_dot never succeeded");
     }
-    cr_assert_gt(failures, 5, "every allocation of graph_dot should be tried (%d)", failures);
+    cr_assert_gt(failures, 5, "every allocation of cai_graph_dot should be tried (%d)", failures);
     td_fail_at = 0;
-    graph_free(g);
-    graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_free(g);
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(td_live, 0);
 }
 

@@ -1,9 +1,9 @@
 /* test_fused.c - the fused-loop interpreter (codegen/fused.h) against op-by-op kernels.
  *
- * kern_fused_run runs the same row kernels as kern_pointwise, so every program must equal
- * the op-by-op result (each instruction a kern_pointwise call into a full-size buffer)
- * bit for bit, on every layout, ISA path and thread count. kern_fused_reduce must match
- * kern_pointwise + kern_reduce within a few ulps. Malformed programs give -1, a failing
+ * cai_kern_fused_run runs the same row kernels as cai_kern_pointwise, so every program must equal
+ * the op-by-op result (each instruction a cai_kern_pointwise call into a full-size buffer)
+ * bit for bit, on every layout, ISA path and thread count. cai_kern_fused_reduce must match
+ * cai_kern_pointwise + cai_kern_reduce within a few ulps. Malformed programs give -1, a failing
  * allocator -2 with nothing leaked.
  */
 #include <criterion/criterion.h>
@@ -110,7 +110,7 @@ static void tf_out(kern_fused_prog *p, int reg) {
 }
 
 /* The program op by op: every register a contiguous full-size buffer made by
- * kern_pointwise. Returns the buffers (caller frees with tf_regs_free). */
+ * cai_kern_pointwise. Returns the buffers (caller frees with tf_regs_free). */
 static void **tf_reference(const kern_fused_prog *p, kern_dtype dt, int nd, const int64_t *shape,
                            const kern_src *in) {
     int nreg = p->n_inputs + p->n_instr;
@@ -123,7 +123,7 @@ static void **tf_reference(const kern_fused_prog *p, kern_dtype dt, int nd, cons
         kern_src src[3];
         memset(src, 0, sizeof src);
         kern_dtype cond_dt = dt;
-        for (int i = 0; i < 3 && i < kern_pw_arity(ins->op); i++) {
+        for (int i = 0; i < 3 && i < cai_kern_pw_arity(ins->op); i++) {
             if (r[i] < p->n_inputs) {
                 src[i] = in[r[i]];
                 bool cond =
@@ -136,9 +136,9 @@ static void **tf_reference(const kern_fused_prog *p, kern_dtype dt, int nd, cons
             }
         }
         reg[p->n_inputs + k] = malloc((size_t)(n > 0 ? n : 1) * 8);
-        int rc = kern_pointwise(ins->op, dt, cond_dt, nd, shape, reg[p->n_inputs + k], cst, src,
-                                ins->p0, ins->p1);
-        cr_assert_eq(rc, 0, "reference op %s", kern_pw_name(ins->op));
+        int rc = cai_kern_pointwise(ins->op, dt, cond_dt, nd, shape, reg[p->n_inputs + k], cst, src,
+                                    ins->p0, ins->p1);
+        cr_assert_eq(rc, 0, "reference op %s", cai_kern_pw_name(ins->op));
     }
     return reg;
 }
@@ -153,7 +153,7 @@ static void tf_regs_free(void **reg, int nreg) {
 static void tf_assert_same(const kern_fused_prog *p, kern_dtype dt, int nd, const int64_t *shape,
                            const kern_src *in, void **ref, void *const *out,
                            const int64_t *const *ost, const char *what) {
-    int64_t n = tf_numel(nd, shape), esz = (int64_t)kern_dtype_size(dt), cst[KERN_MAX_DIMS];
+    int64_t n = tf_numel(nd, shape), esz = (int64_t)cai_kern_dtype_size(dt), cst[KERN_MAX_DIMS];
     tf_contig(nd, shape, cst);
     for (int k = 0; k < p->n_outputs; k++) {
         int r = p->out_reg[k];
@@ -169,7 +169,7 @@ static void tf_assert_same(const kern_fused_prog *p, kern_dtype dt, int nd, cons
     }
 }
 
-/* When set, tf_check_run runs through this memo (kern_fused_run_memo). */
+/* When set, tf_check_run runs through this memo (cai_kern_fused_run_memo). */
 static kern_fused_memo *tf_memo;
 
 /* Runs p fused and op by op; outputs are fresh buffers with strides ost (NULL: contiguous). */
@@ -186,8 +186,8 @@ static void tf_check_run(const kern_fused_prog *p, kern_dtype dt, int nd, const 
         out[k] = malloc((size_t)span * 8);
         memset(out[k], 0xA5, (size_t)span * 8);
     }
-    int rc = tf_memo ? kern_fused_run_memo(p, dt, nd, shape, in, out, osp, NULL, 0, tf_memo)
-                     : kern_fused_run(p, dt, nd, shape, in, out, osp);
+    int rc = tf_memo ? cai_kern_fused_run_memo(p, dt, nd, shape, in, out, osp, NULL, 0, tf_memo)
+                     : cai_kern_fused_run(p, dt, nd, shape, in, out, osp);
     cr_assert_eq(rc, 0, "%s", what);
     void **ref = tf_reference(p, dt, nd, shape, in);
     tf_assert_same(p, dt, nd, shape, in, ref, out, osp, what);
@@ -243,8 +243,9 @@ static void tf_inputs_make(tf_inputs *t, kern_dtype dt, const tf_layout *l, doub
     /* b equals a in places, so ties (EQ, MAXMIN_BW) happen */
     int64_t na = tf_span(l->nd, l->shape, l->st[0]), nb = tf_span(l->nd, l->shape, l->st[1]);
     for (int64_t i = 0; i < 40 && i * 5 < na && i * 5 < nb; i++)
-        memcpy((char *)t->buf[1] + i * (int64_t)kern_dtype_size(dt) * 5,
-               (char *)t->buf[0] + i * (int64_t)kern_dtype_size(dt) * 5, kern_dtype_size(dt));
+        memcpy((char *)t->buf[1] + i * (int64_t)cai_kern_dtype_size(dt) * 5,
+               (char *)t->buf[0] + i * (int64_t)cai_kern_dtype_size(dt) * 5,
+               cai_kern_dtype_size(dt));
 }
 
 static void tf_inputs_free(tf_inputs *t) {
@@ -287,8 +288,8 @@ static void tf_every_op(kern_dtype dt) {
             tf_params((kern_pw_op)op, &p0, &p1);
             kern_fused_prog p = tf_prog(dt, 3);
             tf_out(&p, tf_add(&p, (kern_pw_op)op, 0, 1, 2, p0, p1));
-            snprintf(what, sizeof what, "%s on %s, dt %d", kern_pw_name((kern_pw_op)op), l->name,
-                     (int)dt);
+            snprintf(what, sizeof what, "%s on %s, dt %d", cai_kern_pw_name((kern_pw_op)op),
+                     l->name, (int)dt);
             tf_check_run(&p, dt, l->nd, l->shape, t.src, ost, what);
         }
         tf_inputs_free(&t);
@@ -383,9 +384,10 @@ Test(fused, gelu_backward_chain) {
                  *tt = malloc((size_t)n * 8);
             void *outs[2] = {a, tt};
             const int64_t *osp[2] = {cst, cst};
-            cr_assert_eq(kern_fused_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, outs, osp), 0);
-            cr_assert_eq(kern_pointwise(KPW_GELU_TANH_BW, (kern_dtype)dt, (kern_dtype)dt, l->nd,
-                                        l->shape, b, cst, t.src, 0, 0),
+            cr_assert_eq(cai_kern_fused_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, outs, osp),
+                         0);
+            cr_assert_eq(cai_kern_pointwise(KPW_GELU_TANH_BW, (kern_dtype)dt, (kern_dtype)dt, l->nd,
+                                            l->shape, b, cst, t.src, 0, 0),
                          0);
             for (int64_t i = 0; i < n; i++) {
                 double x = tf_get((kern_dtype)dt, a, i), y = tf_get((kern_dtype)dt, b, i);
@@ -422,7 +424,7 @@ Test(fused, random_chain_50) {
  * second run reuses the plan and must read the new operands; a new program, layout or
  * dtype (the program reuses the same memory) must be planned afresh. */
 Test(fused, memo_reuses_a_plan_only_for_the_same_program_and_layout) {
-    tf_memo = calloc(1, kern_fused_memo_bytes());
+    tf_memo = calloc(1, cai_kern_fused_memo_bytes());
     char what[96];
     for (int dt = 0; dt < 2; dt++)
         for (int li = 0; li < TF_NLAYOUTS; li++)
@@ -455,7 +457,7 @@ Test(fused, memo_rechecks_outputs_over_inputs_each_call) {
     const tf_layout *l = &tf_layouts[0];
     int64_t n = tf_numel(l->nd, l->shape);
     size_t bytes = (size_t)n * sizeof(float);
-    kern_fused_memo *memo = calloc(1, kern_fused_memo_bytes());
+    kern_fused_memo *memo = calloc(1, cai_kern_fused_memo_bytes());
     kern_fused_prog r = tf_prog(KERN_F32, 2);
     int x2 = tf_add(&r, KPW_MUL_S, 0, 0, 0, 2, 0);
     tf_out(&r, x2);
@@ -470,7 +472,8 @@ Test(fused, memo_rechecks_outputs_over_inputs_each_call) {
         bool over = call % 2 == 1; /* calls 1 and 3 write output 0 over x */
         void *out[2] = {over ? t.buf[0] : a, b};
         cr_assert_eq(
-            kern_fused_run_memo(&r, KERN_F32, l->nd, l->shape, t.src, out, cst2, NULL, 0, memo), 0);
+            cai_kern_fused_run_memo(&r, KERN_F32, l->nd, l->shape, t.src, out, cst2, NULL, 0, memo),
+            0);
         for (int64_t i = 0; i < n; i++) {
             cr_assert_eq(b[i], (float)(3.0 * x0[i]), "call %d element %lld", call, (long long)i);
             cr_assert_eq(((float *)out[0])[i], 2 * x0[i], "call %d element %lld", call,
@@ -501,7 +504,7 @@ Test(fused, several_outputs_and_in_place) {
         int64_t ost[4][KERN_MAX_DIMS] = {{150, 1}, {150, 1}, {1, 37}, {300, 2}};
         tf_check_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, ost, "four outputs");
         /* in place: x = x * sigmoid(x) + y, written over x */
-        size_t bytes = (size_t)n * kern_dtype_size((kern_dtype)dt);
+        size_t bytes = (size_t)n * cai_kern_dtype_size((kern_dtype)dt);
         void *x0 = malloc(bytes), *ref = malloc(bytes);
         memcpy(x0, t.buf[0], bytes);
         kern_fused_prog q = tf_prog((kern_dtype)dt, 2);
@@ -509,9 +512,9 @@ Test(fused, several_outputs_and_in_place) {
         tf_out(&q, tf_add(&q, KPW_ADD, tf_add(&q, KPW_MUL, 0, s, 0, 0, 0), 1, 0, 1, 0));
         void *out1[1] = {ref};
         const int64_t *cst[1] = {l->ost};
-        cr_assert_eq(kern_fused_run(&q, (kern_dtype)dt, l->nd, l->shape, t.src, out1, cst), 0);
+        cr_assert_eq(cai_kern_fused_run(&q, (kern_dtype)dt, l->nd, l->shape, t.src, out1, cst), 0);
         void *out2[1] = {t.buf[0]};
-        cr_assert_eq(kern_fused_run(&q, (kern_dtype)dt, l->nd, l->shape, t.src, out2, cst), 0);
+        cr_assert_eq(cai_kern_fused_run(&q, (kern_dtype)dt, l->nd, l->shape, t.src, out2, cst), 0);
         cr_assert(memcmp(ref, t.buf[0], bytes) == 0, "in-place update differs");
         cr_assert(memcmp(ref, x0, bytes) != 0);
         /* the output over x is computed first, and x is read again afterwards */
@@ -523,7 +526,7 @@ Test(fused, several_outputs_and_in_place) {
         void *other = malloc(bytes);
         void *out3[2] = {t.buf[0], other};
         const int64_t *cst2[2] = {l->ost, l->ost};
-        cr_assert_eq(kern_fused_run(&r, (kern_dtype)dt, l->nd, l->shape, t.src, out3, cst2), 0);
+        cr_assert_eq(cai_kern_fused_run(&r, (kern_dtype)dt, l->nd, l->shape, t.src, out3, cst2), 0);
         for (int64_t i = 0; i < n; i++) {
             double want = 3 * tf_get((kern_dtype)dt, x0, i); /* x + 2x rounds like 3x */
             if (dt == KERN_F32)
@@ -542,7 +545,7 @@ Test(fused, negative_strides) {
     int64_t shape[2] = {R, C}, n = R * C;
     tf_rng = 13;
     for (int dt = 0; dt < 2; dt++) {
-        size_t esz = kern_dtype_size((kern_dtype)dt);
+        size_t esz = cai_kern_dtype_size((kern_dtype)dt);
         char *a = tf_fill((kern_dtype)dt, n, -1, 1), *b = tf_fill((kern_dtype)dt, C, -1, 1);
         /* a flipped along both dims, b reversed and broadcast down the rows */
         kern_src in[2] = {{a + (size_t)(n - 1) * esz, {-C, -1}},
@@ -556,7 +559,7 @@ Test(fused, negative_strides) {
         void *out[2] = {o0 + (size_t)(n - 1) * esz, o1}; /* output 0 reversed */
         int64_t rst[2] = {-C, -1}, cst[2] = {C, 1};
         const int64_t *os[2] = {rst, cst};
-        cr_assert_eq(kern_fused_run(&p, (kern_dtype)dt, 2, shape, in, out, os), 0);
+        cr_assert_eq(cai_kern_fused_run(&p, (kern_dtype)dt, 2, shape, in, out, os), 0);
         tf_assert_same(&p, (kern_dtype)dt, 2, shape, in, ref, out, os, "negative strides");
         tf_regs_free(ref, p.n_inputs + p.n_instr);
         free(a), free(b), free(o0), free(o1);
@@ -593,10 +596,10 @@ Test(fused, cond_of_other_dtype) {
             bad.instr[2].b = 2;
             void *o[2] = {NULL, NULL};
             const int64_t *os[2] = {l->ost, l->ost};
-            cr_assert_eq(kern_fused_run(&bad, dt, l->nd, l->shape, t.src, o, os), -1);
+            cr_assert_eq(cai_kern_fused_run(&bad, dt, l->nd, l->shape, t.src, o, os), -1);
             bad = p;
             bad.out_reg[1] = 2;
-            cr_assert_eq(kern_fused_run(&bad, dt, l->nd, l->shape, t.src, o, os), -1);
+            cr_assert_eq(cai_kern_fused_run(&bad, dt, l->nd, l->shape, t.src, o, os), -1);
             tf_inputs_free(&t);
         }
 }
@@ -616,27 +619,27 @@ Test(fused, int64_programs) {
     tf_out(&p, tf_add(&p, KPW_MASKED_FILL, e, 1, 0, -1, 0));
     tf_out(&p, tf_add(&p, KPW_SIGN, b, 0, 0, 0, 0));
     tf_check_run(&p, KERN_I64, l->nd, l->shape, t.src, NULL, "int64 chain");
-    /* wrapping, as kern_pointwise */
+    /* wrapping, as cai_kern_pointwise */
     int64_t big = INT64_MAX, res = 0, one = 1, st0 = 0;
     kern_src s = {&big, {0}};
     kern_fused_prog q = tf_prog(KERN_I64, 1);
     tf_out(&q, tf_add(&q, KPW_ADD_S, 0, 0, 0, 1, 0));
     void *o[1] = {&res};
     const int64_t *os[1] = {&st0};
-    cr_assert_eq(kern_fused_run(&q, KERN_I64, 1, &one, &s, o, os), 0);
+    cr_assert_eq(cai_kern_fused_run(&q, KERN_I64, 1, &one, &s, o, os), 0);
     cr_assert_eq(res, INT64_MIN);
     /* float-only ops are refused */
     q.instr[0].op = KPW_EXP;
-    cr_assert_eq(kern_fused_run(&q, KERN_I64, 1, &one, &s, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&q, KERN_I64, 1, &one, &s, o, os), -1);
     q.instr[0].op = KPW_GELU_BW;
-    cr_assert_eq(kern_fused_run(&q, KERN_I64, 1, &one, &s, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&q, KERN_I64, 1, &one, &s, o, os), -1);
     tf_inputs_free(&t);
 }
 
 /* On each ISA path the fused run equals that path's op-by-op result, and the vector paths
  * stay close to the scalar one. */
 Test(fused, isa_paths_agree) {
-    int top = kern_isa();
+    int top = cai_kern_isa();
     const tf_layout *l = &tf_layouts[1];
     char what[96];
     for (int dt = 0; dt < 2; dt++) {
@@ -652,11 +655,12 @@ Test(fused, isa_paths_agree) {
         void *outs[2] = {o, o2};
         const int64_t *osp[2] = {cst, cst};
         for (int isa = 0; isa <= top; isa++) {
-            cr_assert_eq(kern_isa_set((kern_isa_level)isa), isa);
-            snprintf(what, sizeof what, "%s dt %d", kern_isa_name((kern_isa_level)isa), dt);
+            cr_assert_eq(cai_kern_isa_set((kern_isa_level)isa), isa);
+            snprintf(what, sizeof what, "%s dt %d", cai_kern_isa_name((kern_isa_level)isa), dt);
             tf_check_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, NULL, what);
             tf_check_run(&q, (kern_dtype)dt, l->nd, l->shape, t.src, NULL, what);
-            cr_assert_eq(kern_fused_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, outs, osp), 0);
+            cr_assert_eq(cai_kern_fused_run(&p, (kern_dtype)dt, l->nd, l->shape, t.src, outs, osp),
+                         0);
             for (int64_t i = 0; i < n; i++) {
                 double v = tf_get((kern_dtype)dt, o, i);
                 if (isa == 0)
@@ -666,7 +670,7 @@ Test(fused, isa_paths_agree) {
                               "%s [%lld]: %g vs scalar %g", what, (long long)i, v, base[i]);
             }
         }
-        kern_isa_set((kern_isa_level)top);
+        cai_kern_isa_set((kern_isa_level)top);
         free(base), free(o), free(o2);
         tf_inputs_free(&t);
     }
@@ -674,7 +678,8 @@ Test(fused, isa_paths_agree) {
 
 /* ------------------------------------------------------------------ reductions */
 
-/* kern_fused_reduce against kern_pointwise + kern_reduce: within maxulp ulps (float). */
+/* cai_kern_fused_reduce against cai_kern_pointwise + cai_kern_reduce: within maxulp ulps (float).
+ */
 static void tf_check_reduce(const kern_fused_prog *p, kern_dtype dt, int nd, const int64_t *shape,
                             const kern_src *in, kern_red_op red, uint32_t rmask, double maxulp,
                             const char *what) {
@@ -690,12 +695,12 @@ static void tf_check_reduce(const kern_fused_prog *p, kern_dtype dt, int nd, con
     if (!vals) { /* an input register: materialise it */
         kern_src s = in[r];
         tmp = malloc((size_t)(n > 0 ? n : 1) * 8);
-        cr_assert_eq(kern_pointwise(KPW_COPY, dt, dt, nd, shape, tmp, cst, &s, 0, 0), 0);
+        cr_assert_eq(cai_kern_pointwise(KPW_COPY, dt, dt, nd, shape, tmp, cst, &s, 0, 0), 0);
         vals = tmp;
     }
     void *want = malloc((size_t)(O > 0 ? O : 1) * 8), *got = malloc((size_t)(O > 0 ? O : 1) * 8);
-    int rc = kern_reduce(red, dt, nd, shape, vals, cst, rmask, want, NULL);
-    cr_assert_eq(kern_fused_reduce(p, dt, nd, shape, in, red, rmask, got), rc, "%s", what);
+    int rc = cai_kern_reduce(red, dt, nd, shape, vals, cst, rmask, want, NULL);
+    cr_assert_eq(cai_kern_fused_reduce(p, dt, nd, shape, in, red, rmask, got), rc, "%s", what);
     for (int64_t o = 0; rc == 0 && o < O; o++) {
         double g = tf_get(dt, got, o), w = tf_get(dt, want, o);
         double u = dt == KERN_I64 ? (g == w ? 0 : INFINITY) : tf_ulps(dt, g, w);
@@ -840,7 +845,7 @@ Test(fused, reduce_special_values_and_int64) {
             tf_check_reduce(&p, KERN_I64, c->nd, c->shape, in, (kern_red_op)op, c->rmask, 0,
                             c->name);
         int64_t o[64];
-        cr_assert_eq(kern_fused_reduce(&p, KERN_I64, c->nd, c->shape, in, KRED_MEAN, 1, o), -1);
+        cr_assert_eq(cai_kern_fused_reduce(&p, KERN_I64, c->nd, c->shape, in, KRED_MEAN, 1, o), -1);
         free(a), free(b);
     }
     /* empty: no output, or outputs over nothing */
@@ -849,12 +854,12 @@ Test(fused, reduce_special_values_and_int64) {
     int64_t sh[2] = {3, 0};
     float o[3] = {7, 7, 7};
     kern_src none = {NULL, {1, 1}};
-    cr_assert_eq(kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_SUM, 2, o), 0);
+    cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_SUM, 2, o), 0);
     cr_assert(o[0] == 0 && o[1] == 0 && o[2] == 0);
-    cr_assert_eq(kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_MEAN, 2, o), 0);
+    cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_MEAN, 2, o), 0);
     cr_assert(isnan(o[0]) && isnan(o[2]));
-    cr_assert_eq(kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_MAX, 2, o), -1);
-    cr_assert_eq(kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_SUM, 1, o), 0);
+    cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_MAX, 2, o), -1);
+    cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F32, 2, sh, &none, KRED_SUM, 1, o), 0);
 }
 
 /* ------------------------------------------------------------------ threads, errors */
@@ -874,10 +879,10 @@ Test(fused, threads_bitwise_equal) {
         o1[k] = malloc((size_t)n * 4);
         o2[k] = malloc((size_t)n * 4);
     }
-    kern_set_num_threads(1);
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 2, shape, in, o1, os), 0);
-    kern_set_num_threads(2);
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 2, shape, in, o2, os), 0);
+    cai_kern_set_num_threads(1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 2, shape, in, o1, os), 0);
+    cai_kern_set_num_threads(2);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 2, shape, in, o2, os), 0);
     for (int k = 0; k < 3; k++)
         cr_assert(memcmp(o1[k], o2[k], (size_t)n * 4) == 0, "run output %d", k);
     kern_fused_prog q = tf_red_prog(KERN_F32);
@@ -885,19 +890,21 @@ Test(fused, threads_bitwise_equal) {
     kern_src flat[3] = {{a, {1}}, {c, {1}}, {b, {0}}};
     for (int op = 0; op < KRED__COUNT; op++) {
         for (uint32_t m = 1; m <= 3; m++) {
-            kern_set_num_threads(1);
-            cr_assert_eq(kern_fused_reduce(&q, KERN_F32, 2, shape, in, (kern_red_op)op, m, o1[0]),
-                         0);
-            kern_set_num_threads(2);
-            cr_assert_eq(kern_fused_reduce(&q, KERN_F32, 2, shape, in, (kern_red_op)op, m, o2[0]),
-                         0);
+            cai_kern_set_num_threads(1);
+            cr_assert_eq(
+                cai_kern_fused_reduce(&q, KERN_F32, 2, shape, in, (kern_red_op)op, m, o1[0]), 0);
+            cai_kern_set_num_threads(2);
+            cr_assert_eq(
+                cai_kern_fused_reduce(&q, KERN_F32, 2, shape, in, (kern_red_op)op, m, o2[0]), 0);
             size_t no = m == 1 ? 1000 : m == 2 ? 1024 : 1;
             cr_assert(memcmp(o1[0], o2[0], no * 4) == 0, "reduce op %d mask %u", op, m);
         }
-        kern_set_num_threads(1);
-        cr_assert_eq(kern_fused_reduce(&q, KERN_F32, 1, big, flat, (kern_red_op)op, 1, o1[0]), 0);
-        kern_set_num_threads(2);
-        cr_assert_eq(kern_fused_reduce(&q, KERN_F32, 1, big, flat, (kern_red_op)op, 1, o2[0]), 0);
+        cai_kern_set_num_threads(1);
+        cr_assert_eq(cai_kern_fused_reduce(&q, KERN_F32, 1, big, flat, (kern_red_op)op, 1, o1[0]),
+                     0);
+        cai_kern_set_num_threads(2);
+        cr_assert_eq(cai_kern_fused_reduce(&q, KERN_F32, 1, big, flat, (kern_red_op)op, 1, o2[0]),
+                     0);
         cr_assert(memcmp(o1[0], o2[0], 4) == 0, "1-d reduce op %d", op);
     }
     /* and the 2-thread results are the reference's */
@@ -916,57 +923,57 @@ Test(fused, malformed_programs) {
     const int64_t *os[2] = {&st, &st};
     kern_fused_prog good = tf_prog(KERN_F32, 2);
     tf_out(&good, tf_add(&good, KPW_ADD, 0, 1, 0, 1, 0));
-    cr_assert_eq(kern_fused_run(&good, KERN_F32, 1, &sh, in, o, os), 0);
+    cr_assert_eq(cai_kern_fused_run(&good, KERN_F32, 1, &sh, in, o, os), 0);
     cr_assert_eq(y[3], 8);
     kern_fused_prog p = good;
     p.instr[0].b = 2; /* reads itself: before it is written */
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.out_reg[0] = 3; /* no such register */
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.instr[0].op = KPW__COUNT;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.instr[0].op = KPW_WHERE; /* arity 3: c = 0 is fine, c = 5 is not */
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), 0);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), 0);
     p.instr[0].c = 5;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.instr[0].op = KPW_NEG; /* unary: b is not read, any value goes */
     p.instr[0].b = 200;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), 0);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), 0);
     p = good;
     p.n_inputs = KERN_FUSED_MAX_INPUTS + 1;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.n_instr = KERN_FUSED_MAX_INSTR + 1;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.n_outputs = KERN_FUSED_MAX_OUTPUTS + 1;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.in_dt[1] = KERN_I64; /* another dtype, read by an add */
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
     p = good;
     p.in_dt[1] = (kern_dtype)7;
-    cr_assert_eq(kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
-    cr_assert_eq(kern_fused_run(&good, (kern_dtype)3, 1, &sh, in, o, os), -1);
-    cr_assert_eq(kern_fused_run(NULL, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F32, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&good, (kern_dtype)3, 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(NULL, KERN_F32, 1, &sh, in, o, os), -1);
     int64_t neg = -1;
-    cr_assert_eq(kern_fused_run(&good, KERN_F32, 1, &neg, in, o, os), -1);
-    cr_assert_eq(kern_fused_run(&good, KERN_F32, KERN_MAX_DIMS + 1, &sh, in, o, os), -1);
-    cr_assert_eq(kern_fused_run(&good, KERN_F32, 1, &sh, NULL, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&good, KERN_F32, 1, &neg, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&good, KERN_F32, KERN_MAX_DIMS + 1, &sh, in, o, os), -1);
+    cr_assert_eq(cai_kern_fused_run(&good, KERN_F32, 1, &sh, NULL, o, os), -1);
     /* reductions: one output, a known op */
     float r;
     p = good;
     tf_out(&p, 0);
-    cr_assert_eq(kern_fused_reduce(&p, KERN_F32, 1, &sh, in, KRED_SUM, 1, &r), -1);
-    cr_assert_eq(kern_fused_reduce(&good, KERN_F32, 1, &sh, in, KRED__COUNT, 1, &r), -1);
+    cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F32, 1, &sh, in, KRED_SUM, 1, &r), -1);
+    cr_assert_eq(cai_kern_fused_reduce(&good, KERN_F32, 1, &sh, in, KRED__COUNT, 1, &r), -1);
     p = good;
     p.instr[0].a = 9;
-    cr_assert_eq(kern_fused_reduce(&p, KERN_F32, 1, &sh, in, KRED_SUM, 1, &r), -1);
-    cr_assert_eq(kern_fused_reduce(&good, KERN_F32, 1, &sh, in, KRED_SUM, 1, &r), 0);
+    cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F32, 1, &sh, in, KRED_SUM, 1, &r), -1);
+    cr_assert_eq(cai_kern_fused_reduce(&good, KERN_F32, 1, &sh, in, KRED_SUM, 1, &r), 0);
     cr_assert_eq(r, 20);
 }
 
@@ -1002,22 +1009,24 @@ Test(fused, allocation_failure) {
     void *o[1] = {y};
     const int64_t *os[1] = {cst};
     for (int threads = 1; threads <= 2; threads++) {
-        kern_set_num_threads(threads);
-        kern_set_allocator((kern_allocator){tf_fail_alloc, free});
+        cai_kern_set_num_threads(threads);
+        cai_kern_set_allocator((kern_allocator){tf_fail_alloc, free});
         memset(y, 0, sizeof(double) * (size_t)n);
-        cr_assert_eq(kern_fused_run(&p, KERN_F64, 2, shape, in, o, os), -2);
+        cr_assert_eq(cai_kern_fused_run(&p, KERN_F64, 2, shape, in, o, os), -2);
         cr_assert_eq(y[0], 0, "nothing written on failure");
         for (uint32_t m = 1; m <= 3; m++)
-            cr_assert_eq(kern_fused_reduce(&p, KERN_F64, 2, shape, in, KRED_LOGSUMEXP, m, y), -2);
-        kern_set_allocator((kern_allocator){tf_count_alloc, tf_count_free});
+            cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F64, 2, shape, in, KRED_LOGSUMEXP, m, y),
+                         -2);
+        cai_kern_set_allocator((kern_allocator){tf_count_alloc, tf_count_free});
         atomic_store(&tf_live_allocs, 0);
         atomic_store(&tf_total_allocs, 0);
-        cr_assert_eq(kern_fused_run(&p, KERN_F64, 2, shape, in, o, os), 0);
+        cr_assert_eq(cai_kern_fused_run(&p, KERN_F64, 2, shape, in, o, os), 0);
         for (uint32_t m = 1; m <= 3; m++)
-            cr_assert_eq(kern_fused_reduce(&p, KERN_F64, 2, shape, in, KRED_LOGSUMEXP, m, y), 0);
+            cr_assert_eq(cai_kern_fused_reduce(&p, KERN_F64, 2, shape, in, KRED_LOGSUMEXP, m, y),
+                         0);
         cr_assert_eq(atomic_load(&tf_live_allocs), 0, "scratch leaked");
         cr_assert_eq(atomic_load(&tf_total_allocs), 4, "one scratch block per call");
-        kern_set_allocator((kern_allocator){NULL, NULL});
+        cai_kern_set_allocator((kern_allocator){NULL, NULL});
     }
     free(a), free(b), free(y);
 }
@@ -1032,13 +1041,13 @@ Test(fused, scalars_empty_and_splats) {
     const int64_t *os[1] = {cz};
     kern_fused_prog p = tf_prog(KERN_F64, 1);
     tf_out(&p, tf_add(&p, KPW_MUL_S, tf_add(&p, KPW_EXP, 0, 0, 0, 0, 0), 0, 0, 2, 0));
-    cr_assert_eq(kern_fused_run(&p, KERN_F64, 0, NULL, in, o, os), 0);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F64, 0, NULL, in, o, os), 0);
     cr_assert_eq(y, 2 * exp(1.5));
     int64_t zero[2] = {4, 0}, st[2] = {0, 1};
     kern_src none[1] = {{NULL, {1, 1}}};
     void *on[1] = {NULL};
     const int64_t *osn[1] = {st};
-    cr_assert_eq(kern_fused_run(&p, KERN_F64, 2, zero, none, on, osn), 0);
+    cr_assert_eq(cai_kern_fused_run(&p, KERN_F64, 2, zero, none, on, osn), 0);
     /* FILL reads nothing: its input may be NULL */
     int64_t sh[2] = {33, 70}, cst[2] = {70, 1};
     double *big = malloc(sizeof(double) * 33 * 70);
@@ -1046,7 +1055,7 @@ Test(fused, scalars_empty_and_splats) {
     tf_out(&f, tf_add(&f, KPW_FILL, 0, 0, 0, -2.5, 0));
     void *ob[1] = {big};
     const int64_t *osb[1] = {cst};
-    cr_assert_eq(kern_fused_run(&f, KERN_F64, 2, sh, none, ob, osb), 0);
+    cr_assert_eq(cai_kern_fused_run(&f, KERN_F64, 2, sh, none, ob, osb), 0);
     for (int i = 0; i < 33 * 70; i++)
         cr_assert_eq(big[i], -2.5);
     /* a splat (all strides 0) input, converted from int64, against the op-by-op path */

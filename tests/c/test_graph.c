@@ -1,7 +1,7 @@
 /* test_graph.c - the backward graph IR (graph/graph.h): size expressions, shape
  * inference, DCE/CSE, the printed log format, the memory plan and the runner.
  *
- * Graphs are built by hand with graph_add. Runs are checked against plain loops over the
+ * Graphs are built by hand with cai_graph_add. Runs are checked against plain loops over the
  * same data; values reach the test through the ACCUMULATE / OUTPUT callbacks, as they
  * reach the autograd layer.
  */
@@ -19,8 +19,8 @@
 static const graph_origin TG_NONE = {-1, NULL, -1};
 
 static graph_val tg_add_o(graph *g, graph_op_args a, graph_origin o) {
-    graph_val v = graph_add(g, &a, o);
-    cr_assert(v >= 0, "graph_add failed: %s", graph_error(g));
+    graph_val v = cai_graph_add(g, &a, o);
+    cr_assert(v >= 0, "cai_graph_add failed: %s", cai_graph_error(g));
     return v;
 }
 
@@ -28,14 +28,14 @@ static graph_val tg_add(graph *g, graph_op_args a) {
     return tg_add_o(g, a, TG_NONE);
 }
 
-/* graph_add must fail with a message containing needle. */
+/* cai_graph_add must fail with a message containing needle. */
 static void tg_fails(graph *g, graph_op_args a, const char *needle) {
-    int before = graph_count(g);
-    graph_val v = graph_add(g, &a, TG_NONE);
-    cr_assert_eq(v, -1, "graph_add should fail (%s)", needle);
-    cr_assert(strstr(graph_error(g), needle), "message \"%s\" lacks \"%s\"", graph_error(g),
+    int before = cai_graph_count(g);
+    graph_val v = cai_graph_add(g, &a, TG_NONE);
+    cr_assert_eq(v, -1, "cai_graph_add should fail (%s)", needle);
+    cr_assert(strstr(cai_graph_error(g), needle), "message \"%s\" lacks \"%s\"", cai_graph_error(g),
               needle);
-    cr_assert_eq(graph_count(g), before, "a failed graph_add must not append a node");
+    cr_assert_eq(cai_graph_count(g), before, "a failed cai_graph_add must not append a node");
 }
 
 static graph_val tg_input(graph *g, int k, kern_dtype dt, int n, const graph_sx *shape) {
@@ -62,12 +62,12 @@ static graph_op_args tg_callout(graph_op op, graph_val x, int64_t k) {
 
 /* The node's symbolic shape as "[s0, 10]". */
 static const char *tg_shape(const graph *g, graph_val v, char *buf, size_t size) {
-    const graph_node *n = graph_node_at(g, v);
+    const graph_node *n = cai_graph_node_at(g, v);
     size_t len = (size_t)snprintf(buf, size, "[");
     for (int d = 0; d < n->ndim && len < size; d++) {
         char s[64];
         len += (size_t)snprintf(buf + len, size - len, "%s%s", d ? ", " : "",
-                                graph_sx_str(g, n->shape[d], s, sizeof s));
+                                cai_graph_sx_str(g, n->shape[d], s, sizeof s));
     }
     if (len < size)
         snprintf(buf + len, size - len, "]");
@@ -179,16 +179,16 @@ static int tg_call(void *ctx, const graph_node *n, const graph_view *in, graph_v
 /* Plan g, run it once with a fresh arena; returns the run's status. */
 static int tg_run(const graph *g, const int64_t *slots, const graph_view *inputs, tg_rec *rec,
                   char *err, size_t err_size) {
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     cr_assert_not_null(p);
-    size_t bytes = graph_plan_arena_bytes(p, slots);
+    size_t bytes = cai_graph_plan_arena_bytes(p, slots);
     void *arena = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
     int rc =
-        graph_plan_run(p, slots, inputs, arena, (graph_callbacks){.call = tg_call, .ctx = rec});
+        cai_graph_plan_run(p, slots, inputs, arena, (graph_callbacks){.call = tg_call, .ctx = rec});
     if (err)
-        snprintf(err, err_size, "%s", graph_plan_error(p));
+        snprintf(err, err_size, "%s", cai_graph_plan_error(p));
     free(arena);
-    graph_plan_free(p);
+    cai_graph_plan_free(p);
     return rc;
 }
 
@@ -201,84 +201,89 @@ static void tg_close(const double *got, const double *want, int n, double tol, c
 /* ------------------------------------------------------------------ size expressions */
 
 Test(graph, sx_hash_consing) {
-    graph *g = graph_new();
+    graph *g = cai_graph_new();
     cr_assert_not_null(g);
-    graph_sx c5 = graph_sx_const(g, 5), s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    cr_assert_eq(graph_sx_const(g, 5), c5);
-    cr_assert_neq(graph_sx_const(g, 6), c5);
-    cr_assert_eq(graph_sx_slot(g, 0), s0);
+    graph_sx c5 = cai_graph_sx_const(g, 5), s0 = cai_graph_sx_slot(g, 0),
+             s1 = cai_graph_sx_slot(g, 1);
+    cr_assert_eq(cai_graph_sx_const(g, 5), c5);
+    cr_assert_neq(cai_graph_sx_const(g, 6), c5);
+    cr_assert_eq(cai_graph_sx_slot(g, 0), s0);
     cr_assert_neq(s0, s1);
-    graph_sx m = graph_sx_op(g, GSX_MUL, s0, s1);
-    cr_assert_eq(graph_sx_op(g, GSX_MUL, s0, s1), m, "same expression, same id");
-    cr_assert_eq(graph_sx_op(g, GSX_MUL, s1, s0), m, "products are commutative");
-    cr_assert_eq(graph_sx_op(g, GSX_ADD, c5, s0), graph_sx_op(g, GSX_ADD, s0, c5));
-    cr_assert_neq(graph_sx_op(g, GSX_SUB, s0, s1), graph_sx_op(g, GSX_SUB, s1, s0));
+    graph_sx m = cai_graph_sx_op(g, GSX_MUL, s0, s1);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_MUL, s0, s1), m, "same expression, same id");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_MUL, s1, s0), m, "products are commutative");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_ADD, c5, s0), cai_graph_sx_op(g, GSX_ADD, s0, c5));
+    cr_assert_neq(cai_graph_sx_op(g, GSX_SUB, s0, s1), cai_graph_sx_op(g, GSX_SUB, s1, s0));
     int64_t v;
-    cr_assert(graph_sx_const_value(g, c5, &v) && v == 5);
-    cr_assert_not(graph_sx_const_value(g, m, &v));
-    graph_free(g);
+    cr_assert(cai_graph_sx_const_value(g, c5, &v) && v == 5);
+    cr_assert_not(cai_graph_sx_const_value(g, m, &v));
+    cai_graph_free(g);
 }
 
 Test(graph, sx_folding) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    graph_sx c0 = graph_sx_const(g, 0), c1 = graph_sx_const(g, 1), c2 = graph_sx_const(g, 2);
-    graph_sx c3 = graph_sx_const(g, 3), c10 = graph_sx_const(g, 10), c5 = graph_sx_const(g, 5);
-    cr_assert_eq(graph_sx_op(g, GSX_ADD, c3, c2), c5, "3+2 folds to the constant 5");
-    cr_assert_eq(graph_sx_op(g, GSX_MUL, c2, c5), c10);
-    cr_assert_eq(graph_sx_op(g, GSX_DIV, c10, c2), c5);
-    cr_assert_eq(graph_sx_op(g, GSX_SUB, c5, c2), c3);
-    cr_assert_eq(graph_sx_op(g, GSX_MUL, s0, c1), s0, "x*1 = x");
-    cr_assert_eq(graph_sx_op(g, GSX_MUL, c1, s0), s0, "1*x = x");
-    cr_assert_eq(graph_sx_op(g, GSX_ADD, s0, c0), s0, "x+0 = x");
-    cr_assert_eq(graph_sx_op(g, GSX_SUB, s0, c0), s0, "x-0 = x");
-    cr_assert_eq(graph_sx_op(g, GSX_DIV, s0, c1), s0, "x/1 = x");
-    cr_assert_eq(graph_sx_op(g, GSX_SUB, s0, s0), c0, "x-x = 0");
-    graph_sx s0x10 = graph_sx_op(g, GSX_MUL, s0, c10);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
+    graph_sx c0 = cai_graph_sx_const(g, 0), c1 = cai_graph_sx_const(g, 1),
+             c2 = cai_graph_sx_const(g, 2);
+    graph_sx c3 = cai_graph_sx_const(g, 3), c10 = cai_graph_sx_const(g, 10),
+             c5 = cai_graph_sx_const(g, 5);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_ADD, c3, c2), c5, "3+2 folds to the constant 5");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_MUL, c2, c5), c10);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_DIV, c10, c2), c5);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_SUB, c5, c2), c3);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_MUL, s0, c1), s0, "x*1 = x");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_MUL, c1, s0), s0, "1*x = x");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_ADD, s0, c0), s0, "x+0 = x");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_SUB, s0, c0), s0, "x-0 = x");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_DIV, s0, c1), s0, "x/1 = x");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_SUB, s0, s0), c0, "x-x = 0");
+    graph_sx s0x10 = cai_graph_sx_op(g, GSX_MUL, s0, c10);
     char buf[64];
-    cr_assert_str_eq(graph_sx_str(g, graph_sx_op(g, GSX_DIV, s0x10, c5), buf, sizeof buf), "s0*2");
-    cr_assert_eq(graph_sx_op(g, GSX_DIV, s0x10, c10), s0, "(s0*10)/10 = s0");
-    graph_sx s01 = graph_sx_op(g, GSX_MUL, s0, s1);
-    cr_assert_eq(graph_sx_op(g, GSX_DIV, s01, s1), s0);
-    cr_assert_eq(graph_sx_op(g, GSX_DIV, s01, s0), s1);
-    cr_assert_str_eq(graph_sx_str(g, graph_sx_op(g, GSX_MUL, s0x10, c3), buf, sizeof buf), "s0*30",
-                     "constants of a product gather");
-    cr_assert_eq(graph_sx_op(g, GSX_DIV, s0, c0), -1, "division by zero fails");
-    cr_assert(strstr(graph_error(g), "zero"));
-    cr_assert_eq(graph_sx_op(g, GSX_ADD, s0, 999), -1, "an unknown operand fails");
-    graph_free(g);
+    cr_assert_str_eq(cai_graph_sx_str(g, cai_graph_sx_op(g, GSX_DIV, s0x10, c5), buf, sizeof buf),
+                     "s0*2");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_DIV, s0x10, c10), s0, "(s0*10)/10 = s0");
+    graph_sx s01 = cai_graph_sx_op(g, GSX_MUL, s0, s1);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_DIV, s01, s1), s0);
+    cr_assert_eq(cai_graph_sx_op(g, GSX_DIV, s01, s0), s1);
+    cr_assert_str_eq(cai_graph_sx_str(g, cai_graph_sx_op(g, GSX_MUL, s0x10, c3), buf, sizeof buf),
+                     "s0*30", "constants of a product gather");
+    cr_assert_eq(cai_graph_sx_op(g, GSX_DIV, s0, c0), -1, "division by zero fails");
+    cr_assert(strstr(cai_graph_error(g), "zero"));
+    cr_assert_eq(cai_graph_sx_op(g, GSX_ADD, s0, 999), -1, "an unknown operand fails");
+    cai_graph_free(g);
 }
 
 Test(graph, sx_eval_and_str) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    graph_sx c1 = graph_sx_const(g, 1), c2 = graph_sx_const(g, 2);
-    graph_sx e = graph_sx_op(g, GSX_MUL, graph_sx_op(g, GSX_ADD, s0, c1), s1);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
+    graph_sx c1 = cai_graph_sx_const(g, 1), c2 = cai_graph_sx_const(g, 2);
+    graph_sx e = cai_graph_sx_op(g, GSX_MUL, cai_graph_sx_op(g, GSX_ADD, s0, c1), s1);
     char buf[64];
     /* operands of + and * are ordered by id, so the product prints with s1 first */
-    cr_assert_str_eq(graph_sx_str(g, e, buf, sizeof buf), "s1*(s0+1)");
+    cr_assert_str_eq(cai_graph_sx_str(g, e, buf, sizeof buf), "s1*(s0+1)");
     int64_t slots[] = {3, 4};
-    cr_assert_eq(graph_sx_eval(g, e, slots), 16);
-    graph_sx f = graph_sx_op(g, GSX_SUB, s0, graph_sx_op(g, GSX_ADD, s1, c2));
-    cr_assert_str_eq(graph_sx_str(g, f, buf, sizeof buf), "s0-(s1+2)");
-    cr_assert_eq(graph_sx_eval(g, f, slots), -3);
-    graph_sx h = graph_sx_op(g, GSX_DIV, s1, c2);
-    cr_assert_str_eq(graph_sx_str(g, h, buf, sizeof buf), "s1//2");
-    cr_assert_eq(graph_sx_eval(g, h, slots), 2);
-    cr_assert_str_eq(graph_sx_str(g, graph_sx_const(g, 64), buf, sizeof buf), "64");
-    cr_assert_str_eq(graph_sx_str(g, s1, buf, sizeof buf), "s1");
-    cr_assert_eq(graph_n_slots(g), 2);
-    graph_sx_slot(g, 5);
-    cr_assert_eq(graph_n_slots(g), 6);
-    graph_free(g);
+    cr_assert_eq(cai_graph_sx_eval(g, e, slots), 16);
+    graph_sx f = cai_graph_sx_op(g, GSX_SUB, s0, cai_graph_sx_op(g, GSX_ADD, s1, c2));
+    cr_assert_str_eq(cai_graph_sx_str(g, f, buf, sizeof buf), "s0-(s1+2)");
+    cr_assert_eq(cai_graph_sx_eval(g, f, slots), -3);
+    graph_sx h = cai_graph_sx_op(g, GSX_DIV, s1, c2);
+    cr_assert_str_eq(cai_graph_sx_str(g, h, buf, sizeof buf), "s1//2");
+    cr_assert_eq(cai_graph_sx_eval(g, h, slots), 2);
+    cr_assert_str_eq(cai_graph_sx_str(g, cai_graph_sx_const(g, 64), buf, sizeof buf), "64");
+    cr_assert_str_eq(cai_graph_sx_str(g, s1, buf, sizeof buf), "s1");
+    cr_assert_eq(cai_graph_n_slots(g), 2);
+    cai_graph_sx_slot(g, 5);
+    cr_assert_eq(cai_graph_n_slots(g), 6);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ shape inference */
 
 Test(graph, shape_pointwise_symbolic_broadcast) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    graph_sx c1 = graph_sx_const(g, 1), c10 = graph_sx_const(g, 10), c3 = graph_sx_const(g, 3);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
+    graph_sx c1 = cai_graph_sx_const(g, 1), c10 = cai_graph_sx_const(g, 10),
+             c3 = cai_graph_sx_const(g, 3);
     graph_val a = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c1});
     graph_val b = tg_input(g, 1, KERN_F32, 2, (graph_sx[]){c1, c10});
     graph_val c = tg_input(g, 2, KERN_F32, 1, (graph_sx[]){c10});
@@ -287,7 +292,7 @@ Test(graph, shape_pointwise_symbolic_broadcast) {
     graph_val f = tg_input(g, 5, KERN_F32, 1, (graph_sx[]){c3});
     graph_val ab = tg_add(g, tg_pw(KPW_ADD, 2, a, b, -1, 1.0));
     TG_SHAPE_IS(g, ab, "[s0, 10]");
-    cr_assert_eq(graph_node_at(g, ab)->dtype, KERN_F32);
+    cr_assert_eq(cai_graph_node_at(g, ab)->dtype, KERN_F32);
     TG_SHAPE_IS(g, tg_add(g, tg_pw(KPW_MUL, 2, ab, c, -1, 0)), "[s0, 10]");
     TG_SHAPE_IS(g, tg_add(g, tg_pw(KPW_RELU_BW, 2, c, a, -1, 0)), "[s0, 10]");
     tg_fails(g, tg_pw(KPW_ADD, 2, ab, d, -1, 1),
@@ -303,21 +308,21 @@ Test(graph, shape_pointwise_symbolic_broadcast) {
     TG_SHAPE_IS(g, tg_add(g, tg_pw(KPW_NEG, 1, idx, -1, -1, 0)), "[10]");
     /* where: the condition may have any dtype; the result takes the branches' */
     graph_val w = tg_add(g, tg_pw(KPW_WHERE, 3, idx, e, e, 0));
-    cr_assert_eq(graph_node_at(g, w)->dtype, KERN_F64);
+    cr_assert_eq(cai_graph_node_at(g, w)->dtype, KERN_F64);
     TG_SHAPE_IS(g, w, "[s0, 10]");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, shape_sum_sum_to_expand) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    graph_sx c1 = graph_sx_const(g, 1), c10 = graph_sx_const(g, 10);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
+    graph_sx c1 = cai_graph_sx_const(g, 1), c10 = cai_graph_sx_const(g, 10);
     graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c10});
     graph_val s = tg_add(g, (graph_op_args){.op = GOP_SUM, .n_in = 1, .in = {x}, .i = {1, 0}});
     TG_SHAPE_IS(g, s, "[10]");
     graph_val sk = tg_add(g, (graph_op_args){.op = GOP_SUM, .n_in = 1, .in = {x}, .i = {3, 5}});
     TG_SHAPE_IS(g, sk, "[1, 1]");
-    cr_assert_eq(graph_node_at(g, sk)->a.i[1], 1, "keepdim is stored as 0/1");
+    cr_assert_eq(cai_graph_node_at(g, sk)->a.i[1], 1, "keepdim is stored as 0/1");
     tg_fails(g, (graph_op_args){.op = GOP_SUM, .n_in = 1, .in = {x}, .i = {4}}, "dim mask");
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_SUM_TO, x, 2, (graph_sx[]){c1, c10})), "[1, 10]");
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_SUM_TO, x, 1, (graph_sx[]){c10})), "[10]");
@@ -328,19 +333,21 @@ Test(graph, shape_sum_sum_to_expand) {
                 "[s1, s0, 10]");
     graph_val e2 = tg_add(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){-1, c10}));
     TG_SHAPE_IS(g, e2, "[s0, 10]");
-    cr_assert_eq(graph_node_at(g, e2)->a.shape[0], s0, "-1 is resolved in the stored args");
+    cr_assert_eq(cai_graph_node_at(g, e2)->a.shape[0], s0, "-1 is resolved in the stored args");
     tg_fails(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){s1, c10}), "cannot be expanded");
     tg_fails(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){c1, c10}), "cannot be expanded");
     tg_fails(g, tg_shape_op(GOP_EXPAND, b, 3, (graph_sx[]){-1, c1, c10}), "leading");
     tg_fails(g, tg_shape_op(GOP_EXPAND, x, 1, (graph_sx[]){c10}), "has 2");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, shape_reshape_symbolic) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    graph_sx c2 = graph_sx_const(g, 2), c4 = graph_sx_const(g, 4), c5 = graph_sx_const(g, 5);
-    graph_sx c10 = graph_sx_const(g, 10), cm1 = graph_sx_const(g, -1), c6 = graph_sx_const(g, 6);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
+    graph_sx c2 = cai_graph_sx_const(g, 2), c4 = cai_graph_sx_const(g, 4),
+             c5 = cai_graph_sx_const(g, 5);
+    graph_sx c10 = cai_graph_sx_const(g, 10), cm1 = cai_graph_sx_const(g, -1),
+             c6 = cai_graph_sx_const(g, 6);
     graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c10});
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_RESHAPE, x, 2, (graph_sx[]){-1, c5})), "[s0*2, 5]");
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_RESHAPE, x, 1, (graph_sx[]){cm1})), "[s0*10]");
@@ -349,12 +356,12 @@ Test(graph, shape_reshape_symbolic) {
     graph_val z = tg_add(g, tg_shape_op(GOP_RESHAPE, x, 2, (graph_sx[]){s1, -1}));
     TG_SHAPE_IS(g, z, "[s1, s0*10//s1]");
     int64_t slots[] = {6, 4}, shape[2];
-    graph_eval_shape(g, z, slots, shape);
+    cai_graph_eval_shape(g, z, slots, shape);
     cr_assert(shape[0] == 4 && shape[1] == 15);
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_RESHAPE, x, 3, (graph_sx[]){s0, c2, c5})),
                 "[s0, 2, 5]");
     graph_val flat = tg_add(g, tg_shape_op(GOP_RESHAPE, y, 1, (graph_sx[]){-1}));
-    graph_sx n = graph_node_at(g, flat)->shape[0];
+    graph_sx n = cai_graph_node_at(g, flat)->shape[0];
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_RESHAPE, flat, 3, (graph_sx[]){s1, c4, s0})),
                 "[s1, 4, s0]");
     (void)n;
@@ -364,14 +371,15 @@ Test(graph, shape_reshape_symbolic) {
     tg_fails(g, tg_shape_op(GOP_RESHAPE, k, 1, (graph_sx[]){c4}), "invalid for an input");
     tg_fails(g, tg_shape_op(GOP_RESHAPE, k, 2, (graph_sx[]){c4, -1}), "invalid for an input");
     tg_fails(g, tg_shape_op(GOP_RESHAPE, x, 2, (graph_sx[]){-1, cm1}), "only one dim");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* A reshape between symbols the graph cannot prove equal in count runs when the counts
  * agree, and fails with a clear message when they do not. */
 Test(graph, reshape_counts_checked_at_run_time) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1), c10 = graph_sx_const(g, 10);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1),
+             c10 = cai_graph_sx_const(g, 10);
     graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c10});
     graph_val r = tg_add(g, tg_shape_op(GOP_RESHAPE, x, 1, (graph_sx[]){s1}));
     tg_add(g, (graph_op_args){.op = GOP_OUTPUT, .n_in = 1, .in = {r}});
@@ -383,25 +391,26 @@ Test(graph, reshape_counts_checked_at_run_time) {
     cr_assert_eq(rec.out_n[0], 20);
     cr_assert_neq(tg_run(g, (int64_t[]){2, 21}, &in, &rec, err, sizeof err), 0);
     cr_assert(strstr(err, "20 elements cannot be viewed as 21"), "%s", err);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, shape_views_and_slices) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3), c10 = graph_sx_const(g, 10);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3),
+             c10 = cai_graph_sx_const(g, 10);
     graph_val x = tg_input(g, 0, KERN_F64, 3, (graph_sx[]){s0, c3, c10});
     graph_val p = tg_add(
         g,
         (graph_op_args){.op = GOP_PERMUTE, .n_in = 1, .in = {x}, .n_perm = 3, .perm = {2, 0, -2}});
     TG_SHAPE_IS(g, p, "[10, s0, 3]");
-    cr_assert_eq(graph_node_at(g, p)->a.perm[2], 1, "perm entries are normalised");
+    cr_assert_eq(cai_graph_node_at(g, p)->a.perm[2], 1, "perm entries are normalised");
     tg_fails(
         g, (graph_op_args){.op = GOP_PERMUTE, .n_in = 1, .in = {x}, .n_perm = 3, .perm = {0, 0, 1}},
         "twice");
     tg_fails(g, (graph_op_args){.op = GOP_PERMUTE, .n_in = 1, .in = {x}, .n_perm = 2}, "2 entries");
     graph_val u = tg_add(g, (graph_op_args){.op = GOP_UNSQUEEZE, .n_in = 1, .in = {x}, .i = {-1}});
     TG_SHAPE_IS(g, u, "[s0, 3, 10, 1]");
-    cr_assert_eq(graph_node_at(g, u)->a.i[0], 3);
+    cr_assert_eq(cai_graph_node_at(g, u)->a.i[0], 3);
     graph_op_args sl = {.op = GOP_SLICE, .n_in = 1, .in = {x}, .i = {-1, 1, 8, 3}};
     graph_val s = tg_add(g, sl);
     TG_SHAPE_IS(g, s, "[s0, 3, 3]");
@@ -422,21 +431,23 @@ Test(graph, shape_views_and_slices) {
                 "[10, s0, 3]");
     graph_val c =
         tg_add(g, (graph_op_args){.op = GOP_CAST, .n_in = 1, .in = {x}, .dtype = KERN_F32});
-    cr_assert_eq(graph_node_at(g, c)->dtype, KERN_F32);
-    graph_free(g);
+    cr_assert_eq(cai_graph_node_at(g, c)->dtype, KERN_F32);
+    cai_graph_free(g);
 }
 
 Test(graph, shape_matmul) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1);
-    graph_sx c1 = graph_sx_const(g, 1), c2 = graph_sx_const(g, 2), c3 = graph_sx_const(g, 3);
-    graph_sx c4 = graph_sx_const(g, 4), c5 = graph_sx_const(g, 5), c10 = graph_sx_const(g, 10);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1);
+    graph_sx c1 = cai_graph_sx_const(g, 1), c2 = cai_graph_sx_const(g, 2),
+             c3 = cai_graph_sx_const(g, 3);
+    graph_sx c4 = cai_graph_sx_const(g, 4), c5 = cai_graph_sx_const(g, 5),
+             c10 = cai_graph_sx_const(g, 10);
     graph_val a = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c4});
     graph_val w = tg_input(g, 1, KERN_F32, 2, (graph_sx[]){c10, c4});
     graph_op_args mm = {.op = GOP_MATMUL, .n_in = 2, .in = {a, w}, .i = {0, 7}};
     graph_val y = tg_add(g, mm);
     TG_SHAPE_IS(g, y, "[s0, 10]");
-    cr_assert_eq(graph_node_at(g, y)->a.i[1], 1, "flags are stored as 0/1");
+    cr_assert_eq(cai_graph_node_at(g, y)->a.i[1], 1, "flags are stored as 0/1");
     TG_SHAPE_IS(g,
                 tg_add(g, (graph_op_args){.op = GOP_MATMUL, .n_in = 2, .in = {y, a}, .i = {1, 0}}),
                 "[10, 4]");
@@ -455,13 +466,15 @@ Test(graph, shape_matmul) {
     tg_fails(g, (graph_op_args){.op = GOP_MATMUL, .n_in = 2, .in = {v1, w}}, "at least 2 dims");
     graph_val i64 = tg_input(g, 7, KERN_I64, 2, (graph_sx[]){c4, c4});
     tg_fails(g, (graph_op_args){.op = GOP_MATMUL, .n_in = 2, .in = {i64, i64}}, "f32 or two f64");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, shape_index_ops_and_nll) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c1 = graph_sx_const(g, 1), c3 = graph_sx_const(g, 3);
-    graph_sx c4 = graph_sx_const(g, 4), c5 = graph_sx_const(g, 5), c2 = graph_sx_const(g, 2);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c1 = cai_graph_sx_const(g, 1),
+             c3 = cai_graph_sx_const(g, 3);
+    graph_sx c4 = cai_graph_sx_const(g, 4), c5 = cai_graph_sx_const(g, 5),
+             c2 = cai_graph_sx_const(g, 2);
     graph_val idx = tg_input(g, 0, KERN_I64, 1, (graph_sx[]){s0});
     graph_val src = tg_input(g, 1, KERN_F32, 2, (graph_sx[]){s0, c3});
     graph_op_args ia = {
@@ -482,7 +495,7 @@ Test(graph, shape_index_ops_and_nll) {
                         .i = {-1}};
     graph_val s = tg_add(g, sa);
     TG_SHAPE_IS(g, s, "[4, 4]");
-    cr_assert_eq(graph_node_at(g, s)->a.i[0], 1);
+    cr_assert_eq(cai_graph_node_at(g, s)->a.i[0], 1);
     sa.shape[1] = c1;
     sa.i[0] = 1;
     sa.shape[0] = c1;
@@ -506,12 +519,12 @@ Test(graph, shape_index_ops_and_nll) {
     nl.i[0] = 2;
     nl.shape[0] = c4;
     tg_fails(g, nl, "do not fit");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, shape_callouts) {
-    graph *g = graph_new();
-    graph_sx c3 = graph_sx_const(g, 3);
+    graph *g = cai_graph_new();
+    graph_sx c3 = cai_graph_sx_const(g, 3);
     graph_val x = tg_input(g, 0, KERN_F32, 1, (graph_sx[]){c3});
     tg_fails(g, (graph_op_args){.op = GOP_INPUT, .i = {0}, .n_shape = 0}, "already value 0");
     graph_val h = tg_add(g, tg_callout(GOP_HOOK, x, 0));
@@ -527,19 +540,19 @@ Test(graph, shape_callouts) {
     tg_fails(g, tg_callout(GOP_OUTPUT, h, 0), "already value");
     tg_fails(g, (graph_op_args){.op = GOP__COUNT}, "not a graph_op");
     tg_fails(g, tg_pw(KPW__COUNT, 1, x, -1, -1, 0), "not a kern_pw_op");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ passes */
 
 Test(graph, cse_merges_equal_nodes) {
-    graph *g = graph_new();
-    graph_sx c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx c4 = cai_graph_sx_const(g, 4);
     graph_val x = tg_input(g, 0, KERN_F32, 1, (graph_sx[]){c4});
     graph_val x2 = tg_input(g, 1, KERN_F32, 1, (graph_sx[]){c4});
     graph_val m1 = tg_add(g, tg_pw(KPW_MUL_S, 1, x, -1, -1, 2.0));
     graph_op_args junk = tg_pw(KPW_MUL_S, 1, x, -1, -1, 2.0);
-    junk.p[1] = 99; /* unused by mul_s: graph_add zeroes it, so CSE still matches */
+    junk.p[1] = 99; /* unused by mul_s: cai_graph_add zeroes it, so CSE still matches */
     junk.i[3] = 5;
     graph_val m2 = tg_add(g, junk);
     graph_val m3 = tg_add(g, tg_pw(KPW_MUL_S, 1, x, -1, -1, 3.0));
@@ -549,24 +562,24 @@ Test(graph, cse_merges_equal_nodes) {
     graph_val a1 = tg_add(g, tg_callout(GOP_ACCUMULATE, s, 0));
     graph_val a2 = tg_add(g, tg_callout(GOP_ACCUMULATE, s, 0));
     tg_add(g, tg_callout(GOP_OUTPUT, m3, 0));
-    graph_cse(g);
-    cr_assert_eq(graph_node_at(g, m2)->alias, m1);
-    cr_assert(graph_node_at(g, m2)->dead);
-    cr_assert_eq(graph_node_at(g, e2)->alias, e1, "chains settle in one pass");
-    cr_assert_eq(graph_node_at(g, m3)->alias, -1, "a different scalar is a different op");
-    cr_assert_eq(graph_node_at(g, s)->a.in[1], e1, "uses go to the first copy");
-    cr_assert_eq(graph_node_at(g, x2)->alias, -1, "inputs are never merged");
-    cr_assert_not(graph_node_at(g, a2)->dead, "side effects are never merged");
-    cr_assert_eq(graph_node_at(g, a1)->alias, -1);
+    cai_graph_cse(g);
+    cr_assert_eq(cai_graph_node_at(g, m2)->alias, m1);
+    cr_assert(cai_graph_node_at(g, m2)->dead);
+    cr_assert_eq(cai_graph_node_at(g, e2)->alias, e1, "chains settle in one pass");
+    cr_assert_eq(cai_graph_node_at(g, m3)->alias, -1, "a different scalar is a different op");
+    cr_assert_eq(cai_graph_node_at(g, s)->a.in[1], e1, "uses go to the first copy");
+    cr_assert_eq(cai_graph_node_at(g, x2)->alias, -1, "inputs are never merged");
+    cr_assert_not(cai_graph_node_at(g, a2)->dead, "side effects are never merged");
+    cr_assert_eq(cai_graph_node_at(g, a1)->alias, -1);
     /* a node added after CSE follows the replacement */
     graph_val n = tg_add(g, tg_pw(KPW_NEG, 1, e2, -1, -1, 0));
-    cr_assert_eq(graph_node_at(g, n)->a.in[0], e1);
-    graph_free(g);
+    cr_assert_eq(cai_graph_node_at(g, n)->a.in[0], e1);
+    cai_graph_free(g);
 }
 
 Test(graph, dce_keeps_what_roots_need) {
-    graph *g = graph_new();
-    graph_sx c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx c4 = cai_graph_sx_const(g, 4);
     graph_val x = tg_input(g, 0, KERN_F32, 1, (graph_sx[]){c4});
     graph_val unused_in = tg_input(g, 1, KERN_F32, 1, (graph_sx[]){c4});
     graph_val a = tg_add(g, tg_pw(KPW_EXP, 1, x, -1, -1, 0));
@@ -578,19 +591,19 @@ Test(graph, dce_keeps_what_roots_need) {
     graph_val ph =
         tg_add(g, (graph_op_args){.op = GOP_POST_HOOK, .n_in = 1, .in = {acc}, .i = {0, 1}});
     graph_val hook_only = tg_add(g, tg_callout(GOP_HOOK, x, 1)); /* a root, kept */
-    graph_dce(g);
-    cr_assert_not(graph_node_at(g, x)->dead);
-    cr_assert(graph_node_at(g, unused_in)->dead);
-    cr_assert_not(graph_node_at(g, a)->dead);
-    cr_assert(graph_node_at(g, dead1)->dead);
-    cr_assert(graph_node_at(g, dead2)->dead);
-    cr_assert_not(graph_node_at(g, h)->dead);
-    cr_assert_not(graph_node_at(g, b)->dead);
-    cr_assert_not(graph_node_at(g, acc)->dead);
-    cr_assert_not(graph_node_at(g, ph)->dead);
-    cr_assert_not(graph_node_at(g, hook_only)->dead);
-    cr_assert_eq(graph_count(g), 10, "dead nodes stay in the list");
-    graph_free(g);
+    cai_graph_dce(g);
+    cr_assert_not(cai_graph_node_at(g, x)->dead);
+    cr_assert(cai_graph_node_at(g, unused_in)->dead);
+    cr_assert_not(cai_graph_node_at(g, a)->dead);
+    cr_assert(cai_graph_node_at(g, dead1)->dead);
+    cr_assert(cai_graph_node_at(g, dead2)->dead);
+    cr_assert_not(cai_graph_node_at(g, h)->dead);
+    cr_assert_not(cai_graph_node_at(g, b)->dead);
+    cr_assert_not(cai_graph_node_at(g, acc)->dead);
+    cr_assert_not(cai_graph_node_at(g, ph)->dead);
+    cr_assert_not(cai_graph_node_at(g, hook_only)->dead);
+    cr_assert_eq(cai_graph_count(g), 10, "dead nodes stay in the list");
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ printer */
@@ -598,8 +611,9 @@ Test(graph, dce_keeps_what_roots_need) {
 /* A small graph with two forward graphs, origins, repeated names, a hook, a post hook,
  * outputs out of node order and a dead node. */
 static graph *tg_print_graph(void) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3), c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3),
+             c4 = cai_graph_sx_const(g, 4);
     graph_origin mean = {1, "MeanBackward0", 0}, mm = {3, "MmBackward0", 1};
     graph_origin acc4 = {4, "AccumulateGrad", -1}, acc5 = {5, "AccumulateGrad", -1};
     graph_val gr = tg_input(g, 0, KERN_F32, 0, NULL);
@@ -617,7 +631,7 @@ static graph *tg_print_graph(void) {
     tg_add_o(g, (graph_op_args){.op = GOP_POST_HOOK, .n_in = 1, .in = {a}, .i = {0, 1}}, acc4);
     tg_add_o(g, tg_callout(GOP_ACCUMULATE, b, 1), acc5);
     tg_add_o(g, tg_callout(GOP_OUTPUT, m1, 0), acc5);
-    graph_dce(g);
+    cai_graph_dce(g);
     return g;
 }
 
@@ -645,46 +659,47 @@ static const char *const TG_PRINTED =
 Test(graph, print_exact_text) {
     graph *g = tg_print_graph();
     char want[2048];
-    char *s = graph_print(g, false, NULL);
+    char *s = cai_graph_print(g, false, NULL);
     cr_assert_not_null(s);
     snprintf(want, sizeof want, TG_PRINTED, "");
     cr_assert_str_eq(s, want);
-    graph_free_string(s);
+    cai_graph_free_string(s);
     int64_t slots[] = {64};
-    s = graph_print(g, true, slots);
+    s = cai_graph_print(g, true, slots);
     snprintf(want, sizeof want, TG_PRINTED, "    # sizes: s0=64\n");
     cr_assert_str_eq(s, want);
-    graph_free_string(s);
-    s = graph_print(g, true, NULL); /* verbose without values: no sizes line */
+    cai_graph_free_string(s);
+    s = cai_graph_print(g, true, NULL); /* verbose without values: no sizes line */
     snprintf(want, sizeof want, TG_PRINTED, "");
     cr_assert_str_eq(s, want);
-    graph_free_string(s);
-    graph_free(g);
+    cai_graph_free_string(s);
+    cai_graph_free(g);
 }
 
 /* Verbose dumps show each input's strides this run; plain dumps never do. */
 Test(graph, print_verbose_input_strides) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3);
     graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c3});
     tg_add(g, (graph_op_args){.op = GOP_OUTPUT, .n_in = 1, .in = {x}});
     float data[15];
     graph_view in = tg_view(data, KERN_F32, 2, (int64_t[]){5, 3}, (int64_t[]){1, 5});
     int64_t slots[] = {5};
-    char *v = graph_print_inputs(g, true, slots, &in),
-         *p = graph_print_inputs(g, false, slots, &in);
+    char *v = cai_graph_print_inputs(g, true, slots, &in),
+         *p = cai_graph_print_inputs(g, false, slots, &in);
     cr_assert_not_null(v);
     cr_assert_not_null(p);
     cr_assert(strstr(v, "    getitem: \"f32[s0, 3][1, 5]\" = inputs[0]\n"), "%s", v);
     cr_assert(strstr(p, "    getitem: \"f32[s0, 3]\" = inputs[0]\n"), "%s", p);
-    graph_free_string(v);
-    graph_free_string(p);
-    graph_free(g);
+    cai_graph_free_string(v);
+    cai_graph_free_string(p);
+    cai_graph_free(g);
 }
 
 Test(graph, print_attrs_and_empty_return) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), s1 = graph_sx_slot(g, 1), c5 = graph_sx_const(g, 5);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), s1 = cai_graph_sx_slot(g, 1),
+             c5 = cai_graph_sx_const(g, 5);
     graph_val x = tg_input(g, 0, KERN_F64, 2, (graph_sx[]){s0, s1});
     graph_val idx = tg_input(g, 1, KERN_I64, 1, (graph_sx[]){s0});
     graph_val r = tg_add(g, tg_shape_op(GOP_RESHAPE, x, 1, (graph_sx[]){-1}));
@@ -703,7 +718,7 @@ Test(graph, print_attrs_and_empty_return) {
     graph_val v[] = {sl, c, ad, p};
     for (int k = 0; k < 4; k++)
         tg_add(g, tg_callout(GOP_RETAIN, v[k], k));
-    char *out = graph_print(g, false, NULL);
+    char *out = cai_graph_print(g, false, NULL);
     cr_assert_not_null(out);
     const char *want = "===== Compiled autograd graph =====\n"
                        "def forward(inputs, sizes, hooks):\n"
@@ -724,8 +739,8 @@ Test(graph, print_attrs_and_empty_return) {
                        "    retain_grad(retain=3, permute)\n"
                        "    return []\n";
     cr_assert_str_eq(out, want);
-    graph_free_string(out);
-    graph_free(g);
+    cai_graph_free_string(out);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ plan and run */
@@ -735,8 +750,9 @@ Test(graph, print_attrs_and_empty_return) {
  * leaf 0 = W, leaf 1 = b, output 0 = dL/dx. A duplicate relu_bw and a dead node give the
  * passes something to do. */
 static graph *tg_linear_graph(void) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3), c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3),
+             c4 = cai_graph_sx_const(g, 4);
     graph_val gr = tg_input(g, 0, KERN_F32, 0, NULL);
     graph_val x = tg_input(g, 1, KERN_F32, 2, (graph_sx[]){s0, c4});
     graph_val w = tg_input(g, 2, KERN_F32, 2, (graph_sx[]){c3, c4});
@@ -752,8 +768,8 @@ static graph *tg_linear_graph(void) {
     tg_add(g, tg_callout(GOP_ACCUMULATE, gw, 0));
     tg_add(g, tg_callout(GOP_ACCUMULATE, gb, 1));
     tg_add(g, tg_callout(GOP_OUTPUT, gx, 0));
-    graph_cse(g);
-    graph_dce(g);
+    cai_graph_cse(g);
+    cai_graph_dce(g);
     return g;
 }
 
@@ -797,26 +813,26 @@ static void tg_linear_check(const tg_linear_data *d, const tg_rec *rec) {
 
 Test(graph, run_linear_relu_backward_dynamic_batch) {
     graph *g = tg_linear_graph();
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     cr_assert_not_null(p);
     int64_t sizes[] = {5, 13};
-    cr_assert_lt(graph_plan_arena_bytes(p, &sizes[0]), graph_plan_arena_bytes(p, &sizes[1]),
+    cr_assert_lt(cai_graph_plan_arena_bytes(p, &sizes[0]), cai_graph_plan_arena_bytes(p, &sizes[1]),
                  "the arena grows with the batch");
     for (int k = 0; k < 2; k++) { /* the same plan, two batch sizes */
         tg_linear_data d;
         tg_linear_inputs(&d, sizes[k], NULL);
-        size_t bytes = graph_plan_arena_bytes(p, &sizes[k]);
+        size_t bytes = cai_graph_plan_arena_bytes(p, &sizes[k]);
         void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
         tg_rec rec = {0};
-        int rc = graph_plan_run(p, &sizes[k], d.in, arena,
-                                (graph_callbacks){.call = tg_call, .ctx = &rec});
-        cr_assert_eq(rc, 0, "run failed: %s", graph_plan_error(p));
+        int rc = cai_graph_plan_run(p, &sizes[k], d.in, arena,
+                                    (graph_callbacks){.call = tg_call, .ctx = &rec});
+        cr_assert_eq(rc, 0, "run failed: %s", cai_graph_plan_error(p));
         cr_assert_eq(rec.calls, 3);
         tg_linear_check(&d, &rec);
         free(arena);
     }
-    graph_plan_free(p);
-    graph_free(g);
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
 }
 
 /* Counting allocators for the layer and the kernels. */
@@ -840,73 +856,74 @@ static void tg_count_free(void *p) {
 static const kern_allocator TG_COUNTING = {tg_count_alloc, tg_count_free};
 
 Test(graph, run_makes_no_allocation) {
-    graph_set_allocator(TG_COUNTING);
-    kern_set_allocator(TG_COUNTING);
+    cai_graph_set_allocator(TG_COUNTING);
+    cai_kern_set_allocator(TG_COUNTING);
     graph *g = tg_linear_graph();
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     int64_t n = 9;
     tg_linear_data d;
     /* W with a zero row stride: cblas cannot take it, so it is copied into a planned buffer
-     * rather than packed by kern_gemm with scratch memory. */
+     * rather than packed by cai_kern_gemm with scratch memory. */
     tg_linear_inputs(&d, n, (int64_t[]){0, 1});
-    size_t bytes = graph_plan_arena_bytes(p, &n);
+    size_t bytes = cai_graph_plan_arena_bytes(p, &n);
     void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     tg_rec rec = {0};
     tg_allocs = 0;
-    int rc = graph_plan_run(p, &n, d.in, arena, (graph_callbacks){.call = tg_call, .ctx = &rec});
+    int rc =
+        cai_graph_plan_run(p, &n, d.in, arena, (graph_callbacks){.call = tg_call, .ctx = &rec});
     long during = tg_allocs;
-    cr_assert_eq(rc, 0, "%s", graph_plan_error(p));
-    cr_assert_eq(during, 0, "graph_plan_run allocated %ld times", during);
+    cr_assert_eq(rc, 0, "%s", cai_graph_plan_error(p));
+    cr_assert_eq(during, 0, "cai_graph_plan_run allocated %ld times", during);
     tg_linear_check(&d, &rec);
     free(arena);
-    graph_plan_free(p);
-    graph_free(g);
-    graph_set_allocator((kern_allocator){NULL, NULL});
-    kern_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_kern_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(tg_live, 0, "%ld allocations leaked", tg_live);
 }
 
 Test(graph, new_and_plan_new_survive_allocation_failure) {
-    graph_set_allocator(TG_COUNTING);
+    cai_graph_set_allocator(TG_COUNTING);
     int failures = 0;
-    for (long k = 1;; k++) { /* graph_new */
+    for (long k = 1;; k++) { /* cai_graph_new */
         tg_fail_at = k;
         tg_allocs = 0;
-        graph *g = graph_new();
+        graph *g = cai_graph_new();
         if (g) {
-            graph_free(g);
+            cai_graph_free(g);
             break;
         }
         failures++;
-        cr_assert_eq(tg_live, 0, "graph_new leaked after failure %ld", k);
+        cr_assert_eq(tg_live, 0, "cai_graph_new leaked after failure %ld", k);
     }
     cr_assert_gt(failures, 0);
     tg_fail_at = 0;
     graph *g = tg_linear_graph();
     long live = tg_live;
     failures = 0;
-    for (long k = 1;; k++) { /* graph_plan_new */
+    for (long k = 1;; k++) { /* cai_graph_plan_new */
         tg_fail_at = k;
         tg_allocs = 0;
-        graph_plan *p = graph_plan_new(g);
+        graph_plan *p = cai_graph_plan_new(g);
         if (p) {
-            graph_plan_free(p);
+            cai_graph_plan_free(p);
             break;
         }
         failures++;
-        cr_assert_eq(tg_live, live, "graph_plan_new leaked after failure %ld", k);
+        cr_assert_eq(tg_live, live, "cai_graph_plan_new leaked after failure %ld", k);
     }
     cr_assert_gt(failures, 0);
     tg_fail_at = 0;
-    graph_free(g);
-    graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_free(g);
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(tg_live, 0);
 }
 
 Test(graph, add_print_and_passes_survive_allocation_failure) {
-    graph_set_allocator(TG_COUNTING);
-    graph *g = graph_new();
-    graph_sx c4 = graph_sx_const(g, 4);
+    cai_graph_set_allocator(TG_COUNTING);
+    graph *g = cai_graph_new();
+    graph_sx c4 = cai_graph_sx_const(g, 4);
     graph_val x = tg_input(g, 0, KERN_F32, 1, (graph_sx[]){c4});
     /* fill the node list to its first capacity, then fail the growth */
     tg_fail_at = 0;
@@ -915,11 +932,11 @@ Test(graph, add_print_and_passes_survive_allocation_failure) {
         tg_allocs = 0;
         tg_fail_at = 1;
         graph_op_args a = tg_pw(KPW_NEG, 1, v, -1, -1, 0);
-        int before = graph_count(g);
-        graph_val r = graph_add(g, &a, TG_NONE);
+        int before = cai_graph_count(g);
+        graph_val r = cai_graph_add(g, &a, TG_NONE);
         if (r < 0) {
-            cr_assert(strstr(graph_error(g), "out of memory"), "%s", graph_error(g));
-            cr_assert_eq(graph_count(g), before);
+            cr_assert(strstr(cai_graph_error(g), "out of memory"), "%s", cai_graph_error(g));
+            cr_assert_eq(cai_graph_count(g), before);
             break;
         }
         v = r;
@@ -930,24 +947,24 @@ Test(graph, add_print_and_passes_survive_allocation_failure) {
     for (long k = 1; k <= 3; k++) {
         tg_allocs = 0;
         tg_fail_at = k;
-        char *s = graph_print(g, false, NULL);
-        cr_assert_null(s, "graph_print must fail cleanly at allocation %ld", k);
+        char *s = cai_graph_print(g, false, NULL);
+        cr_assert_null(s, "cai_graph_print must fail cleanly at allocation %ld", k);
     }
     tg_allocs = 0;
     tg_fail_at = 1;
-    graph_cse(g); /* no scratch: the graph is left as it was */
+    cai_graph_cse(g); /* no scratch: the graph is left as it was */
     tg_fail_at = 0;
-    char *s = graph_print(g, false, NULL);
+    char *s = cai_graph_print(g, false, NULL);
     cr_assert_not_null(s);
-    graph_free_string(s);
-    graph_free(g);
-    graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_free_string(s);
+    cai_graph_free(g);
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(tg_live, 0);
 }
 
 Test(graph, run_hook_replaces_gradient) {
-    graph *g = graph_new();
-    graph_sx c3 = graph_sx_const(g, 3);
+    graph *g = cai_graph_new();
+    graph_sx c3 = cai_graph_sx_const(g, 3);
     graph_val x = tg_input(g, 0, KERN_F64, 1, (graph_sx[]){c3});
     graph_val e = tg_add(g, tg_pw(KPW_MUL_S, 1, x, -1, -1, 2.0));
     graph_val h = tg_add(g, tg_callout(GOP_HOOK, e, 0));
@@ -966,12 +983,12 @@ Test(graph, run_hook_replaces_gradient) {
     char err[256];
     cr_assert_eq(tg_run(g, NULL, &in, &wrong, err, sizeof err), -1);
     cr_assert(strstr(err, "hook 0 returned a gradient f64[2] for a gradient f64[3]"), "%s", err);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, run_callback_stops_the_run) {
-    graph *g = graph_new();
-    graph_sx c2 = graph_sx_const(g, 2);
+    graph *g = cai_graph_new();
+    graph_sx c2 = cai_graph_sx_const(g, 2);
     graph_val x = tg_input(g, 0, KERN_F32, 1, (graph_sx[]){c2});
     graph_val a = tg_add(g, tg_callout(GOP_ACCUMULATE, x, 0));
     tg_add(g, (graph_op_args){.op = GOP_POST_HOOK, .n_in = 1, .in = {a}, .i = {0, 3}});
@@ -985,13 +1002,14 @@ Test(graph, run_callback_stops_the_run) {
     cr_assert(all.post_in_null, "a post hook gets no view and no replacement slot");
     cr_assert_eq(tg_run(g, NULL, &in, &stop, NULL, 0), 7, "the callback's value comes back");
     cr_assert_eq(stop.calls, 2, "nothing runs after the stop");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, run_views_reshape_and_copies) {
-    graph *g = graph_new();
-    graph_sx c1 = graph_sx_const(g, 1), c2 = graph_sx_const(g, 2), c3 = graph_sx_const(g, 3);
-    graph_sx c4 = graph_sx_const(g, 4), c6 = graph_sx_const(g, 6);
+    graph *g = cai_graph_new();
+    graph_sx c1 = cai_graph_sx_const(g, 1), c2 = cai_graph_sx_const(g, 2),
+             c3 = cai_graph_sx_const(g, 3);
+    graph_sx c4 = cai_graph_sx_const(g, 4), c6 = cai_graph_sx_const(g, 6);
     graph_val x = tg_input(g, 0, KERN_F64, 2, (graph_sx[]){c2, c3});
     graph_val p = tg_add(
         g, (graph_op_args){.op = GOP_PERMUTE, .n_in = 1, .in = {x}, .n_perm = 2, .perm = {1, 0}});
@@ -1035,13 +1053,14 @@ Test(graph, run_views_reshape_and_copies) {
     cr_assert_eq(rec.acc_n[1], 2);
     tg_close(rec.acc[1], sk_want, 2, 1e-12, "sum keepdim");
     tg_close(rec.acc[2], st_want, 3, 1e-12, "sum_to");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, run_matmul_batched_broadcast) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c1 = graph_sx_const(g, 1), c2 = graph_sx_const(g, 2);
-    graph_sx c3 = graph_sx_const(g, 3), c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c1 = cai_graph_sx_const(g, 1),
+             c2 = cai_graph_sx_const(g, 2);
+    graph_sx c3 = cai_graph_sx_const(g, 3), c4 = cai_graph_sx_const(g, 4);
     /* a: [2, 1, 4, 3] used transposed -> [2, 1, 3, 4]; b: [s0, 4, 2] -> out [2, s0, 3, 2] */
     graph_val a = tg_input(g, 0, KERN_F64, 4, (graph_sx[]){c2, c1, c4, c3});
     graph_val b = tg_input(g, 1, KERN_F64, 3, (graph_sx[]){s0, c4, c2});
@@ -1075,12 +1094,13 @@ Test(graph, run_matmul_batched_broadcast) {
                 }
     cr_assert_eq(rec.out_n[0], 36);
     tg_close(rec.out[0], want, 36, 1e-12, "batched matmul");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, run_index_ops_slice_backward_and_nll) {
-    graph *g = graph_new();
-    graph_sx c2 = graph_sx_const(g, 2), c3 = graph_sx_const(g, 3), c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx c2 = cai_graph_sx_const(g, 2), c3 = cai_graph_sx_const(g, 3),
+             c4 = cai_graph_sx_const(g, 4);
     graph_val idx = tg_input(g, 0, KERN_I64, 1, (graph_sx[]){c3});
     graph_val src = tg_input(g, 1, KERN_F32, 2, (graph_sx[]){c3, c2});
     graph_val sidx = tg_input(g, 2, KERN_I64, 2, (graph_sx[]){c2, c2});
@@ -1147,12 +1167,13 @@ Test(graph, run_index_ops_slice_backward_and_nll) {
     tg_close(rec.out[3], nn_want, 12, 0, "nll none");
     double sb_want[12] = {0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6};
     tg_close(rec.acc[0], sb_want, 12, 0, "slice_backward");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, run_reports_kernel_and_input_errors) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c2 = graph_sx_const(g, 2), c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c2 = cai_graph_sx_const(g, 2),
+             c4 = cai_graph_sx_const(g, 4);
     graph_val idx = tg_input(g, 0, KERN_I64, 1, (graph_sx[]){c2});
     graph_val src = tg_input(g, 1, KERN_F32, 2, (graph_sx[]){c2, s0});
     graph_val ia = tg_add(
@@ -1171,12 +1192,12 @@ Test(graph, run_reports_kernel_and_input_errors) {
     n = 4; /* the input no longer has the shape the sizes give */
     cr_assert_eq(tg_run(g, &n, in, &rec, err, sizeof err), -1);
     cr_assert(strstr(err, "input 1 is f32[2, 3] but the graph expects f32[2, 4]"), "%s", err);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, plan_reuses_buffers) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c8 = graph_sx_const(g, 8);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c8 = cai_graph_sx_const(g, 8);
     graph_val v = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c8});
     for (int k = 0; k < 6; k++) /* a chain: only two buffers are ever live */
         v = tg_add(g, tg_pw(k % 2 ? KPW_EXP : KPW_NEG, 1, v, -1, -1, 0));
@@ -1184,12 +1205,12 @@ Test(graph, plan_reuses_buffers) {
         g, (graph_op_args){.op = GOP_PERMUTE, .n_in = 1, .in = {v}, .n_perm = 2, .perm = {1, 0}});
     graph_val w = tg_add(g, tg_pw(KPW_NEG, 1, t, -1, -1, 0)); /* reads v through the view */
     tg_add(g, tg_callout(GOP_OUTPUT, w, 0));
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     int64_t n = 4;
-    cr_assert_eq(graph_plan_arena_bytes(p, &n), 2 * 128, "two [4, 8] f32 buffers of 128 bytes");
+    cr_assert_eq(cai_graph_plan_arena_bytes(p, &n), 2 * 128, "two [4, 8] f32 buffers of 128 bytes");
     n = 16;
-    cr_assert_eq(graph_plan_arena_bytes(p, &n), 2 * 512);
-    graph_plan_free(p);
+    cr_assert_eq(cai_graph_plan_arena_bytes(p, &n), 2 * 512);
+    cai_graph_plan_free(p);
     float xs[32];
     tg_fill_f32(xs, 32);
     n = 4;
@@ -1205,40 +1226,42 @@ Test(graph, plan_reuses_buffers) {
             want[j * 4 + i] = -y;
         }
     tg_close(rec.out[0], want, 32, 1e-6, "chain through a view");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, run_reshape_view_or_copy_decided_per_run) {
-    graph *g = graph_new();
-    graph_sx c2 = graph_sx_const(g, 2), c3 = graph_sx_const(g, 3), c6 = graph_sx_const(g, 6);
+    graph *g = cai_graph_new();
+    graph_sx c2 = cai_graph_sx_const(g, 2), c3 = cai_graph_sx_const(g, 3),
+             c6 = cai_graph_sx_const(g, 6);
     graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){c2, c3});
     graph_val r = tg_add(g, tg_shape_op(GOP_RESHAPE, x, 1, (graph_sx[]){c6}));
     graph_val c = tg_add(g, (graph_op_args){.op = GOP_CONTIGUOUS, .n_in = 1, .in = {x}});
     tg_add(g, tg_callout(GOP_OUTPUT, r, 0));
     tg_add(g, tg_callout(GOP_OUTPUT, c, 1));
-    graph_plan *p = graph_plan_new(g);
-    size_t bytes = graph_plan_arena_bytes(p, NULL);
+    graph_plan *p = cai_graph_plan_new(g);
+    size_t bytes = cai_graph_plan_arena_bytes(p, NULL);
     void *arena = aligned_alloc(64, bytes + 64);
     float rows[6] = {1, 2, 3, 4, 5, 6}, cols[6] = {1, 4, 2, 5, 3, 6};
     double want[6] = {1, 2, 3, 4, 5, 6};
     graph_view contiguous = tg_view(rows, KERN_F32, 2, (int64_t[]){2, 3}, NULL);
     graph_view strided = tg_view(cols, KERN_F32, 2, (int64_t[]){2, 3}, (int64_t[]){1, 2});
     tg_rec a = {0}, b = {0};
-    cr_assert_eq(
-        graph_plan_run(p, NULL, &contiguous, arena, (graph_callbacks){.call = tg_call, .ctx = &a}),
-        0);
+    cr_assert_eq(cai_graph_plan_run(p, NULL, &contiguous, arena,
+                                    (graph_callbacks){.call = tg_call, .ctx = &a}),
+                 0);
     cr_assert_eq(a.out_data[0], (const void *)rows, "contiguous input: reshape is a view");
     cr_assert_eq(a.out_data[1], (const void *)rows, "contiguous input: contiguous is a view");
     tg_close(a.out[0], want, 6, 0, "reshape (view)");
     cr_assert_eq(
-        graph_plan_run(p, NULL, &strided, arena, (graph_callbacks){.call = tg_call, .ctx = &b}), 0);
+        cai_graph_plan_run(p, NULL, &strided, arena, (graph_callbacks){.call = tg_call, .ctx = &b}),
+        0);
     cr_assert_neq(b.out_data[0], (const void *)cols, "strided input: reshape copies");
     cr_assert_neq(b.out_data[1], (const void *)cols);
     tg_close(b.out[0], want, 6, 0, "reshape (copy)");
     tg_close(b.out[1], want, 6, 0, "contiguous (copy)");
     free(arena);
-    graph_plan_free(p);
-    graph_free(g);
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
 }
 
 /* Outputs are recorded as views and read after the run: the plan must not have reused
@@ -1254,8 +1277,8 @@ static int tg_keep_views(void *ctx, const graph_node *n, const graph_view *in, g
 }
 
 Test(graph, run_outputs_stay_valid_after_the_run) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0);
     graph_val x = tg_input(g, 0, KERN_F64, 1, (graph_sx[]){s0});
     graph_val a = tg_add(g, tg_pw(KPW_NEG, 1, x, -1, -1, 0));
     tg_add(g, tg_callout(GOP_OUTPUT, a, 0));
@@ -1263,27 +1286,27 @@ Test(graph, run_outputs_stay_valid_after_the_run) {
     for (int k = 0; k < 4; k++) /* later values of the same size, candidates for a's buffer */
         v = tg_add(g, tg_pw(KPW_MUL_S, 1, v, -1, -1, 3.0));
     tg_add(g, tg_callout(GOP_OUTPUT, v, 1));
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     int64_t n = 5;
-    void *arena = aligned_alloc(64, graph_plan_arena_bytes(p, &n) + 64);
+    void *arena = aligned_alloc(64, cai_graph_plan_arena_bytes(p, &n) + 64);
     double xs[5] = {1, 2, 3, 4, 5};
     graph_view in = tg_view(xs, KERN_F64, 1, &n, NULL);
     tg_views seen = {0};
-    cr_assert_eq(
-        graph_plan_run(p, &n, &in, arena, (graph_callbacks){.call = tg_keep_views, .ctx = &seen}),
-        0);
+    cr_assert_eq(cai_graph_plan_run(p, &n, &in, arena,
+                                    (graph_callbacks){.call = tg_keep_views, .ctx = &seen}),
+                 0);
     for (int i = 0; i < 5; i++) {
         cr_assert_eq(tg_get(&seen.out[0], i), -xs[i], "output 0 was overwritten");
         cr_assert_eq(tg_get(&seen.out[1], i), -xs[i] * 81);
     }
     free(arena);
-    graph_plan_free(p);
-    graph_free(g);
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
 }
 
 Test(graph, run_hook_result_feeds_a_gemm_and_conditions) {
-    graph *g = graph_new();
-    graph_sx c2 = graph_sx_const(g, 2), c3 = graph_sx_const(g, 3);
+    graph *g = cai_graph_new();
+    graph_sx c2 = cai_graph_sx_const(g, 2), c3 = cai_graph_sx_const(g, 3);
     graph_val a = tg_input(g, 0, KERN_F64, 2, (graph_sx[]){c2, c3});
     graph_val b = tg_input(g, 1, KERN_F64, 2, (graph_sx[]){c3, c2});
     graph_val mask = tg_input(g, 2, KERN_I64, 1, (graph_sx[]){c2});
@@ -1313,17 +1336,17 @@ Test(graph, run_hook_result_feeds_a_gemm_and_conditions) {
             want[r * 2 + c] = c == 1 ? -7.0 : acc; /* mask broadcasts over rows */
         }
     tg_close(rec.out[0], want, 4, 1e-12, "hooked matmul, masked");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 Test(graph, sx_and_shape_edge_cases) {
-    graph *g = graph_new();
-    cr_assert_eq(graph_sx_slot(g, -1), -1);
-    cr_assert(strstr(graph_error(g), "negative"));
-    graph_sx s0 = graph_sx_slot(g, 0), c1 = graph_sx_const(g, 1);
-    graph_sx e = graph_sx_op(g, GSX_ADD, graph_sx_op(g, GSX_MUL, s0, s0), s0);
+    graph *g = cai_graph_new();
+    cr_assert_eq(cai_graph_sx_slot(g, -1), -1);
+    cr_assert(strstr(cai_graph_error(g), "negative"));
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c1 = cai_graph_sx_const(g, 1);
+    graph_sx e = cai_graph_sx_op(g, GSX_ADD, cai_graph_sx_op(g, GSX_MUL, s0, s0), s0);
     char tiny[4];
-    cr_assert_str_eq(graph_sx_str(g, e, tiny, sizeof tiny), "s0+", "truncated, terminated");
+    cr_assert_str_eq(cai_graph_sx_str(g, e, tiny, sizeof tiny), "s0+", "truncated, terminated");
     graph_val x = tg_input(g, 0, KERN_F32, 8, (graph_sx[]){s0, c1, c1, c1, c1, c1, c1, c1});
     tg_fails(g, (graph_op_args){.op = GOP_UNSQUEEZE, .n_in = 1, .in = {x}}, "already has 8 dims");
     tg_fails(g, (graph_op_args){.op = GOP_CAST, .n_in = 1, .in = {x}, .dtype = 9},
@@ -1337,14 +1360,14 @@ Test(graph, sx_and_shape_edge_cases) {
     TG_SHAPE_IS(g, tg_add(g, tg_shape_op(GOP_RESHAPE, sc, 1, (graph_sx[]){-1})), "[1]");
     TG_SHAPE_IS(g, tg_add(g, (graph_op_args){.op = GOP_UNSQUEEZE, .n_in = 1, .in = {sc}}), "[1]");
     tg_fails(g, (graph_op_args){.op = GOP_SLICE, .n_in = 1, .in = {sc}, .i = {0, 0, 1, 1}}, "0-d");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* A value read through a view after its last direct reader: with one buffer free, a
  * planner that forgot the view would hand the base's buffer to the reader's output. */
 Test(graph, plan_view_keeps_its_base_alive) {
-    graph *g = graph_new();
-    graph_sx c4 = graph_sx_const(g, 4), c8 = graph_sx_const(g, 8);
+    graph *g = cai_graph_new();
+    graph_sx c4 = cai_graph_sx_const(g, 4), c8 = cai_graph_sx_const(g, 8);
     graph_val x = tg_input(g, 0, KERN_F32, 2, (graph_sx[]){c4, c8});
     graph_val a = tg_add(g, tg_pw(KPW_EXP, 1, x, -1, -1, 0));
     graph_val t = tg_add(
@@ -1352,9 +1375,9 @@ Test(graph, plan_view_keeps_its_base_alive) {
     graph_val u = tg_add(g, (graph_op_args){.op = GOP_UNSQUEEZE, .n_in = 1, .in = {t}});
     graph_val w = tg_add(g, tg_pw(KPW_NEG, 1, u, -1, -1, 0));
     tg_add(g, tg_callout(GOP_OUTPUT, w, 0));
-    graph_plan *p = graph_plan_new(g);
-    cr_assert_eq(graph_plan_arena_bytes(p, NULL), 2 * 128, "a and w need two buffers");
-    graph_plan_free(p);
+    graph_plan *p = cai_graph_plan_new(g);
+    cr_assert_eq(cai_graph_plan_arena_bytes(p, NULL), 2 * 128, "a and w need two buffers");
+    cai_graph_plan_free(p);
     float xs[32];
     tg_fill_f32(xs, 32);
     graph_view in = tg_view(xs, KERN_F32, 2, (int64_t[]){4, 8}, NULL);
@@ -1365,5 +1388,5 @@ Test(graph, plan_view_keeps_its_base_alive) {
         for (int j = 0; j < 8; j++)
             want[j * 4 + i] = -exp(xs[i * 8 + j]);
     tg_close(rec.out[0], want, 32, 1e-6, "neg of a transposed view");
-    graph_free(g);
+    cai_graph_free(g);
 }

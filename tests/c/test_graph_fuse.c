@@ -1,8 +1,8 @@
 /* test_graph_fuse.c - the fusion pass (graph/fuse.c) and the runner's fused loops
  * (graph/plan_fused.c, graph/plan_run.c).
  *
- * Graphs are built by hand. Grouping decisions are read back with graph_node_group and
- * graph_count_fused; values are checked by running the same graph planned before and
+ * Graphs are built by hand. Grouping decisions are read back with cai_graph_node_group and
+ * cai_graph_count_fused; values are checked by running the same graph planned before and
  * after the pass: a fused run runs the same row kernels (and reduction tree) as the
  * op-by-op run, so every output must be equal bit for bit.
  */
@@ -20,8 +20,8 @@
 static const graph_origin TF_NONE = {-1, NULL, -1};
 
 static graph_val tf_add_o(graph *g, graph_op_args a, graph_origin o) {
-    graph_val v = graph_add(g, &a, o);
-    cr_assert(v >= 0, "graph_add failed: %s", graph_error(g));
+    graph_val v = cai_graph_add(g, &a, o);
+    cr_assert(v >= 0, "cai_graph_add failed: %s", cai_graph_error(g));
     return v;
 }
 
@@ -37,7 +37,7 @@ static graph_val tf_input(graph *g, int k, kern_dtype dt, int n, const graph_sx 
 }
 
 static graph_val tf_pw(graph *g, kern_pw_op op, graph_val x, graph_val y, graph_val z, double p0) {
-    int n = kern_pw_arity(op);
+    int n = cai_kern_pw_arity(op);
     return tf_add(g,
                   (graph_op_args){.op = GOP_PW, .n_in = n, .in = {x, y, z}, .i = {op}, .p = {p0}});
 }
@@ -70,7 +70,7 @@ static graph_val tf_matmul(graph *g, graph_val a, graph_val b) {
 }
 
 static int tf_group(const graph *g, graph_val v) {
-    return graph_node_group(g, v);
+    return cai_graph_node_group(g, v);
 }
 
 /* ------------------------------------------------------------------ data and runs */
@@ -97,8 +97,8 @@ typedef struct {
 
 static void tf_make_inputs(const graph *g, const int64_t *slots, tf_inputs *ti) {
     memset(ti, 0, sizeof *ti);
-    for (graph_val v = 0; v < graph_count(g); v++) {
-        const graph_node *x = graph_node_at(g, v);
+    for (graph_val v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *x = cai_graph_node_at(g, v);
         if (x->a.op != GOP_INPUT)
             continue;
         int k = (int)x->a.i[0];
@@ -106,7 +106,7 @@ static void tf_make_inputs(const graph *g, const int64_t *slots, tf_inputs *ti) 
         graph_view *w = &ti->in[k];
         w->dtype = x->dtype;
         w->ndim = x->ndim;
-        graph_eval_shape(g, v, slots, w->shape);
+        cai_graph_eval_shape(g, v, slots, w->shape);
         int64_t n = 1;
         for (int d = x->ndim - 1; d >= 0; d--) {
             w->strides[d] = n;
@@ -177,15 +177,16 @@ static void tf_free_rec(tf_rec *r) {
 }
 
 static void tf_run(const graph *g, const int64_t *slots, const tf_inputs *ti, tf_rec *rec) {
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     cr_assert_not_null(p);
-    size_t bytes = graph_plan_arena_bytes(p, slots);
+    size_t bytes = cai_graph_plan_arena_bytes(p, slots);
     void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     memset(rec, 0, sizeof *rec);
-    int rc = graph_plan_run(p, slots, ti->in, arena, (graph_callbacks){.call = tf_cb, .ctx = rec});
-    cr_assert_eq(rc, 0, "run failed: %s", graph_plan_error(p));
+    int rc =
+        cai_graph_plan_run(p, slots, ti->in, arena, (graph_callbacks){.call = tf_cb, .ctx = rec});
+    cr_assert_eq(rc, 0, "run failed: %s", cai_graph_plan_error(p));
     free(arena);
-    graph_plan_free(p);
+    cai_graph_plan_free(p);
 }
 
 static void tf_same(const tf_rec *a, const tf_rec *b, const char *what) {
@@ -214,20 +215,20 @@ static int tf_check_fused(graph *g, const int64_t *slots, const char *what) {
     tf_make_inputs(g, slots, &ti);
     tf_rec plain, fused;
     tf_run(g, slots, &ti, &plain);
-    cr_assert_eq(graph_fuse(g), 0, "%s", graph_error(g));
+    cr_assert_eq(cai_graph_fuse(g), 0, "%s", cai_graph_error(g));
     tf_run(g, slots, &ti, &fused);
     tf_same(&fused, &plain, what);
     tf_free_rec(&plain);
     tf_free_rec(&fused);
     tf_free_inputs(&ti);
-    return graph_count_fused(g);
+    return cai_graph_count_fused(g);
 }
 
 /* ------------------------------------------------------------------ grouping */
 
-Test(graph_fuse, chain_is_one_group) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c10 = graph_sx_const(g, 10);
+Test(cai_graph_fuse, chain_is_one_group) {
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c10 = cai_graph_sx_const(g, 10);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c10});
     graph_val y = tf_input(g, 1, KERN_F32, 1, (graph_sx[]){c10}); /* broadcast in */
     graph_val a = tf_bin(g, KPW_MUL, x, y);
@@ -242,37 +243,37 @@ Test(graph_fuse, chain_is_one_group) {
         cr_assert_eq(tf_group(g, m[i]), 0, "member %d", i);
     cr_assert_eq(tf_group(g, x), -1);
     cr_assert_eq(tf_group(g, y), -1);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* The arena's size is remembered between runs of the same sizes, but a new thread count
  * (each lane of a fused loop has its own workspace) or a new size still changes it. */
-Test(graph_fuse, arena_bytes_follow_the_sizes_and_the_thread_count) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c10 = graph_sx_const(g, 10);
+Test(cai_graph_fuse, arena_bytes_follow_the_sizes_and_the_thread_count) {
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c10 = cai_graph_sx_const(g, 10);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c10});
     graph_val b = tf_un(g, KPW_TANH, tf_un(g, KPW_EXP, x));
     tf_call(g, GOP_OUTPUT, tf_bin(g, KPW_MUL, b, x), 0);
-    cr_assert_eq(graph_fuse(g), 0, "%s", graph_error(g));
-    cr_assert_eq(graph_count_fused(g), 1);
-    graph_plan *p = graph_plan_new(g);
+    cr_assert_eq(cai_graph_fuse(g), 0, "%s", cai_graph_error(g));
+    cr_assert_eq(cai_graph_count_fused(g), 1);
+    graph_plan *p = cai_graph_plan_new(g);
     int64_t n = 4000, m = 8000; /* 40000 elements: enough for two lanes */
-    kern_set_num_threads(1);
-    size_t one = graph_plan_arena_bytes(p, &n);
-    cr_assert_eq(graph_plan_arena_bytes(p, &n), one, "the same sizes, the same arena");
-    kern_set_num_threads(2);
-    size_t two = graph_plan_arena_bytes(p, &n);
+    cai_kern_set_num_threads(1);
+    size_t one = cai_graph_plan_arena_bytes(p, &n);
+    cr_assert_eq(cai_graph_plan_arena_bytes(p, &n), one, "the same sizes, the same arena");
+    cai_kern_set_num_threads(2);
+    size_t two = cai_graph_plan_arena_bytes(p, &n);
     cr_assert_gt(two, one, "a second lane needs its own workspace");
-    cr_assert_gt(graph_plan_arena_bytes(p, &m), two, "a bigger input needs bigger buffers");
-    cr_assert_eq(graph_plan_arena_bytes(p, &n), two, "and back again");
-    kern_set_num_threads(0);
-    graph_plan_free(p);
-    graph_free(g);
+    cr_assert_gt(cai_graph_plan_arena_bytes(p, &m), two, "a bigger input needs bigger buffers");
+    cr_assert_eq(cai_graph_plan_arena_bytes(p, &n), two, "and back again");
+    cai_kern_set_num_threads(0);
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, value_read_outside_is_a_group_output) {
-    graph *g = graph_new();
-    graph_sx c6 = graph_sx_const(g, 6);
+Test(cai_graph_fuse, value_read_outside_is_a_group_output) {
+    graph *g = cai_graph_new();
+    graph_sx c6 = cai_graph_sx_const(g, 6);
     graph_val x = tf_input(g, 0, KERN_F64, 1, (graph_sx[]){c6});
     graph_val a = tf_un(g, KPW_EXP, x);
     graph_val b = tf_un(g, KPW_NEG, a);
@@ -285,12 +286,12 @@ Test(graph_fuse, value_read_outside_is_a_group_output) {
     graph_val m[] = {a, b, c, d};
     for (int i = 0; i < 4; i++)
         cr_assert_eq(tf_group(g, m[i]), 0, "member %d", i);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, matmul_is_a_barrier) {
-    graph *g = graph_new();
-    graph_sx c4 = graph_sx_const(g, 4), c3 = graph_sx_const(g, 3);
+Test(cai_graph_fuse, matmul_is_a_barrier) {
+    graph *g = cai_graph_new();
+    graph_sx c4 = cai_graph_sx_const(g, 4), c3 = cai_graph_sx_const(g, 3);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){c4, c3});
     graph_val w = tf_input(g, 1, KERN_F32, 2, (graph_sx[]){c3, c3});
     graph_val a = tf_un(g, KPW_EXP, x);
@@ -306,12 +307,12 @@ Test(graph_fuse, matmul_is_a_barrier) {
     cr_assert_eq(tf_group(g, c), tf_group(g, d));
     cr_assert_eq(tf_group(g, c), tf_group(g, e));
     cr_assert_neq(tf_group(g, a), tf_group(g, c), "a member read by the matmul closes the group");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, hooks_and_side_effects_are_barriers) {
-    graph *g = graph_new();
-    graph_sx c5 = graph_sx_const(g, 5);
+Test(cai_graph_fuse, hooks_and_side_effects_are_barriers) {
+    graph *g = cai_graph_new();
+    graph_sx c5 = cai_graph_sx_const(g, 5);
     graph_val x = tf_input(g, 0, KERN_F32, 1, (graph_sx[]){c5});
     graph_val y = tf_input(g, 1, KERN_F32, 1, (graph_sx[]){c5});
     graph_val a = tf_un(g, KPW_EXP, x);
@@ -333,12 +334,12 @@ Test(graph_fuse, hooks_and_side_effects_are_barriers) {
     cr_assert_neq(tf_group(g, a), tf_group(g, b), "nothing crosses the hook");
     cr_assert_eq(tf_group(g, d), tf_group(g, e));
     cr_assert_neq(tf_group(g, d), tf_group(g, c), "nothing crosses the retain_grad");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, dtype_and_shape_split_groups) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3);
+Test(cai_graph_fuse, dtype_and_shape_split_groups) {
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c3});
     graph_val v = tf_input(g, 1, KERN_F32, 1, (graph_sx[]){c3});
     graph_val z = tf_input(g, 2, KERN_F64, 2, (graph_sx[]){s0, c3});
@@ -360,12 +361,12 @@ Test(graph_fuse, dtype_and_shape_split_groups) {
     cr_assert_neq(tf_group(g, a), tf_group(g, za), "dtypes differ");
     cr_assert_neq(tf_group(g, a), tf_group(g, va), "shapes differ");
     cr_assert_neq(tf_group(g, za), tf_group(g, va));
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, single_nodes_are_not_fused) {
-    graph *g = graph_new();
-    graph_sx c4 = graph_sx_const(g, 4), c2 = graph_sx_const(g, 2);
+Test(cai_graph_fuse, single_nodes_are_not_fused) {
+    graph *g = cai_graph_new();
+    graph_sx c4 = cai_graph_sx_const(g, 4), c2 = cai_graph_sx_const(g, 2);
     graph_val x = tf_input(g, 0, KERN_F32, 1, (graph_sx[]){c4});
     graph_val y = tf_input(g, 1, KERN_F32, 1, (graph_sx[]){c2});
     graph_val a = tf_un(g, KPW_EXP, x);
@@ -375,18 +376,18 @@ Test(graph_fuse, single_nodes_are_not_fused) {
     cr_assert_eq(tf_check_fused(g, NULL, "singles"), 0);
     cr_assert_eq(tf_group(g, a), -1);
     cr_assert_eq(tf_group(g, b), -1);
-    cr_assert_eq(graph_fuse(NULL), -1);
-    cr_assert_eq(graph_count_fused(NULL), 0);
-    cr_assert_eq(graph_node_group(g, -1), -1);
-    cr_assert_eq(graph_node_group(g, 1000), -1);
-    graph_free(g);
+    cr_assert_eq(cai_graph_fuse(NULL), -1);
+    cr_assert_eq(cai_graph_count_fused(NULL), 0);
+    cr_assert_eq(cai_graph_node_group(g, -1), -1);
+    cr_assert_eq(cai_graph_node_group(g, 1000), -1);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ limits */
 
-Test(graph_fuse, instruction_limit_splits) {
-    graph *g = graph_new();
-    graph_sx c8 = graph_sx_const(g, 8);
+Test(cai_graph_fuse, instruction_limit_splits) {
+    graph *g = cai_graph_new();
+    graph_sx c8 = cai_graph_sx_const(g, 8);
     graph_val x = tf_input(g, 0, KERN_F32, 1, (graph_sx[]){c8});
     graph_val v = x, m[100];
     for (int i = 0; i < 100; i++)
@@ -395,12 +396,12 @@ Test(graph_fuse, instruction_limit_splits) {
     cr_assert_eq(tf_check_fused(g, NULL, "100 instructions"), 2);
     for (int i = 0; i < 100; i++)
         cr_assert_eq(tf_group(g, m[i]), i < 64 ? 0 : 1, "node %d", i);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, input_limit_splits) {
-    graph *g = graph_new();
-    graph_sx c8 = graph_sx_const(g, 8);
+Test(cai_graph_fuse, input_limit_splits) {
+    graph *g = cai_graph_new();
+    graph_sx c8 = cai_graph_sx_const(g, 8);
     graph_val in[20], m[20];
     for (int k = 0; k < 20; k++)
         in[k] = tf_input(g, k, KERN_F64, 1, (graph_sx[]){c8});
@@ -411,12 +412,12 @@ Test(graph_fuse, input_limit_splits) {
     cr_assert_eq(tf_check_fused(g, NULL, "20 inputs"), 2);
     for (int k = 1; k < 20; k++) /* the first group holds inputs 0..15 */
         cr_assert_eq(tf_group(g, m[k]), k < 16 ? 0 : 1, "add %d", k);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, output_limit_splits) {
-    graph *g = graph_new();
-    graph_sx c8 = graph_sx_const(g, 8);
+Test(cai_graph_fuse, output_limit_splits) {
+    graph *g = cai_graph_new();
+    graph_sx c8 = cai_graph_sx_const(g, 8);
     graph_val x = tf_input(g, 0, KERN_F32, 1, (graph_sx[]){c8});
     graph_val v = x, m[12];
     for (int k = 0; k < 12; k++) {
@@ -425,10 +426,10 @@ Test(graph_fuse, output_limit_splits) {
     }
     cr_assert_eq(tf_check_fused(g, NULL, "12 outputs"), 0,
                  "outputs read by side effects between the members: no group spans them");
-    graph_free(g);
+    cai_graph_free(g);
 
-    g = graph_new(); /* the same with the reads at the end: 8 outputs per group */
-    c8 = graph_sx_const(g, 8);
+    g = cai_graph_new(); /* the same with the reads at the end: 8 outputs per group */
+    c8 = cai_graph_sx_const(g, 8);
     x = tf_input(g, 0, KERN_F32, 1, (graph_sx[]){c8});
     v = x;
     for (int k = 0; k < 12; k++)
@@ -438,14 +439,14 @@ Test(graph_fuse, output_limit_splits) {
     cr_assert_eq(tf_check_fused(g, NULL, "12 outputs at the end"), 2);
     for (int k = 0; k < 12; k++)
         cr_assert_eq(tf_group(g, m[k]), k < 8 ? 0 : 1, "node %d", k);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ fused reduce */
 
-Test(graph_fuse, pointwise_into_sum_is_a_fused_reduce) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c7 = graph_sx_const(g, 7);
+Test(cai_graph_fuse, pointwise_into_sum_is_a_fused_reduce) {
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c7 = cai_graph_sx_const(g, 7);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c7});
     graph_val y = tf_input(g, 1, KERN_F32, 2, (graph_sx[]){s0, c7});
     graph_val a = tf_bin(g, KPW_MUL, x, y);
@@ -465,12 +466,12 @@ Test(graph_fuse, pointwise_into_sum_is_a_fused_reduce) {
     cr_assert_eq(tf_group(g, c), tf_group(g, t));
     cr_assert_eq(tf_group(g, c2), tf_group(g, s2));
     cr_assert_neq(tf_group(g, s), tf_group(g, t));
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_fuse, sum_of_a_value_read_elsewhere_stays_apart) {
-    graph *g = graph_new();
-    graph_sx c9 = graph_sx_const(g, 9), c4 = graph_sx_const(g, 4);
+Test(cai_graph_fuse, sum_of_a_value_read_elsewhere_stays_apart) {
+    graph *g = cai_graph_new();
+    graph_sx c9 = cai_graph_sx_const(g, 9), c4 = cai_graph_sx_const(g, 4);
     graph_val x = tf_input(g, 0, KERN_F64, 2, (graph_sx[]){c4, c9});
     graph_val a = tf_un(g, KPW_EXP, x);
     graph_val b = tf_un(g, KPW_SIN, a);
@@ -489,14 +490,14 @@ Test(graph_fuse, sum_of_a_value_read_elsewhere_stays_apart) {
     cr_assert_eq(tf_group(g, a), tf_group(g, b));
     cr_assert_eq(tf_group(g, t), -1, "the sum lies past a hook");
     cr_assert_eq(tf_group(g, c), tf_group(g, d));
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ printing */
 
-Test(graph_fuse, printed_text) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3);
+Test(cai_graph_fuse, printed_text) {
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3);
     graph_origin mul = {2, "MulBackward0", 0}, tanh_o = {3, "TanhBackward0", 0};
     graph_origin sum = {4, "SumBackward1", 0}, acc = {5, "AccumulateGrad", -1};
     graph_val gr = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c3});
@@ -510,9 +511,9 @@ Test(graph_fuse, printed_text) {
         g, (graph_op_args){.op = GOP_SUM_TO, .n_in = 1, .in = {t}, .n_shape = 1, .shape = {c3}},
         sum);
     tf_add_o(g, (graph_op_args){.op = GOP_ACCUMULATE, .n_in = 1, .in = {s}, .i = {0}}, acc);
-    graph_dce(g);
-    cr_assert_eq(graph_fuse(g), 0);
-    char *txt = graph_print(g, false, NULL);
+    cai_graph_dce(g);
+    cr_assert_eq(cai_graph_fuse(g), 0);
+    char *txt = cai_graph_print(g, false, NULL);
     cr_assert_not_null(txt);
     cr_assert_str_eq(txt, "===== Compiled autograd graph =====\n"
                           "def forward(inputs, sizes, hooks):\n"
@@ -529,7 +530,7 @@ Test(graph_fuse, printed_text) {
                           "    # AccumulateGrad (NodeCall 5)\n"
                           "    accumulate_grad(leaf=0, aot0_sum_to)\n"
                           "    return []\n");
-    graph_free_string(txt);
+    cai_graph_free_string(txt);
     int64_t slots[] = {4};
     tf_inputs ti;
     tf_make_inputs(g, slots, &ti);
@@ -548,7 +549,7 @@ Test(graph_fuse, printed_text) {
     }
     tf_free_rec(&rec);
     tf_free_inputs(&ti);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ random graphs */
@@ -575,7 +576,7 @@ static graph_val tf_val_of(tf_gen *t, kern_dtype dt) {
     int k = tf_pick(t->n);
     for (int i = 0; i < t->n; i++) {
         graph_val v = t->vals[(k + i) % t->n];
-        if (graph_node_at(t->g, v)->dtype == dt)
+        if (cai_graph_node_at(t->g, v)->dtype == dt)
             return v;
     }
     return t->vals[0];
@@ -591,7 +592,7 @@ static void tf_gen_step(tf_gen *t, kern_dtype dt, graph_sx s0, graph_sx c5, grap
     graph *g = t->g;
     int r = tf_pick(20);
     graph_val a = tf_val_of(t, dt), v;
-    const graph_node *an = graph_node_at(g, a);
+    const graph_node *an = cai_graph_node_at(g, a);
     if (r < 7) {
         v = tf_pw(g, un[tf_pick(13)], a, -1, -1, 0.25 + tf_pick(4) * 0.5);
     } else if (r < 15) {
@@ -608,7 +609,7 @@ static void tf_gen_step(tf_gen *t, kern_dtype dt, graph_sx s0, graph_sx c5, grap
         v = tf_matmul(g, a, w);
     } else if (r == 19) {
         v = tf_call(g, tf_pick(2) ? GOP_HOOK : GOP_RETAIN, a, t->n);
-        if (graph_node_at(g, v)->a.op == GOP_RETAIN)
+        if (cai_graph_node_at(g, v)->a.op == GOP_RETAIN)
             return;
     } else {
         v = tf_shape_op(g, GOP_EXPAND, a, 2, (graph_sx[]){s0, c5});
@@ -619,9 +620,10 @@ static void tf_gen_step(tf_gen *t, kern_dtype dt, graph_sx s0, graph_sx c5, grap
 
 static graph *tf_random_graph(uint64_t seed, int n_ops) {
     tf_pick_state = seed;
-    tf_gen t = {.g = graph_new()};
+    tf_gen t = {.g = cai_graph_new()};
     graph *g = t.g;
-    graph_sx s0 = graph_sx_slot(g, 0), c5 = graph_sx_const(g, 5), c1 = graph_sx_const(g, 1);
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c5 = cai_graph_sx_const(g, 5),
+             c1 = cai_graph_sx_const(g, 1);
     const graph_sx shapes[][2] = {{s0, c5}, {c5, 0}, {s0, c1}, {0, 0}, {c1, c5}, {s0, c5}};
     const int nds[] = {2, 1, 2, 0, 2, 2};
     for (int k = 0; k < 8; k++) {
@@ -637,12 +639,12 @@ static graph *tf_random_graph(uint64_t seed, int n_ops) {
         tf_call(g, GOP_OUTPUT, t.vals[t.n - 1 - tf_pick(t.n > 12 ? 12 : t.n)], k);
     for (int k = 0; k < 2 && t.n > 8; k++)
         tf_call(g, GOP_ACCUMULATE, t.vals[8 + tf_pick(t.n - 8)], k);
-    graph_dce(g);
-    graph_cse(g);
+    cai_graph_dce(g);
+    cai_graph_cse(g);
     return g;
 }
 
-Test(graph_fuse, random_graphs_fused_equal_unfused_bitwise) {
+Test(cai_graph_fuse, random_graphs_fused_equal_unfused_bitwise) {
     int groups = 0, reduces = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         graph *g = tf_random_graph(seed, 10 + (int)(seed % 40));
@@ -650,9 +652,9 @@ Test(graph_fuse, random_graphs_fused_equal_unfused_bitwise) {
         char what[64];
         snprintf(what, sizeof what, "random graph %llu", (unsigned long long)seed);
         groups += tf_check_fused(g, slots, what);
-        for (graph_val v = 0; v < graph_count(g); v++)
-            reduces += tf_group(g, v) >= 0 && graph_node_at(g, v)->a.op != GOP_PW;
-        graph_free(g);
+        for (graph_val v = 0; v < cai_graph_count(g); v++)
+            reduces += tf_group(g, v) >= 0 && cai_graph_node_at(g, v)->a.op != GOP_PW;
+        cai_graph_free(g);
     }
     cr_assert_gt(groups, 300, "the random graphs should make groups (%d)", groups);
     cr_assert_gt(reduces, 10, "the random graphs should make fused reduces (%d)", reduces);
@@ -660,9 +662,9 @@ Test(graph_fuse, random_graphs_fused_equal_unfused_bitwise) {
 
 /* Long loops and reductions: several lanes, a split reduction (its partial results come
  * from the arena too). */
-Test(graph_fuse, large_runs_equal_unfused_bitwise) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c3 = graph_sx_const(g, 3);
+Test(cai_graph_fuse, large_runs_equal_unfused_bitwise) {
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c3 = cai_graph_sx_const(g, 3);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c3});
     graph_val y = tf_input(g, 1, KERN_F32, 2, (graph_sx[]){s0, c3});
     graph_val z = tf_input(g, 2, KERN_F64, 1, (graph_sx[]){s0});
@@ -680,19 +682,19 @@ Test(graph_fuse, large_runs_equal_unfused_bitwise) {
     tf_call(g, GOP_OUTPUT, zs, 2);
     int64_t slots[] = {100003};
     cr_assert_eq(tf_check_fused(g, slots, "large"), 3);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ the plan's checks */
 
 /* Groups marked by hand that the plan cannot honour run op by op, with the same values. */
-Test(graph_fuse, plan_runs_bad_groups_op_by_op) {
-    graph *g = graph_new();
-    graph_sx c6 = graph_sx_const(g, 6), c2 = graph_sx_const(g, 2);
+Test(cai_graph_fuse, plan_runs_bad_groups_op_by_op) {
+    graph *g = cai_graph_new();
+    graph_sx c6 = cai_graph_sx_const(g, 6), c2 = cai_graph_sx_const(g, 2);
     graph_val x = tf_input(g, 0, KERN_F32, 1, (graph_sx[]){c6});
     graph_val y = tf_input(g, 1, KERN_F32, 1, (graph_sx[]){c2});
     graph_val a = tf_un(g, KPW_EXP, x);
-    graph_val r = tf_shape_op(g, GOP_RESHAPE, a, 2, (graph_sx[]){c2, graph_sx_const(g, 3)});
+    graph_val r = tf_shape_op(g, GOP_RESHAPE, a, 2, (graph_sx[]){c2, cai_graph_sx_const(g, 3)});
     graph_val s = tf_sum(g, r, 2, 0);
     graph_val b = tf_un(g, KPW_NEG, a);
     graph_val c = tf_un(g, KPW_EXP, y);
@@ -706,19 +708,19 @@ Test(graph_fuse, plan_runs_bad_groups_op_by_op) {
     tf_run(g, NULL, &ti, &plain);
     /* group 0 = {a, b}: a is read (through a reshape) before b, where the group would run;
      * group 1 = {c, e}: different shapes; group 2 = {d} with x's node as a "reduction" */
-    graph_node_mut(g, a)->fused = 1;
-    graph_node_mut(g, b)->fused = 1;
-    graph_node_mut(g, c)->fused = 2;
-    graph_node_mut(g, e)->fused = 2;
-    graph_node_mut(g, d)->fused = 3;
-    graph_node_mut(g, x)->fused = 3;
-    cr_assert_eq(graph_count_fused(g), 3);
+    cai_graph_node_mut(g, a)->fused = 1;
+    cai_graph_node_mut(g, b)->fused = 1;
+    cai_graph_node_mut(g, c)->fused = 2;
+    cai_graph_node_mut(g, e)->fused = 2;
+    cai_graph_node_mut(g, d)->fused = 3;
+    cai_graph_node_mut(g, x)->fused = 3;
+    cr_assert_eq(cai_graph_count_fused(g), 3);
     tf_run(g, NULL, &ti, &bad);
     tf_same(&bad, &plain, "bad groups");
     tf_free_rec(&plain);
     tf_free_rec(&bad);
     tf_free_inputs(&ti);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ memory */
@@ -743,10 +745,10 @@ static void tf_count_free(void *p) {
 static const kern_allocator TF_COUNTING = {tf_count_alloc, tf_count_free};
 
 /* A fused reduce into one value (a split reduction when s0 is large) and a fused loop
- * with two outputs; no reduction is left to kern_reduce (whose split path may allocate). */
+ * with two outputs; no reduction is left to cai_kern_reduce (whose split path may allocate). */
 static graph *tf_mixed_graph(void) {
-    graph *g = graph_new();
-    graph_sx s0 = graph_sx_slot(g, 0), c4 = graph_sx_const(g, 4);
+    graph *g = cai_graph_new();
+    graph_sx s0 = cai_graph_sx_slot(g, 0), c4 = cai_graph_sx_const(g, 4);
     graph_val x = tf_input(g, 0, KERN_F32, 2, (graph_sx[]){s0, c4});
     graph_val y = tf_input(g, 1, KERN_F32, 1, (graph_sx[]){c4});
     graph_val a = tf_bin(g, KPW_MUL, x, y);
@@ -761,76 +763,76 @@ static graph *tf_mixed_graph(void) {
     return g;
 }
 
-Test(graph_fuse, out_of_memory_leaves_the_graph_unfused) {
-    graph_set_allocator(TF_COUNTING);
+Test(cai_graph_fuse, out_of_memory_leaves_the_graph_unfused) {
+    cai_graph_set_allocator(TF_COUNTING);
     graph *g = tf_mixed_graph();
     tf_allocs = 0;
     tf_fail_at = 1;
-    cr_assert_eq(graph_fuse(g), -1);
+    cr_assert_eq(cai_graph_fuse(g), -1);
     tf_fail_at = 0;
-    cr_assert(graph_out_of_memory(g));
-    cr_assert(strstr(graph_error(g), "out of memory"), "%s", graph_error(g));
-    cr_assert_eq(graph_count_fused(g), 0, "a failed pass leaves no group");
-    cr_assert_eq(graph_fuse(g), 0); /* and the graph is fine */
-    cr_assert_gt(graph_count_fused(g), 0);
+    cr_assert(cai_graph_out_of_memory(g));
+    cr_assert(strstr(cai_graph_error(g), "out of memory"), "%s", cai_graph_error(g));
+    cr_assert_eq(cai_graph_count_fused(g), 0, "a failed pass leaves no group");
+    cr_assert_eq(cai_graph_fuse(g), 0); /* and the graph is fine */
+    cr_assert_gt(cai_graph_count_fused(g), 0);
     long live = tf_live;
     int failures = 0;
-    for (long k = 1;; k++) { /* graph_plan_new of a fused graph */
+    for (long k = 1;; k++) { /* cai_graph_plan_new of a fused graph */
         tf_fail_at = k;
         tf_allocs = 0;
-        graph_plan *p = graph_plan_new(g);
+        graph_plan *p = cai_graph_plan_new(g);
         tf_fail_at = 0;
         if (p) {
-            graph_plan_free(p);
+            cai_graph_plan_free(p);
             break;
         }
         failures++;
-        cr_assert_eq(tf_live, live, "graph_plan_new leaked after failure %ld", k);
+        cr_assert_eq(tf_live, live, "cai_graph_plan_new leaked after failure %ld", k);
     }
     cr_assert_gt(failures, 0);
     for (long k = 1; k <= 3; k++) {
         tf_allocs = 0;
         tf_fail_at = k;
-        char *s = graph_print(g, false, NULL);
+        char *s = cai_graph_print(g, false, NULL);
         tf_fail_at = 0;
-        cr_assert_null(s, "graph_print must fail cleanly at allocation %ld", k);
+        cr_assert_null(s, "cai_graph_print must fail cleanly at allocation %ld", k);
     }
-    graph_free(g);
-    graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_free(g);
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(tf_live, 0, "%ld allocations leaked", tf_live);
 }
 
 /* The fused loops take their scratch from the arena, large runs and split reductions too. */
-Test(graph_fuse, fused_run_allocates_nothing) {
-    graph_set_allocator(TF_COUNTING);
-    kern_set_allocator(TF_COUNTING);
+Test(cai_graph_fuse, fused_run_allocates_nothing) {
+    cai_graph_set_allocator(TF_COUNTING);
+    cai_kern_set_allocator(TF_COUNTING);
     graph *g = tf_mixed_graph();
-    cr_assert_eq(graph_fuse(g), 0);
-    cr_assert_eq(graph_count_fused(g), 2);
-    graph_plan *p = graph_plan_new(g);
+    cr_assert_eq(cai_graph_fuse(g), 0);
+    cr_assert_eq(cai_graph_count_fused(g), 2);
+    graph_plan *p = cai_graph_plan_new(g);
     const int64_t sizes[] = {3, 50000, 7};
     for (int r = 0; r < 3; r++) {
         const int64_t *slots = &sizes[r];
         tf_inputs ti;
         tf_make_inputs(g, slots, &ti);
-        size_t bytes = graph_plan_arena_bytes(p, slots);
+        size_t bytes = cai_graph_plan_arena_bytes(p, slots);
         void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
         tf_rec rec;
         memset(&rec, 0, sizeof rec);
         tf_allocs = 0;
-        int rc =
-            graph_plan_run(p, slots, ti.in, arena, (graph_callbacks){.call = tf_cb, .ctx = &rec});
+        int rc = cai_graph_plan_run(p, slots, ti.in, arena,
+                                    (graph_callbacks){.call = tf_cb, .ctx = &rec});
         long during = tf_allocs; /* the recorder copies with malloc, not the hook */
-        cr_assert_eq(rc, 0, "%s", graph_plan_error(p));
+        cr_assert_eq(rc, 0, "%s", cai_graph_plan_error(p));
         cr_assert_eq(during, 0, "a fused run allocated %ld times (size %lld)", during,
                      (long long)*slots);
         free(arena);
         tf_free_rec(&rec);
         tf_free_inputs(&ti);
     }
-    graph_plan_free(p);
-    graph_free(g);
-    graph_set_allocator((kern_allocator){NULL, NULL});
-    kern_set_allocator((kern_allocator){NULL, NULL});
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
+    cai_graph_set_allocator((kern_allocator){NULL, NULL});
+    cai_kern_set_allocator((kern_allocator){NULL, NULL});
     cr_assert_eq(tf_live, 0, "%ld allocations leaked", tf_live);
 }

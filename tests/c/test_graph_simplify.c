@@ -1,4 +1,4 @@
-/* test_graph_simplify.c - graph_simplify (graph/simplify.c) and the runner's GEMM that
+/* test_graph_simplify.c - cai_graph_simplify (graph/simplify.c) and the runner's GEMM that
  * writes a leaf's .grad (graph_callbacks.accumulate_target; graph/plan.c finds those
  * GEMMs, graph/plan_run.c runs them).
  *
@@ -21,8 +21,8 @@
 static const graph_origin TS_NONE = {-1, NULL, -1};
 
 static graph_val ts_add_o(graph *g, graph_op_args a, graph_origin o) {
-    graph_val v = graph_add(g, &a, o);
-    cr_assert(v >= 0, "graph_add failed: %s", graph_error(g));
+    graph_val v = cai_graph_add(g, &a, o);
+    cr_assert(v >= 0, "cai_graph_add failed: %s", cai_graph_error(g));
     return v;
 }
 
@@ -31,7 +31,7 @@ static graph_val ts_add(graph *g, graph_op_args a) {
 }
 
 static graph_sx ts_c(graph *g, int64_t v) {
-    return graph_sx_const(g, v);
+    return cai_graph_sx_const(g, v);
 }
 
 /* An input of constant shape. */
@@ -80,13 +80,13 @@ static void ts_output(graph *g, graph_val x, int k) {
 static const char *ts_ops(const graph *g, char *buf, size_t size) {
     size_t len = 0;
     buf[0] = '\0';
-    for (int v = 0; v < graph_count(g); v++) {
-        const graph_node *x = graph_node_at(g, v);
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *x = cai_graph_node_at(g, v);
         if (x->dead)
             continue;
         char name[32];
-        const char *src =
-            x->a.op == GOP_PW ? kern_pw_name((kern_pw_op)x->a.i[0]) : graph_op_name(x->a.op);
+        const char *src = x->a.op == GOP_PW ? cai_kern_pw_name((kern_pw_op)x->a.i[0])
+                                            : cai_graph_op_name(x->a.op);
         size_t k = 0;
         for (; src[k] && k + 1 < sizeof name; k++)
             name[k] = (char)(src[k] >= 'A' && src[k] <= 'Z' ? src[k] - 'A' + 'a' : src[k]);
@@ -106,20 +106,20 @@ static const char *ts_ops(const graph *g, char *buf, size_t size) {
 
 /* The printed graph contains (or lacks) needle. */
 static void ts_printed(const graph *g, const char *needle, bool want) {
-    char *text = graph_print(g, false, NULL);
+    char *text = cai_graph_print(g, false, NULL);
     cr_assert_not_null(text);
     bool has = strstr(text, needle) != NULL;
     cr_assert_eq(has, want, "printed graph %s \"%s\":\n%s", want ? "lacks" : "has", needle, text);
-    graph_free_string(text);
+    cai_graph_free_string(text);
 }
 
 /* Simplify, then CSE (rewrites may make equal nodes) and DCE, as compiled autograd does;
  * returns the number of rewrites. */
 static int ts_simplify(graph *g) {
-    int n = graph_simplify(g);
-    cr_assert(n >= 0, "graph_simplify failed: %s", graph_error(g));
-    graph_cse(g);
-    graph_dce(g);
+    int n = cai_graph_simplify(g);
+    cr_assert(n >= 0, "cai_graph_simplify failed: %s", cai_graph_error(g));
+    cai_graph_cse(g);
+    cai_graph_dce(g);
     return n;
 }
 
@@ -192,15 +192,15 @@ static int ts_target(void *ctx, const graph_node *acc, const graph_view *value, 
 /* Plan g and run it once; with the accumulate_target callback when `target`. */
 static void ts_run(const graph *g, const int64_t *slots, const graph_view *inputs, ts_rec *rec,
                    bool target) {
-    graph_plan *p = graph_plan_new(g);
+    graph_plan *p = cai_graph_plan_new(g);
     cr_assert_not_null(p);
-    size_t bytes = graph_plan_arena_bytes(p, slots);
+    size_t bytes = cai_graph_plan_arena_bytes(p, slots);
     void *arena = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
     graph_callbacks cb = {ts_call, rec, target ? ts_target : NULL};
-    int rc = graph_plan_run(p, slots, inputs, arena, cb);
-    cr_assert_eq(rc, 0, "run failed (%d): %s", rc, graph_plan_error(p));
+    int rc = cai_graph_plan_run(p, slots, inputs, arena, cb);
+    cr_assert_eq(rc, 0, "run failed (%d): %s", rc, cai_graph_plan_error(p));
     free(arena);
-    graph_plan_free(p);
+    cai_graph_plan_free(p);
 }
 
 static graph_view ts_view(void *data, kern_dtype dt, int nd, const int64_t *shape) {
@@ -234,14 +234,14 @@ typedef void (*ts_build)(graph *g);
  * graph (free it). */
 static graph *ts_same_values(ts_build build, int n_in, const int64_t (*shapes)[4], const int *ndims,
                              const int64_t *slots, double tol) {
-    graph *g0 = graph_new(), *g1 = graph_new();
+    graph *g0 = cai_graph_new(), *g1 = cai_graph_new();
     cr_assert(g0 && g1);
     build(g0);
     build(g1);
-    graph_dce(g0);
-    graph_cse(g0);
-    graph_dce(g1);
-    graph_cse(g1);
+    cai_graph_dce(g0);
+    cai_graph_cse(g0);
+    cai_graph_dce(g1);
+    cai_graph_cse(g1);
     ts_simplify(g1);
     double data[4][TS_MAX];
     graph_view in[4];
@@ -261,7 +261,7 @@ static graph *ts_same_values(ts_build build, int n_in, const int64_t (*shapes)[4
         ts_close(r1.out[k], r0.out[k], r0.out_n[k], tol, "output");
         ts_close(r1.acc[k], r0.acc[k], r0.acc_n[k], tol, "accumulation");
     }
-    graph_free(g0);
+    cai_graph_free(g0);
     return g1;
 }
 
@@ -278,13 +278,13 @@ static void build_transposed_operands(graph *g) {
     ts_output(g, m2, 0);
 }
 
-Test(graph_simplify, transpose_folds_into_matmul_flags) {
+Test(cai_graph_simplify, transpose_folds_into_matmul_flags) {
     const int64_t shapes[3][4] = {{3, 4}, {3, 5}, {6, 5}};
     graph *g = ts_same_values(build_transposed_operands, 3, shapes, (int[]){2, 2, 2}, NULL, 0);
     TS_OPS_ARE(g, "getitem getitem getitem matmul matmul output");
     ts_printed(g, "matmul(getitem, getitem_1, ta=1, tb=0)", true);
     ts_printed(g, "matmul(matmul, getitem_2, ta=0, tb=1)", true);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 static void build_transposed_flagged(graph *g) {
@@ -294,8 +294,8 @@ static void build_transposed_flagged(graph *g) {
     ts_output(g, ts_add(g, ts_matmul(xt, y, 0, 0)), 0);              /* [2, 3, 5] */
 }
 
-Test(graph_simplify, batched_transpose_folds) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, batched_transpose_folds) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 3, (int64_t[]){2, 4, 3});
     graph_val y = ts_input(g, 1, KERN_F64, 3, (int64_t[]){2, 3, 5});
     graph_val xt = ts_add(g, ts_permute(x, 3, (int8_t[]){0, 2, 1})); /* [2, 3, 4] */
@@ -304,16 +304,16 @@ Test(graph_simplify, batched_transpose_folds) {
     ts_simplify(g);
     TS_OPS_ARE(g, "getitem getitem matmul output");
     ts_printed(g, "matmul(getitem, getitem_1, ta=0, tb=0)", true);
-    graph_free(g);
+    cai_graph_free(g);
     const int64_t shapes[2][4] = {{2, 4, 3}, {2, 4, 5}};
     g = ts_same_values(build_transposed_flagged, 2, shapes, (int[]){3, 3}, NULL, 0);
     TS_OPS_ARE(g, "getitem getitem matmul output");
     ts_printed(g, "matmul(getitem, getitem_1, ta=1, tb=0)", true);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, permute_that_is_not_a_last_two_swap_stays) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, permute_that_is_not_a_last_two_swap_stays) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 3, (int64_t[]){3, 2, 4});
     graph_val y = ts_input(g, 1, KERN_F64, 3, (int64_t[]){2, 4, 5});
     graph_val xp = ts_add(g, ts_permute(x, 3, (int8_t[]){1, 0, 2})); /* batch swap: [2, 3, 4] */
@@ -325,7 +325,7 @@ Test(graph_simplify, permute_that_is_not_a_last_two_swap_stays) {
     ts_output(g, m2, 1);
     ts_simplify(g);
     TS_OPS_ARE(g, "getitem getitem permute matmul getitem permute matmul output output");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 static void build_leading_ones(graph *g) {
@@ -339,15 +339,15 @@ static void build_leading_ones(graph *g) {
     ts_output(g, m2, 0);
 }
 
-Test(graph_simplify, leading_ones_before_a_matmul_drop) {
+Test(cai_graph_simplify, leading_ones_before_a_matmul_drop) {
     const int64_t shapes[3][4] = {{3, 4}, {2, 4, 5}, {5, 2}};
     graph *g = ts_same_values(build_leading_ones, 3, shapes, (int[]){2, 3, 2}, NULL, 0);
     TS_OPS_ARE(g, "getitem getitem matmul getitem matmul output");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, leading_ones_stay_when_the_matmul_shape_would_change) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, leading_ones_stay_when_the_matmul_shape_would_change) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 2, (int64_t[]){3, 4});
     graph_val y = ts_input(g, 1, KERN_F64, 2, (int64_t[]){4, 5});
     graph_val x3 = ts_add(g, ts_shape_op(g, GOP_RESHAPE, x, 3, (int64_t[]){1, 3, 4}));
@@ -356,7 +356,7 @@ Test(graph_simplify, leading_ones_stay_when_the_matmul_shape_would_change) {
     ts_output(g, ts_add(g, ts_matmul(x2, x, 0, 0)), 1); /* a real reshape */
     ts_simplify(g);
     TS_OPS_ARE(g, "getitem getitem reshape matmul output reshape matmul output");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 static void build_batch_expand_operand(graph *g) {
@@ -370,13 +370,13 @@ static void build_batch_expand_operand(graph *g) {
     ts_output(g, ts_add(g, ts_matmul(ze, y, 0, 0)), 1);
 }
 
-Test(graph_simplify, batch_expand_and_contiguous_before_a_matmul_drop) {
+Test(cai_graph_simplify, batch_expand_and_contiguous_before_a_matmul_drop) {
     const int64_t shapes[3][4] = {{3, 4}, {2, 4, 5}, {1, 4}};
     graph *g = ts_same_values(build_batch_expand_operand, 3, shapes, (int[]){2, 3, 2}, NULL, 0);
     /* the expand of a matrix dim stays */
     TS_OPS_ARE(g, "getitem getitem matmul output getitem expand matmul output");
     ts_printed(g, "matmul(getitem, getitem_1, ta=0, tb=0)", true);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ expand then sum */
@@ -393,12 +393,12 @@ static void build_expand_sum(graph *g) {
     ts_output(g, ts_add(g, ts_shape_op(g, GOP_SUM_TO, e3, 2, (int64_t[]){1, 5})), 3);
 }
 
-Test(graph_simplify, expand_then_sum_becomes_a_multiply) {
+Test(cai_graph_simplify, expand_then_sum_becomes_a_multiply) {
     const int64_t shapes[2][4] = {{3, 1}, {0}};
     graph *g = ts_same_values(build_expand_sum, 2, shapes, (int[]){2, 0}, NULL, 1e-14);
     TS_OPS_ARE(g, "getitem mul_s output reshape output getitem mul_s expand output expand sum_to "
                   "output");
-    char *text = graph_print(g, false, NULL);
+    char *text = cai_graph_print(g, false, NULL);
     cr_assert_not_null(text);
     cr_assert(strstr(text, "mul_s: \"f64[3, 1]\" = mul_s(getitem, 4)"), "%s", text);
     cr_assert(strstr(text, "reshape: \"f64[3]\" = reshape(mul_s, [3])"), "%s", text);
@@ -406,12 +406,12 @@ Test(graph_simplify, expand_then_sum_becomes_a_multiply) {
     cr_assert(strstr(text, "expand: \"f64[3]\" = expand(mul_s_1, [3])"), "%s", text);
     /* [2, 3, 5] -> [1, 5] sums dim 1, where y has 3: a real sum */
     cr_assert(strstr(text, "sum_to(expand_1, [1, 5])"), "%s", text);
-    graph_free_string(text);
-    graph_free(g);
+    cai_graph_free_string(text);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, expand_then_sum_values_by_hand) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, expand_then_sum_values_by_hand) {
+    graph *g = cai_graph_new();
     graph_val y = ts_input(g, 0, KERN_F32, 2, (int64_t[]){2, 1});
     graph_val e = ts_add(g, ts_shape_op(g, GOP_EXPAND, y, 3, (int64_t[]){5, 2, 3}));
     ts_output(g, ts_add(g, ts_shape_op(g, GOP_SUM_TO, e, 2, (int64_t[]){2, 3})), 0);
@@ -424,15 +424,15 @@ Test(graph_simplify, expand_then_sum_values_by_hand) {
     ts_run(g, NULL, &in, &r, false);
     cr_assert_eq(r.out_n[0], 6);
     ts_close(r.out[0], (double[]){7.5, 7.5, 7.5, -11.25, -11.25, -11.25}, 6, 1e-7, "sum_to");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, expand_then_sum_over_a_symbol_scales_at_run_time) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, expand_then_sum_over_a_symbol_scales_at_run_time) {
+    graph *g = cai_graph_new();
     graph_op_args in = {.op = GOP_INPUT, .i = {0}, .dtype = KERN_F64, .n_shape = 0};
     graph_val s = ts_add(g, in);
     graph_op_args ea = {.op = GOP_EXPAND, .n_in = 1, .in = {s}, .n_shape = 2};
-    ea.shape[0] = graph_sx_slot(g, 0);
+    ea.shape[0] = cai_graph_sx_slot(g, 0);
     ea.shape[1] = ts_c(g, 3);
     graph_val e = ts_add(g, ea);
     ts_output(g, ts_add(g, ts_shape_op(g, GOP_SUM_TO, e, 1, (int64_t[]){3})), 0);
@@ -448,11 +448,11 @@ Test(graph_simplify, expand_then_sum_over_a_symbol_scales_at_run_time) {
         double want = 0.75 * (double)n;
         ts_close(r.out[0], (double[]){want, want, want}, 3, 1e-15, "sum over s0");
     }
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, expand_then_a_real_sum_stays) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, expand_then_a_real_sum_stays) {
+    graph *g = cai_graph_new();
     graph_val y = ts_input(g, 0, KERN_F64, 2, (int64_t[]){3, 1});
     graph_val e = ts_add(g, ts_shape_op(g, GOP_EXPAND, y, 2, (int64_t[]){3, 4}));
     ts_output(g, ts_add(g, ts_sum(e, 3, 0)), 0); /* dim 0 was not broadcast */
@@ -460,11 +460,11 @@ Test(graph_simplify, expand_then_a_real_sum_stays) {
     ts_output(g, ts_add(g, ts_sum(e0, 2, 0)), 1); /* an empty sum is 0, not 0 * y */
     ts_simplify(g);
     TS_OPS_ARE(g, "getitem expand sum output expand sum output");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, sum_over_nothing_or_ones) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, sum_over_nothing_or_ones) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 3, (int64_t[]){2, 1, 3});
     ts_output(g, ts_add(g, ts_sum(x, 0, 0)), 0);                                        /* x */
     ts_output(g, ts_add(g, ts_sum(x, 2, 1)), 1);                                        /* x */
@@ -473,7 +473,7 @@ Test(graph_simplify, sum_over_nothing_or_ones) {
     ts_simplify(g);
     TS_OPS_ARE(g, "getitem output output reshape output output");
     ts_printed(g, "return [getitem, getitem, reshape, getitem]", true);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ identities */
@@ -504,12 +504,12 @@ static void build_identities(graph *g) {
     ts_output(g, v, 0);
 }
 
-Test(graph_simplify, identities_drop) {
+Test(cai_graph_simplify, identities_drop) {
     const int64_t shapes[1][4] = {{2, 3}};
     graph *g = ts_same_values(build_identities, 1, shapes, (int[]){2}, NULL, 0);
     TS_OPS_ARE(g, "getitem output");
     ts_printed(g, "return [getitem]", true);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 static void build_near_identities(graph *g) {
@@ -531,16 +531,16 @@ static void build_near_identities(graph *g) {
     ts_output(g, ts_add(g, cast), 2);
 }
 
-Test(graph_simplify, near_identities_stay) {
+Test(cai_graph_simplify, near_identities_stay) {
     const int64_t shapes[2][4] = {{2, 3}, {2, 1}};
     graph *g = ts_same_values(build_near_identities, 2, shapes, (int[]){2, 2}, NULL, 0);
     TS_OPS_ARE(g, "getitem mul_s add_s rsub_s mul_s fill add fill add getitem add contiguous "
                   "output mul output cast output");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, contiguous_of_a_buffer_drops) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, contiguous_of_a_buffer_drops) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 2, (int64_t[]){2, 3});
     graph_val m = ts_add(g, ts_pw(KPW_EXP, 1, x, -1, 0));
     graph_val c = ts_add(g, ts_one(GOP_CONTIGUOUS, m, 0));
@@ -550,11 +550,11 @@ Test(graph_simplify, contiguous_of_a_buffer_drops) {
     ts_output(g, c2, 1);
     ts_simplify(g);
     TS_OPS_ARE(g, "getitem exp permute contiguous output output");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, view_chains_fold) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, view_chains_fold) {
+    graph *g = cai_graph_new();
     graph_val s = ts_input(g, 0, KERN_F64, 0, NULL);
     graph_val u = ts_add(g, ts_one(GOP_UNSQUEEZE, s, 0));
     u = ts_add(g, ts_one(GOP_UNSQUEEZE, u, 1));
@@ -572,13 +572,13 @@ Test(graph_simplify, view_chains_fold) {
     ts_printed(g, "expand(getitem, [4, 2])", true);
     ts_printed(g, "permute(getitem_1, [1, 0, 2])", true);
     ts_printed(g, "reshape(getitem_1, [24])", true);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* ------------------------------------------------------------------ order and origins */
 
-Test(graph_simplify, new_nodes_keep_origin_and_place) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, new_nodes_keep_origin_and_place) {
+    graph *g = cai_graph_new();
     graph_origin a = {1, "SumBackward0", 0}, b = {2, "AddBackward0", 0}, c = {3, "MulBackward0", 0};
     graph_val s = ts_input(g, 0, KERN_F64, 0, NULL);
     graph_val x = ts_input(g, 1, KERN_F64, 1, (int64_t[]){3});
@@ -588,7 +588,7 @@ Test(graph_simplify, new_nodes_keep_origin_and_place) {
     ts_add_o(g, ts_one(GOP_ACCUMULATE, m, 0), c);
     int rewrites = ts_simplify(g);
     cr_assert_eq(rewrites, 1, "%d rewrites", rewrites);
-    char *text = graph_print(g, false, NULL);
+    char *text = cai_graph_print(g, false, NULL);
     cr_assert_not_null(text);
     const char *want = "    # AddBackward0 (NodeCall 2)\n"
                        "    aot0_mul_s: \"f64[]\" = mul_s(getitem, 8)\n"
@@ -597,24 +597,24 @@ Test(graph_simplify, new_nodes_keep_origin_and_place) {
                        "    aot0_mul: \"f64[3]\" = mul(aot0_expand, getitem_1)\n"
                        "    accumulate_grad(leaf=0, aot0_mul)\n";
     cr_assert(strstr(text, want), "got:\n%s", text);
-    graph_free_string(text);
+    cai_graph_free_string(text);
     /* every node reads only earlier ones */
-    for (int v = 0; v < graph_count(g); v++) {
-        const graph_node *n = graph_node_at(g, v);
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *n = cai_graph_node_at(g, v);
         for (int k = 0; !n->dead && k < n->a.n_in; k++)
-            cr_assert(n->a.in[k] < v && !graph_node_at(g, n->a.in[k])->dead);
+            cr_assert(n->a.in[k] < v && !cai_graph_node_at(g, n->a.in[k])->dead);
     }
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, nothing_to_do_and_null) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, nothing_to_do_and_null) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 1, (int64_t[]){3});
     ts_output(g, ts_add(g, ts_pw(KPW_EXP, 1, x, -1, 0)), 0);
-    cr_assert_eq(graph_simplify(g), 0);
+    cr_assert_eq(cai_graph_simplify(g), 0);
     TS_OPS_ARE(g, "getitem exp output");
-    cr_assert_eq(graph_simplify(NULL), -1);
-    graph_free(g);
+    cr_assert_eq(cai_graph_simplify(NULL), -1);
+    cai_graph_free(g);
 }
 
 static long ts_allocs, ts_fail_at;
@@ -625,30 +625,30 @@ static void *ts_failing_alloc(size_t n) {
     return aligned_alloc(64, (n + 63) / 64 * 64 + 64);
 }
 
-Test(graph_simplify, out_of_memory_leaves_the_graph_unchanged) {
+Test(cai_graph_simplify, out_of_memory_leaves_the_graph_unchanged) {
     for (ts_fail_at = 1; ts_fail_at <= 8; ts_fail_at++) {
-        graph *g = graph_new();
+        graph *g = cai_graph_new();
         graph_val y = ts_input(g, 0, KERN_F64, 2, (int64_t[]){3, 1});
         graph_val e = ts_add(g, ts_shape_op(g, GOP_EXPAND, y, 2, (int64_t[]){3, 4}));
         ts_output(g, ts_add(g, ts_sum(e, 2, 0)), 0);
         char before[512], after[512];
         ts_ops(g, before, sizeof before);
         ts_allocs = 0;
-        graph_set_allocator((kern_allocator){ts_failing_alloc, free});
-        int n = graph_simplify(g);
-        graph_set_allocator((kern_allocator){NULL, NULL});
+        cai_graph_set_allocator((kern_allocator){ts_failing_alloc, free});
+        int n = cai_graph_simplify(g);
+        cai_graph_set_allocator((kern_allocator){NULL, NULL});
         ts_ops(g, after, sizeof after);
         if (n < 0) {
             cr_assert_str_eq(after, before);
-            cr_assert(graph_out_of_memory(g));
+            cr_assert(cai_graph_out_of_memory(g));
         } else {
-            graph_dce(g); /* a rewrite that could not get its nodes is skipped */
+            cai_graph_dce(g); /* a rewrite that could not get its nodes is skipped */
             ts_ops(g, after, sizeof after);
             cr_assert(strcmp(after, "getitem mul_s reshape output") == 0 ||
                           strcmp(after, before) == 0,
                       "%s", after);
         }
-        graph_free(g);
+        cai_graph_free(g);
     }
 }
 
@@ -659,7 +659,7 @@ Test(graph_simplify, out_of_memory_leaves_the_graph_unchanged) {
  * on the data) when 2. */
 static graph *build_gemm_acc(kern_dtype dt, int64_t m, int64_t k, int64_t n, bool shared,
                              int between) {
-    graph *g = graph_new();
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, dt, 2, (int64_t[]){m, k});
     graph_val y = ts_input(g, 1, dt, 2, (int64_t[]){k, n});
     graph_val p = ts_add(g, ts_matmul(x, y, 0, 0));
@@ -700,7 +700,7 @@ static void gemm_case_init(gemm_case *c) {
     ref_gemm(c->x, c->y, 3, 4, 5, c->want);
 }
 
-Test(graph_simplify, gemm_writes_a_fresh_grad) {
+Test(cai_graph_simplify, gemm_writes_a_fresh_grad) {
     gemm_case c;
     gemm_case_init(&c);
     graph *g = build_gemm_acc(KERN_F64, 3, 4, 5, false, 0);
@@ -718,10 +718,10 @@ Test(graph_simplify, gemm_writes_a_fresh_grad) {
     cr_assert_eq(r.value.dtype, KERN_F64);
     cr_assert(r.value.ndim == 2 && r.value.shape[0] == 3 && r.value.shape[1] == 5);
     ts_close(grad, c.want, 15, 1e-13, "fresh grad");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, gemm_adds_onto_a_grad_that_is_there) {
+Test(cai_graph_simplify, gemm_adds_onto_a_grad_that_is_there) {
     gemm_case c;
     gemm_case_init(&c);
     graph *g = build_gemm_acc(KERN_F64, 3, 4, 5, false, 0);
@@ -738,11 +738,11 @@ Test(graph_simplify, gemm_adds_onto_a_grad_that_is_there) {
     cr_assert_eq(r.target_calls, 1);
     cr_assert_eq(r.calls[GOP_ACCUMULATE], 0);
     ts_close(grad, want, 15, 1e-13, "accumulated grad");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, gemm_into_grad_f32_batched) {
-    graph *g = graph_new();
+Test(cai_graph_simplify, gemm_into_grad_f32_batched) {
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F32, 3, (int64_t[]){2, 3, 4});
     graph_val y = ts_input(g, 1, KERN_F32, 2, (int64_t[]){5, 4});
     graph_val p = ts_add(g, ts_matmul(x, y, 0, 1)); /* [2, 3, 5] */
@@ -775,7 +775,7 @@ Test(graph_simplify, gemm_into_grad_f32_batched) {
     for (int i = 0; i < 30; i++)
         got[i] = grad[i];
     ts_close(got, want, 30, 1e-5, "f32 batched grad");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
 /* The ordinary call ran with the GEMM's value, and dst was left alone. */
@@ -788,7 +788,7 @@ static void assert_not_folded(const ts_rec *r, const gemm_case *c, const double 
         cr_assert_eq(grad[i], grad0, "dst[%d] was written", i);
 }
 
-Test(graph_simplify, gemm_used_twice_or_behind_a_barrier_is_not_folded) {
+Test(cai_graph_simplify, gemm_used_twice_or_behind_a_barrier_is_not_folded) {
     gemm_case c;
     gemm_case_init(&c);
     for (int variant = 0; variant < 3; variant++) {
@@ -803,11 +803,11 @@ Test(graph_simplify, gemm_used_twice_or_behind_a_barrier_is_not_folded) {
         ts_run(g, NULL, c.in, &r, true);
         cr_assert_eq(r.target_calls, 0, "variant %d: the target must not be asked", variant);
         assert_not_folded(&r, &c, grad, 2.0);
-        graph_free(g);
+        cai_graph_free(g);
     }
 }
 
-Test(graph_simplify, gemm_without_target_declined_or_unusable) {
+Test(cai_graph_simplify, gemm_without_target_declined_or_unusable) {
     gemm_case c;
     gemm_case_init(&c);
     graph *g = build_gemm_acc(KERN_F64, 3, 4, 5, false, 0);
@@ -838,10 +838,10 @@ Test(graph_simplify, gemm_without_target_declined_or_unusable) {
     r.has_grad = true;
     ts_run(g, NULL, c.in, &r, true);
     assert_not_folded(&r, &c, grad, 2.0);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, gemm_into_a_fresh_strided_grad_copies) {
+Test(cai_graph_simplify, gemm_into_a_fresh_strided_grad_copies) {
     gemm_case c;
     gemm_case_init(&c);
     graph *g = build_gemm_acc(KERN_F64, 3, 4, 5, false, 0);
@@ -856,12 +856,12 @@ Test(graph_simplify, gemm_into_a_fresh_strided_grad_copies) {
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 5; j++)
             cr_assert(fabs(grad[j * 3 + i] - c.want[i * 5 + j]) < 1e-13);
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, gemm_into_a_grad_its_operand_reads_is_not_folded) {
+Test(cai_graph_simplify, gemm_into_a_grad_its_operand_reads_is_not_folded) {
     /* x [3, 3] @ y [3, 3] accumulated into a .grad that is y's memory */
-    graph *g = graph_new();
+    graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 2, (int64_t[]){3, 3});
     graph_val y = ts_input(g, 1, KERN_F64, 2, (int64_t[]){3, 3});
     ts_add(g, ts_one(GOP_ACCUMULATE, ts_add(g, ts_matmul(x, y, 0, 0)), 0));
@@ -879,10 +879,10 @@ Test(graph_simplify, gemm_into_a_grad_its_operand_reads_is_not_folded) {
     cr_assert_eq(r.target_calls, 1);
     cr_assert_eq(r.calls[GOP_ACCUMULATE], 1);
     ts_close(r.acc[0], want, 9, 1e-13, "value");
-    graph_free(g);
+    cai_graph_free(g);
 }
 
-Test(graph_simplify, gemm_into_grad_with_an_empty_inner_dim) {
+Test(cai_graph_simplify, gemm_into_grad_with_an_empty_inner_dim) {
     graph *g = build_gemm_acc(KERN_F64, 3, 0, 5, false, 0);
     double grad[15];
     graph_view in[2] = {ts_view(NULL, KERN_F64, 2, (int64_t[]){3, 0}),
@@ -899,5 +899,5 @@ Test(graph_simplify, gemm_into_grad_with_an_empty_inner_dim) {
         for (int i = 0; i < 15; i++)
             cr_assert_eq(grad[i], has ? 4.0 : 0.0);
     }
-    graph_free(g);
+    cai_graph_free(g);
 }

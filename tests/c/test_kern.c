@@ -46,11 +46,11 @@ static void tk_set(kern_dtype dt, void *p, int64_t i, double v) {
         ((int64_t *)p)[i] = (int64_t)v;
 }
 
-/* The ISA paths to test: scalar up to what kern_isa() starts with (CPU and env cap). */
+/* The ISA paths to test: scalar up to what cai_kern_isa() starts with (CPU and env cap). */
 static int tk_max_isa(void) {
     static int m = -1;
     if (m < 0)
-        m = (int)kern_isa();
+        m = (int)cai_kern_isa();
     return m;
 }
 
@@ -272,8 +272,8 @@ static int64_t tk_off(const tk_layout *L, const int64_t *str, int64_t flat) {
 /* Makes inputs (same values for a given op/dtype/layout), runs op, fills got and ref. */
 static int tk_pw_run(kern_pw_op op, kern_dtype dt, const tk_layout *L, tk_pw_case *c) {
     tk_cfg cfg = tk_config(op);
-    int ar = kern_pw_arity(op);
-    size_t esz = kern_dtype_size(dt);
+    int ar = cai_kern_pw_arity(op);
+    size_t esz = cai_kern_dtype_size(dt);
     tk_rng_state = 1000 + (uint64_t)op * 7 + (uint64_t)dt;
     c->count = L->nd == 2 ? L->shape[0] * L->shape[1] : L->shape[0];
     for (int k = 0; k < 3; k++) {
@@ -308,7 +308,7 @@ static int tk_pw_run(kern_pw_op op, kern_dtype dt, const tk_layout *L, tk_pw_cas
         for (int d = 0; d < L->nd; d++)
             src[k].strides[d] = L->istr[k][d];
     }
-    int rc = kern_pointwise(op, dt, dt, L->nd, L->shape, c->out, L->ostr, src, cfg.p0, cfg.p1);
+    int rc = cai_kern_pointwise(op, dt, dt, L->nd, L->shape, c->out, L->ostr, src, cfg.p0, cfg.p1);
     for (int64_t f = 0; f < c->count; f++) {
         double v[3];
         for (int k = 0; k < 3; k++)
@@ -339,12 +339,12 @@ static void tk_pw_layout(kern_dtype dt, const tk_layout *L) {
     tk_check chk = {0};
     char what[128];
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
-        kern_isa_set((kern_isa_level)isa);
+        cai_kern_isa_set((kern_isa_level)isa);
         for (int op = 0; op < KPW__COUNT; op++) {
             tk_pw_case c;
             int rc = tk_pw_run((kern_pw_op)op, dt, L, &c);
-            snprintf(what, sizeof what, "%s %s %s %s", kern_isa_name((kern_isa_level)isa),
-                     kern_pw_name((kern_pw_op)op), dt == KERN_F32 ? "f32" : "f64", L->name);
+            snprintf(what, sizeof what, "%s %s %s %s", cai_kern_isa_name((kern_isa_level)isa),
+                     cai_kern_pw_name((kern_pw_op)op), dt == KERN_F32 ? "f32" : "f64", L->name);
             cr_assert_eq(rc, 0, "%s: rc %d", what, rc);
             for (int64_t f = 0; f < c.count; f++)
                 tk_close(&chk, c.got[f], c.ref[f], tk_rtol(dt), tk_atol(dt), what, f);
@@ -357,16 +357,16 @@ static void tk_pw_layout(kern_dtype dt, const tk_layout *L) {
 /* ------------------------------------------------------------------ pointwise tests */
 
 Test(kern, isa_selection) {
-    int start = tk_max_isa(); /* before any kern_isa_set */
-    int cpu = kern_isa_set(KERN_ISA_AVX512);
+    int start = tk_max_isa(); /* before any cai_kern_isa_set */
+    int cpu = cai_kern_isa_set(KERN_ISA_AVX512);
     cr_assert(start <= cpu);
     cr_assert(cpu >= KERN_ISA_SCALAR && cpu <= KERN_ISA_AVX512);
-    cr_assert_eq(kern_isa(), cpu);
-    cr_assert_eq(kern_isa_set(KERN_ISA_SCALAR), KERN_ISA_SCALAR);
-    cr_assert_eq(kern_isa(), KERN_ISA_SCALAR);
-    cr_assert_str_eq(kern_isa_name(KERN_ISA_SCALAR), "scalar");
-    cr_assert_str_eq(kern_isa_name(KERN_ISA_AVX2), "avx2");
-    cr_assert_str_eq(kern_isa_name(KERN_ISA_AVX512), "avx512");
+    cr_assert_eq(cai_kern_isa(), cpu);
+    cr_assert_eq(cai_kern_isa_set(KERN_ISA_SCALAR), KERN_ISA_SCALAR);
+    cr_assert_eq(cai_kern_isa(), KERN_ISA_SCALAR);
+    cr_assert_str_eq(cai_kern_isa_name(KERN_ISA_SCALAR), "scalar");
+    cr_assert_str_eq(cai_kern_isa_name(KERN_ISA_AVX2), "avx2");
+    cr_assert_str_eq(cai_kern_isa_name(KERN_ISA_AVX512), "avx512");
     const char *env = getenv("CAGRAD_ISA");
     if (env && strcmp(env, "scalar") == 0)
         cr_assert_eq(start, KERN_ISA_SCALAR, "CAGRAD_ISA=scalar must cap the path");
@@ -374,22 +374,22 @@ Test(kern, isa_selection) {
         cr_assert(start <= KERN_ISA_AVX2, "CAGRAD_ISA=avx2 must cap the path");
     if (!env)
         cr_assert_eq(start, cpu, "without CAGRAD_ISA the best path is used");
-    cr_assert(strlen(kern_blas_core()) > 0);
-    cr_assert_eq(kern_dtype_size(KERN_F32), 4);
-    cr_assert_eq(kern_dtype_size(KERN_I64), 8);
+    cr_assert(strlen(cai_kern_blas_core()) > 0);
+    cr_assert_eq(cai_kern_dtype_size(KERN_F32), 4);
+    cr_assert_eq(cai_kern_dtype_size(KERN_I64), 8);
 }
 
 Test(kern, pw_arity_and_names) {
-    cr_assert_eq(kern_pw_arity(KPW_EXP), 1);
-    cr_assert_eq(kern_pw_arity(KPW_FILL), 1);
-    cr_assert_eq(kern_pw_arity(KPW_ADD), 2);
-    cr_assert_eq(kern_pw_arity(KPW_ABS_BW), 2);
-    cr_assert_eq(kern_pw_arity(KPW_WHERE), 3);
-    cr_assert_eq(kern_pw_arity(KPW_MAXMIN_BW), 3);
-    cr_assert_eq(kern_pw_arity(KPW__COUNT), -1);
+    cr_assert_eq(cai_kern_pw_arity(KPW_EXP), 1);
+    cr_assert_eq(cai_kern_pw_arity(KPW_FILL), 1);
+    cr_assert_eq(cai_kern_pw_arity(KPW_ADD), 2);
+    cr_assert_eq(cai_kern_pw_arity(KPW_ABS_BW), 2);
+    cr_assert_eq(cai_kern_pw_arity(KPW_WHERE), 3);
+    cr_assert_eq(cai_kern_pw_arity(KPW_MAXMIN_BW), 3);
+    cr_assert_eq(cai_kern_pw_arity(KPW__COUNT), -1);
     for (int op = 0; op < KPW__COUNT; op++)
-        cr_assert(kern_pw_name((kern_pw_op)op) && kern_pw_name((kern_pw_op)op)[0] != '?');
-    cr_assert_str_eq(kern_pw_name(KPW_GELU_TANH_BW), "GELU_TANH_BW");
+        cr_assert(cai_kern_pw_name((kern_pw_op)op) && cai_kern_pw_name((kern_pw_op)op)[0] != '?');
+    cr_assert_str_eq(cai_kern_pw_name(KPW_GELU_TANH_BW), "GELU_TANH_BW");
 }
 
 Test(kern, pw_contiguous_f32) {
@@ -420,15 +420,15 @@ Test(kern, pw_isa_paths_agree) {
         for (int li = 0; li < TK_NLAYOUTS; li++)
             for (int op = 0; op < KPW__COUNT; op++) {
                 tk_pw_case base;
-                kern_isa_set(KERN_ISA_SCALAR);
+                cai_kern_isa_set(KERN_ISA_SCALAR);
                 tk_pw_run((kern_pw_op)op, (kern_dtype)dt, &tk_layouts[li], &base);
                 for (int isa = 1; isa <= tk_max_isa(); isa++) {
                     tk_pw_case c;
-                    kern_isa_set((kern_isa_level)isa);
+                    cai_kern_isa_set((kern_isa_level)isa);
                     tk_pw_run((kern_pw_op)op, (kern_dtype)dt, &tk_layouts[li], &c);
                     snprintf(what, sizeof what, "%s vs scalar: %s dt%d %s",
-                             kern_isa_name((kern_isa_level)isa), kern_pw_name((kern_pw_op)op), dt,
-                             tk_layouts[li].name);
+                             cai_kern_isa_name((kern_isa_level)isa),
+                             cai_kern_pw_name((kern_pw_op)op), dt, tk_layouts[li].name);
                     for (int64_t f = 0; f < c.count; f++)
                         tk_close(&chk, c.got[f], base.got[f], tk_rtol((kern_dtype)dt),
                                  tk_atol((kern_dtype)dt), what, f);
@@ -447,7 +447,7 @@ static void tk_special(tk_check *chk, kern_pw_op op, double a, double b, double 
     char what[96];
     for (int dt = 0; dt < 2; dt++)
         for (int isa = 0; isa <= tk_max_isa(); isa++) {
-            kern_isa_set((kern_isa_level)isa);
+            cai_kern_isa_set((kern_isa_level)isa);
             double buf[3][N], out[N];
             float fbuf[3][N], fout[N];
             for (int i = 0; i < N; i++) {
@@ -463,10 +463,10 @@ static void tk_special(tk_check *chk, kern_pw_op op, double a, double b, double 
                 src[k].strides[0] = 1;
             }
             int64_t shape = N, st = 1;
-            int rc = kern_pointwise(op, (kern_dtype)dt, (kern_dtype)dt, 1, &shape,
-                                    dt ? (void *)out : (void *)fout, &st, src, p0, p1);
-            snprintf(what, sizeof what, "%s(%g,%g,%g) %s dt%d", kern_pw_name(op), a, b, c,
-                     kern_isa_name((kern_isa_level)isa), dt);
+            int rc = cai_kern_pointwise(op, (kern_dtype)dt, (kern_dtype)dt, 1, &shape,
+                                        dt ? (void *)out : (void *)fout, &st, src, p0, p1);
+            snprintf(what, sizeof what, "%s(%g,%g,%g) %s dt%d", cai_kern_pw_name(op), a, b, c,
+                     cai_kern_isa_name((kern_isa_level)isa), dt);
             cr_assert_eq(rc, 0, "%s", what);
             for (int i = 0; i < N; i++)
                 tk_close(chk, dt ? out[i] : fout[i], want, 1e-6, 1e-30, what, i);
@@ -549,32 +549,34 @@ Test(kern, pw_cond_dtypes) {
         fc[i] = (i % 3 == 0) ? -0.5 : 0.0;
     }
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
-        kern_isa_set((kern_isa_level)isa);
+        cai_kern_isa_set((kern_isa_level)isa);
         kern_src w[3] = {{ic, {1}}, {a, {1}}, {b, {1}}};
-        cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 1, &sh, out, &st, w, 0, 0), 0);
+        cr_assert_eq(cai_kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 1, &sh, out, &st, w, 0, 0),
+                     0);
         for (int i = 0; i < N; i++)
             cr_assert_eq(out[i], i % 3 == 0 ? a[i] : b[i]);
         kern_src m[2] = {{a, {1}}, {fc, {1}}};
-        cr_assert_eq(kern_pointwise(KPW_MASKED_FILL, KERN_F32, KERN_F64, 1, &sh, out, &st, m, 5, 0),
-                     0);
+        cr_assert_eq(
+            cai_kern_pointwise(KPW_MASKED_FILL, KERN_F32, KERN_F64, 1, &sh, out, &st, m, 5, 0), 0);
         for (int i = 0; i < N; i++)
             cr_assert_eq(out[i], i % 3 == 0 ? 5.0f : a[i]);
         /* strided mask (every other element of ic) and strided output */
         kern_src ws[3] = {{ic, {2}}, {a, {1}}, {b, {1}}};
-        cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 1, &half, out, &st2, ws, 0, 0),
-                     0);
+        cr_assert_eq(
+            cai_kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 1, &half, out, &st2, ws, 0, 0), 0);
         for (int i = 0; i < half; i++)
             cr_assert_eq(out[2 * i], (2 * i) % 3 == 0 ? a[i] : b[i]);
         /* [15, 20] with the mask read transposed from a [20, 15] buffer */
         int64_t sh2[2] = {15, 20}, ost[2] = {20, 1};
         kern_src wt[3] = {{ic, {1, 15}}, {a, {20, 1}}, {b, {0, 1}}};
-        cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 2, sh2, out, ost, wt, 0, 0), 0);
+        cr_assert_eq(cai_kern_pointwise(KPW_WHERE, KERN_F32, KERN_I64, 2, sh2, out, ost, wt, 0, 0),
+                     0);
         for (int i = 0; i < 15; i++)
             for (int j = 0; j < 20; j++)
                 cr_assert_eq(out[i * 20 + j], ic[j * 15 + i] ? a[i * 20 + j] : b[j]);
         /* FILL reads no input: src may be NULL */
-        cr_assert_eq(kern_pointwise(KPW_FILL, KERN_F32, KERN_F32, 2, sh2, out, ost, NULL, 2.5, 0),
-                     0);
+        cr_assert_eq(
+            cai_kern_pointwise(KPW_FILL, KERN_F32, KERN_F32, 2, sh2, out, ost, NULL, 2.5, 0), 0);
         for (int i = 0; i < 300; i++)
             cr_assert_eq(out[i], 2.5f);
     }
@@ -588,29 +590,31 @@ Test(kern, pw_int64) {
         b[i] = (i * 7) % 11 - 5;
     }
     kern_src s[3] = {{a, {1}}, {b, {1}}, {a, {1}}};
-    cr_assert_eq(kern_pointwise(KPW_ADD, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 3, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_ADD, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 3, 0), 0);
     for (int i = 0; i < N; i++)
         cr_assert_eq(out[i], a[i] + 3 * b[i]);
-    cr_assert_eq(kern_pointwise(KPW_MAX, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_MAX, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), 0);
     for (int i = 0; i < N; i++)
         cr_assert_eq(out[i], a[i] > b[i] ? a[i] : b[i]);
-    cr_assert_eq(kern_pointwise(KPW_LT_S, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 2.5, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_LT_S, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 2.5, 0), 0);
     for (int i = 0; i < N; i++)
         cr_assert_eq(out[i], a[i] < 2.5);
-    cr_assert_eq(kern_pointwise(KPW_ABS, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_ABS, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), 0);
     for (int i = 0; i < N; i++)
         cr_assert_eq(out[i], llabs(a[i]));
-    cr_assert_eq(kern_pointwise(KPW_WHERE, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_WHERE, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), 0);
     for (int i = 0; i < N; i++)
         cr_assert_eq(out[i], a[i] ? b[i] : a[i]);
     int64_t big = INT64_MAX;
     kern_src sb = {&big, {0}};
     int64_t one = 1;
-    cr_assert_eq(kern_pointwise(KPW_ADD_S, KERN_I64, KERN_I64, 0, NULL, out, &st, &sb, 1, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_ADD_S, KERN_I64, KERN_I64, 0, NULL, out, &st, &sb, 1, 0),
+                 0);
     cr_assert_eq(out[0], INT64_MIN, "int64 add wraps");
     (void)one;
-    cr_assert_eq(kern_pointwise(KPW_EXP, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), -1);
-    cr_assert_eq(kern_pointwise(KPW_GELU_BW, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), -1);
+    cr_assert_eq(cai_kern_pointwise(KPW_EXP, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0), -1);
+    cr_assert_eq(cai_kern_pointwise(KPW_GELU_BW, KERN_I64, KERN_I64, 1, &sh, out, &st, s, 0, 0),
+                 -1);
 }
 
 /* Big enough to use the pool: 1 and 2 threads give identical bits; shape with 0 is a no-op. */
@@ -622,10 +626,10 @@ Test(kern, pw_parallel_and_empty) {
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)tk_rand(-4, 4);
     kern_src s = {x, {1, 600}}; /* transposed read */
-    kern_set_num_threads(1);
-    cr_assert_eq(kern_pointwise(KPW_GELU, KERN_F32, KERN_F32, 2, sh, y1, ost, &s, 0, 0), 0);
-    kern_set_num_threads(2);
-    cr_assert_eq(kern_pointwise(KPW_GELU, KERN_F32, KERN_F32, 2, sh, y2, ost, &s, 0, 0), 0);
+    cai_kern_set_num_threads(1);
+    cr_assert_eq(cai_kern_pointwise(KPW_GELU, KERN_F32, KERN_F32, 2, sh, y1, ost, &s, 0, 0), 0);
+    cai_kern_set_num_threads(2);
+    cr_assert_eq(cai_kern_pointwise(KPW_GELU, KERN_F32, KERN_F32, 2, sh, y2, ost, &s, 0, 0), 0);
     cr_assert(tk_same_bits(y1, y2, sizeof(float) * (size_t)n));
     tk_check c = {0};
     for (int64_t i = 0; i < 600; i++)
@@ -634,7 +638,7 @@ Test(kern, pw_parallel_and_empty) {
                      "gelu", i * 500 + j);
     TK_ASSERT(c);
     int64_t zsh[2] = {0, 5};
-    cr_assert_eq(kern_pointwise(KPW_EXP, KERN_F32, KERN_F32, 2, zsh, NULL, ost, &s, 0, 0), 0);
+    cr_assert_eq(cai_kern_pointwise(KPW_EXP, KERN_F32, KERN_F32, 2, zsh, NULL, ost, &s, 0, 0), 0);
     free(x);
     free(y1);
     free(y2);
@@ -718,7 +722,7 @@ Test(kern, reduce_masks_vs_reference) {
         for (int64_t i = 0; i < n; i++)
             tk_set((kern_dtype)dt, x, i, tk_rand(-1, 1));
         for (int isa = 0; isa <= tk_max_isa(); isa++) {
-            kern_isa_set((kern_isa_level)isa);
+            cai_kern_isa_set((kern_isa_level)isa);
             for (int lay = 0; lay < 2; lay++)
                 for (uint32_t mask = 0; mask < 8; mask++)
                     for (int op = 0; op < KRED__COUNT; op++) {
@@ -727,11 +731,11 @@ Test(kern, reduce_masks_vs_reference) {
                         float gf[n];
                         tk_red_ref((kern_red_op)op, (kern_dtype)dt, shape, x, strides[lay], mask,
                                    ref, ridx, abssum);
-                        int rc =
-                            kern_reduce((kern_red_op)op, (kern_dtype)dt, 3, shape, x, strides[lay],
-                                        mask, dt ? (void *)got : (void *)gf, gidx);
+                        int rc = cai_kern_reduce((kern_red_op)op, (kern_dtype)dt, 3, shape, x,
+                                                 strides[lay], mask, dt ? (void *)got : (void *)gf,
+                                                 gidx);
                         snprintf(what, sizeof what, "%s op%d mask%u lay%d dt%d",
-                                 kern_isa_name((kern_isa_level)isa), op, mask, lay, dt);
+                                 cai_kern_isa_name((kern_isa_level)isa), op, mask, lay, dt);
                         cr_assert_eq(rc, 0, "%s", what);
                         int64_t O = 1;
                         for (int d = 0; d < 3; d++)
@@ -753,72 +757,73 @@ Test(kern, reduce_masks_vs_reference) {
 
 Test(kern, reduce_argmax_ties_and_nan) {
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
-        kern_isa_set((kern_isa_level)isa);
+        cai_kern_isa_set((kern_isa_level)isa);
         float x[8] = {1, 3, 3, 2, -1, -1, 0, -1};
         int64_t sh[2] = {2, 4}, st[2] = {4, 1}, idx[4];
         float out[4];
-        cr_assert_eq(kern_reduce(KRED_MAX, KERN_F32, 2, sh, x, st, 2, out, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MAX, KERN_F32, 2, sh, x, st, 2, out, idx), 0);
         cr_assert(out[0] == 3 && idx[0] == 1 && out[1] == 0 && idx[1] == 2);
-        cr_assert_eq(kern_reduce(KRED_MIN, KERN_F32, 2, sh, x, st, 2, out, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MIN, KERN_F32, 2, sh, x, st, 2, out, idx), 0);
         cr_assert(out[0] == 1 && idx[0] == 0 && out[1] == -1 && idx[1] == 0);
         /* flat index over both reduced dims */
-        cr_assert_eq(kern_reduce(KRED_MIN, KERN_F32, 2, sh, x, st, 3, out, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MIN, KERN_F32, 2, sh, x, st, 3, out, idx), 0);
         cr_assert(out[0] == -1 && idx[0] == 4);
         /* column argmax (reduce dim 0) */
-        cr_assert_eq(kern_reduce(KRED_MAX, KERN_F32, 2, sh, x, st, 1, out, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MAX, KERN_F32, 2, sh, x, st, 1, out, idx), 0);
         cr_assert(out[0] == 1 && idx[0] == 0 && out[2] == 3 && idx[2] == 0 && out[3] == 2);
         /* first NaN wins, for max and min, with and without idx */
         float y[6] = {1, NAN, 5, NAN, 7, 0};
         int64_t n6 = 6, s1 = 1;
-        cr_assert_eq(kern_reduce(KRED_MAX, KERN_F32, 1, &n6, y, &s1, 1, out, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MAX, KERN_F32, 1, &n6, y, &s1, 1, out, idx), 0);
         cr_assert(isnan(out[0]) && idx[0] == 1);
-        cr_assert_eq(kern_reduce(KRED_MIN, KERN_F32, 1, &n6, y, &s1, 1, out, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MIN, KERN_F32, 1, &n6, y, &s1, 1, out, idx), 0);
         cr_assert(isnan(out[0]) && idx[0] == 1);
-        cr_assert_eq(kern_reduce(KRED_MAX, KERN_F32, 1, &n6, y, &s1, 1, out, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MAX, KERN_F32, 1, &n6, y, &s1, 1, out, NULL), 0);
         cr_assert(isnan(out[0]));
         double z[100];
         for (int i = 0; i < 100; i++)
             z[i] = i == 77 ? NAN : i;
         int64_t n100 = 100;
         double dout[4];
-        cr_assert_eq(kern_reduce(KRED_MIN, KERN_F64, 1, &n100, z, &s1, 1, dout, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MIN, KERN_F64, 1, &n100, z, &s1, 1, dout, NULL), 0);
         cr_assert(isnan(dout[0]));
-        cr_assert_eq(kern_reduce(KRED_LOGSUMEXP, KERN_F64, 1, &n100, z, &s1, 1, dout, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_LOGSUMEXP, KERN_F64, 1, &n100, z, &s1, 1, dout, NULL), 0);
         cr_assert(isnan(dout[0]));
         int64_t ix[5] = {3, -2, 9, 9, 1}, iout[2], n5 = 5;
-        cr_assert_eq(kern_reduce(KRED_MAX, KERN_I64, 1, &n5, ix, &s1, 1, iout, idx), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_MAX, KERN_I64, 1, &n5, ix, &s1, 1, iout, idx), 0);
         cr_assert(iout[0] == 9 && idx[0] == 2);
-        cr_assert_eq(kern_reduce(KRED_SUM, KERN_I64, 1, &n5, ix, &s1, 1, iout, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_SUM, KERN_I64, 1, &n5, ix, &s1, 1, iout, NULL), 0);
         cr_assert_eq(iout[0], 20);
-        cr_assert_eq(kern_reduce(KRED_MEAN, KERN_I64, 1, &n5, ix, &s1, 1, iout, NULL), -1);
+        cr_assert_eq(cai_kern_reduce(KRED_MEAN, KERN_I64, 1, &n5, ix, &s1, 1, iout, NULL), -1);
     }
 }
 
 Test(kern, reduce_empty_and_infinite) {
     float x[4] = {-INFINITY, -INFINITY, INFINITY, 1}, out[3];
     int64_t sh[2] = {3, 0}, st[2] = {0, 1}, s1 = 1, n2 = 2;
-    cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
+    cr_assert_eq(cai_kern_reduce(KRED_SUM, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
     cr_assert(out[0] == 0 && out[2] == 0);
-    cr_assert_eq(kern_reduce(KRED_MEAN, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
+    cr_assert_eq(cai_kern_reduce(KRED_MEAN, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
     cr_assert(isnan(out[1]));
-    cr_assert_eq(kern_reduce(KRED_LOGSUMEXP, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
+    cr_assert_eq(cai_kern_reduce(KRED_LOGSUMEXP, KERN_F32, 2, sh, x, st, 2, out, NULL), 0);
     cr_assert(out[1] == -INFINITY);
-    cr_assert_eq(kern_reduce(KRED_MAX, KERN_F32, 2, sh, x, st, 2, out, NULL), -1);
-    cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 2, sh, x, st, 1, out, NULL), 0, "no outputs");
+    cr_assert_eq(cai_kern_reduce(KRED_MAX, KERN_F32, 2, sh, x, st, 2, out, NULL), -1);
+    cr_assert_eq(cai_kern_reduce(KRED_SUM, KERN_F32, 2, sh, x, st, 1, out, NULL), 0, "no outputs");
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
-        kern_isa_set((kern_isa_level)isa);
-        cr_assert_eq(kern_reduce(KRED_LOGSUMEXP, KERN_F32, 1, &n2, x, &s1, 1, out, NULL), 0);
+        cai_kern_isa_set((kern_isa_level)isa);
+        cr_assert_eq(cai_kern_reduce(KRED_LOGSUMEXP, KERN_F32, 1, &n2, x, &s1, 1, out, NULL), 0);
         cr_assert(out[0] == -INFINITY, "all -inf gives -inf, got %g", out[0]);
-        cr_assert_eq(kern_reduce(KRED_LOGSUMEXP, KERN_F32, 1, &n2, x + 1, &s1, 1, out, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_LOGSUMEXP, KERN_F32, 1, &n2, x + 1, &s1, 1, out, NULL),
+                     0);
         cr_assert(out[0] == INFINITY, "any +inf gives +inf, got %g", out[0]);
         float big[2] = {1000, 1000};
-        cr_assert_eq(kern_reduce(KRED_LOGSUMEXP, KERN_F32, 1, &n2, big, &s1, 1, out, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_LOGSUMEXP, KERN_F32, 1, &n2, big, &s1, 1, out, NULL), 0);
         cr_assert(fabs(out[0] - (1000 + log(2.0))) < 1e-3);
         int64_t sh0 = 5, z = 0;
         float five[5] = {1, 2, 3, 4, 5}, o5[5];
-        cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 1, &sh0, five, &s1, 0, o5, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_SUM, KERN_F32, 1, &sh0, five, &s1, 0, o5, NULL), 0);
         cr_assert(tk_same_bits(o5, five, sizeof five), "no reduced dims: a copy");
-        cr_assert_eq(kern_reduce(KRED_SUM, KERN_F32, 0, NULL, five, NULL, 0, o5, NULL), 0);
+        cr_assert_eq(cai_kern_reduce(KRED_SUM, KERN_F32, 0, NULL, five, NULL, 0, o5, NULL), 0);
         cr_assert_eq(o5[0], 1);
         (void)z;
     }
@@ -837,24 +842,26 @@ Test(kern, reduce_threads_deterministic) {
         abs += fabs(x[i]);
     }
     for (int isa = 0; isa <= tk_max_isa(); isa++) {
-        kern_isa_set((kern_isa_level)isa);
+        cai_kern_isa_set((kern_isa_level)isa);
         int64_t s1 = 1, cols[2] = {(n - 3) / 24, 24}, cst[2] = {24, 1};
         float a[32], b[32];
         for (int op = 0; op < KRED__COUNT; op++) {
-            kern_set_num_threads(1);
-            cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 1, &n, x, &s1, 1, a, NULL), 0);
-            kern_set_num_threads(2);
-            cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 1, &n, x, &s1, 1, b, NULL), 0);
+            cai_kern_set_num_threads(1);
+            cr_assert_eq(cai_kern_reduce((kern_red_op)op, KERN_F32, 1, &n, x, &s1, 1, a, NULL), 0);
+            cai_kern_set_num_threads(2);
+            cr_assert_eq(cai_kern_reduce((kern_red_op)op, KERN_F32, 1, &n, x, &s1, 1, b, NULL), 0);
             cr_assert(tk_same_bits(a, b, sizeof(float)), "op %d: %.9g vs %.9g", op, a[0], b[0]);
-            kern_set_num_threads(1);
-            cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 2, cols, x, cst, 1, a, NULL), 0);
-            kern_set_num_threads(2);
-            cr_assert_eq(kern_reduce((kern_red_op)op, KERN_F32, 2, cols, x, cst, 1, b, NULL), 0);
+            cai_kern_set_num_threads(1);
+            cr_assert_eq(cai_kern_reduce((kern_red_op)op, KERN_F32, 2, cols, x, cst, 1, a, NULL),
+                         0);
+            cai_kern_set_num_threads(2);
+            cr_assert_eq(cai_kern_reduce((kern_red_op)op, KERN_F32, 2, cols, x, cst, 1, b, NULL),
+                         0);
             cr_assert(tk_same_bits(a, b, 24 * sizeof(float)), "column op %d", op);
         }
-        kern_reduce(KRED_SUM, KERN_F32, 1, &n, x, &s1, 1, a, NULL);
+        cai_kern_reduce(KRED_SUM, KERN_F32, 1, &n, x, &s1, 1, a, NULL);
         cr_assert(fabs(a[0] - ref) <= 1e-6 * abs, "%s: sum %.9g vs %.9g",
-                  kern_isa_name((kern_isa_level)isa), a[0], ref);
+                  cai_kern_isa_name((kern_isa_level)isa), a[0], ref);
     }
     free(x);
 }
@@ -867,7 +874,7 @@ Test(kern, softmax_and_log_softmax) {
     char what[96];
     for (int dt = 0; dt < 2; dt++)
         for (int isa = 0; isa <= tk_max_isa(); isa++) {
-            kern_isa_set((kern_isa_level)isa);
+            cai_kern_isa_set((kern_isa_level)isa);
             for (int t = 0; t < 4; t++) {
                 int64_t n = ns[t];
                 void *x = malloc((size_t)(rows * n) * 8), *y = malloc((size_t)(rows * n) * 8);
@@ -875,7 +882,7 @@ Test(kern, softmax_and_log_softmax) {
                 for (int64_t i = 0; i < rows * n; i++)
                     tk_set((kern_dtype)dt, x, i, tk_rand(-10, 10) + (i / n == 2 ? 500 : 0));
                 for (int lg = 0; lg < 2; lg++) {
-                    cr_assert_eq(kern_softmax((kern_dtype)dt, rows, n, x, y, lg), 0);
+                    cr_assert_eq(cai_kern_softmax((kern_dtype)dt, rows, n, x, y, lg), 0);
                     for (int64_t r = 0; r < rows; r++) {
                         double m = -INFINITY, s = 0;
                         for (int64_t i = 0; i < n; i++)
@@ -883,7 +890,7 @@ Test(kern, softmax_and_log_softmax) {
                         for (int64_t i = 0; i < n; i++)
                             s += exp(tk_get((kern_dtype)dt, x, r * n + i) - m);
                         snprintf(what, sizeof what, "%s softmax log=%d n=%lld dt%d",
-                                 kern_isa_name((kern_isa_level)isa), lg, (long long)n, dt);
+                                 cai_kern_isa_name((kern_isa_level)isa), lg, (long long)n, dt);
                         for (int64_t i = 0; i < n; i++) {
                             double v = tk_get((kern_dtype)dt, x, r * n + i) - m;
                             double want = lg ? v - log(s) : exp(v) / s;
@@ -898,9 +905,9 @@ Test(kern, softmax_and_log_softmax) {
         }
     TK_ASSERT(chk);
     float big[2] = {1000, 0}, out[2];
-    cr_assert_eq(kern_softmax(KERN_F32, 1, 2, big, out, true), 0);
+    cr_assert_eq(cai_kern_softmax(KERN_F32, 1, 2, big, out, true), 0);
     cr_assert(out[0] == 0 && out[1] == -1000, "log_softmax is shift-stable: %g %g", out[0], out[1]);
-    cr_assert_eq(kern_softmax(KERN_I64, 1, 2, big, out, true), -1);
+    cr_assert_eq(cai_kern_softmax(KERN_I64, 1, 2, big, out, true), -1);
 }
 
 Test(kern, layer_norm) {
@@ -909,7 +916,7 @@ Test(kern, layer_norm) {
     char what[96];
     for (int dt = 0; dt < 2; dt++)
         for (int isa = 0; isa <= tk_max_isa(); isa++) {
-            kern_isa_set((kern_isa_level)isa);
+            cai_kern_isa_set((kern_isa_level)isa);
             for (int t = 0; t < 3; t++) {
                 int64_t n = ns[t];
                 size_t bytes = (size_t)(rows * n) * 8;
@@ -923,11 +930,11 @@ Test(kern, layer_norm) {
                     tk_set((kern_dtype)dt, b, i, tk_rand(-1, 1));
                 }
                 for (int affine = 0; affine < 2; affine++) {
-                    cr_assert_eq(kern_layer_norm((kern_dtype)dt, rows, n, x, affine ? w : NULL,
-                                                 affine ? b : NULL, 1e-5, y, mean, rstd),
+                    cr_assert_eq(cai_kern_layer_norm((kern_dtype)dt, rows, n, x, affine ? w : NULL,
+                                                     affine ? b : NULL, 1e-5, y, mean, rstd),
                                  0);
                     snprintf(what, sizeof what, "%s layer_norm n=%lld affine=%d dt%d",
-                             kern_isa_name((kern_isa_level)isa), (long long)n, affine, dt);
+                             cai_kern_isa_name((kern_isa_level)isa), (long long)n, affine, dt);
                     for (int64_t r = 0; r < rows; r++) {
                         double mu = 0, var = 0;
                         for (int64_t i = 0; i < n; i++)
@@ -1001,10 +1008,11 @@ Test(kern, gemm_transpose_combos) {
                 void *a = tk_fill((kern_dtype)dt, M * K, -1, 1);
                 void *b = tk_fill((kern_dtype)dt, K * N, -1, 1);
                 void *c0 = tk_fill((kern_dtype)dt, M * N, -1, 1), *c = malloc((size_t)(M * N) * 8);
-                memcpy(c, c0, (size_t)(M * N) * kern_dtype_size((kern_dtype)dt));
+                memcpy(c, c0, (size_t)(M * N) * cai_kern_dtype_size((kern_dtype)dt));
                 /* stored row-major as op's operand: A is K x M when transposed */
                 kern_mat A = {a, ta ? M : K, 1, 0}, B = {b, tb ? K : N, 1, 0};
-                int rc = kern_gemm((kern_dtype)dt, 1, M, N, K, 0.5, A, ta, B, tb, 0.25, c, N, 0);
+                int rc =
+                    cai_kern_gemm((kern_dtype)dt, 1, M, N, K, 0.5, A, ta, B, tb, 0.25, c, N, 0);
                 cr_assert_eq(rc, 0);
                 snprintf(what, sizeof what, "gemm %lldx%lldx%lld ta%d tb%d dt%d", (long long)M,
                          (long long)N, (long long)K, ta, tb, dt);
@@ -1012,16 +1020,16 @@ Test(kern, gemm_transpose_combos) {
                               0, what);
                 /* the same matrices seen through column-major strides (rs == 1) */
                 kern_mat At = {a, 1, ta ? M : K, 0};
-                memcpy(c, c0, (size_t)(M * N) * kern_dtype_size((kern_dtype)dt));
-                cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, At, !ta, B, tb, 0, c, N, 0),
-                             0);
+                memcpy(c, c0, (size_t)(M * N) * cai_kern_dtype_size((kern_dtype)dt));
+                cr_assert_eq(
+                    cai_kern_gemm((kern_dtype)dt, 1, M, N, K, 1, At, !ta, B, tb, 0, c, N, 0), 0);
                 tk_gemm_check(&chk, (kern_dtype)dt, 1, M, N, K, 1, At, !ta, B, tb, 0, c0, c, N, 0,
                               what);
                 free(a), free(b), free(c0), free(c);
             }
     TK_ASSERT(chk);
-    cr_assert_eq(kern_gemm(KERN_I64, 1, 1, 1, 1, 1, (kern_mat){0}, false, (kern_mat){0}, false, 0,
-                           NULL, 1, 0),
+    cr_assert_eq(cai_kern_gemm(KERN_I64, 1, 1, 1, 1, 1, (kern_mat){0}, false, (kern_mat){0}, false,
+                               0, NULL, 1, 0),
                  -1);
 }
 
@@ -1045,19 +1053,19 @@ Test(kern, gemm_copy_path_and_allocator) {
              *b = tk_fill((kern_dtype)dt, K * N, -1, 1);
         void *c0 = tk_fill((kern_dtype)dt, 2 * M * N, -1, 1), *c = malloc((size_t)(2 * M * N) * 8);
         kern_mat A = {a, 3 * K, 2, 0}, B = {b, N, 1, 0};
-        kern_set_allocator((kern_allocator){tk_count_alloc, free});
+        cai_kern_set_allocator((kern_allocator){tk_count_alloc, free});
         atomic_store(&tk_allocs, 0);
-        memcpy(c, c0, (size_t)(2 * M * N) * kern_dtype_size((kern_dtype)dt));
+        memcpy(c, c0, (size_t)(2 * M * N) * cai_kern_dtype_size((kern_dtype)dt));
         /* ldc = 2N: C rows are strided too */
-        cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0),
-                     0);
+        cr_assert_eq(
+            cai_kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0), 0);
         cr_assert(atomic_load(&tk_allocs) >= 1, "packing uses the scratch allocator");
         tk_gemm_check(&chk, (kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c0, c, 2 * N, 0,
                       "copy path");
-        kern_set_allocator((kern_allocator){tk_fail_alloc, free});
-        cr_assert_eq(kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0),
-                     -2);
-        kern_set_allocator((kern_allocator){NULL, NULL}); /* back to the default */
+        cai_kern_set_allocator((kern_allocator){tk_fail_alloc, free});
+        cr_assert_eq(
+            cai_kern_gemm((kern_dtype)dt, 1, M, N, K, 1, A, false, B, false, 1, c, 2 * N, 0), -2);
+        cai_kern_set_allocator((kern_allocator){NULL, NULL}); /* back to the default */
         free(a), free(b), free(c0), free(c);
     }
     TK_ASSERT(chk);
@@ -1075,19 +1083,19 @@ Test(kern, gemm_batch_broadcast_and_beta) {
             void *b = tk_fill((kern_dtype)dt, batch * K * N, -1, 1);
             void *c0 = tk_fill((kern_dtype)dt, batch * M * N, -1, 1);
             void *c = malloc((size_t)(batch * M * N) * 8);
-            size_t cb = (size_t)(batch * M * N) * kern_dtype_size((kern_dtype)dt);
+            size_t cb = (size_t)(batch * M * N) * cai_kern_dtype_size((kern_dtype)dt);
             kern_mat A = {a, K, 1, 0}, B = {b, 1, K, K * N}; /* B stored transposed per item */
             memcpy(c, c0, cb);
-            cr_assert_eq(
-                kern_gemm((kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c, N, M * N),
-                0);
+            cr_assert_eq(cai_kern_gemm((kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c,
+                                       N, M * N),
+                         0);
             tk_gemm_check(&chk, (kern_dtype)dt, batch, M, N, K, 1, A, false, B, false, 1, c0, c, N,
                           M * N, "batch beta=1");
             for (int64_t i = 0; i < batch * M * N; i++)
                 tk_set((kern_dtype)dt, c, i, NAN);
-            cr_assert_eq(
-                kern_gemm((kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c, N, M * N),
-                0);
+            cr_assert_eq(cai_kern_gemm((kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c,
+                                       N, M * N),
+                         0);
             tk_gemm_check(&chk, (kern_dtype)dt, batch, M, N, K, 2, A, false, B, false, 0, c0, c, N,
                           M * N, "batch beta=0");
             free(a), free(b), free(c0), free(c);
@@ -1098,18 +1106,19 @@ Test(kern, gemm_batch_broadcast_and_beta) {
 Test(kern, gemm_k0_and_empty) {
     float c[6] = {1, 2, 3, 4, NAN, 6}, a[1] = {0}, b[1] = {0};
     kern_mat A = {a, 0, 1, 0}, B = {b, 3, 1, 0};
-    cr_assert_eq(kern_gemm(KERN_F32, 1, 2, 3, 0, 1, A, false, B, false, 0.5, c, 3, 0), 0);
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, 2, 3, 0, 1, A, false, B, false, 0.5, c, 3, 0), 0);
     cr_assert(c[0] == 0.5f && c[3] == 2 && isnan(c[4]) && c[5] == 3);
-    cr_assert_eq(kern_gemm(KERN_F32, 1, 2, 3, 0, 1, A, false, B, false, 0, c, 3, 0), 0);
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, 2, 3, 0, 1, A, false, B, false, 0, c, 3, 0), 0);
     for (int i = 0; i < 6; i++)
         cr_assert_eq(c[i], 0, "beta 0 overwrites, NaN included");
-    cr_assert_eq(kern_gemm(KERN_F32, 1, 0, 3, 4, 1, A, false, B, false, 0, c, 3, 0), 0);
-    cr_assert_eq(kern_gemm(KERN_F32, 0, 2, 3, 4, 1, A, false, B, false, 0, c, 3, 0), 0);
-    cr_assert_eq(kern_gemm(KERN_F32, 1, 2, 3, 1, 1, A, false, B, false, 0, c, 2, 0), -1, "ldc < N");
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, 0, 3, 4, 1, A, false, B, false, 0, c, 3, 0), 0);
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 0, 2, 3, 4, 1, A, false, B, false, 0, c, 3, 0), 0);
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, 2, 3, 1, 1, A, false, B, false, 0, c, 2, 0), -1,
+                 "ldc < N");
     /* a 1 x K row times K x 1 column: strides of size-1 dims are ignored */
     float r[3] = {1, 2, 3}, col[9] = {4, 0, 0, 5, 0, 0, 6, 0, 0}, d = 0;
     kern_mat R = {r, 999, 1, 0}, Cm = {col, 3, 777, 0};
-    cr_assert_eq(kern_gemm(KERN_F32, 1, 1, 1, 3, 1, R, false, Cm, false, 0, &d, 1, 0), 0);
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, 1, 1, 3, 1, R, false, Cm, false, 0, &d, 1, 0), 0);
     cr_assert_eq(d, 32);
 }
 
@@ -1121,14 +1130,14 @@ Test(kern, index_select_and_add) {
     for (int i = 0; i < 24; i++)
         x[i] = i;
     int64_t index[5] = {3, 0, 3, 1, 2};
-    cr_assert_eq(kern_index_select(KERN_F64, 2, 4, 3, x, index, 5, out, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_index_select(KERN_F64, 2, 4, 3, x, index, 5, out, NULL, NULL), 0);
     for (int o = 0; o < 2; o++)
         for (int j = 0; j < 5; j++)
             for (int i = 0; i < 3; i++)
                 cr_assert_eq(out[(o * 5 + j) * 3 + i], x[(o * 4 + index[j]) * 3 + i]);
     /* index_add with a duplicate index accumulates both */
     double acc[24] = {0};
-    cr_assert_eq(kern_index_add(KERN_F64, 2, 4, 3, acc, index, 5, out, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_index_add(KERN_F64, 2, 4, 3, acc, index, 5, out, NULL, NULL), 0);
     for (int o = 0; o < 2; o++)
         for (int k = 0; k < 4; k++)
             for (int i = 0; i < 3; i++) {
@@ -1146,8 +1155,8 @@ Test(kern, index_select_and_add) {
         src[i] = (float)(i % 17);
         isrc[i] = i;
     }
-    cr_assert_eq(kern_index_add(KERN_F32, 1, 2, inner, dst, idx2, 3, src, NULL, NULL), 0);
-    cr_assert_eq(kern_index_add(KERN_I64, 1, 2, inner, idst, idx2, 3, isrc, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_index_add(KERN_F32, 1, 2, inner, dst, idx2, 3, src, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_index_add(KERN_I64, 1, 2, inner, idst, idx2, 3, isrc, NULL, NULL), 0);
     for (int64_t i = 0; i < inner; i++) {
         cr_assert_eq(dst[i], src[2 * inner + i]);
         cr_assert_eq(dst[inner + i], src[i] + src[inner + i]);
@@ -1162,14 +1171,14 @@ Test(kern, gather_and_scatter_add) {
     for (int i = 0; i < 12; i++)
         x[i] = (float)(10 * i);
     int64_t index[16] = {2, 0, 1, 1, 0, 0, 2, 2, 1, 0, 1, 2, 0, 0, 2, 1};
-    cr_assert_eq(kern_gather(KERN_F32, 2, 3, 2, x, index, 4, out, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_gather(KERN_F32, 2, 3, 2, x, index, 4, out, NULL, NULL), 0);
     for (int o = 0; o < 2; o++)
         for (int j = 0; j < 4; j++)
             for (int i = 0; i < 2; i++) {
                 int64_t p = (o * 4 + j) * 2 + i;
                 cr_assert_eq(out[p], x[(o * 3 + index[p]) * 2 + i]);
             }
-    cr_assert_eq(kern_scatter_add(KERN_F32, 2, 3, 2, acc, index, 4, out, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_scatter_add(KERN_F32, 2, 3, 2, acc, index, 4, out, NULL, NULL), 0);
     for (int o = 0; o < 2; o++)
         for (int k = 0; k < 3; k++)
             for (int i = 0; i < 2; i++) {
@@ -1187,18 +1196,18 @@ Test(kern, index_out_of_range) {
     double x[12] = {0}, out[12] = {0};
     int64_t pos = -7, val = -7;
     int64_t bad1[3] = {0, 4, 1}, bad2[3] = {0, 1, -1};
-    cr_assert_eq(kern_index_select(KERN_F64, 1, 4, 3, x, bad1, 3, out, &pos, &val), -1);
+    cr_assert_eq(cai_kern_index_select(KERN_F64, 1, 4, 3, x, bad1, 3, out, &pos, &val), -1);
     cr_assert(pos == 1 && val == 4);
-    cr_assert_eq(kern_index_add(KERN_F64, 1, 4, 3, out, bad2, 3, x, &pos, &val), -1);
+    cr_assert_eq(cai_kern_index_add(KERN_F64, 1, 4, 3, out, bad2, 3, x, &pos, &val), -1);
     cr_assert(pos == 2 && val == -1, "negative indices are out of range");
     int64_t g[6] = {0, 1, 2, 3, 0, 0};
     out[0] = 42;
-    cr_assert_eq(kern_gather(KERN_F64, 1, 3, 2, x, g, 3, out, &pos, &val), -1);
+    cr_assert_eq(cai_kern_gather(KERN_F64, 1, 3, 2, x, g, 3, out, &pos, &val), -1);
     cr_assert(pos == 3 && val == 3);
     cr_assert_eq(out[0], 42, "nothing written on error");
-    cr_assert_eq(kern_scatter_add(KERN_F64, 1, 3, 2, out, g, 3, x, &pos, &val), -1);
+    cr_assert_eq(cai_kern_scatter_add(KERN_F64, 1, 3, 2, out, g, 3, x, &pos, &val), -1);
     cr_assert(pos == 3 && val == 3 && out[0] == 42);
-    cr_assert_eq(kern_index_select(KERN_F64, 1, 4, 3, x, bad1, 3, out, NULL, NULL), -1);
+    cr_assert_eq(cai_kern_index_select(KERN_F64, 1, 4, 3, x, bad1, 3, out, NULL, NULL), -1);
 }
 
 /* ------------------------------------------------------------------ random */
@@ -1214,7 +1223,7 @@ Test(kern, philox_known_answers) {
                                  {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
     for (int t = 0; t < 3; t++) {
         uint32_t out[4];
-        kern_philox4x32_10(ctr[t], key[t], out);
+        cai_kern_philox4x32_10(ctr[t], key[t], out);
         for (int i = 0; i < 4; i++)
             cr_assert_eq(out[i], want[t][i], "vector %d word %d: %08x", t, i, out[i]);
     }
@@ -1223,34 +1232,34 @@ Test(kern, philox_known_answers) {
 Test(kern, rand_reproducible) {
     enum { N = 100001 };
     for (int dt = 0; dt < 2; dt++) {
-        size_t esz = kern_dtype_size((kern_dtype)dt);
+        size_t esz = cai_kern_dtype_size((kern_dtype)dt);
         char *a = malloc(N * esz), *b = malloc(N * esz), *c = malloc(N * esz);
         for (int kind = 0; kind < 3; kind++) {
             uint64_t off = 5, off2 = 5;
-            kern_set_num_threads(1);
+            cai_kern_set_num_threads(1);
             if (kind == 0)
-                kern_rand_uniform((kern_dtype)dt, 1234, &off, N, a);
+                cai_kern_rand_uniform((kern_dtype)dt, 1234, &off, N, a);
             else if (kind == 1)
-                kern_rand_normal((kern_dtype)dt, 1234, &off, N, a);
+                cai_kern_rand_normal((kern_dtype)dt, 1234, &off, N, a);
             else
-                kern_rand_dropout_mask((kern_dtype)dt, 1234, &off, N, 0.3, a);
+                cai_kern_rand_dropout_mask((kern_dtype)dt, 1234, &off, N, 0.3, a);
             cr_assert_eq(off, 5 + N, "offset advances by n");
             /* two calls (an odd split, through a Box-Muller pair) and 2 threads */
-            kern_set_num_threads(2);
+            cai_kern_set_num_threads(2);
             int64_t first = 33333;
             for (int part = 0; part < 2; part++) {
                 int64_t cnt = part ? N - first : first;
                 char *dst = b + (part ? (size_t)first * esz : 0);
                 if (kind == 0)
-                    kern_rand_uniform((kern_dtype)dt, 1234, &off2, cnt, dst);
+                    cai_kern_rand_uniform((kern_dtype)dt, 1234, &off2, cnt, dst);
                 else if (kind == 1)
-                    kern_rand_normal((kern_dtype)dt, 1234, &off2, cnt, dst);
+                    cai_kern_rand_normal((kern_dtype)dt, 1234, &off2, cnt, dst);
                 else
-                    kern_rand_dropout_mask((kern_dtype)dt, 1234, &off2, cnt, 0.3, dst);
+                    cai_kern_rand_dropout_mask((kern_dtype)dt, 1234, &off2, cnt, 0.3, dst);
             }
             cr_assert(tk_same_bits(a, b, N * esz), "kind %d dt %d: same stream", kind, dt);
             uint64_t off3 = 5;
-            kern_rand_uniform((kern_dtype)dt, 1235, &off3, N, c);
+            cai_kern_rand_uniform((kern_dtype)dt, 1235, &off3, N, c);
             cr_assert(!tk_same_bits(a, c, 64), "another seed gives other numbers");
         }
         free(a), free(b), free(c);
@@ -1262,8 +1271,8 @@ Test(kern, rand_statistics) {
     double *x = malloc(sizeof(double) * N);
     float *f = malloc(sizeof(float) * N);
     uint64_t off = 0;
-    kern_rand_uniform(KERN_F64, 7, &off, N, x);
-    kern_rand_uniform(KERN_F32, 7, &off, N, f);
+    cai_kern_rand_uniform(KERN_F64, 7, &off, N, x);
+    cai_kern_rand_uniform(KERN_F32, 7, &off, N, f);
     double m = 0, v = 0, mf = 0, vf = 0;
     for (int i = 0; i < N; i++) {
         cr_assert(x[i] >= 0 && x[i] < 1 && f[i] >= 0 && f[i] < 1);
@@ -1280,7 +1289,7 @@ Test(kern, rand_statistics) {
     cr_assert(fabs(mf - 0.5) < 3e-3 && fabs(vf - 1.0 / 12) < 2e-3, "uniform f32 %g %g", mf, vf);
     for (int dt = 0; dt < 2; dt++) {
         void *p = dt ? (void *)x : (void *)f;
-        kern_rand_normal((kern_dtype)dt, 8, &off, N, p);
+        cai_kern_rand_normal((kern_dtype)dt, 8, &off, N, p);
         double s = 0, s2 = 0;
         for (int i = 0; i < N; i++) {
             double z = dt ? x[i] : f[i];
@@ -1291,15 +1300,15 @@ Test(kern, rand_statistics) {
         double mean = s / N, sd = sqrt(s2 / N - mean * mean);
         cr_assert(fabs(mean) < 0.01 && fabs(sd - 1) < 0.01, "normal dt%d %g %g", dt, mean, sd);
     }
-    kern_rand_dropout_mask(KERN_F32, 9, &off, N, 0.3, f);
+    cai_kern_rand_dropout_mask(KERN_F32, 9, &off, N, 0.3, f);
     int zeros = 0;
     for (int i = 0; i < N; i++) {
         cr_assert(f[i] == 0 || f[i] == (float)(1 / 0.7));
         zeros += f[i] == 0;
     }
     cr_assert(fabs((double)zeros / N - 0.3) < 5e-3, "dropout rate %g", (double)zeros / N);
-    kern_rand_dropout_mask(KERN_F32, 9, &off, 1000, 1.0, f);
-    kern_rand_dropout_mask(KERN_F64, 9, &off, 1000, 0.0, x);
+    cai_kern_rand_dropout_mask(KERN_F32, 9, &off, 1000, 1.0, f);
+    cai_kern_rand_dropout_mask(KERN_F64, 9, &off, 1000, 0.0, x);
     for (int i = 0; i < 1000; i++)
         cr_assert(f[i] == 0 && x[i] == 1);
     free(x), free(f);
@@ -1325,32 +1334,32 @@ static void tk_pf_mark(void *ctx, int64_t begin, int64_t end) {
 static void tk_pf_nested(void *ctx, int64_t begin, int64_t end) {
     tk_pf_ctx *c = ctx;
     for (int64_t i = begin; i < end; i++) /* a nested call runs serially, covering all */
-        kern_parallel_for(10, 1, tk_pf_mark, c);
+        cai_kern_parallel_for(10, 1, tk_pf_mark, c);
 }
 
 Test(kern, parallel_for_covers_range_once) {
     enum { N = 100003 };
     atomic_int *hits = calloc(N, sizeof(atomic_int));
     for (int t = 1; t <= 2; t++) {
-        cr_assert_eq(kern_set_num_threads(t), t);
-        cr_assert_eq(kern_num_threads(), t);
+        cr_assert_eq(cai_kern_set_num_threads(t), t);
+        cr_assert_eq(cai_kern_num_threads(), t);
         for (int64_t grain = 1; grain <= 40000; grain *= 200) {
             tk_pf_ctx c = {hits, grain, 0, 0};
             for (int i = 0; i < N; i++)
                 atomic_store(&hits[i], 0);
-            kern_parallel_for(N, grain, tk_pf_mark, &c);
+            cai_kern_parallel_for(N, grain, tk_pf_mark, &c);
             for (int i = 0; i < N; i++)
                 cr_assert_eq(atomic_load(&hits[i]), 1, "t=%d grain=%lld i=%d", t, (long long)grain,
                              i);
             cr_assert_eq(atomic_load(&c.short_ranges), 0, "ranges shorter than grain");
         }
         tk_pf_ctx c = {hits, 1000, 0, 0};
-        kern_parallel_for(1999, 1000, tk_pf_mark, &c);
+        cai_kern_parallel_for(1999, 1000, tk_pf_mark, &c);
         cr_assert_eq(atomic_load(&c.calls), 1, "n < 2 * grain runs serially");
         for (int i = 0; i < 10; i++)
             atomic_store(&hits[i], 0);
         tk_pf_ctx n = {hits, 1, 0, 0};
-        kern_parallel_for(50, 1, tk_pf_nested, &n);
+        cai_kern_parallel_for(50, 1, tk_pf_nested, &n);
         for (int i = 0; i < 10; i++)
             cr_assert_eq(atomic_load(&hits[i]), 50);
     }
@@ -1360,14 +1369,14 @@ Test(kern, parallel_for_covers_range_once) {
 /* The public name of the kernel path is the one the kernels really take. */
 Test(kern, public_isa_name_is_the_path_in_use) {
     const char *isa = ca_kernel_isa();
-    cr_assert_str_eq(isa, kern_isa_name(kern_isa()));
+    cr_assert_str_eq(isa, cai_kern_isa_name(cai_kern_isa()));
     cr_assert(strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0 || strcmp(isa, "scalar") == 0,
               "unexpected ISA name %s", isa);
 }
 
 /* The public BLAS core is the one the kernels' OpenBLAS reports. */
 Test(kern, public_blas_core_is_openblas_core) {
-    cr_assert_str_eq(ca_blas_core(), kern_blas_core());
+    cr_assert_str_eq(ca_blas_core(), cai_kern_blas_core());
     cr_assert(strlen(ca_blas_core()) > 0);
 }
 

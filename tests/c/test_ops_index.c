@@ -51,7 +51,7 @@ static ca_status f_gather(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     return ca_gather(in[0], ((dim_ctx *)ctx)->dim, in[1], out);
 }
 
-/* the internal rows, called through op_call with inputs (index, src) */
+/* the internal rows, called through cai_op_call with inputs (index, src) */
 typedef struct {
     int op;
     int64_t dim;
@@ -63,7 +63,7 @@ static ca_status internal_call(const internal_ctx *c, ca_tensor *index, ca_tenso
                                ca_tensor **out) {
     ca_attrs a = {.i = {c->dim}, .shape = {.n = c->ndim}};
     memcpy(a.shape.v, c->full, sizeof(int64_t) * (size_t)c->ndim);
-    return op_call2(c->op, index, src, &a, out);
+    return cai_op_call2(c->op, index, src, &a, out);
 }
 
 static ca_status f_internal(ca_tensor *const *in, ca_tensor **out, void *ctx) {

@@ -62,7 +62,7 @@ static void check_matmul(const ca_tensor *a, const ca_tensor *b, bool ta, bool t
 
 static ca_status matmul_flags(ca_tensor *a, ca_tensor *b, bool ta, bool tb, ca_tensor **out) {
     ca_attrs at = {.i = {ta, tb}};
-    return op_call2(CA_OP_MATMUL, a, b, &at, out);
+    return cai_op_call2(CA_OP_MATMUL, a, b, &at, out);
 }
 
 /* ---------------------------------------------------------------------------------------

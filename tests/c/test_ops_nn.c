@@ -674,7 +674,7 @@ Test(nn, layer_norm_aux_mean_rstd) {
     ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2, 1, 2), (double[]){1, 3, 0, 4}, false);
     ca_tensor *y = NULL, *aux[CA_MAX_AUX] = {0};
     ca_attrs a = {.s = {0.0}, .i = {2, 0}, .shape = {2, {1, 2}}};
-    TU_OK(op_call(CA_OP_LAYER_NORM, 1, &x, &a, &y, aux));
+    TU_OK(cai_op_call(CA_OP_LAYER_NORM, 1, &x, &a, &y, aux));
     /* mean and rstd keep x's leading dims with 1 in the normalized ones, as PyTorch */
     cr_assert_eq(ca_tensor_ndim(aux[0]), 3);
     cr_assert_eq(ca_tensor_shape(aux[0])[0], 2);
@@ -692,7 +692,7 @@ Test(nn, nll_loss_total_weight_aux) {
     ca_tensor *t = tu_index(TU_SHAPE(4), (int64_t[]){1, -3, 2, -3});
     ca_tensor *o = NULL, *aux[CA_MAX_AUX] = {0};
     ca_attrs a = {.i = {CA_REDUCTION_MEAN, -3}};
-    TU_OK(op_call(CA_OP_NLL_LOSS, 2, (ca_tensor *[]){lp, t}, &a, &o, aux));
+    TU_OK(cai_op_call(CA_OP_NLL_LOSS, 2, (ca_tensor *[]){lp, t}, &a, &o, aux));
     cr_assert_eq(ca_tensor_ndim(aux[0]), 0);
     cr_assert_eq(ca_tensor_dtype(aux[0]), CA_FLOAT32);
     cr_assert_eq(item(aux[0]), 2);

@@ -92,7 +92,7 @@ static ca_tensor *make_input(ca_dtype dt, int ndim, const int64_t *shape, gen_fn
     strides[ndim - 2] = 1;
     strides[ndim - 1] = rows;
     ca_tensor *view = NULL;
-    TU_OK(tensor_alias(base, ndim, shape, strides, 0, &view));
+    TU_OK(cai_tensor_alias(base, ndim, shape, strides, 0, &view));
     ca_tensor_release(base);
     cr_assert(!ca_tensor_is_contiguous(view), "make_input: view is contiguous");
     if (rg)
@@ -602,7 +602,7 @@ Test(pointwise, add_with_alpha_attr) {
     ca_tensor *b = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){10, 20}, true), *y = NULL,
               *loss = NULL;
     ca_attrs at = {.s = {-3.0, 0}};
-    TU_OK(op_call2(CA_OP_ADD, a, b, &at, &y));
+    TU_OK(cai_op_call2(CA_OP_ADD, a, b, &at, &y));
     tu_assert_values(y, (double[]){-29, -58}, 1e-12);
     TU_OK(ca_sum(y, 0, NULL, false, &loss));
     TU_OK(ca_backward(loss));
@@ -611,7 +611,7 @@ Test(pointwise, add_with_alpha_attr) {
     ca_tensor_release(y);
     ca_tensor_release(loss);
     at.s[0] = 2.0;
-    TU_OK(op_call2(CA_OP_SUB, a, b, &at, &y));
+    TU_OK(cai_op_call2(CA_OP_SUB, a, b, &at, &y));
     tu_assert_values(y, (double[]){-19, -38}, 1e-12);
     TU_OK(ca_sum(y, 0, NULL, false, &loss));
     TU_OK(ca_tensor_set_grad(b, NULL));
@@ -626,12 +626,12 @@ Test(pointwise, add_with_alpha_attr) {
 Test(pointwise, generic_pw_row_runs_any_kernel_op_without_grad) {
     ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(3), (double[]){1, -2, 3}, true), *y = NULL;
     ca_attrs at = {.i = {KPW_SQUARE}};
-    TU_OK(op_call1(CA_OP_PW, x, &at, &y));
+    TU_OK(cai_op_call1(CA_OP_PW, x, &at, &y));
     tu_assert_values(y, (double[]){1, 4, 9}, 0);
     cr_assert(!ca_tensor_requires_grad(y), "the internal PW row must not record a node");
     ca_tensor_release(y);
     at.i[0] = KPW_MUL; /* binary op with one input */
-    TU_FAILS(op_call1(CA_OP_PW, x, &at, &y), CA_STATUS_INVALID, "takes 2 inputs");
+    TU_FAILS(cai_op_call1(CA_OP_PW, x, &at, &y), CA_STATUS_INVALID, "takes 2 inputs");
     ca_tensor_release(x);
 }
 

@@ -376,7 +376,7 @@ static ca_status sum_to(ca_tensor *x, int n, const int64_t *shape, ca_tensor **o
     ca_attrs a = {.shape = {.n = n}};
     for (int k = 0; k < n; k++)
         a.shape.v[k] = shape[k];
-    return op_call1(CA_OP_SUM_TO, x, &a, out);
+    return cai_op_call1(CA_OP_SUM_TO, x, &a, out);
 }
 
 static ca_status call_sum_to(ca_tensor *const *in, ca_tensor **out, void *ctx) {

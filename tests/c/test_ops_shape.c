@@ -954,7 +954,7 @@ static ca_status slice_bw(ca_tensor *x, int ndim, const int64_t *full, int64_t d
                           int64_t end, int64_t step, ca_tensor **out) {
     ca_attrs a = {.i = {dim, start, end, step}, .shape = {.n = ndim}};
     memcpy(a.shape.v, full, sizeof(int64_t) * (size_t)ndim);
-    return op_call1(CA_OP_SLICE_BACKWARD, x, &a, out);
+    return cai_op_call1(CA_OP_SLICE_BACKWARD, x, &a, out);
 }
 
 static ca_status f_slice_bw(ca_tensor *const *in, ca_tensor **out, void *ctx) {

@@ -110,7 +110,7 @@ ca_tensor *tu_index(int ndim, const int64_t *shape, const int64_t *values) {
     return t;
 }
 
-/* The view is made with tensor_alias directly (not ca_transpose), so it is a leaf with
+/* The view is made with cai_tensor_alias directly (not ca_transpose), so it is a leaf with
  * no grad_fn and the helpers do not depend on the shape ops under test. */
 ca_tensor *tu_randn_noncontig(ca_dtype dt, int ndim, const int64_t *shape, bool rg) {
     cr_assert(ndim >= 1, "tu_randn_noncontig: needs ndim >= 1");
@@ -132,9 +132,9 @@ ca_tensor *tu_randn_noncontig(ca_dtype dt, int ndim, const int64_t *shape, bool 
         strides[ndim - 1] = bs[ndim - 2];
     }
     ca_tensor *view = NULL;
-    ca_status st = tensor_alias(base, ndim, shape, strides, 0, &view);
+    ca_status st = cai_tensor_alias(base, ndim, shape, strides, 0, &view);
     ca_tensor_release(base);
-    cr_assert_eq(st, CA_OK, "tu_randn_noncontig: tensor_alias failed: %s", ca_last_error());
+    cr_assert_eq(st, CA_OK, "tu_randn_noncontig: cai_tensor_alias failed: %s", ca_last_error());
     if (rg) {
         st = ca_tensor_set_requires_grad(view, true);
         cr_assert_eq(st, CA_OK, "tu_randn_noncontig: set_requires_grad: %s", ca_last_error());
