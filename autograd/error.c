@@ -78,14 +78,5 @@ const char *ca_status_name(ca_status status) {
 }
 
 const char *cai_err_shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
-    size_t used = 0;
-    int w = snprintf(buf, size, "[");
-    used = w > 0 ? (size_t)w : 0;
-    for (int d = 0; d < ndim && used < size; d++) {
-        w = snprintf(buf + used, size - used, d ? ", %lld" : "%lld", (long long)shape[d]);
-        used += w > 0 ? (size_t)w : 0;
-    }
-    if (used < size)
-        snprintf(buf + used, size - used, "]");
-    return buf;
+    return cai_sizes_concrete.shape_str(NULL, ndim, shape, buf, size);
 }

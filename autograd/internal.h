@@ -14,6 +14,7 @@
 #include "autograd/ops_activation.h"
 #include "codegen/ca_assert.h"
 #include "codegen/kern.h"
+#include "graph/shape_rules.h"
 
 #include <stdarg.h>
 
@@ -97,6 +98,9 @@ ca_status cai_meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, c
 /* Normalise a possibly negative dim against ndim (ndim 0 accepts -1 and 0, as PyTorch);
  * error naming the op and the valid range otherwise. */
 ca_status cai_dim_normalize(int64_t *dim, int ndim, const char *op);
+/* A failed shape rule (graph/shape_rules.h) as this layer's error: its message, and the
+ * status its kind maps to (SHAPE, DIM, DTYPE, NOMEM). */
+ca_status cai_rule_raise(const cai_rule_error *e);
 /* "[2, 3]" for m's shape into buf (cai_err_shape_str); META_STR_SIZE is a size that fits. */
 #define META_STR_SIZE 160
 const char *cai_meta_str(const ca_meta *m, char *buf, size_t size);

@@ -1,7 +1,7 @@
 /* meta.c - shapes without data: numel, broadcasting, dim normalisation, shape strings.
  *
- * Shape rules run on ca_meta only, so the same rule serves eager tensors and (later)
- * traced IR values.
+ * The rules themselves are graph/shape_rules.c's, shared with the graph; these adapt them
+ * to ca_meta and to this layer's errors.
  */
 #include "autograd/internal.h"
 
@@ -21,37 +21,28 @@ bool cai_meta_same_shape(const ca_meta *a, const ca_meta *b) {
     return true;
 }
 
-ca_status cai_meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op) {
-    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-    ca_meta r = {.dtype = a->dtype, .ndim = nd};
-    for (int i = 0; i < nd; i++) {
-        int da = a->ndim - nd + i, db = b->ndim - nd + i;
-        int64_t sa = da >= 0 ? a->shape[da] : 1;
-        int64_t sb = db >= 0 ? b->shape[db] : 1;
-        if (sa != sb && sa != 1 && sb != 1) {
-            char s1[96], s2[96];
-            return err_set(CA_STATUS_SHAPE,
-                           "%s: shapes %s and %s cannot be broadcast together (dim %d: %lld vs "
-                           "%lld); sizes must match or be 1",
-                           op, cai_meta_str(a, s1, sizeof s1), cai_meta_str(b, s2, sizeof s2),
-                           i - nd, (long long)sa, (long long)sb);
-        }
-        r.shape[i] = sa == 1 ? sb : sa;
+ca_status cai_rule_raise(const cai_rule_error *e) {
+    switch (e->status) {
+    case CAI_RULE_DIM: return err_set(CA_STATUS_DIM, "%s", e->msg);
+    case CAI_RULE_DTYPE: return err_set(CA_STATUS_DTYPE, "%s", e->msg);
+    case CAI_RULE_NOMEM: return err_nomem("a shape");
+    default: return err_set(CA_STATUS_SHAPE, "%s", e->msg);
     }
+}
+
+ca_status cai_meta_broadcast(const ca_meta *a, const ca_meta *b, ca_meta *out, const char *op) {
+    cai_rule_error e;
+    ca_meta r = {.dtype = a->dtype};
+    if (cai_rule_broadcast(&cai_sizes_concrete, op, a->ndim, a->shape, b->ndim, b->shape, &r.ndim,
+                           r.shape, &e))
+        return cai_rule_raise(&e);
     *out = r;
     return CA_OK;
 }
 
 ca_status cai_dim_normalize(int64_t *dim, int ndim, const char *op) {
-    int64_t n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 and -1, as PyTorch */
-    if (*dim < -n || *dim >= n)
-        return err_set(CA_STATUS_DIM,
-                       "%s: dim %lld is out of range for a tensor with %d dims (expected a "
-                       "dim in [%lld, %lld])",
-                       op, (long long)*dim, ndim, (long long)-n, (long long)(n - 1));
-    if (*dim < 0)
-        *dim += n;
-    return CA_OK;
+    cai_rule_error e;
+    return cai_rule_dim(dim, ndim, op, &e) ? cai_rule_raise(&e) : CA_OK;
 }
 
 const char *cai_meta_str(const ca_meta *m, char *buf, size_t size) {

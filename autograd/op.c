@@ -204,28 +204,21 @@ ca_status cai_op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_
     if ((unsigned)k >= KPW__COUNT || cai_kern_pw_arity(k) != n_in)
         return err_set(CA_STATUS_INVALID, "%s: pointwise op %d takes %d inputs, got %d", row->name,
                        (int)k, (unsigned)k < KPW__COUNT ? cai_kern_pw_arity(k) : -1, n_in);
-    int cond = cai_kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
-    ca_meta r = in[first];
-    for (int i = 0; i < n_in; i++) {
-        if (i == cond)
-            continue;
-        if (in[i].dtype != r.dtype)
-            return err_set(CA_STATUS_DTYPE,
-                           "%s: inputs have different dtypes (%s and %s); "
-                           "convert one with ca_to_dtype",
-                           row->name, ca_dtype_name(r.dtype), ca_dtype_name(in[i].dtype));
-    }
-    if (r.dtype == CA_INT64 && !cai_kern_pw_supports(k, KERN_I64))
-        return err_set(CA_STATUS_DTYPE,
-                       "%s: int64 tensors are not supported; convert with "
-                       "ca_to_dtype(x, CA_FLOAT32, ...) first",
-                       row->name);
-    for (int i = 0; i < n_in; i++) {
-        ca_meta b;
-        CA_CHECK(cai_meta_broadcast(&r, &in[i], &b, row->name));
-        b.dtype = r.dtype;
-        r = b;
-    }
+    kern_dtype dt[8];
+    cai_rule_error e;
+    if (n_in > 8)
+        return err_set(CA_STATUS_INVALID, "%s: %d inputs; pointwise ops take at most 3", row->name,
+                       n_in);
+    for (int i = 0; i < n_in; i++)
+        dt[i] = kdt(in[i].dtype);
+    kern_dtype r_dt;
+    if (cai_rule_pointwise_dtype(&cai_sizes_concrete, row->name, k, n_in, dt, &r_dt, &e))
+        return cai_rule_raise(&e);
+    ca_meta r = {.dtype = (ca_dtype)r_dt};
+    for (int i = 0; i < n_in; i++)
+        if (cai_rule_broadcast(&cai_sizes_concrete, row->name, r.ndim, r.shape, in[i].ndim,
+                               in[i].shape, &r.ndim, r.shape, &e))
+            return cai_rule_raise(&e);
     *out = r;
     return CA_OK;
 }

@@ -29,17 +29,6 @@ static ca_status check_float_pair(const char *op, const ca_meta *a, const ca_met
     return CA_OK;
 }
 
-static ca_status inner_mismatch(const char *op, const ca_meta *a, const ca_meta *b, bool ta,
-                                bool tb, int64_t ka, int64_t kb) {
-    char s1[128], s2[128];
-    return err_set(CA_STATUS_SHAPE,
-                   "%s: inner dims do not match: a %s%s and b %s%s (%lld vs %lld); a's "
-                   "columns must equal b's rows",
-                   op, cai_meta_str(a, s1, sizeof s1), ta ? " (transposed)" : "",
-                   cai_meta_str(b, s2, sizeof s2), tb ? " (transposed)" : "", (long long)ka,
-                   (long long)kb);
-}
-
 static ca_status need_ndim(const char *op, const char *what, const ca_meta *m, int lo, int hi) {
     if (m->ndim >= lo && m->ndim <= hi)
         return CA_OK;
@@ -55,12 +44,6 @@ static ca_status need_ndim(const char *op, const char *what, const ca_meta *m, i
 /* ---------------------------------------------------------------------------------------
  * Shape rules
  */
-static void mat_dims(const ca_meta *m, bool t, int64_t *rows, int64_t *cols) {
-    int64_t r = m->shape[m->ndim - 2], c = m->shape[m->ndim - 1];
-    *rows = t ? c : r;
-    *cols = t ? r : c;
-}
-
 /* [batch..., M, K] x [batch..., K, N] with transpose flags and broadcast batch dims. */
 static ca_status matmul_shape_common(const char *op, const ca_meta *in, ca_attrs *a, bool bcast,
                                      ca_meta *out) {
@@ -68,32 +51,11 @@ static ca_status matmul_shape_common(const char *op, const ca_meta *in, ca_attrs
     CA_CHECK(check_float_pair(op, ma, mb));
     a->i[0] = a->i[0] != 0;
     a->i[1] = a->i[1] != 0;
-    bool ta = a->i[0], tb = a->i[1];
-    int64_t m, ka, kb, n;
-    mat_dims(ma, ta, &m, &ka);
-    mat_dims(mb, tb, &kb, &n);
-    if (ka != kb)
-        return inner_mismatch(op, ma, mb, ta, tb, ka, kb);
-    int nb_a = ma->ndim - 2, nb_b = mb->ndim - 2;
-    int nb = nb_a > nb_b ? nb_a : nb_b;
+    cai_rule_error e;
     out->dtype = ma->dtype;
-    out->ndim = nb + 2;
-    for (int i = 0; i < nb; i++) {
-        int da = i - (nb - nb_a), db = i - (nb - nb_b);
-        int64_t sa = da >= 0 ? ma->shape[da] : 1, sb = db >= 0 ? mb->shape[db] : 1;
-        if (sa != sb && (!bcast || (sa != 1 && sb != 1))) {
-            char s1[128], s2[128];
-            return err_set(CA_STATUS_SHAPE,
-                           "%s: batch dims of a %s and b %s do not %s (batch dim %d: %lld vs "
-                           "%lld)",
-                           op, cai_meta_str(ma, s1, sizeof s1), cai_meta_str(mb, s2, sizeof s2),
-                           bcast ? "broadcast; sizes must match or be 1" : "match", i,
-                           (long long)sa, (long long)sb);
-        }
-        out->shape[i] = sa == 1 ? sb : sa;
-    }
-    out->shape[nb] = m;
-    out->shape[nb + 1] = n;
+    if (cai_rule_matmul(&cai_sizes_concrete, op, ma->ndim, ma->shape, a->i[0], mb->ndim, mb->shape,
+                        a->i[1], bcast, &out->ndim, out->shape, &e))
+        return cai_rule_raise(&e);
     return CA_OK;
 }
 

@@ -59,14 +59,9 @@ static ca_status canon_dims(ca_ints *dims, int ndim, const char *op) {
 
 /* The output meta of a reduction of `in` over a->dims (canonical). */
 static void reduced_meta(const ca_meta *in, const ca_attrs *a, ca_meta *out) {
-    uint32_t mask = dims_mask(&a->dims);
-    ca_meta r = {.dtype = in->dtype, .ndim = 0};
-    for (int d = 0; d < in->ndim; d++) {
-        if (!(mask & (1u << d)))
-            r.shape[r.ndim++] = in->shape[d];
-        else if (a->i[0])
-            r.shape[r.ndim++] = 1;
-    }
+    ca_meta r = {.dtype = in->dtype};
+    r.ndim = cai_rule_reduced_shape(&cai_sizes_concrete, in->ndim, in->shape, dims_mask(&a->dims),
+                                    a->i[0], r.shape);
     *out = r;
 }
 
@@ -98,19 +93,9 @@ static ca_status reduce_shape(const ca_op_def *row, const ca_meta *in, int n_in,
 static ca_status sum_to_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                               ca_meta *out) {
     const ca_ints *to = &a->shape;
-    bool ok = to->n >= 0 && to->n <= in[0].ndim;
-    for (int k = 0; ok && k < to->n; k++) {
-        int64_t s = in[0].shape[in[0].ndim - to->n + k];
-        ok = to->v[k] == s || to->v[k] == 1;
-    }
-    if (!ok) {
-        char s1[96], s2[96];
-        return err_set(CA_STATUS_SHAPE,
-                       "sum_to: a value of shape %s cannot be summed to shape "
-                       "%s; the target must broadcast to the value's shape",
-                       cai_meta_str(&in[0], s1, sizeof s1),
-                       cai_err_shape_str(to->n > 0 ? to->n : 0, to->v, s2, sizeof s2));
-    }
+    cai_rule_error e;
+    if (cai_rule_sum_to(&cai_sizes_concrete, in[0].ndim, in[0].shape, to->n, to->v, &e))
+        return cai_rule_raise(&e);
     ca_meta r = {.dtype = in[0].dtype, .ndim = to->n};
     for (int k = 0; k < to->n; k++)
         r.shape[k] = to->v[k];

@@ -215,26 +215,12 @@ ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor
  */
 static ca_status permute_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                ca_meta *out) {
-    ca_ints *p = &a->dims;
-    char b1[META_STR_SIZE];
-    if (p->n != in->ndim)
-        return err_set(CA_STATUS_DIM,
-                       "permute: the permutation has %d entries but the input of "
-                       "shape %s has %d dims; give one entry per dim",
-                       p->n, cai_meta_str(in, b1, sizeof b1), in->ndim);
-    bool seen[CA_MAX_DIMS] = {false};
+    cai_rule_error e;
+    if (cai_rule_permute(&cai_sizes_concrete, in->ndim, in->shape, a->dims.n, a->dims.v, out->shape,
+                         &e))
+        return cai_rule_raise(&e);
     out->dtype = in->dtype;
     out->ndim = in->ndim;
-    for (int i = 0; i < p->n; i++) {
-        CA_CHECK(cai_dim_normalize(&p->v[i], in->ndim, "permute"));
-        if (seen[p->v[i]])
-            return err_set(CA_STATUS_DIM,
-                           "permute: dim %lld appears twice in the permutation; "
-                           "each dim must appear exactly once",
-                           (long long)p->v[i]);
-        seen[p->v[i]] = true;
-        out->shape[i] = in->shape[p->v[i]];
-    }
     return CA_OK;
 }
 
@@ -294,32 +280,9 @@ ca_status ca_transpose(ca_tensor *x, int64_t dim0, int64_t dim1, ca_tensor **out
 static ca_status expand_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                               ca_meta *out) {
     ca_ints *s = &a->shape;
-    ca_ints given = *s;
-    char b1[META_STR_SIZE], b2[META_STR_SIZE];
-    if (s->n < in->ndim || s->n > CA_MAX_DIMS)
-        return err_set(CA_STATUS_SHAPE,
-                       "expand: the target %s has %d dims but the input of shape "
-                       "%s has %d; give at least as many sizes as input dims",
-                       ints_str(&given, b1, sizeof b1), s->n, cai_meta_str(in, b2, sizeof b2),
-                       in->ndim);
-    int lead = s->n - in->ndim;
-    for (int i = 0; i < s->n; i++) {
-        int64_t v = s->v[i], isz = i >= lead ? in->shape[i - lead] : 1;
-        if (v == -1 && i < lead)
-            return err_set(CA_STATUS_SHAPE,
-                           "expand: -1 at dim %d of target %s is a new leading "
-                           "dim, which has no size to keep; give its size",
-                           i, ints_str(&given, b1, sizeof b1));
-        if (v == -1)
-            v = isz;
-        if (v < 0 || (isz != 1 && isz != v))
-            return err_set(CA_STATUS_SHAPE,
-                           "expand: the input's size %lld cannot be expanded to %lld at dim %d "
-                           "(input shape %s, target %s); only size-1 dims can be expanded",
-                           (long long)isz, (long long)s->v[i], i, cai_meta_str(in, b2, sizeof b2),
-                           ints_str(&given, b1, sizeof b1));
-        s->v[i] = v;
-    }
+    cai_rule_error e;
+    if (cai_rule_expand(&cai_sizes_concrete, in->ndim, in->shape, s->n, s->v, &e))
+        return cai_rule_raise(&e);
     out->dtype = in->dtype;
     out->ndim = s->n;
     memcpy(out->shape, s->v, sizeof(int64_t) * (size_t)s->n);
@@ -424,18 +387,11 @@ ca_status ca_squeeze(ca_tensor *x, int n_dims, const int64_t *dims, ca_tensor **
 
 static ca_status unsqueeze_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                  ca_meta *out) {
-    char b1[META_STR_SIZE];
-    if (in->ndim >= CA_MAX_DIMS)
-        return err_set(CA_STATUS_DIM,
-                       "unsqueeze: the input of shape %s already has %d dims, the "
-                       "most cagrad supports",
-                       cai_meta_str(in, b1, sizeof b1), in->ndim);
-    CA_CHECK(cai_dim_normalize(&a->i[0], in->ndim + 1, "unsqueeze"));
-    int d = (int)a->i[0];
+    cai_rule_error e;
+    if (cai_rule_unsqueeze(&cai_sizes_concrete, in->ndim, in->shape, &a->i[0], out->shape, &e))
+        return cai_rule_raise(&e);
     out->dtype = in->dtype;
     out->ndim = in->ndim + 1;
-    for (int i = 0, j = 0; i < out->ndim; i++)
-        out->shape[i] = i == d ? 1 : in->shape[j++];
     return CA_OK;
 }
 

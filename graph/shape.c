@@ -8,6 +8,7 @@
  * can fall back instead of running a graph that might be wrong.
  */
 #include "graph/internal.h"
+#include "graph/shape_rules.h"
 
 #include <string.h>
 
@@ -19,10 +20,6 @@ static const char *dtype_name(kern_dtype dt) {
 
 static const char *shape_of(const graph *g, const graph_node *n, char *buf) {
     return cai_graph_shape_str(g, n->ndim, n->shape, buf, SHAPE_STR);
-}
-
-static const char *sx_s(const graph *g, graph_sx s, char *buf) {
-    return cai_graph_sx_str(g, s, buf, SHAPE_STR);
 }
 
 /* -1 in a RESHAPE or EXPAND target: the id -1 or the constant -1. */
@@ -39,14 +36,60 @@ bool cai_graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b) 
     return true;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The shared shape rules (shape_rules.h) over this graph's size expressions
+ */
+static bool sizes_value(const void *ctx, int64_t s, int64_t *v) {
+    return s >= INT32_MIN && s <= INT32_MAX && cai_graph_sx_const_value(ctx, (graph_sx)s, v);
+}
+
+static int64_t sizes_constant(void *ctx, int64_t v) {
+    return cai_graph_sx_const(ctx, v);
+}
+
+static const char *sizes_shape_str(const void *ctx, int n, const int64_t *shape, char *buf,
+                                   size_t size) {
+    graph_sx sx[KERN_MAX_DIMS];
+    n = n < KERN_MAX_DIMS ? n : KERN_MAX_DIMS;
+    for (int d = 0; d < n; d++)
+        sx[d] = (graph_sx)shape[d];
+    return cai_graph_shape_str(ctx, n, sx, buf, size);
+}
+
+static const char *sizes_size_str(const void *ctx, int64_t s, char *buf, size_t size) {
+    return cai_graph_sx_str(ctx, (graph_sx)s, buf, size);
+}
+
+static cai_sizes sizes_of(graph *g) {
+    return (cai_sizes){.ctx = g,
+                       .value = sizes_value,
+                       .constant = sizes_constant,
+                       .shape_str = sizes_shape_str,
+                       .size_str = sizes_size_str,
+                       .dtype_name = dtype_name,
+                       .convert = "a cast"};
+}
+
+/* A failed shared rule as this graph's error. */
+static int rule_fail(graph *g, const cai_rule_error *e) {
+    if (e->status == CAI_RULE_NOMEM)
+        return cai_graph_fail_nomem(g, "a size expression");
+    return cai_graph_fail(g, "%s", e->msg);
+}
+
+static void to64(int n, const graph_sx *s, int64_t *out) {
+    for (int d = 0; d < n; d++)
+        out[d] = s[d];
+}
+
+static void to_sx(int n, const int64_t *s, graph_sx *out) {
+    for (int d = 0; d < n; d++)
+        out[d] = (graph_sx)s[d];
+}
+
 static int norm_dim(graph *g, const char *op, int64_t *dim, int ndim) {
-    int64_t n = ndim > 0 ? ndim : 1; /* a 0-d value accepts dim 0 and -1, as PyTorch */
-    if (*dim < -n || *dim >= n)
-        return cai_graph_fail(g, "%s: dim %lld is out of range for a value with %d dims", op,
-                              (long long)*dim, ndim);
-    if (*dim < 0)
-        *dim += n;
-    return 0;
+    cai_rule_error e;
+    return cai_rule_dim(dim, ndim, op, &e) ? rule_fail(g, &e) : 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -182,43 +225,17 @@ static void copy_out(graph_node *n, const graph_node *in) {
 /* ---------------------------------------------------------------------------------------
  * Broadcasting
  */
-/* One dim of a broadcast: equal ids, or a constant 1 on either side. */
-static bool bcast_dim(const graph *g, graph_sx a, graph_sx b, graph_sx *out) {
-    if (a == b || cai_graph_sx_is(g, b, 1)) {
-        *out = a;
-        return true;
-    }
-    if (cai_graph_sx_is(g, a, 1)) {
-        *out = b;
-        return true;
-    }
-    return false;
-}
-
 /* out = broadcast of (na, a) and (nb, b); out may alias a. */
 static int bcast(graph *g, const char *op, int na, const graph_sx *a, int nb, const graph_sx *b,
                  int *nout, graph_sx *out) {
-    int nd = na > nb ? na : nb;
-    graph_sx r[KERN_MAX_DIMS] = {0};
-    for (int i = 0; i < nd; i++) {
-        int da = na - nd + i, db = nb - nd + i;
-        graph_sx one = cai_graph_sx_const(g, 1);
-        if (one < 0)
-            return -1;
-        graph_sx sa = da >= 0 ? a[da] : one, sb = db >= 0 ? b[db] : one;
-        if (!bcast_dim(g, sa, sb, &r[i])) {
-            char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
-            return cai_graph_fail(
-                g,
-                "%s: shapes %s and %s cannot be broadcast together (dim %d: %s vs "
-                "%s); sizes must be the same expression or 1",
-                op, cai_graph_shape_str(g, na, a, s1, sizeof s1),
-                cai_graph_shape_str(g, nb, b, s2, sizeof s2), i - nd, sx_s(g, sa, s3),
-                sx_s(g, sb, s4));
-        }
-    }
-    *nout = nd;
-    memcpy(out, r, sizeof(graph_sx) * (size_t)nd);
+    int64_t a64[KERN_MAX_DIMS], b64[KERN_MAX_DIMS], r[KERN_MAX_DIMS];
+    to64(na, a, a64);
+    to64(nb, b, b64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_broadcast(&z, op, na, a64, nb, b64, nout, r, &e))
+        return rule_fail(g, &e);
+    to_sx(*nout, r, out);
     return 0;
 }
 
@@ -251,15 +268,13 @@ static int infer_pw(graph *g, graph_node *n) {
     for (; src[len] && len + 1 < sizeof op; len++)
         op[len] = (char)(src[len] >= 'A' && src[len] <= 'Z' ? src[len] - 'A' + 'a' : src[len]);
     op[len] = '\0';
-    int cond = cai_kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
-    kern_dtype dt = in_node(g, n, first)->dtype;
+    kern_dtype dts[GRAPH_MAX_IN], dt;
     for (int i = 0; i < n->a.n_in; i++)
-        if (i != cond && in_node(g, n, i)->dtype != dt)
-            return cai_graph_fail(g, "%s: inputs have different dtypes (%s and %s); cast one", op,
-                                  dtype_name(dt), dtype_name(in_node(g, n, i)->dtype));
-    if (dt == KERN_I64 && !cai_kern_pw_supports(k, KERN_I64))
-        return cai_graph_fail(g, "%s: i64 values are not supported; cast to a float dtype first",
-                              op);
+        dts[i] = in_node(g, n, i)->dtype;
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_pointwise_dtype(&z, op, k, n->a.n_in, dts, &dt, &e))
+        return rule_fail(g, &e);
     int nd = 0;
     graph_sx shape[KERN_MAX_DIMS];
     for (int i = 0; i < n->a.n_in; i++) {
@@ -278,16 +293,14 @@ static int infer_sum(graph *g, graph_node *n) {
         return cai_graph_fail(g, "sum: dim mask 0x%llx names dims a %d-D value does not have",
                               (unsigned long long)mask, x->ndim);
     n->a.i[1] = n->a.i[1] != 0;
-    graph_sx shape[KERN_MAX_DIMS], one = cai_graph_sx_const(g, 1);
-    if (one < 0)
-        return -1;
-    int nd = 0;
-    for (int d = 0; d < x->ndim; d++) {
-        if (!((mask >> d) & 1))
-            shape[nd++] = x->shape[d];
-        else if (n->a.i[1])
-            shape[nd++] = one;
-    }
+    int64_t x64[KERN_MAX_DIMS], r[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, x64);
+    cai_sizes z = sizes_of(g);
+    int nd = cai_rule_reduced_shape(&z, x->ndim, x64, (uint32_t)mask, n->a.i[1], r);
+    if (nd < 0)
+        return cai_graph_fail_nomem(g, "a size expression");
+    graph_sx shape[KERN_MAX_DIMS];
+    to_sx(nd, r, shape);
     set_out(n, x->dtype, nd, shape);
     return 0;
 }
@@ -297,19 +310,13 @@ static int infer_sum_to(graph *g, graph_node *n) {
     const graph_op_args *a = &n->a;
     if (check_shape_attr(g, a, false))
         return -1;
-    bool ok = a->n_shape <= x->ndim;
-    for (int k = 0; ok && k < a->n_shape; k++) {
-        graph_sx t = a->shape[k];
-        ok = t == x->shape[x->ndim - a->n_shape + k] || cai_graph_sx_is(g, t, 1);
-    }
-    if (!ok) {
-        char s1[SHAPE_STR], s2[SHAPE_STR];
-        return cai_graph_fail(
-            g,
-            "sum_to: a value of shape %s cannot be summed to shape %s; the target "
-            "must broadcast to the value's shape",
-            shape_of(g, x, s1), cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
-    }
+    int64_t x64[KERN_MAX_DIMS], t64[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, x64);
+    to64(a->n_shape, a->shape, t64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_sum_to(&z, x->ndim, x64, a->n_shape, t64, &e))
+        return rule_fail(g, &e);
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;
 }
@@ -317,26 +324,18 @@ static int infer_sum_to(graph *g, graph_node *n) {
 static int infer_expand(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     graph_op_args *a = &n->a;
-    char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
     if (check_shape_attr(g, a, true))
         return -1;
-    if (a->n_shape < x->ndim)
-        return cai_graph_fail(g, "expand: the target has %d dims but the input of shape %s has %d",
-                              a->n_shape, shape_of(g, x, s1), x->ndim);
-    int lead = a->n_shape - x->ndim;
-    for (int i = 0; i < a->n_shape; i++) {
-        graph_sx t = a->shape[i], xs = i >= lead ? x->shape[i - lead] : -1;
-        if (sx_infer(g, t) && i < lead)
-            return cai_graph_fail(g, "expand: -1 at dim %d is a new leading dim; give its size", i);
-        if (sx_infer(g, t))
-            t = a->shape[i] = xs;
-        if (i >= lead && xs != t && !cai_graph_sx_is(g, xs, 1))
-            return cai_graph_fail(g,
-                                  "expand: the input's size %s cannot be expanded to %s at dim %d "
-                                  "(input shape %s, target %s); only size-1 dims can be expanded",
-                                  sx_s(g, xs, s1), sx_s(g, t, s2), i, shape_of(g, x, s3),
-                                  cai_graph_shape_str(g, a->n_shape, a->shape, s4, sizeof s4));
-    }
+    int64_t x64[KERN_MAX_DIMS], t64[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, x64);
+    to64(a->n_shape, a->shape, t64);
+    for (int d = 0; d < a->n_shape; d++) /* the constant -1 asks to infer, as the id -1 */
+        t64[d] = sx_infer(g, a->shape[d]) ? -1 : t64[d];
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_expand(&z, x->ndim, x64, a->n_shape, t64, &e))
+        return rule_fail(g, &e);
+    to_sx(a->n_shape, t64, a->shape);
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;
 }
@@ -494,45 +493,33 @@ static int infer_reshape(graph *g, graph_node *n) {
 static int infer_permute(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     graph_op_args *a = &n->a;
-    char s1[SHAPE_STR];
-    if (a->n_perm != x->ndim)
-        return cai_graph_fail(g,
-                              "permute: the permutation has %d entries but the input of shape %s "
-                              "has %d dims",
-                              a->n_perm, shape_of(g, x, s1), x->ndim);
-    bool seen[KERN_MAX_DIMS] = {false};
+    int64_t x64[KERN_MAX_DIMS], perm[KERN_MAX_DIMS], r[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, x64);
+    int np = a->n_perm >= 0 && a->n_perm <= KERN_MAX_DIMS ? a->n_perm : 0;
+    for (int i = 0; i < np; i++)
+        perm[i] = (int64_t)a->perm[i]; /* may be negative: the rule normalises it */
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_permute(&z, x->ndim, x64, a->n_perm, perm, r, &e))
+        return rule_fail(g, &e);
     graph_sx shape[KERN_MAX_DIMS];
-    for (int i = 0; i < a->n_perm; i++) {
-        int64_t d = (int64_t)a->perm[i];
-        if (norm_dim(g, "permute", &d, x->ndim))
-            return -1;
-        if (seen[d])
-            return cai_graph_fail(g, "permute: dim %lld appears twice in the permutation",
-                                  (long long)d);
-        seen[d] = true;
-        a->perm[i] = (int8_t)d;
-        shape[i] = x->shape[d];
-    }
+    for (int i = 0; i < np; i++)
+        a->perm[i] = (int8_t)perm[i];
+    to_sx(x->ndim, r, shape);
     set_out(n, x->dtype, x->ndim, shape);
     return 0;
 }
 
 static int infer_unsqueeze(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
-    char s1[SHAPE_STR];
-    if (x->ndim >= KERN_MAX_DIMS)
-        return cai_graph_fail(g,
-                              "unsqueeze: the input of shape %s already has %d dims, the most "
-                              "graphs support",
-                              shape_of(g, x, s1), x->ndim);
-    if (norm_dim(g, "unsqueeze", &n->a.i[0], x->ndim + 1))
-        return -1;
-    graph_sx shape[KERN_MAX_DIMS], one = cai_graph_sx_const(g, 1);
-    if (one < 0)
-        return -1;
-    int d = (int)n->a.i[0];
-    for (int i = 0, j = 0; i <= x->ndim; i++)
-        shape[i] = i == d ? one : x->shape[j++];
+    int64_t x64[KERN_MAX_DIMS], r[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, x64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_unsqueeze(&z, x->ndim, x64, &n->a.i[0], r, &e))
+        return rule_fail(g, &e);
+    graph_sx shape[KERN_MAX_DIMS];
+    to_sx(x->ndim + 1, r, shape);
     set_out(n, x->dtype, x->ndim + 1, shape);
     return 0;
 }
@@ -609,31 +596,23 @@ static int infer_cast(graph *g, graph_node *n) {
  */
 static int infer_matmul(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0), *y = in_node(g, n, 1);
-    char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
-    if (x->ndim < 2 || y->ndim < 2)
-        return cai_graph_fail(g, "matmul: both operands need at least 2 dims, got shapes %s and %s",
-                              shape_of(g, x, s1), shape_of(g, y, s2));
     if (x->dtype == KERN_I64 || x->dtype != y->dtype)
         return cai_graph_fail(g, "matmul: expected two f32 or two f64 operands, got %s and %s",
                               dtype_name(x->dtype), dtype_name(y->dtype));
-    bool ta = n->a.i[0] != 0, tb = n->a.i[1] != 0;
-    n->a.i[0] = ta;
-    n->a.i[1] = tb;
-    graph_sx m = x->shape[x->ndim - (ta ? 1 : 2)], ka = x->shape[x->ndim - (ta ? 2 : 1)];
-    graph_sx kb = y->shape[y->ndim - (tb ? 1 : 2)], nn = y->shape[y->ndim - (tb ? 2 : 1)];
-    if (ka != kb)
-        return cai_graph_fail(g,
-                              "matmul: inner dims do not match: a %s%s and b %s%s (%s vs %s); a's "
-                              "columns must equal b's rows",
-                              shape_of(g, x, s1), ta ? " (transposed)" : "", shape_of(g, y, s2),
-                              tb ? " (transposed)" : "", sx_s(g, ka, s3), sx_s(g, kb, s4));
-    int nb = 0;
+    n->a.i[0] = n->a.i[0] != 0;
+    n->a.i[1] = n->a.i[1] != 0;
+    int64_t a64[KERN_MAX_DIMS], b64[KERN_MAX_DIMS], r[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, a64);
+    to64(y->ndim, y->shape, b64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    int nd = 0;
+    if (cai_rule_matmul(&z, "matmul", x->ndim, a64, n->a.i[0], y->ndim, b64, n->a.i[1], true, &nd,
+                        r, &e))
+        return rule_fail(g, &e);
     graph_sx shape[KERN_MAX_DIMS];
-    if (bcast(g, "matmul (batch dims)", x->ndim - 2, x->shape, y->ndim - 2, y->shape, &nb, shape))
-        return -1;
-    shape[nb] = m;
-    shape[nb + 1] = nn;
-    set_out(n, x->dtype, nb + 2, shape);
+    to_sx(nd, r, shape);
+    set_out(n, x->dtype, nd, shape);
     return 0;
 }
 

@@ -1,0 +1,306 @@
+/* shape_rules.c - the shape rules shared by the eager ops and the graph (shape_rules.h).
+ *
+ * Each rule is written against cai_sizes, never against a number: a size compares equal
+ * by id, and "is it 1" or "print it" go through the algebra, so the same code proves a
+ * symbolic graph right and checks an eager call.
+ */
+#include "graph/shape_rules.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define STR 160
+
+static int fail(cai_rule_error *e, cai_rule_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(cai_rule_error *e, cai_rule_status st, const char *fmt, ...) {
+    e->status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int nomem(cai_rule_error *e, const char *op) {
+    return fail(e, CAI_RULE_NOMEM, "%s: out of memory for a size expression", op);
+}
+
+static bool is_one(const cai_sizes *z, int64_t s) {
+    int64_t v;
+    return z->value(z->ctx, s, &v) && v == 1;
+}
+
+/* The size 1; -1 when out of memory. */
+static int64_t one(const cai_sizes *z) {
+    return z->constant(z->ctx, 1);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Concrete sizes
+ */
+static bool concrete_value(const void *ctx, int64_t s, int64_t *v) {
+    (void)ctx;
+    if (v)
+        *v = s;
+    return true;
+}
+
+static int64_t concrete_constant(void *ctx, int64_t v) {
+    (void)ctx;
+    return v;
+}
+
+static const char *concrete_shape_str(const void *ctx, int n, const int64_t *shape, char *buf,
+                                      size_t size) {
+    (void)ctx;
+    size_t o = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < n && o < size; d++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (o < size)
+        snprintf(buf + o, size - o, "]");
+    return buf;
+}
+
+static const char *concrete_size_str(const void *ctx, int64_t s, char *buf, size_t size) {
+    (void)ctx;
+    snprintf(buf, size, "%lld", (long long)s);
+    return buf;
+}
+
+static const char *concrete_dtype_name(kern_dtype dt) {
+    return dt == KERN_F32 ? "float32" : dt == KERN_F64 ? "float64" : dt == KERN_I64 ? "int64" : "?";
+}
+
+const cai_sizes cai_sizes_concrete = {
+    .ctx = NULL,
+    .value = concrete_value,
+    .constant = concrete_constant,
+    .shape_str = concrete_shape_str,
+    .size_str = concrete_size_str,
+    .dtype_name = concrete_dtype_name,
+    .convert = "ca_to_dtype",
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Dims and broadcasting
+ */
+int cai_rule_dim(int64_t *dim, int ndim, const char *op, cai_rule_error *e) {
+    int64_t n = ndim > 0 ? ndim : 1; /* a 0-d value accepts dim 0 and -1, as PyTorch */
+    if (*dim < -n || *dim >= n)
+        return fail(e, CAI_RULE_DIM,
+                    "%s: dim %lld is out of range for a tensor with %d dims (expected a dim in "
+                    "[%lld, %lld])",
+                    op, (long long)*dim, ndim, (long long)-n, (long long)(n - 1));
+    if (*dim < 0)
+        *dim += n;
+    return 0;
+}
+
+int cai_rule_broadcast(const cai_sizes *z, const char *op, int na, const int64_t *a, int nb,
+                       const int64_t *b, int *nout, int64_t *out, cai_rule_error *e) {
+    int nd = na > nb ? na : nb;
+    int64_t r[KERN_MAX_DIMS] = {0}, unit = one(z);
+    if (unit < 0)
+        return nomem(e, op);
+    for (int i = 0; i < nd; i++) {
+        int da = na - nd + i, db = nb - nd + i;
+        int64_t sa = da >= 0 ? a[da] : unit, sb = db >= 0 ? b[db] : unit;
+        if (sa != sb && !is_one(z, sa) && !is_one(z, sb)) {
+            char s1[STR], s2[STR], s3[STR], s4[STR];
+            return fail(e, CAI_RULE_SHAPE,
+                        "%s: shapes %s and %s cannot be broadcast together (dim %d: %s vs %s); "
+                        "sizes must match or be 1",
+                        op, z->shape_str(z->ctx, na, a, s1, STR),
+                        z->shape_str(z->ctx, nb, b, s2, STR), i - nd,
+                        z->size_str(z->ctx, sa, s3, STR), z->size_str(z->ctx, sb, s4, STR));
+        }
+        r[i] = is_one(z, sa) ? sb : sa;
+    }
+    *nout = nd;
+    if (nd > 0)
+        memcpy(out, r, sizeof(int64_t) * (size_t)nd);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Pointwise dtypes
+ */
+int cai_rule_pointwise_dtype(const cai_sizes *z, const char *op, kern_pw_op k, int n,
+                             const kern_dtype *dt, kern_dtype *out, cai_rule_error *e) {
+    int cond = cai_kern_pw_cond_input(k), first = cond == 0 ? 1 : 0;
+    kern_dtype r = dt[first];
+    for (int i = 0; i < n; i++)
+        if (i != cond && dt[i] != r)
+            return fail(e, CAI_RULE_DTYPE,
+                        "%s: inputs have different dtypes (%s and %s); convert one with %s", op,
+                        z->dtype_name(r), z->dtype_name(dt[i]), z->convert);
+    if (!cai_kern_pw_supports(k, r))
+        return fail(e, CAI_RULE_DTYPE,
+                    "%s: %s inputs are not supported; convert them to a float dtype with %s "
+                    "first",
+                    op, z->dtype_name(r), z->convert);
+    *out = r;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Reductions
+ */
+int cai_rule_reduced_shape(const cai_sizes *z, int nx, const int64_t *x, uint32_t mask,
+                           bool keepdim, int64_t *out) {
+    int64_t unit = keepdim ? one(z) : 1;
+    if (unit < 0)
+        return -1;
+    int nd = 0;
+    for (int d = 0; d < nx; d++) {
+        if (!(mask & (1u << d)))
+            out[nd++] = x[d];
+        else if (keepdim)
+            out[nd++] = unit;
+    }
+    return nd;
+}
+
+int cai_rule_sum_to(const cai_sizes *z, int nx, const int64_t *x, int nt, const int64_t *t,
+                    cai_rule_error *e) {
+    bool ok = nt >= 0 && nt <= nx;
+    for (int k = 0; ok && k < nt; k++)
+        ok = t[k] == x[nx - nt + k] || is_one(z, t[k]);
+    if (ok)
+        return 0;
+    char s1[STR], s2[STR];
+    return fail(e, CAI_RULE_SHAPE,
+                "sum_to: a value of shape %s cannot be summed to shape %s; the target must "
+                "broadcast to the value's shape",
+                z->shape_str(z->ctx, nx, x, s1, STR),
+                z->shape_str(z->ctx, nt > 0 ? nt : 0, t, s2, STR));
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Views
+ */
+static bool is_infer(const cai_sizes *z, int64_t s) {
+    int64_t v;
+    return s == -1 || (z->value(z->ctx, s, &v) && v == -1);
+}
+
+int cai_rule_expand(const cai_sizes *z, int nx, const int64_t *x, int nt, int64_t *t,
+                    cai_rule_error *e) {
+    char s1[STR], s2[STR], s3[STR], s4[STR];
+    int64_t given[KERN_MAX_DIMS] = {0};
+    if (nt > 0 && nt <= KERN_MAX_DIMS)
+        memcpy(given, t, sizeof(int64_t) * (size_t)nt);
+    if (nt < nx || nt > KERN_MAX_DIMS)
+        return fail(e, CAI_RULE_SHAPE,
+                    "expand: the target %s has %d dims but the input of shape %s has %d; give at "
+                    "least as many sizes as input dims",
+                    z->shape_str(z->ctx, nt > 0 && nt <= KERN_MAX_DIMS ? nt : 0, given, s1, STR),
+                    nt, z->shape_str(z->ctx, nx, x, s2, STR), nx);
+    int lead = nt - nx;
+    for (int i = 0; i < nt; i++) {
+        if (i < lead && is_infer(z, t[i]))
+            return fail(e, CAI_RULE_SHAPE,
+                        "expand: -1 at dim %d of target %s is a new leading dim, which has no "
+                        "size to keep; give its size",
+                        i, z->shape_str(z->ctx, nt, given, s1, STR));
+        int64_t xs = i >= lead ? x[i - lead] : -1, v;
+        if (is_infer(z, t[i]))
+            t[i] = xs;
+        bool negative = z->value(z->ctx, t[i], &v) && v < 0;
+        if (negative || (i >= lead && xs != t[i] && !is_one(z, xs)))
+            return fail(e, CAI_RULE_SHAPE,
+                        "expand: the input's size %s cannot be expanded to %s at dim %d (input "
+                        "shape %s, target %s); only size-1 dims can be expanded",
+                        i >= lead ? z->size_str(z->ctx, xs, s1, STR) : "(new)",
+                        z->size_str(z->ctx, given[i], s2, STR), i,
+                        z->shape_str(z->ctx, nx, x, s3, STR),
+                        z->shape_str(z->ctx, nt, given, s4, STR));
+    }
+    return 0;
+}
+
+int cai_rule_permute(const cai_sizes *z, int nx, const int64_t *x, int n, int64_t *perm,
+                     int64_t *out, cai_rule_error *e) {
+    char s1[STR];
+    if (n != nx)
+        return fail(e, CAI_RULE_DIM,
+                    "permute: the permutation has %d entries but the input of shape %s has %d "
+                    "dims; give one entry per dim",
+                    n, z->shape_str(z->ctx, nx, x, s1, STR), nx);
+    bool seen[KERN_MAX_DIMS] = {false};
+    for (int i = 0; i < n; i++) {
+        if (cai_rule_dim(&perm[i], nx, "permute", e))
+            return -1;
+        if (seen[perm[i]])
+            return fail(e, CAI_RULE_DIM,
+                        "permute: dim %lld appears twice in the permutation; each dim must "
+                        "appear exactly once",
+                        (long long)perm[i]);
+        seen[perm[i]] = true;
+        out[i] = x[perm[i]];
+    }
+    return 0;
+}
+
+int cai_rule_unsqueeze(const cai_sizes *z, int nx, const int64_t *x, int64_t *dim, int64_t *out,
+                       cai_rule_error *e) {
+    char s1[STR];
+    if (nx >= KERN_MAX_DIMS)
+        return fail(e, CAI_RULE_DIM,
+                    "unsqueeze: the input of shape %s already has %d dims, the most cagrad "
+                    "supports",
+                    z->shape_str(z->ctx, nx, x, s1, STR), nx);
+    if (cai_rule_dim(dim, nx + 1, "unsqueeze", e))
+        return -1;
+    int64_t unit = one(z);
+    if (unit < 0)
+        return nomem(e, "unsqueeze");
+    for (int i = 0, j = 0; i <= nx; i++)
+        out[i] = i == *dim ? unit : x[j++];
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * matmul
+ */
+int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a, bool ta, int nb,
+                    const int64_t *b, bool tb, bool broadcast, int *nout, int64_t *out,
+                    cai_rule_error *e) {
+    char s1[STR], s2[STR], s3[STR], s4[STR];
+    if (na < 2 || nb < 2)
+        return fail(e, CAI_RULE_SHAPE,
+                    "%s: both operands need at least 2 dims, got shapes %s and %s", op,
+                    z->shape_str(z->ctx, na, a, s1, STR), z->shape_str(z->ctx, nb, b, s2, STR));
+    int64_t m = a[na - (ta ? 1 : 2)], ka = a[na - (ta ? 2 : 1)];
+    int64_t kb = b[nb - (tb ? 1 : 2)], n = b[nb - (tb ? 2 : 1)];
+    if (ka != kb)
+        return fail(e, CAI_RULE_SHAPE,
+                    "%s: inner dims do not match: a %s%s and b %s%s (%s vs %s); a's columns must "
+                    "equal b's rows",
+                    op, z->shape_str(z->ctx, na, a, s1, STR), ta ? " (transposed)" : "",
+                    z->shape_str(z->ctx, nb, b, s2, STR), tb ? " (transposed)" : "",
+                    z->size_str(z->ctx, ka, s3, STR), z->size_str(z->ctx, kb, s4, STR));
+    int ba = na - 2, bb = nb - 2, nd = ba > bb ? ba : bb;
+    int64_t unit = one(z);
+    if (unit < 0)
+        return nomem(e, op);
+    for (int i = 0; i < nd; i++) {
+        int da = i - (nd - ba), db = i - (nd - bb);
+        int64_t sa = da >= 0 ? a[da] : unit, sb = db >= 0 ? b[db] : unit;
+        bool fits = sa == sb || (broadcast && (is_one(z, sa) || is_one(z, sb)));
+        if (!fits)
+            return fail(e, CAI_RULE_SHAPE,
+                        "%s: batch dims of a %s and b %s do not %s (batch dim %d: %s vs %s)", op,
+                        z->shape_str(z->ctx, na, a, s1, STR), z->shape_str(z->ctx, nb, b, s2, STR),
+                        broadcast ? "broadcast; sizes must match or be 1" : "match", i,
+                        z->size_str(z->ctx, sa, s3, STR), z->size_str(z->ctx, sb, s4, STR));
+        out[i] = is_one(z, sa) ? sb : sa;
+    }
+    out[nd] = m;
+    out[nd + 1] = n;
+    *nout = nd + 2;
+    return 0;
+}

@@ -1,0 +1,101 @@
+/* shape_rules.h - the shape rules that the eager ops and the graph both apply, written once.
+ *
+ * A rule checks its inputs' shapes (and dtypes), canonicalises its arguments (negative
+ * dims, -1 sizes) and computes the output's shape. The eager ops run it on concrete sizes
+ * (autograd/, every op call), the graph on symbolic ones (graph/shape.c, every traced
+ * node), so the two cannot disagree on what is legal.
+ *
+ * A size is an int64_t: for the eager ops the size itself, in a graph a size-expression id
+ * (graph_sx). Size expressions are hash-consed, so two sizes are provably equal exactly
+ * when they are equal as numbers, in both worlds; whatever else a rule needs from a size
+ * (is it the constant 1? a new constant; a printed shape) it asks the cai_sizes it is given.
+ * A symbolic size is never 1: the compiled-autograd cache guards that.
+ *
+ * Rules return 0, or -1 with the reason in a cai_rule_error; each layer turns that into its
+ * own error (a ca_status and ca_last_error(), or graph_error()).
+ */
+#ifndef CAGRAD_SHAPE_RULES_H
+#define CAGRAD_SHAPE_RULES_H
+
+#include "codegen/kern.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    void *ctx; /* the graph, or NULL for concrete sizes */
+    /* the value of size s when it is a constant; false for a symbolic size */
+    bool (*value)(const void *ctx, int64_t s, int64_t *v);
+    /* the size that is the constant v (a new expression in a graph); -1 out of memory */
+    int64_t (*constant)(void *ctx, int64_t v);
+    /* "[2, s0]" and "s0" into buf */
+    const char *(*shape_str)(const void *ctx, int n, const int64_t *shape, char *buf, size_t size);
+    const char *(*size_str)(const void *ctx, int64_t s, char *buf, size_t size);
+    /* "float32" or "f32": how dtypes are spelled in this layer's messages */
+    const char *(*dtype_name)(kern_dtype dt);
+    const char *convert; /* how a user converts a dtype here: "ca_to_dtype", "a cast" */
+} cai_sizes;
+
+/* Concrete sizes: a size is its value (the eager ops; dtypes spelled "float32"). */
+extern const cai_sizes cai_sizes_concrete;
+
+typedef enum {
+    CAI_RULE_SHAPE = 1, /* shapes that do not fit */
+    CAI_RULE_DIM,       /* a dim out of range */
+    CAI_RULE_DTYPE,     /* a dtype the op does not take, or two that differ */
+    CAI_RULE_NOMEM,     /* a new size expression could not be made */
+} cai_rule_status;
+
+#define CAI_RULE_MSG 320
+
+typedef struct {
+    cai_rule_status status;
+    char msg[CAI_RULE_MSG]; /* "expand: the input's size 3 cannot be expanded to ..." */
+} cai_rule_error;
+
+/* *dim against ndim dims (a 0-d value takes 0 and -1, as PyTorch), made non-negative. */
+int cai_rule_dim(int64_t *dim, int ndim, const char *op, cai_rule_error *e);
+
+/* out = the broadcast of shapes a and b (NumPy rules); out may alias a. */
+int cai_rule_broadcast(const cai_sizes *z, const char *op, int na, const int64_t *a, int nb,
+                       const int64_t *b, int *nout, int64_t *out, cai_rule_error *e);
+
+/* The dtype of pointwise kernel op k over n inputs of dtypes dt[]: the inputs' one dtype
+ * (the condition input of where / masked_fill may be any), which k must support. */
+int cai_rule_pointwise_dtype(const cai_sizes *z, const char *op, kern_pw_op k, int n,
+                             const kern_dtype *dt, kern_dtype *out, cai_rule_error *e);
+
+/* The shape of a reduction of x over the dims set in mask: those dims dropped, or kept as
+ * 1 with keepdim. The caller has checked the mask. Returns the output's rank, or -1 when
+ * the size 1 could not be made (out of memory). */
+int cai_rule_reduced_shape(const cai_sizes *z, int nx, const int64_t *x, uint32_t mask,
+                           bool keepdim, int64_t *out);
+
+/* sum_to: x must be a broadcast of target t (leading dims added, size-1 dims grown). */
+int cai_rule_sum_to(const cai_sizes *z, int nx, const int64_t *x, int nt, const int64_t *t,
+                    cai_rule_error *e);
+
+/* expand x to target t in place: -1 keeps the input's size (never a new leading dim), and
+ * only size-1 dims grow. */
+int cai_rule_expand(const cai_sizes *z, int nx, const int64_t *x, int nt, int64_t *t,
+                    cai_rule_error *e);
+
+/* permute: perm (n entries, normalised in place) must name each of x's dims once; out is
+ * the permuted shape. */
+int cai_rule_permute(const cai_sizes *z, int nx, const int64_t *x, int n, int64_t *perm,
+                     int64_t *out, cai_rule_error *e);
+
+/* unsqueeze: a size-1 dim inserted at *dim (normalised in place against nx + 1 dims);
+ * out has nx + 1 dims. */
+int cai_rule_unsqueeze(const cai_sizes *z, int nx, const int64_t *x, int64_t *dim, int64_t *out,
+                       cai_rule_error *e);
+
+/* [batch..., M, K] @ [batch..., K, N], each operand transposed (its last two dims) when
+ * its flag is set, with at least 2 dims each; batch dims broadcast when `broadcast`, else
+ * they must be equal. Returns the output's rank in *nout. */
+int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a, bool ta, int nb,
+                    const int64_t *b, bool tb, bool broadcast, int *nout, int64_t *out,
+                    cai_rule_error *e);
+
+#endif /* CAGRAD_SHAPE_RULES_H */
