@@ -16,7 +16,7 @@
  *
  * Sizes: a rule passes sizes through (from node->in_meta, node->out_meta, attrs) but does
  * no arithmetic on them; arithmetic that involves sizes goes through a builder call
- * (cai_bx_scale_inv_numel), so a tracing builder can keep sizes symbolic.
+ * (bx_scale_inv_numel), so a tracing builder can keep sizes symbolic.
  */
 #ifndef CAGRAD_BUILDER_H
 #define CAGRAD_BUILDER_H
@@ -42,15 +42,41 @@ struct ca_builder {
 };
 
 /* ---- generic ---- */
-ca_bval cai_bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a);
-ca_bval cai_bx_saved(ca_builder *b, const ca_node *n, int k);
-const ca_meta *cai_bx_meta(ca_builder *b, ca_bval v);
 /* Record a failure from inside a rule (e.g. an unsupported case). Returns NULL. */
 ca_bval cai_bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* x * (1 / prod of m's sizes at the dims set in dim_mask), through the builder's vtable */
-ca_bval cai_bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
+/* apply op `op` (a row of the op table) to n inputs; the k-th saved tensor of node n; a
+ * value's dtype and shape; x * (1 / prod of m's sizes at the dims set in dim_mask) */
+static inline ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *a) {
+    CA_ASSERT(op >= 0 && op < CA_OP__COUNT && n >= 0 && (n == 0 || in));
+    if (b->status != CA_OK)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        if (!in[i]) {
+            if (b->status == CA_OK)
+                b->status = err_set(CA_STATUS_INTERNAL,
+                                    "derivative rule passed a missing value "
+                                    "to op %d",
+                                    op);
+            return NULL;
+        }
+    return b->vt->apply(b, op, n, in, a);
+}
+
+static inline ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {
+    CA_ASSERT(n && k >= 0 && k < n->n_saved); /* a rule reads only what its row saves */
+    return b->status == CA_OK ? b->vt->saved(b, n, k) : NULL;
+}
+
+static inline const ca_meta *bx_meta(ca_builder *b, ca_bval v) {
+    return v ? b->vt->meta(b, v) : NULL;
+}
+
+static inline ca_bval bx_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
+                                         uint32_t dim_mask) {
+    return b->status == CA_OK && x ? b->vt->scale_inv_numel(b, x, m, dim_mask) : NULL;
+}
 
 /* ---- the helpers: each fills in one op-table row's attributes and applies it ----
  * Inline: they hold no logic of their own, and rules call them on every node. */
@@ -63,7 +89,7 @@ static inline ca_bval bx_pw(ca_builder *b, kern_pw_op op, ca_bval x, ca_bval y, 
     int arity = cai_kern_pw_arity(op);
     if (arity < 1 || arity > 3)
         return cai_bx_fail(b, CA_STATUS_INTERNAL, "pointwise op %d has no arity", (int)op);
-    return cai_bx_apply(b, CA_OP_PW, arity, in, &a);
+    return bx_apply(b, CA_OP_PW, arity, in, &a);
 }
 
 static inline ca_bval bx_add(ca_builder *b, ca_bval x, ca_bval y) {
@@ -112,11 +138,11 @@ static inline ca_ints bx_ints_of(int n, const int64_t *v) {
 static inline ca_bval bx_sum(ca_builder *b, ca_bval x, int n_dims, const int64_t *dims,
                              bool keepdim) {
     ca_attrs a = {.dims = bx_ints_of(n_dims, dims), .i = {keepdim}};
-    return cai_bx_apply(b, CA_OP_SUM, 1, &x, &a);
+    return bx_apply(b, CA_OP_SUM, 1, &x, &a);
 }
 
 static inline bool bx_same_shape(ca_builder *b, ca_bval x, const ca_meta *to) {
-    const ca_meta *m = cai_bx_meta(b, x);
+    const ca_meta *m = bx_meta(b, x);
     return m && cai_meta_same_shape(m, to);
 }
 
@@ -125,7 +151,7 @@ static inline ca_bval bx_sum_to(ca_builder *b, ca_bval x, const ca_meta *to) {
     if (bx_same_shape(b, x, to))
         return x;
     ca_attrs a = {.shape = bx_ints_of(to->ndim, to->shape)};
-    return cai_bx_apply(b, CA_OP_SUM_TO, 1, &x, &a);
+    return bx_apply(b, CA_OP_SUM_TO, 1, &x, &a);
 }
 
 /* broadcast x to `to`'s shape */
@@ -133,13 +159,13 @@ static inline ca_bval bx_expand(ca_builder *b, ca_bval x, const ca_meta *to) {
     if (bx_same_shape(b, x, to))
         return x;
     ca_attrs a = {.shape = bx_ints_of(to->ndim, to->shape)};
-    return cai_bx_apply(b, CA_OP_EXPAND, 1, &x, &a);
+    return bx_apply(b, CA_OP_EXPAND, 1, &x, &a);
 }
 
 /* ---- shape ---- */
 static inline ca_bval bx_reshape_ints(ca_builder *b, ca_bval x, const ca_ints *shape) {
     ca_attrs a = {.shape = *shape};
-    return cai_bx_apply(b, CA_OP_RESHAPE, 1, &x, &a);
+    return bx_apply(b, CA_OP_RESHAPE, 1, &x, &a);
 }
 
 static inline ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to) {
@@ -151,11 +177,11 @@ static inline ca_bval bx_reshape(ca_builder *b, ca_bval x, const ca_meta *to) {
 
 static inline ca_bval bx_permute(ca_builder *b, ca_bval x, const ca_ints *perm) {
     ca_attrs a = {.dims = *perm};
-    return cai_bx_apply(b, CA_OP_PERMUTE, 1, &x, &a);
+    return bx_apply(b, CA_OP_PERMUTE, 1, &x, &a);
 }
 
 static inline ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1) {
-    const ca_meta *m = cai_bx_meta(b, x);
+    const ca_meta *m = bx_meta(b, x);
     if (!m)
         return NULL;
     ca_ints perm = {.n = m->ndim};
@@ -166,24 +192,24 @@ static inline ca_bval bx_transpose(ca_builder *b, ca_bval x, int d0, int d1) {
 
 static inline ca_bval bx_unsqueeze(ca_builder *b, ca_bval x, int dim) {
     ca_attrs a = {.i = {dim}};
-    return cai_bx_apply(b, CA_OP_UNSQUEEZE, 1, &x, &a);
+    return bx_apply(b, CA_OP_UNSQUEEZE, 1, &x, &a);
 }
 
 static inline ca_bval bx_slice(ca_builder *b, ca_bval x, int dim, int64_t start, int64_t end,
                                int64_t step) {
     ca_attrs a = {.i = {dim, start, end, step}};
-    return cai_bx_apply(b, CA_OP_SLICE, 1, &x, &a);
+    return bx_apply(b, CA_OP_SLICE, 1, &x, &a);
 }
 
 /* zeros of `full`'s shape with x placed at [start:end:step] along dim */
 static inline ca_bval bx_slice_backward(ca_builder *b, ca_bval x, const ca_meta *full, int dim,
                                         int64_t start, int64_t end, int64_t step) {
     ca_attrs a = {.i = {dim, start, end, step}, .shape = bx_ints_of(full->ndim, full->shape)};
-    return cai_bx_apply(b, CA_OP_SLICE_BACKWARD, 1, &x, &a);
+    return bx_apply(b, CA_OP_SLICE_BACKWARD, 1, &x, &a);
 }
 
 static inline ca_bval bx_contiguous(ca_builder *b, ca_bval x) {
-    return cai_bx_apply(b, CA_OP_CONTIGUOUS, 1, &x, NULL);
+    return bx_apply(b, CA_OP_CONTIGUOUS, 1, &x, NULL);
 }
 
 /* ---- indexing ---- */
@@ -191,7 +217,7 @@ static inline ca_bval bx_index_scatter(ca_builder *b, int op, const ca_meta *ful
                                        ca_bval index, ca_bval src) {
     ca_attrs a = {.i = {dim}, .shape = bx_ints_of(full->ndim, full->shape)};
     ca_bval in[2] = {index, src};
-    return cai_bx_apply(b, op, 2, in, &a);
+    return bx_apply(b, op, 2, in, &a);
 }
 
 /* zeros(full).index_add_(dim, index, src) */
@@ -211,7 +237,7 @@ static inline ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim
 static inline ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bool ty) {
     ca_attrs a = {.i = {tx, ty}};
     ca_bval in[2] = {x, y};
-    return cai_bx_apply(b, CA_OP_MATMUL, 2, in, &a);
+    return bx_apply(b, CA_OP_MATMUL, 2, in, &a);
 }
 
 /* ---- the eager builder (builder_eager.c) ---- */

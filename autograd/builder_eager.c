@@ -42,7 +42,7 @@ static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
 
 static const ca_meta *eager_meta(ca_builder *b, ca_bval v) {
     ca_eager_builder *eb = (ca_eager_builder *)b;
-    CA_ASSERT(v != NULL); /* cai_bx_meta answers NULL itself */
+    CA_ASSERT(v != NULL); /* bx_meta answers NULL itself */
     ca_meta *m = &eb->metas[eb->next_meta++ % 16];
     cai_tensor_meta(bv_tensor(v), m);
     return m;

@@ -15,7 +15,7 @@ static void activation_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_b
     if (!node_needs_grad(n, 0))
         return;
     const ca_op_def *row = cai_op_def(n->op);
-    ca_bval d = bx_pw(b, row->pw_bw, g, cai_bx_saved(b, n, 0), NULL, n->attrs.s[0], n->attrs.s[1]);
+    ca_bval d = bx_pw(b, row->pw_bw, g, bx_saved(b, n, 0), NULL, n->attrs.s[0], n->attrs.s[1]);
     gin[0] = bx_sum_to(b, d, &n->in_meta[0]);
 }
 

@@ -137,7 +137,7 @@ static ca_status index_select_forward(const ca_op_def *row, ca_tensor *const *in
 }
 
 static void index_select_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = bx_index_add(b, &n->in_meta[0], (int)n->attrs.i[0], cai_bx_saved(b, n, 0), g);
+    gin[0] = bx_index_add(b, &n->in_meta[0], (int)n->attrs.i[0], bx_saved(b, n, 0), g);
 }
 
 ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out) {
@@ -197,7 +197,7 @@ static ca_status embedding_forward(const ca_op_def *row, ca_tensor *const *in, i
 static void embedding_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     ca_ints flat = {.n = 1, .v = {-1}};
     ca_ints rows2d = {.n = 2, .v = {-1, n->in_meta[0].shape[1]}};
-    ca_bval idx = bx_reshape_ints(b, cai_bx_saved(b, n, 0), &flat);
+    ca_bval idx = bx_reshape_ints(b, bx_saved(b, n, 0), &flat);
     gin[0] = bx_index_add(b, &n->in_meta[0], 0, idx, bx_reshape_ints(b, g, &rows2d));
 }
 
@@ -271,7 +271,7 @@ static ca_status gather_forward(const ca_op_def *row, ca_tensor *const *in, int 
 }
 
 static void gather_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = bx_scatter_add(b, &n->in_meta[0], (int)n->attrs.i[0], cai_bx_saved(b, n, 0), g);
+    gin[0] = bx_scatter_add(b, &n->in_meta[0], (int)n->attrs.i[0], bx_saved(b, n, 0), g);
 }
 
 ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out) {
@@ -340,8 +340,8 @@ static void pick_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *g
     ca_attrs a = attrs_dim(n->attrs.i[0]);
     if (!node_needs_grad(n, 1))
         return;
-    ca_bval args[2] = {g, cai_bx_saved(b, n, 0)};
-    gin[1] = cai_bx_apply(b, pick, 2, args, &a);
+    ca_bval args[2] = {g, bx_saved(b, n, 0)};
+    gin[1] = bx_apply(b, pick, 2, args, &a);
 }
 
 static void index_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {

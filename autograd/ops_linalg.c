@@ -311,12 +311,12 @@ static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int 
 static void matmul_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     bool ta = n->attrs.i[0] != 0, tb = n->attrs.i[1] != 0;
     if (node_needs_grad(n, 0)) {
-        ca_bval B = cai_bx_saved(b, n, 1);
+        ca_bval B = bx_saved(b, n, 1);
         ca_bval d = ta ? bx_matmul(b, B, g, tb, true) : bx_matmul(b, g, B, false, !tb);
         gin[0] = bx_sum_to(b, d, &n->in_meta[0]);
     }
     if (node_needs_grad(n, 1)) {
-        ca_bval A = cai_bx_saved(b, n, 0);
+        ca_bval A = bx_saved(b, n, 0);
         ca_bval d = tb ? bx_matmul(b, g, A, true, ta) : bx_matmul(b, A, g, !ta, false);
         gin[1] = bx_sum_to(b, d, &n->in_meta[1]);
     }
@@ -325,9 +325,9 @@ static void matmul_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
 /* mm and bmm: equal shapes, no flags, nothing to sum back. */
 static void mm_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (node_needs_grad(n, 0))
-        gin[0] = bx_matmul(b, g, cai_bx_saved(b, n, 1), false, true);
+        gin[0] = bx_matmul(b, g, bx_saved(b, n, 1), false, true);
     if (node_needs_grad(n, 1))
-        gin[1] = bx_matmul(b, cai_bx_saved(b, n, 0), g, true, false);
+        gin[1] = bx_matmul(b, bx_saved(b, n, 0), g, true, false);
 }
 
 /* y = x @ w^T + bias with x's leading dims folded into rows:
@@ -338,11 +338,11 @@ static void linear_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
     bool need_x = node_needs_grad(n, 0), need_w = node_needs_grad(n, 1);
     ca_bval g2 = (need_x || need_w) ? bx_reshape_ints(b, g, &g2s) : NULL;
     if (need_x) {
-        ca_bval dx2 = bx_matmul(b, g2, cai_bx_saved(b, n, 1), false, false);
+        ca_bval dx2 = bx_matmul(b, g2, bx_saved(b, n, 1), false, false);
         gin[0] = bx_reshape(b, dx2, &n->in_meta[0]);
     }
     if (need_w) {
-        ca_bval x2 = bx_reshape_ints(b, cai_bx_saved(b, n, 0), &x2s);
+        ca_bval x2 = bx_reshape_ints(b, bx_saved(b, n, 0), &x2s);
         gin[1] = bx_matmul(b, g2, x2, true, false);
     }
     if (n->n_in == 3 && node_needs_grad(n, 2))

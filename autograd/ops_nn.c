@@ -111,7 +111,7 @@ static ca_status softmax_forward(const ca_op_def *row, ca_tensor *const *in, int
 static void softmax_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval y = cai_bx_saved(b, n, 0);
+    ca_bval y = bx_saved(b, n, 0);
     int64_t dim = n->attrs.i[0];
     ca_bval s = bx_sum(b, bx_mul(b, g, y), 1, &dim, true);
     gin[0] = bx_mul(b, y, bx_sub(b, g, s));
@@ -120,7 +120,7 @@ static void softmax_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval
 static void log_softmax_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval y = cai_bx_saved(b, n, 0);
+    ca_bval y = bx_saved(b, n, 0);
     int64_t dim = n->attrs.i[0];
     ca_bval s = bx_sum(b, g, 1, &dim, true);
     gin[0] = bx_sub(b, g, bx_mul(b, bx_exp(b, y), s));
@@ -236,8 +236,8 @@ static void nll_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
     a.i[1] = n->attrs.i[1];
     a.shape.n = n->in_meta[0].ndim;
     memcpy(a.shape.v, n->in_meta[0].shape, sizeof(int64_t) * (size_t)a.shape.n);
-    ca_bval ins[3] = {g, cai_bx_saved(b, n, 0), cai_bx_saved(b, n, 1)};
-    gin[0] = cai_bx_apply(b, CA_OP_NLL_LOSS_BACKWARD, 3, ins, &a);
+    ca_bval ins[3] = {g, bx_saved(b, n, 0), bx_saved(b, n, 1)};
+    gin[0] = bx_apply(b, CA_OP_NLL_LOSS_BACKWARD, 3, ins, &a);
 }
 
 /* nll_loss_backward (internal): inputs (g, target, total_weight); attrs as nll_loss plus
@@ -358,12 +358,12 @@ static ca_status mse_forward(const ca_op_def *row, ca_tensor *const *in, int n_i
 
 /* d/dinput = 2 (input - target) g (/ numel for mean); target gets the negative. */
 static void mse_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    ca_bval d = bx_sub(b, cai_bx_saved(b, n, 0), cai_bx_saved(b, n, 1));
+    ca_bval d = bx_sub(b, bx_saved(b, n, 0), bx_saved(b, n, 1));
     ca_bval gd = bx_mul_s(b, bx_mul(b, d, g), 2.0);
     if (n->attrs.i[0] == CA_REDUCTION_MEAN) {
-        const ca_meta *dm = cai_bx_meta(b, d);
+        const ca_meta *dm = bx_meta(b, d);
         uint32_t all = dm ? (uint32_t)((1u << dm->ndim) - 1u) : 0;
-        gd = cai_bx_scale_inv_numel(b, gd, dm, all);
+        gd = bx_scale_inv_numel(b, gd, dm, all);
     }
     if (node_needs_grad(n, 0))
         gin[0] = bx_sum_to(b, gd, &n->in_meta[0]);
@@ -471,8 +471,8 @@ static void ln_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin
     int wi = 1, bi = has_w ? 2 : 1;
     bool need_x = node_needs_grad(n, 0), need_w = has_w && node_needs_grad(n, wi);
     if (need_x || need_w) {
-        ca_bval rstd = cai_bx_saved(b, n, 3);
-        ca_bval xh = bx_mul(b, bx_sub(b, cai_bx_saved(b, n, 0), cai_bx_saved(b, n, 2)), rstd);
+        ca_bval rstd = bx_saved(b, n, 3);
+        ca_bval xh = bx_mul(b, bx_sub(b, bx_saved(b, n, 0), bx_saved(b, n, 2)), rstd);
         if (need_w)
             gin[wi] = bx_sum_to(b, bx_mul(b, g, xh), &n->in_meta[wi]);
         if (need_x) {
@@ -483,10 +483,10 @@ static void ln_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin
                 mask |= 1u << (nd - k + j);
             }
             const ca_meta *xm = &n->in_meta[0];
-            ca_bval gw = has_w ? bx_mul(b, g, cai_bx_saved(b, n, 1)) : g;
-            ca_bval m1 = cai_bx_scale_inv_numel(b, bx_sum(b, gw, k, dims, true), xm, mask);
+            ca_bval gw = has_w ? bx_mul(b, g, bx_saved(b, n, 1)) : g;
+            ca_bval m1 = bx_scale_inv_numel(b, bx_sum(b, gw, k, dims, true), xm, mask);
             ca_bval m2 =
-                cai_bx_scale_inv_numel(b, bx_sum(b, bx_mul(b, gw, xh), k, dims, true), xm, mask);
+                bx_scale_inv_numel(b, bx_sum(b, bx_mul(b, gw, xh), k, dims, true), xm, mask);
             ca_bval inner = bx_sub(b, bx_sub(b, gw, m1), bx_mul(b, xh, m2));
             gin[0] = bx_mul(b, rstd, inner);
         }
@@ -535,7 +535,7 @@ static ca_status dropout_forward(const ca_op_def *row, ca_tensor *const *in, int
 
 static void dropout_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (node_needs_grad(n, 0))
-        gin[0] = bx_mul(b, g, cai_bx_saved(b, n, 0));
+        gin[0] = bx_mul(b, g, bx_saved(b, n, 0));
 }
 
 /* ---------------------------------------------------------------------------------------

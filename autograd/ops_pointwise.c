@@ -43,7 +43,7 @@
     }
 
 static ca_bval saved(ca_builder *b, const ca_node *n, int k) {
-    return cai_bx_saved(b, n, k);
+    return bx_saved(b, n, k);
 }
 
 /* gin[i] = v summed down to input i's shape, when input i needs a gradient */
@@ -240,7 +240,7 @@ static void to_dtype_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bva
         return;
     }
     ca_attrs a = {.i = {n->in_meta[0].dtype}};
-    gin[0] = cai_bx_apply(b, CA_OP_TO_DTYPE, 1, &g, &a);
+    gin[0] = bx_apply(b, CA_OP_TO_DTYPE, 1, &g, &a);
 }
 
 /* ---------------------------------------------------------------------------------------

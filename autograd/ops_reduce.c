@@ -202,7 +202,7 @@ static void sum_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
 static void mean_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval s = cai_bx_scale_inv_numel(b, g, &n->in_meta[0], dims_mask(&n->attrs.dims));
+    ca_bval s = bx_scale_inv_numel(b, g, &n->in_meta[0], dims_mask(&n->attrs.dims));
     gin[0] = bx_expand(b, keepdim_view(b, n, s), &n->in_meta[0]);
 }
 
@@ -232,8 +232,8 @@ static ca_bval argreduce_multi(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
     ca_bval gk = keepdim_view(b, n, g);
     ca_bval permuted = bx_permute(b, bx_expand(b, gk, im), &perm);
     ca_bval flat_v = bx_reshape_ints(b, permuted, &flat);
-    const ca_meta *flat_m = cai_bx_meta(b, flat_v);
-    const ca_meta *perm_m = cai_bx_meta(b, permuted);
+    const ca_meta *flat_m = bx_meta(b, flat_v);
+    const ca_meta *perm_m = bx_meta(b, permuted);
     if (!flat_m || !perm_m)
         return NULL;
     ca_meta full = *flat_m, back = *perm_m; /* copies: the builder may reuse its storage */
@@ -248,7 +248,7 @@ static void argreduce_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
     if (!node_needs_grad(n, 0))
         return;
     const ca_ints *dims = &n->attrs.dims;
-    ca_bval idx = cai_bx_saved(b, n, 0);
+    ca_bval idx = bx_saved(b, n, 0);
     if (dims->n == 0) { /* a 0-d input: the value is the input */
         gin[0] = g;
         return;
@@ -269,7 +269,7 @@ static void argreduce_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
 static void logsumexp_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
         return;
-    ca_bval x = cai_bx_saved(b, n, 0), r = keepdim_view(b, n, cai_bx_saved(b, n, 1));
+    ca_bval x = bx_saved(b, n, 0), r = keepdim_view(b, n, bx_saved(b, n, 1));
     gin[0] = bx_mul(b, keepdim_view(b, n, g), bx_exp(b, bx_sub(b, x, r)));
 }
 

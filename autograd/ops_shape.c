@@ -842,7 +842,7 @@ static ca_status masked_fill_forward(const ca_op_def *row, ca_tensor *const *in,
 
 /* where(mask, 0, g) */
 static void masked_fill_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = bx_pw(b, KPW_MASKED_FILL, g, cai_bx_saved(b, n, 0), NULL, 0, 0);
+    gin[0] = bx_pw(b, KPW_MASKED_FILL, g, bx_saved(b, n, 0), NULL, 0, 0);
 }
 
 ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor **out) {
