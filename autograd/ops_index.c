@@ -289,24 +289,12 @@ ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out
 static ca_status index_add_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                  ca_meta *out) {
     const ca_meta *idx = &in[0], *src = &in[1];
-    char b1[META_STR_SIZE], b2[META_STR_SIZE], b3[META_STR_SIZE];
-    CA_CHECK(check_index_dtype("index_add", idx));
-    if (idx->ndim > 1)
-        return err_set(CA_STATUS_SHAPE, "index_add: the index must be 0-D or 1-D, got shape %s",
-                       cai_meta_str(idx, b1, sizeof b1));
     ca_meta full = {.ndim = 0};
     CA_CHECK(full_meta("index_add", a, src->dtype, &full));
-    CA_CHECK(cai_dim_normalize(&a->i[0], full.ndim, "index_add"));
-    ca_meta expect = full;
-    if (full.ndim > 0)
-        expect.shape[a->i[0]] = cai_meta_numel(idx);
-    if (!cai_meta_same_shape(src, &expect) || (full.ndim == 0 && cai_meta_numel(idx) != 1))
-        return err_set(CA_STATUS_SHAPE,
-                       "index_add: src has shape %s but %lld indices along dim "
-                       "%lld of %s need shape %s",
-                       cai_meta_str(src, b1, sizeof b1), (long long)cai_meta_numel(idx),
-                       (long long)a->i[0], cai_meta_str(&full, b2, sizeof b2),
-                       cai_meta_str(&expect, b3, sizeof b3));
+    cai_rule_error e;
+    if (cai_rule_index_add(&cai_sizes_concrete, kdt(idx->dtype), idx->ndim, idx->shape, src->ndim,
+                           src->shape, full.ndim, full.shape, &a->i[0], &e))
+        return cai_rule_raise(&e);
     *out = full;
     return CA_OK;
 }
@@ -355,27 +343,12 @@ static void index_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bv
 static ca_status scatter_add_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                    ca_meta *out) {
     const ca_meta *idx = &in[0], *src = &in[1];
-    char b1[META_STR_SIZE], b2[META_STR_SIZE];
-    CA_CHECK(check_index_dtype("scatter_add", idx));
     ca_meta full = {.ndim = 0};
     CA_CHECK(full_meta("scatter_add", a, src->dtype, &full));
-    if (!cai_meta_same_shape(idx, src))
-        return err_set(CA_STATUS_SHAPE,
-                       "scatter_add: src has shape %s but index has shape %s; "
-                       "they must match",
-                       cai_meta_str(src, b1, sizeof b1), cai_meta_str(idx, b2, sizeof b2));
-    if (idx->ndim != full.ndim)
-        return err_set(CA_STATUS_SHAPE,
-                       "scatter_add: index of shape %s must have as many dims as "
-                       "the output %s",
-                       cai_meta_str(idx, b1, sizeof b1), cai_meta_str(&full, b2, sizeof b2));
-    CA_CHECK(cai_dim_normalize(&a->i[0], full.ndim, "scatter_add"));
-    for (int d = 0; d < full.ndim; d++)
-        if (d != a->i[0] && idx->shape[d] > full.shape[d])
-            return err_set(CA_STATUS_SHAPE,
-                           "scatter_add: index shape %s is larger than the output "
-                           "%s at dim %d",
-                           cai_meta_str(idx, b1, sizeof b1), cai_meta_str(&full, b2, sizeof b2), d);
+    cai_rule_error e;
+    if (cai_rule_scatter_add(&cai_sizes_concrete, kdt(idx->dtype), idx->ndim, idx->shape, src->ndim,
+                             src->shape, full.ndim, full.shape, &a->i[0], &e))
+        return cai_rule_raise(&e);
     *out = full;
     return CA_OK;
 }

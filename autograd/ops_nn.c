@@ -146,11 +146,10 @@ static ca_status nll_check_target(const char *op, const ca_meta *x, const ca_met
                        "%s: target must hold int64 class indices, got %s; convert it with "
                        "ca_to_dtype(target, CA_INT64, ...)",
                        op, ca_dtype_name(t->dtype));
-    if (cai_graph_nll_target_fits(x->ndim, x->shape, t->ndim, t->shape))
-        return CA_OK;
-    char s1[128], s2[128];
-    return err_set(CA_STATUS_SHAPE, "%s: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
-                   op, cai_meta_str(x, s1, sizeof s1), cai_meta_str(t, s2, sizeof s2));
+    cai_rule_error e;
+    if (cai_rule_nll_target(&cai_sizes_concrete, op, x->ndim, x->shape, t->ndim, t->shape, &e))
+        return cai_rule_raise(&e);
+    return CA_OK;
 }
 
 static ca_status nll_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,

@@ -128,16 +128,6 @@ typedef enum {
     GRAPH_REDUCTION_SUM = 2
 } graph_reduction;
 
-/* The shapes nll_loss accepts, as its messages state them. */
-#define GRAPH_NLL_TARGET_RULE                                                                      \
-    "expected input [N, C, d...] with target [N, d...], or input [C] with a 0-d target"
-
-/* Whether a target of shape t (t_nd dims) fits an nll_loss input of shape x
- * (GRAPH_NLL_TARGET_RULE; x needs at least one dim). Dims compare by value: the eager
- * shape rule passes sizes, cai_graph_add size-expression ids (equal ids, provably equal
- * sizes). The one check behind both. (shape.c) */
-bool cai_graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t);
-
 /* A new empty graph, or NULL when out of memory. */
 graph *cai_graph_new(void);
 void cai_graph_free(graph *g);

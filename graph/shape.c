@@ -625,91 +625,36 @@ static int need_index(graph *g, const char *op, const char *what, const graph_no
     return cai_graph_fail(g, "%s: %s must be i64, got %s", op, what, dtype_name(x->dtype));
 }
 
-static int infer_index_add(graph *g, graph_node *n) {
+/* index_add and scatter_add: (index, src) into zeros of the shape attribute. */
+typedef int (*scatter_rule)(const cai_sizes *z, kern_dtype idx_dt, int ni, const int64_t *idx,
+                            int ns, const int64_t *src, int nf, const int64_t *full, int64_t *dim,
+                            cai_rule_error *e);
+
+static int infer_scatter(graph *g, graph_node *n, scatter_rule rule) {
     const graph_node *idx = in_node(g, n, 0), *src = in_node(g, n, 1);
     graph_op_args *a = &n->a;
-    char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR], s4[SHAPE_STR];
-    if (need_index(g, "index_add", "the index", idx) || check_shape_attr(g, a, false))
+    if (check_shape_attr(g, a, false))
         return -1;
-    if (idx->ndim > 1)
-        return cai_graph_fail(g, "index_add: the index must be 0-D or 1-D, got shape %s",
-                              shape_of(g, idx, s1));
-    if (norm_dim(g, "index_add", &a->i[0], a->n_shape))
-        return -1;
-    graph_sx n_idx = idx->ndim == 1 ? idx->shape[0] : cai_graph_sx_const(g, 1);
-    graph_sx expect[KERN_MAX_DIMS];
-    memcpy(expect, a->shape, sizeof expect);
-    if (a->n_shape > 0)
-        expect[a->i[0]] = n_idx;
-    bool ok = cai_graph_same_shape(src->ndim, src->shape, a->n_shape, expect) &&
-              (a->n_shape > 0 || cai_graph_sx_is(g, n_idx, 1));
-    if (!ok)
-        return cai_graph_fail(
-            g,
-            "index_add: src has shape %s but the index of shape %s along dim %lld "
-            "of %s needs shape %s",
-            shape_of(g, src, s1), shape_of(g, idx, s2), (long long)a->i[0],
-            cai_graph_shape_str(g, a->n_shape, a->shape, s3, sizeof s3),
-            cai_graph_shape_str(g, a->n_shape, expect, s4, sizeof s4));
+    int64_t i64[KERN_MAX_DIMS], s64[KERN_MAX_DIMS], f64[KERN_MAX_DIMS];
+    to64(idx->ndim, idx->shape, i64);
+    to64(src->ndim, src->shape, s64);
+    to64(a->n_shape, a->shape, f64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (rule(&z, idx->dtype, idx->ndim, i64, src->ndim, s64, a->n_shape, f64, &a->i[0], &e))
+        return rule_fail(g, &e);
     set_out(n, src->dtype, a->n_shape, a->shape);
     return 0;
-}
-
-static int infer_scatter_add(graph *g, graph_node *n) {
-    const graph_node *idx = in_node(g, n, 0), *src = in_node(g, n, 1);
-    graph_op_args *a = &n->a;
-    char s1[SHAPE_STR], s2[SHAPE_STR];
-    if (need_index(g, "scatter_add", "the index", idx) || check_shape_attr(g, a, false))
-        return -1;
-    if (!cai_graph_same_shape(idx->ndim, idx->shape, src->ndim, src->shape))
-        return cai_graph_fail(g,
-                              "scatter_add: src has shape %s but index has shape %s; they must "
-                              "match",
-                              shape_of(g, src, s1), shape_of(g, idx, s2));
-    if (idx->ndim != a->n_shape)
-        return cai_graph_fail(g,
-                              "scatter_add: index of shape %s must have as many dims as the output "
-                              "%s",
-                              shape_of(g, idx, s1),
-                              cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2));
-    if (norm_dim(g, "scatter_add", &a->i[0], a->n_shape))
-        return -1;
-    for (int d = 0; d < a->n_shape; d++) {
-        int64_t vi, vf;
-        if (d != a->i[0] && cai_graph_sx_const_value(g, idx->shape[d], &vi) &&
-            cai_graph_sx_const_value(g, a->shape[d], &vf) && vi > vf)
-            return cai_graph_fail(g,
-                                  "scatter_add: index shape %s is larger than the output %s at "
-                                  "dim %d",
-                                  shape_of(g, idx, s1),
-                                  cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2), d);
-    }
-    set_out(n, src->dtype, a->n_shape, a->shape);
-    return 0;
-}
-
-bool cai_graph_nll_target_fits(int x_nd, const int64_t *x, int t_nd, const int64_t *t) {
-    bool ok = x_nd >= 1 && t_nd == (x_nd >= 2 ? x_nd - 1 : 0);
-    if (ok && x_nd >= 2) {
-        ok = t[0] == x[0];
-        for (int d = 2; d < x_nd; d++)
-            ok = ok && t[d - 1] == x[d];
-    }
-    return ok;
 }
 
 static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *t) {
-    int64_t xs[KERN_MAX_DIMS], ts[KERN_MAX_DIMS]; /* the expression ids, compared as values */
-    for (int d = 0; d < a->n_shape; d++)
-        xs[d] = a->shape[d];
-    for (int d = 0; d < t->ndim; d++)
-        ts[d] = t->shape[d];
-    if (cai_graph_nll_target_fits(a->n_shape, xs, t->ndim, ts))
-        return 0;
-    char s1[SHAPE_STR], s2[SHAPE_STR];
-    return cai_graph_fail(g, "nll_bw: input %s and target %s do not fit; " GRAPH_NLL_TARGET_RULE,
-                          cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
-                          shape_of(g, t, s2));
+    int64_t x64[KERN_MAX_DIMS], t64[KERN_MAX_DIMS];
+    to64(a->n_shape, a->shape, x64);
+    to64(t->ndim, t->shape, t64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    return cai_rule_nll_target(&z, "nll_bw", a->n_shape, x64, t->ndim, t64, &e) ? rule_fail(g, &e)
+                                                                                : 0;
 }
 
 static int infer_scale_size(graph *g, graph_node *n) {
@@ -805,8 +750,8 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_SLICE_BACKWARD: return infer_slice_backward(g, n);
     case GOP_CONTIGUOUS: return infer_same(g, n);
     case GOP_MATMUL: return infer_matmul(g, n);
-    case GOP_INDEX_ADD: return infer_index_add(g, n);
-    case GOP_SCATTER_ADD: return infer_scatter_add(g, n);
+    case GOP_INDEX_ADD: return infer_scatter(g, n, cai_rule_index_add);
+    case GOP_SCATTER_ADD: return infer_scatter(g, n, cai_rule_scatter_add);
     case GOP_CAST: return infer_cast(g, n);
     case GOP_NLL_BW: return infer_nll_bw(g, n);
     case GOP_SCALE_SIZE: return infer_scale_size(g, n);

@@ -304,3 +304,88 @@ int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a
     *nout = nd + 2;
     return 0;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Index scatters and nll's target
+ */
+static int need_int64_index(const cai_sizes *z, const char *op, kern_dtype dt, cai_rule_error *e) {
+    if (dt == KERN_I64)
+        return 0;
+    return fail(e, CAI_RULE_DTYPE, "%s: the index tensor must be %s, got %s; convert it with %s",
+                op, z->dtype_name(KERN_I64), z->dtype_name(dt), z->convert);
+}
+
+int cai_rule_index_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const int64_t *idx, int ns,
+                       const int64_t *src, int nf, const int64_t *full, int64_t *dim,
+                       cai_rule_error *e) {
+    char s1[STR], s2[STR], s3[STR], s4[STR];
+    if (need_int64_index(z, "index_add", idx_dt, e))
+        return -1;
+    if (ni > 1)
+        return fail(e, CAI_RULE_SHAPE, "index_add: the index must be 0-D or 1-D, got shape %s",
+                    z->shape_str(z->ctx, ni, idx, s1, STR));
+    if (cai_rule_dim(dim, nf, "index_add", e))
+        return -1;
+    int64_t n_idx = ni == 1 ? idx[0] : one(z), expect[KERN_MAX_DIMS];
+    if (n_idx < 0)
+        return nomem(e, "index_add");
+    if (nf > 0)
+        memcpy(expect, full, sizeof(int64_t) * (size_t)nf);
+    if (nf > 0)
+        expect[*dim] = n_idx;
+    bool ok = ns == nf && (nf == 0 || memcmp(src, expect, sizeof(int64_t) * (size_t)nf) == 0) &&
+              (nf > 0 || is_one(z, n_idx));
+    if (ok)
+        return 0;
+    return fail(e, CAI_RULE_SHAPE,
+                "index_add: src has shape %s but the index of shape %s along dim %lld of %s needs "
+                "shape %s",
+                z->shape_str(z->ctx, ns, src, s1, STR), z->shape_str(z->ctx, ni, idx, s2, STR),
+                (long long)*dim, z->shape_str(z->ctx, nf, full, s3, STR),
+                z->shape_str(z->ctx, nf, expect, s4, STR));
+}
+
+int cai_rule_scatter_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const int64_t *idx, int ns,
+                         const int64_t *src, int nf, const int64_t *full, int64_t *dim,
+                         cai_rule_error *e) {
+    char s1[STR], s2[STR];
+    if (need_int64_index(z, "scatter_add", idx_dt, e))
+        return -1;
+    if (ni != ns || (ni > 0 && memcmp(idx, src, sizeof(int64_t) * (size_t)ni) != 0))
+        return fail(e, CAI_RULE_SHAPE,
+                    "scatter_add: src has shape %s but index has shape %s; they must match",
+                    z->shape_str(z->ctx, ns, src, s1, STR), z->shape_str(z->ctx, ni, idx, s2, STR));
+    if (ni != nf)
+        return fail(e, CAI_RULE_SHAPE,
+                    "scatter_add: index of shape %s must have as many dims as the output %s",
+                    z->shape_str(z->ctx, ni, idx, s1, STR),
+                    z->shape_str(z->ctx, nf, full, s2, STR));
+    if (cai_rule_dim(dim, nf, "scatter_add", e))
+        return -1;
+    for (int d = 0; d < nf; d++) {
+        int64_t vi, vf;
+        if (d != *dim && z->value(z->ctx, idx[d], &vi) && z->value(z->ctx, full[d], &vf) && vi > vf)
+            return fail(e, CAI_RULE_SHAPE,
+                        "scatter_add: index shape %s is larger than the output %s at dim %d",
+                        z->shape_str(z->ctx, ni, idx, s1, STR),
+                        z->shape_str(z->ctx, nf, full, s2, STR), d);
+    }
+    return 0;
+}
+
+int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_t *x, int nt,
+                        const int64_t *t, cai_rule_error *e) {
+    bool ok = nx >= 1 && nt == (nx >= 2 ? nx - 1 : 0);
+    if (ok && nx >= 2) {
+        ok = t[0] == x[0];
+        for (int d = 2; d < nx; d++)
+            ok = ok && t[d - 1] == x[d];
+    }
+    if (ok)
+        return 0;
+    char s1[STR], s2[STR];
+    return fail(e, CAI_RULE_SHAPE,
+                "%s: input %s and target %s do not fit; expected input [N, C, d...] with target "
+                "[N, d...], or input [C] with a 0-d target",
+                op, z->shape_str(z->ctx, nx, x, s1, STR), z->shape_str(z->ctx, nt, t, s2, STR));
+}

@@ -98,4 +98,21 @@ int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a
                     const int64_t *b, bool tb, bool broadcast, int *nout, int64_t *out,
                     cai_rule_error *e);
 
+/* index_add into zeros(full): the index (dtype idx_dt) is 0-D or 1-D int64, *dim is
+ * normalised against full, and src must be full with that dim the index's length. */
+int cai_rule_index_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const int64_t *idx, int ns,
+                       const int64_t *src, int nf, const int64_t *full, int64_t *dim,
+                       cai_rule_error *e);
+
+/* scatter_add into zeros(full): an int64 index of src's shape and full's rank, no larger
+ * than full outside *dim (normalised). */
+int cai_rule_scatter_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const int64_t *idx, int ns,
+                         const int64_t *src, int nf, const int64_t *full, int64_t *dim,
+                         cai_rule_error *e);
+
+/* nll_loss's target against its input x: [N] for [N, C], [N, d1, ...] for [N, C, d1, ...],
+ * 0-D for [C]. */
+int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_t *x, int nt,
+                        const int64_t *t, cai_rule_error *e);
+
 #endif /* CAGRAD_SHAPE_RULES_H */
