@@ -13,10 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *ints_str(const ca_ints *s, char *buf, size_t size) {
-    return cai_err_shape_str(s->n, s->v, buf, size);
-}
-
 static ca_attrs attrs_none(void) {
     ca_attrs a;
     memset(&a, 0, sizeof a);
@@ -87,38 +83,14 @@ static bool view_strides(int on, const int64_t *oshape, const int64_t *ostrides,
 static ca_status reshape_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                ca_meta *out) {
     ca_ints *s = &a->shape;
-    char b1[META_STR_SIZE], b2[META_STR_SIZE];
     if (s->n < 0 || s->n > CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE, "%s: target has %d dims; cagrad supports 0 to %d",
                        row->name, s->n, CA_MAX_DIMS);
-    int infer = -1;
-    int64_t known = 1, numel = cai_meta_numel(in);
-    for (int d = 0; d < s->n; d++) {
-        if (s->v[d] == -1 && infer >= 0)
-            return err_set(CA_STATUS_SHAPE,
-                           "%s: only one dimension can be inferred, but target %s "
-                           "has -1 at dims %d and %d; give the other sizes",
-                           row->name, ints_str(s, b1, sizeof b1), infer, d);
-        if (s->v[d] == -1)
-            infer = d;
-        else if (s->v[d] < 0)
-            return err_set(CA_STATUS_SHAPE,
-                           "%s: invalid size %lld at dim %d of target %s; sizes "
-                           "must be >= 0 (or -1 to infer one)",
-                           row->name, (long long)s->v[d], d, ints_str(s, b1, sizeof b1));
-        else
-            known *= s->v[d];
-    }
-    bool ok = infer >= 0 ? known != 0 && numel % known == 0 : known == numel;
-    if (!ok)
-        return err_set(CA_STATUS_SHAPE,
-                       "%s: shape %s is invalid for an input of shape %s (%lld elements); the "
-                       "target must have the same number of elements%s",
-                       row->name, ints_str(s, b1, sizeof b1), cai_meta_str(in, b2, sizeof b2),
-                       (long long)numel,
-                       infer >= 0 && known == 0 ? " and -1 is ambiguous next to a size 0" : "");
-    if (infer >= 0)
-        s->v[infer] = numel / known;
+    cai_rule_error e;
+    int infer;
+    if (cai_rule_reshape(&cai_sizes_concrete, row->name, in->ndim, in->shape, s->n, s->v, &infer,
+                         &e))
+        return cai_rule_raise(&e);
     out->dtype = in->dtype;
     out->ndim = s->n;
     memcpy(out->shape, s->v, sizeof(int64_t) * (size_t)s->n);
@@ -434,10 +406,6 @@ static int64_t slice_clamp(int64_t v, int64_t size) {
     return v < 0 ? 0 : v > size ? size : v;
 }
 
-static int64_t slice_len(int64_t start, int64_t end, int64_t step) {
-    return end > start ? (end - start + step - 1) / step : 0;
-}
-
 /* Canonicalise (dim, start, end, step) in a->i[0..3] against a tensor of shape in. */
 static ca_status slice_canon(const char *op, const ca_meta *in, ca_attrs *a) {
     if (in->ndim == 0)
@@ -461,7 +429,7 @@ static ca_status slice_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
                              ca_meta *out) {
     CA_CHECK(slice_canon("slice", in, a));
     *out = *in;
-    out->shape[a->i[0]] = slice_len(a->i[1], a->i[2], a->i[3]);
+    out->shape[a->i[0]] = cai_rule_slice_len(a->i[1], a->i[2], a->i[3]);
     return CA_OK;
 }
 
@@ -583,20 +551,15 @@ ca_status ca_select(ca_tensor *x, int64_t dim, int64_t index, ca_tensor **out) {
  */
 static ca_status slice_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                 ca_meta *out) {
-    char b1[META_STR_SIZE], b2[META_STR_SIZE], b3[META_STR_SIZE];
     ca_meta full = {.dtype = in->dtype, .ndim = a->shape.n};
     if (a->shape.n < 0 || a->shape.n > CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE, "slice_backward: full shape has %d dims", a->shape.n);
     memcpy(full.shape, a->shape.v, sizeof(int64_t) * (size_t)a->shape.n);
     CA_CHECK(slice_canon("slice_backward", &full, a));
-    ca_meta expect = full;
-    expect.shape[a->i[0]] = slice_len(a->i[1], a->i[2], a->i[3]);
-    if (!cai_meta_same_shape(in, &expect))
-        return err_set(CA_STATUS_SHAPE,
-                       "slice_backward: the gradient has shape %s but the slice "
-                       "of %s along dim %lld has shape %s",
-                       cai_meta_str(in, b1, sizeof b1), cai_meta_str(&full, b2, sizeof b2),
-                       (long long)a->i[0], cai_meta_str(&expect, b3, sizeof b3));
+    cai_rule_error e;
+    if (cai_rule_slice_backward(&cai_sizes_concrete, in->ndim, in->shape, full.ndim, full.shape,
+                                a->i, &e))
+        return cai_rule_raise(&e);
     *out = full;
     return CA_OK;
 }

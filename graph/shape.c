@@ -405,7 +405,7 @@ static graph_sx reshape_infer(graph *g, const graph_node *x, const graph_op_args
     factors_of(g, x->ndim, x->shape, -1, &in);
     factors_of(g, a->n_shape, a->shape, infer, &known);
     factors rest = in;
-    char s1[SHAPE_STR], s2[SHAPE_STR];
+    char s1[SHAPE_STR];
     if (known.c == 0)
         return cai_graph_fail(g, "reshape: -1 is ambiguous next to a size 0 in target %s",
                               cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1));
@@ -415,70 +415,32 @@ static graph_sx reshape_infer(graph *g, const graph_node *x, const graph_op_args
             p = cai_graph_sx_op(g, GSX_MUL, p, rest.f[i]);
         return p;
     }
-    if (in.n == 0 && known.n == 0 && !in.partial && !known.partial)
-        return cai_graph_fail(
-            g, "reshape: shape %s is invalid for an input of shape %s (%lld elements)",
-            cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1), shape_of(g, x, s2),
-            (long long)in.c);
     graph_sx num = product(g, x->ndim, x->shape, -1);
     graph_sx den = num < 0 ? -1 : product(g, a->n_shape, a->shape, infer);
     return den < 0 ? -1 : cai_graph_sx_op(g, GSX_DIV, num, den);
 }
 
-static int sort_factors(factors *fs) {
-    for (int i = 1; i < fs->n; i++) {
-        graph_sx v = fs->f[i];
-        int j = i;
-        for (; j > 0 && fs->f[j - 1] > v; j--)
-            fs->f[j] = fs->f[j - 1];
-        fs->f[j] = v;
-    }
-    return fs->n;
-}
-
-static bool same_numel(const graph *g, const graph_node *x, const graph_op_args *a) {
-    factors fa, fb;
-    factors_of(g, x->ndim, x->shape, -1, &fa);
-    factors_of(g, a->n_shape, a->shape, -1, &fb);
-    if (fa.partial || fb.partial || fa.c != fb.c || sort_factors(&fa) != sort_factors(&fb))
-        return false;
-    return memcmp(fa.f, fb.f, sizeof(graph_sx) * (size_t)fa.n) == 0;
-}
-
-static bool all_const(const graph *g, int n, const graph_sx *shape) {
-    for (int d = 0; d < n; d++)
-        if (!cai_graph_sx_const_value(g, shape[d], NULL))
-            return false;
-    return true;
-}
-
 static int infer_reshape(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     graph_op_args *a = &n->a;
-    char s1[SHAPE_STR], s2[SHAPE_STR];
     if (check_shape_attr(g, a, true))
         return -1;
-    int infer = -1;
-    for (int d = 0; d < a->n_shape; d++) {
-        if (!sx_infer(g, a->shape[d]))
-            continue;
-        if (infer >= 0)
-            return cai_graph_fail(g,
-                                  "reshape: only one dim can be -1, but the target has -1 at dims "
-                                  "%d and %d",
-                                  infer, d);
-        infer = d;
-    }
-    if (infer >= 0) {
+    int64_t x64[KERN_MAX_DIMS], t64[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, x64);
+    for (int d = 0; d < a->n_shape; d++) /* the id -1 or the constant -1: infer */
+        t64[d] = sx_infer(g, a->shape[d]) ? -1 : a->shape[d];
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    int infer;
+    if (cai_rule_reshape(&z, "reshape", x->ndim, x64, a->n_shape, t64, &infer, &e))
+        return rule_fail(g, &e);
+    if (infer >= 0 && t64[infer] >= 0) { /* every size constant: the rule resolved it */
+        a->shape[infer] = (graph_sx)t64[infer];
+    } else if (infer >= 0) {
         graph_sx s = reshape_infer(g, x, a, infer);
         if (s < 0)
             return -1;
         a->shape[infer] = s;
-    } else if (!same_numel(g, x, a) && all_const(g, x->ndim, x->shape) &&
-               all_const(g, a->n_shape, a->shape)) {
-        return cai_graph_fail(g, "reshape: shape %s is invalid for an input of shape %s",
-                              cai_graph_shape_str(g, a->n_shape, a->shape, s1, sizeof s1),
-                              shape_of(g, x, s2));
     }
     /* Symbolic sizes whose products cannot be proven equal (a flattened batch B*T is its
      * own symbol) are accepted: the forward's view guaranteed them, the cache guards their
@@ -541,7 +503,7 @@ static int slice_check(graph *g, const char *op, int64_t *i, int nd, const graph
     if (cai_graph_sx_const_value(g, shape[i[0]], &size) && end > size)
         return cai_graph_fail(g, "%s: slice end %lld is past the end of dim %lld (size %lld)", op,
                               (long long)end, (long long)i[0], (long long)size);
-    *len = cai_graph_sx_const(g, (end - start + step - 1) / step);
+    *len = cai_graph_sx_const(g, cai_rule_slice_len(start, end, step));
     return *len < 0 ? -1 : 0;
 }
 
@@ -559,21 +521,17 @@ static int infer_slice(graph *g, graph_node *n) {
 static int infer_slice_backward(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
     graph_op_args *a = &n->a;
-    graph_sx len, expect[KERN_MAX_DIMS];
+    graph_sx len;
     if (check_shape_attr(g, a, false) ||
         slice_check(g, "slice_backward", a->i, a->n_shape, a->shape, &len))
         return -1;
-    memcpy(expect, a->shape, sizeof expect);
-    expect[a->i[0]] = len;
-    if (!cai_graph_same_shape(x->ndim, x->shape, a->n_shape, expect)) {
-        char s1[SHAPE_STR], s2[SHAPE_STR], s3[SHAPE_STR];
-        return cai_graph_fail(
-            g,
-            "slice_backward: the gradient has shape %s but the slice of %s along "
-            "dim %lld has shape %s",
-            shape_of(g, x, s1), cai_graph_shape_str(g, a->n_shape, a->shape, s2, sizeof s2),
-            (long long)a->i[0], cai_graph_shape_str(g, a->n_shape, expect, s3, sizeof s3));
-    }
+    int64_t g64[KERN_MAX_DIMS], f64[KERN_MAX_DIMS];
+    to64(x->ndim, x->shape, g64);
+    to64(a->n_shape, a->shape, f64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_slice_backward(&z, x->ndim, g64, a->n_shape, f64, a->i, &e))
+        return rule_fail(g, &e);
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;
 }

@@ -263,6 +263,78 @@ int cai_rule_unsqueeze(const cai_sizes *z, int nx, const int64_t *x, int64_t *di
     return 0;
 }
 
+int64_t cai_rule_slice_len(int64_t start, int64_t end, int64_t step) {
+    return end > start ? (end - start + step - 1) / step : 0;
+}
+
+int cai_rule_slice_backward(const cai_sizes *z, int ng, const int64_t *g, int nf,
+                            const int64_t *full, const int64_t *slice, cai_rule_error *e) {
+    int64_t expect[KERN_MAX_DIMS];
+    if (nf > 0)
+        memcpy(expect, full, sizeof(int64_t) * (size_t)nf);
+    int64_t len = z->constant(z->ctx, cai_rule_slice_len(slice[1], slice[2], slice[3]));
+    if (len < 0)
+        return nomem(e, "slice_backward");
+    expect[slice[0]] = len;
+    if (ng == nf && memcmp(g, expect, sizeof(int64_t) * (size_t)nf) == 0)
+        return 0;
+    char s1[STR], s2[STR], s3[STR];
+    return fail(e, CAI_RULE_SHAPE,
+                "slice_backward: the gradient has shape %s but the slice of %s along dim %lld "
+                "has shape %s",
+                z->shape_str(z->ctx, ng, g, s1, STR), z->shape_str(z->ctx, nf, full, s2, STR),
+                (long long)slice[0], z->shape_str(z->ctx, nf, expect, s3, STR));
+}
+
+static bool all_constant(const cai_sizes *z, int n, const int64_t *s, int skip, int64_t *prod) {
+    int64_t p = 1, v;
+    for (int d = 0; d < n; d++) {
+        if (d == skip)
+            continue;
+        if (!z->value(z->ctx, s[d], &v))
+            return false;
+        p *= v;
+    }
+    *prod = p;
+    return true;
+}
+
+int cai_rule_reshape(const cai_sizes *z, const char *op, int nx, const int64_t *x, int nt,
+                     int64_t *t, int *infer, cai_rule_error *e) {
+    char s1[STR], s2[STR];
+    *infer = -1;
+    for (int d = 0; d < nt; d++) {
+        int64_t v;
+        if (is_infer(z, t[d])) {
+            if (*infer >= 0)
+                return fail(e, CAI_RULE_SHAPE,
+                            "%s: only one dimension can be inferred, but target %s has -1 at dims "
+                            "%d and %d; give the other sizes",
+                            op, z->shape_str(z->ctx, nt, t, s1, STR), *infer, d);
+            *infer = d;
+        } else if (z->value(z->ctx, t[d], &v) && v < 0) {
+            return fail(e, CAI_RULE_SHAPE,
+                        "%s: invalid size %lld at dim %d of target %s; sizes must be >= 0 (or -1 "
+                        "to infer one)",
+                        op, (long long)v, d, z->shape_str(z->ctx, nt, t, s1, STR));
+        }
+    }
+    int64_t numel, known;
+    if (!all_constant(z, nx, x, -1, &numel) || !all_constant(z, nt, t, *infer, &known))
+        return 0; /* symbolic: the caller reasons about the products */
+    bool ok = *infer >= 0 ? known != 0 && numel % known == 0 : known == numel;
+    if (!ok)
+        return fail(e, CAI_RULE_SHAPE,
+                    "%s: shape %s is invalid for an input of shape %s (%lld elements); the target "
+                    "must have the same number of elements%s",
+                    op, z->shape_str(z->ctx, nt, t, s1, STR), z->shape_str(z->ctx, nx, x, s2, STR),
+                    (long long)numel,
+                    *infer >= 0 && known == 0 ? " and -1 is ambiguous next to a size 0" : "");
+    if (*infer >= 0 && (t[*infer] = z->constant(z->ctx, numel / known)) < 0)
+        return nomem(e, op);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------
  * matmul
  */

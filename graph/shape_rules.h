@@ -98,6 +98,21 @@ int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a
                     const int64_t *b, bool tb, bool broadcast, int *nout, int64_t *out,
                     cai_rule_error *e);
 
+/* The length of a canonical slice start:end:step (0 <= start, step > 0). */
+int64_t cai_rule_slice_len(int64_t start, int64_t end, int64_t step);
+
+/* slice_backward: the gradient g must have the shape of the canonical slice (dim, start,
+ * end, step) of full. */
+int cai_rule_slice_backward(const cai_sizes *z, int ng, const int64_t *g, int nf,
+                            const int64_t *full, const int64_t *slice, cai_rule_error *e);
+
+/* reshape x to target t (nt dims). At most one -1 (the id -1 or the constant -1), whose
+ * position goes to *infer (-1: none); other constant sizes must be >= 0. When every size
+ * of x and of t but the -1 is a constant, the element counts are checked and the -1 is
+ * resolved in t; otherwise t is left as it is for the caller's symbolic reasoning. */
+int cai_rule_reshape(const cai_sizes *z, const char *op, int nx, const int64_t *x, int nt,
+                     int64_t *t, int *infer, cai_rule_error *e);
+
 /* index_add into zeros(full): the index (dtype idx_dt) is 0-D or 1-D int64, *dim is
  * normalised against full, and src must be full with that dim the index's length. */
 int cai_rule_index_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const int64_t *idx, int ns,
