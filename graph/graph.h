@@ -55,33 +55,69 @@ const char *cai_graph_sx_str(const graph *g, graph_sx s, char *buf, size_t size)
 /* ---------------------------------------------------------------------------------------
  * Nodes
  */
+/* Every graph op, one row each: GRAPH_OPS(X) expands X(NAME, PRINTED, N_IN, N_INTS, FL).
+ * From the rows come the enum, the printed names, the arity and attribute checks of
+ * cai_graph_add and the side-effect facts the passes use.
+ *   N_IN   inputs (-1: the kernel op's arity, for PW)
+ *   N_INTS how many of i[0..3] the op reads (the rest are zeroed, so equal calls compare equal)
+ *   FL     GOPF_ flags: SHAPE (reads the shape attribute), SIDE (a side effect: a root that
+ *          keeps its order), NOVALUE (makes no value)
+ */
+enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
+
+/* clang-format off */
+#define GRAPH_OPS(X)                                                                               \
+    /* i[0] = input number; dtype and shape given */                                              \
+    X(INPUT, "getitem", 0, 1, GOPF_SHAPE)                                                          \
+    /* i[0] = kern_pw_op, p[0..1] its params; n_in = its arity; broadcast */                      \
+    X(PW, "pw", -1, 1, 0)                                                                          \
+    /* i[0] = mask of reduced dims, i[1] = keepdim */                                             \
+    X(SUM, "sum", 1, 2, 0)                                                                         \
+    /* shape = target: sum a broadcast value back down */                                         \
+    X(SUM_TO, "sum_to", 1, 0, GOPF_SHAPE)                                                          \
+    /* shape = target (a view) */                                                                  \
+    X(EXPAND, "expand", 1, 0, GOPF_SHAPE)                                                          \
+    /* shape = target, one dim may be -1 (a view when strides allow) */                           \
+    X(RESHAPE, "reshape", 1, 0, GOPF_SHAPE)                                                        \
+    /* perm (a view) */                                                                            \
+    X(PERMUTE, "permute", 1, 0, 0)                                                                 \
+    /* i[0] = dim (a view) */                                                                      \
+    X(UNSQUEEZE, "unsqueeze", 1, 1, 0)                                                             \
+    /* i[0..3] = dim, start, end, step, canonical (a view) */                                     \
+    X(SLICE, "slice", 1, 4, 0)                                                                     \
+    /* shape = full; i[0..3] as SLICE: zeros(full) with x at the slice */                         \
+    X(SLICE_BACKWARD, "slice_backward", 1, 4, GOPF_SHAPE)                                          \
+    /* a contiguous copy */                                                                        \
+    X(CONTIGUOUS, "contiguous", 1, 0, 0)                                                           \
+    /* i[0], i[1] = transpose a, b (last two dims); batch dims broadcast */                       \
+    X(MATMUL, "matmul", 2, 2, 0)                                                                   \
+    /* in: index, src; shape = full; i[0] = dim */                                                 \
+    X(INDEX_ADD, "index_add", 2, 1, GOPF_SHAPE)                                                    \
+    X(SCATTER_ADD, "scatter_add", 2, 1, GOPF_SHAPE)                                                \
+    /* dtype = target */                                                                           \
+    X(CAST, "cast", 1, 0, 0)                                                                       \
+    /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over symbolic dims, where N  */ \
+    /* is only known at run time. i[0] = 1: x * (p[0] * N) (a sum of an expand over them) */      \
+    X(SCALE_SIZE, "scale_size", 1, 1, GOPF_SHAPE)                                                  \
+    /* in: g, target, total_weight; shape = input's; i[0] = reduction, i[1] = ignore_index */     \
+    X(NLL_BW, "nll_bw", 3, 2, GOPF_SHAPE)                                                          \
+    /* in: grad; i[0] = hook number. Out: the (possibly replaced) grad */                         \
+    X(HOOK, "call_hook", 1, 1, GOPF_SIDE)                                                          \
+    /* in: grad; i[0] = retain number. Side effect: t.grad += grad */                             \
+    X(RETAIN, "retain_grad", 1, 1, GOPF_SIDE | GOPF_NOVALUE)                                       \
+    /* in: grad; i[0] = leaf number. Side effect: leaf.grad += grad */                            \
+    X(ACCUMULATE, "accumulate_grad", 1, 1, GOPF_SIDE | GOPF_NOVALUE)                               \
+    /* in: the ACCUMULATE node; i[0] = leaf number, i[1] = hook number */                         \
+    X(POST_HOOK, "post_accumulate_hook", 1, 2, GOPF_SIDE | GOPF_NOVALUE)                           \
+    /* in: grad; i[0] = output number (autograd.grad's result) */                                 \
+    X(OUTPUT, "output", 1, 1, GOPF_SIDE | GOPF_NOVALUE)
+/* clang-format on */
+
 typedef enum {
-    GOP_INPUT,          /* i[0] = input number; dtype and shape given */
-    GOP_PW,             /* i[0] = kern_pw_op, p[0..1] its params; n_in = its arity; broadcast */
-    GOP_SUM,            /* i[0] = mask of reduced dims, i[1] = keepdim */
-    GOP_SUM_TO,         /* shape = target: sum a broadcast value back down */
-    GOP_EXPAND,         /* shape = target (a view) */
-    GOP_RESHAPE,        /* shape = target, one dim may be -1 (a view when strides allow) */
-    GOP_PERMUTE,        /* perm (a view) */
-    GOP_UNSQUEEZE,      /* i[0] = dim (a view) */
-    GOP_SLICE,          /* i[0..3] = dim, start, end, step, canonical (a view) */
-    GOP_SLICE_BACKWARD, /* shape = full; i[0..3] as SLICE: zeros(full) with x at the slice */
-    GOP_CONTIGUOUS,     /* a contiguous copy */
-    GOP_MATMUL,         /* i[0], i[1] = transpose a, b (last two dims); batch dims broadcast */
-    GOP_INDEX_ADD,      /* in: index, src; shape = full; i[0] = dim */
-    GOP_SCATTER_ADD,    /* in: index, src; shape = full; i[0] = dim */
-    GOP_CAST,           /* dtype = target */
-    GOP_SCALE_SIZE,     /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over
-                           symbolic dims, where N is only known at run time. i[0] = 1: x *
-                           (p[0] * N) instead (a sum of an expand over symbolic dims) */
-    GOP_NLL_BW,         /* in: g, target, total_weight; shape = input's; i[0] = reduction,
-                           i[1] = ignore_index */
-    GOP_HOOK,           /* in: grad; i[0] = hook number. Out: the (possibly replaced) grad */
-    GOP_RETAIN,         /* in: grad; i[0] = retain number. Side effect: t.grad += grad */
-    GOP_ACCUMULATE,     /* in: grad; i[0] = leaf number. Side effect: leaf.grad += grad */
-    GOP_POST_HOOK,      /* in: the ACCUMULATE node; i[0] = leaf number, i[1] = hook number */
-    GOP_OUTPUT,         /* in: grad; i[0] = output number (autograd.grad's result) */
-    GOP__COUNT
+#define GRAPH_OP_ENUM(NAME, PRINTED, N_IN, N_INTS, FL) GOP_##NAME,
+    GRAPH_OPS(GRAPH_OP_ENUM)
+#undef GRAPH_OP_ENUM
+        GOP__COUNT
 } graph_op;
 
 /* Where a node came from, for the printed graph's comments and value names. */

@@ -42,9 +42,14 @@ bool cai_graph_same_shape(int na, const graph_sx *a, int nb, const graph_sx *b);
 /* "[s0, 10]" into buf; returns buf. */
 const char *cai_graph_shape_str(const graph *g, int n, const graph_sx *shape, char *buf,
                                 size_t size);
-/* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT. */
+/* Facts from an op's GRAPH_OPS row (graph.h): its inputs (-1 for PW: the kernel op's
+ * arity), how many of i[0..3] it reads, whether it reads the shape attribute, whether it
+ * is a side effect (HOOK, RETAIN, ACCUMULATE, POST_HOOK, OUTPUT) and whether it makes a
+ * value (all but RETAIN, ACCUMULATE, POST_HOOK, OUTPUT). (ir.c) */
+int cai_graph_op_n_in(graph_op op);
+int cai_graph_op_n_ints(graph_op op);
+bool cai_graph_op_uses_shape(graph_op op);
 bool cai_graph_op_is_side_effect(graph_op op);
-/* False for the nodes that make no value (RETAIN, ACCUMULATE, POST_HOOK, OUTPUT). */
 bool cai_graph_op_has_value(graph_op op);
 
 /* ---------------------------------------------------------------------------------------

@@ -453,39 +453,36 @@ int cai_graph_n_slots(const graph *g) {
 /* ---------------------------------------------------------------------------------------
  * Op facts
  */
+static const struct {
+    const char *name;
+    int8_t n_in, n_ints;
+    uint8_t flags;
+} graph_op_info[GOP__COUNT] = {
+#define GRAPH_OP_INFO(NAME, PRINTED, N_IN, N_INTS, FL) [GOP_##NAME] = {PRINTED, N_IN, N_INTS, FL},
+    GRAPH_OPS(GRAPH_OP_INFO)
+#undef GRAPH_OP_INFO
+};
+
 const char *cai_graph_op_name(graph_op op) {
-    static const char *const names[GOP__COUNT] = {
-        [GOP_INPUT] = "getitem",
-        [GOP_PW] = "pw",
-        [GOP_SUM] = "sum",
-        [GOP_SUM_TO] = "sum_to",
-        [GOP_EXPAND] = "expand",
-        [GOP_RESHAPE] = "reshape",
-        [GOP_PERMUTE] = "permute",
-        [GOP_UNSQUEEZE] = "unsqueeze",
-        [GOP_SLICE] = "slice",
-        [GOP_SLICE_BACKWARD] = "slice_backward",
-        [GOP_CONTIGUOUS] = "contiguous",
-        [GOP_MATMUL] = "matmul",
-        [GOP_INDEX_ADD] = "index_add",
-        [GOP_SCATTER_ADD] = "scatter_add",
-        [GOP_CAST] = "cast",
-        [GOP_SCALE_SIZE] = "scale_size",
-        [GOP_NLL_BW] = "nll_bw",
-        [GOP_HOOK] = "call_hook",
-        [GOP_RETAIN] = "retain_grad",
-        [GOP_ACCUMULATE] = "accumulate_grad",
-        [GOP_POST_HOOK] = "post_accumulate_hook",
-        [GOP_OUTPUT] = "output",
-    };
-    return (unsigned)op < GOP__COUNT ? names[op] : "?";
+    return (unsigned)op < GOP__COUNT ? graph_op_info[op].name : "?";
+}
+
+int cai_graph_op_n_in(graph_op op) {
+    return (unsigned)op < GOP__COUNT ? graph_op_info[op].n_in : 0;
+}
+
+int cai_graph_op_n_ints(graph_op op) {
+    return (unsigned)op < GOP__COUNT ? graph_op_info[op].n_ints : 0;
+}
+
+bool cai_graph_op_uses_shape(graph_op op) {
+    return (unsigned)op < GOP__COUNT && (graph_op_info[op].flags & GOPF_SHAPE);
 }
 
 bool cai_graph_op_is_side_effect(graph_op op) {
-    return op == GOP_HOOK || op == GOP_RETAIN || op == GOP_ACCUMULATE || op == GOP_POST_HOOK ||
-           op == GOP_OUTPUT;
+    return (unsigned)op < GOP__COUNT && (graph_op_info[op].flags & GOPF_SIDE);
 }
 
 bool cai_graph_op_has_value(graph_op op) {
-    return op != GOP_RETAIN && op != GOP_ACCUMULATE && op != GOP_POST_HOOK && op != GOP_OUTPUT;
+    return (unsigned)op < GOP__COUNT && !(graph_op_info[op].flags & GOPF_NOVALUE);
 }

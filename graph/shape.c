@@ -96,57 +96,16 @@ static int norm_dim(graph *g, const char *op, int64_t *dim, int ndim) {
  * Arity, inputs and canonical args
  */
 static int op_n_in(const graph_op_args *a) {
-    switch (a->op) {
-    case GOP_INPUT: return 0;
-    case GOP_PW:
-        return (unsigned)a->i[0] < KPW__COUNT ? cai_kern_pw_arity((kern_pw_op)a->i[0]) : -1;
-    case GOP_MATMUL:
-    case GOP_INDEX_ADD:
-    case GOP_SCATTER_ADD: return 2;
-    case GOP_NLL_BW: return 3;
-    default: return 1;
-    }
-}
-
-/* How many of i[0..3] the op reads (the rest are zeroed so equal calls compare equal). */
-static int op_n_ints(graph_op op) {
-    switch (op) {
-    case GOP_SUM:
-    case GOP_MATMUL:
-    case GOP_NLL_BW:
-    case GOP_POST_HOOK: return 2;
-    case GOP_SLICE:
-    case GOP_SLICE_BACKWARD: return 4;
-    case GOP_SUM_TO:
-    case GOP_EXPAND:
-    case GOP_RESHAPE:
-    case GOP_PERMUTE:
-    case GOP_CONTIGUOUS:
-    case GOP_CAST: return 0;
-    default: return 1;
-    }
-}
-
-static bool op_uses_shape(graph_op op) {
-    switch (op) {
-    case GOP_INPUT:
-    case GOP_SUM_TO:
-    case GOP_EXPAND:
-    case GOP_RESHAPE:
-    case GOP_SLICE_BACKWARD:
-    case GOP_INDEX_ADD:
-    case GOP_SCATTER_ADD:
-    case GOP_SCALE_SIZE:
-    case GOP_NLL_BW: return true;
-    default: return false;
-    }
+    if (a->op != GOP_PW)
+        return cai_graph_op_n_in(a->op);
+    return (unsigned)a->i[0] < KPW__COUNT ? cai_kern_pw_arity((kern_pw_op)a->i[0]) : -1;
 }
 
 /* Zero every field the op does not read. */
 static void canon_unused(graph_op_args *a, int n_in) {
     for (int k = n_in; k < GRAPH_MAX_IN; k++)
         a->in[k] = -1;
-    int ni = op_n_ints(a->op);
+    int ni = cai_graph_op_n_ints(a->op);
     for (int k = ni; k < 4; k++)
         a->i[k] = 0;
     int np = a->op == GOP_PW           ? cai_kern_pw_nparams((kern_pw_op)a->i[0])
@@ -156,7 +115,7 @@ static void canon_unused(graph_op_args *a, int n_in) {
         a->p[k] = 0;
     if (a->op != GOP_INPUT && a->op != GOP_CAST)
         a->dtype = 0;
-    if (!op_uses_shape(a->op))
+    if (!cai_graph_op_uses_shape(a->op))
         a->n_shape = 0;
     for (int d = a->n_shape; d < KERN_MAX_DIMS; d++)
         a->shape[d] = 0;
@@ -691,7 +650,7 @@ int cai_graph_infer(graph *g, graph_node *n) {
     if (a->n_perm < 0 || a->n_perm > KERN_MAX_DIMS)
         return cai_graph_fail(g, "%s: the permutation has %d entries", cai_graph_op_name(a->op),
                               a->n_perm);
-    if (op_uses_shape(a->op) && (a->n_shape < 0 || a->n_shape > KERN_MAX_DIMS))
+    if (cai_graph_op_uses_shape(a->op) && (a->n_shape < 0 || a->n_shape > KERN_MAX_DIMS))
         return cai_graph_fail(g, "%s: the shape has %d dims; graphs support 0 to %d",
                               cai_graph_op_name(a->op), a->n_shape, KERN_MAX_DIMS);
     canon_unused(a, n_in);

@@ -17,8 +17,9 @@ import re
 
 from . import _C
 
-# The registry's flags (cagrad.h, CA_OP_PY_* and CA_OP_POSITIVE).
-PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE, PY_OUT, POSITIVE = 1, 2, 4, 8, 16, 32
+# The registry's flags (cagrad.h's CA_OP_PY_* and CA_OP_POSITIVE, read from _C).
+PY_TORCH, PY_TENSOR, PY_NN = _C.OP_PY_TORCH, _C.OP_PY_TENSOR, _C.OP_PY_NN
+PY_INPLACE, PY_OUT, POSITIVE = _C.OP_PY_INPLACE, _C.OP_PY_OUT, _C.OP_POSITIVE
 
 _PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 

@@ -1,6 +1,7 @@
 /* registry.c - one builtin per op of libcagrad's op registry (ca_op_count and friends).
  *
- * At module init every registry op becomes _C.ops[name] = (function, schema, flags). The
+ * At module init every registry op becomes _C.ops[name] = (function, schema, flags), and the
+ * flags' values become _C.OP_PY_TORCH, ... The
  * function takes the schema's arguments by position or by name, Tensors as Tensors and
  * every other argument as a number (a str{...} choice as its index), and calls ca_op_apply
  * under the library lock. The Python package (cagrad/_ops.py) builds the PyTorch-facing
@@ -116,6 +117,15 @@ int glue_add_registry(PyObject *module) {
         rc = add_op(ops, module_name, k);
     if (rc == 0)
         rc = PyModule_AddObjectRef(module, "ops", ops);
+    /* the flags' values, so that Python never keeps a copy of cagrad.h's enum */
+    static const struct {
+        const char *name;
+        long value;
+    } flags[] = {{"OP_PY_TORCH", CA_OP_PY_TORCH}, {"OP_PY_TENSOR", CA_OP_PY_TENSOR},
+                 {"OP_PY_NN", CA_OP_PY_NN},       {"OP_PY_INPLACE", CA_OP_PY_INPLACE},
+                 {"OP_PY_OUT", CA_OP_PY_OUT},     {"OP_POSITIVE", CA_OP_POSITIVE}};
+    for (size_t k = 0; rc == 0 && k < sizeof flags / sizeof flags[0]; k++)
+        rc = PyModule_AddIntConstant(module, flags[k].name, flags[k].value);
     Py_XDECREF(ops);
     Py_XDECREF(module_name);
     return rc;

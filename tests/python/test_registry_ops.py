@@ -23,7 +23,10 @@ from helpers import (STANDIN, assert_close, backward_checked, ca, compiled_ctx, 
 
 pytestmark = pytest.mark.skipif(STANDIN, reason="the registry is cagrad's own")
 
-PY_TORCH, PY_TENSOR, PY_NN, PY_INPLACE, PY_OUT, POSITIVE = 1, 2, 4, 8, 16, 32
+if STANDIN:
+    POSITIVE = PY_INPLACE = PY_NN = PY_OUT = PY_TENSOR = PY_TORCH = 0
+else:
+    from cagrad._ops import POSITIVE, PY_INPLACE, PY_NN, PY_OUT, PY_TENSOR, PY_TORCH
 OPS = {} if STANDIN else dict(ca._C.ops)
 NAMES = sorted(OPS)
 _PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
