@@ -54,19 +54,17 @@ def _params(schema):
     return out
 
 
-def _build(name, builtin, schema, flags):
-    """The Python function for one registry op (generated source, so that its signature,
-    defaults and keyword names are PyTorch's and calls cost one extra frame)."""
-    params = _params(schema)
+def _source(name, schema, flags, env):
+    """The source of the Python function for one registry op: its signature, defaults and
+    keyword names are PyTorch's, and a call costs one extra frame. Names it needs go into
+    env, prefixed by the op's name."""
     sig, args, body = [], [], []
-    env = {"_op": builtin, "_no_inplace": _no_inplace, "_no_out": _no_out,
-           "_bad_choice": _bad_choice}
-    for kind, pname, default, choices in params:
+    for kind, pname, default, choices in _params(schema):
         sig.append(pname if default is None else f"{pname}={default}")
         if choices is None:
             args.append(pname)
             continue
-        table = f"_choices_{pname}"
+        table = f"_choices_{name}_{pname}"
         env[table] = {c: i for i, c in enumerate(choices)}
         body.append(f"    {pname}_index = {table}.get({pname}) if type({pname}) is str "
                     f"else None\n"
@@ -80,17 +78,27 @@ def _build(name, builtin, schema, flags):
     if flags & PY_OUT:
         sig += ["*", "out=None"]
         body.append(f"    if out is not None:\n        _no_out({name!r})\n")
-    src = (f"def {name}({', '.join(sig)}):\n" + "".join(body) +
-           f"    return _op({', '.join(args)})\n")
-    exec(compile(src, f"<cagrad op {name}>", "exec"), env)  # noqa: S102 (our own source)
-    fn = env[name]
-    fn.__doc__ = f"{schema}\n\nFrom cagrad's op registry; see docs/python-api.md."
-    fn.__module__ = "cagrad"
-    return fn
+    return (f"def {name}({', '.join(sig)}):\n" + "".join(body) +
+            f"    return _op_{name}({', '.join(args)})\n")
 
 
-FUNCTIONS = {name: _build(name, fn, schema, flags)
-             for name, (fn, schema, flags) in sorted(_C.ops.items())}
+def _build_all(ops):
+    """{name: function} for every registry op, compiled as one generated module."""
+    env = {"_no_inplace": _no_inplace, "_no_out": _no_out, "_bad_choice": _bad_choice}
+    sources = []
+    for name, (builtin, schema, flags) in sorted(ops.items()):
+        env[f"_op_{name}"] = builtin
+        sources.append(_source(name, schema, flags, env))
+    exec(compile("\n".join(sources), "<cagrad op registry>", "exec"), env)  # noqa: S102
+    functions = {}
+    for name, (_, schema, _) in sorted(ops.items()):
+        fn = functions[name] = env[name]
+        fn.__doc__ = f"{schema}\n\nFrom cagrad's op registry; see docs/python-api.md."
+        fn.__module__ = "cagrad"
+    return functions
+
+
+FUNCTIONS = _build_all(_C.ops)
 FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
 
 
