@@ -157,8 +157,16 @@ static bool parse_schema(const ca_op_def *row, reg_entry *e) {
         }
     else
         s++;
-    return *s == '\0' && e->n_tensors >= row->n_in_min &&
-           (row->n_in_max < 0 || e->n_tensors <= row->n_in_max);
+    if (*s != '\0' || e->n_tensors < row->n_in_min ||
+        (row->n_in_max >= 0 && e->n_tensors > row->n_in_max))
+        return false;
+    /* the default mapping puts floats in attrs.s[] and the others in attrs.i[]: they must fit */
+    int n_float = 0;
+    for (int k = 0; k < e->n_scalars; k++)
+        n_float += e->kind[k] == ARG_FLOAT;
+    ca_attrs room;
+    return row->args || (n_float <= (int)(sizeof room.s / sizeof room.s[0]) &&
+                         e->n_scalars - n_float <= (int)(sizeof room.i / sizeof room.i[0]));
 }
 
 bool cai_op_schema_valid(const ca_op_def *row) {

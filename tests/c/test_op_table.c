@@ -86,6 +86,7 @@ Test(op_table, schemas_are_checked) {
         "gelu(Tensor input, str{none|tanh} approximate='erf')", /* not a choice */
         "gelu(Tensor input, float a=1.0, float b)",             /* no default after one */
         "gelu(Tensor input, float a=True)",                     /* a bool for a float */
+        "gelu(Tensor input, float a, float b, float c)",        /* more floats than attrs.s holds */
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         row.schema = bad[k];
