@@ -8,7 +8,7 @@ does not implement raise NotImplementedError naming the argument.
 
 import warnings
 
-from .. import _C, _ops
+from .. import _C, _functions, _ops
 
 __all__ = [
     "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "layer_norm", "linear",
@@ -76,20 +76,16 @@ def _dim(fn, dim):
     return dim
 
 
-def _as_dtype(input, dtype):
-    return input if dtype is None else input.to(dtype)
-
-
 # --- activations -------------------------------------------------------------------------
 
+# torch.softmax's code, with nn.functional's signature: dim may be omitted (and is asked for)
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
-    dim = _dim("softmax", dim)
-    return _C.softmax(_as_dtype(_tensor("softmax", "input", input), dtype), dim)
+    return _functions.softmax(_tensor("softmax", "input", input), _dim("softmax", dim), dtype)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
-    dim = _dim("log_softmax", dim)
-    return _C.log_softmax(_as_dtype(_tensor("log_softmax", "input", input), dtype), dim)
+    return _functions.log_softmax(_tensor("log_softmax", "input", input), _dim("log_softmax", dim),
+                                  dtype)
 
 
 # --- losses ------------------------------------------------------------------------------
