@@ -27,11 +27,11 @@ typedef struct {
     double p0, p1;   /* the op's scalar parameters */
 } kern_fused_instr;
 
-/* Notes on the interpreter (fused.c): instructions no output depends on are skipped;
- * an output may name an input register (a copy) or the same register as another output;
- * an output may be an input's own memory with the same strides (an in-place update), but
- * other partial overlaps are undefined, as for cai_kern_pointwise. in_dt must be filled for
- * every input: a zeroed program declares float32 inputs. */
+/* Notes on the interpreter (fused.c plans, fused_tile.c runs the tiles): instructions no
+ * output depends on are skipped; an output may name an input register (a copy) or the same
+ * register as another output; an output may be an input's own memory with the same strides
+ * (an in-place update), but other partial overlaps are undefined, as for cai_kern_pointwise.
+ * in_dt must be filled for every input: a zeroed program declares float32 inputs. */
 typedef struct {
     int n_inputs;
     int n_instr;
@@ -57,7 +57,7 @@ int cai_kern_fused_run(const kern_fused_prog *p, kern_dtype dt, int ndim, const 
  * kept dims (like cai_kern_reduce). Sum and mean use the same cascade summation as
  * cai_kern_reduce, so the result equals cai_kern_pointwise followed by cai_kern_reduce up to
  * rounding of the summation order (tests compare within a few ulps). MAX/MIN without indices.
- * (fused.c walks cai_kern_reduce's own plan and leaves, so in practice the bits are equal.)
+ * (fused_reduce.c walks cai_kern_reduce's own plan and leaves, so in practice the bits are equal.)
  * LOGSUMEXP works too; KERN_I64 takes SUM (wrapping), MAX and MIN, as cai_kern_reduce does.
  * Over zero elements the result is cai_kern_reduce's. Returns 0, -1 or -2 as cai_kern_fused_run. */
 int cai_kern_fused_reduce(const kern_fused_prog *p, kern_dtype dt, int ndim, const int64_t *shape,

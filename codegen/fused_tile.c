@@ -1,0 +1,227 @@
+/* fused_tile.c - the fused-loop interpreter's engine: one tile of a planned program (fused.c)
+ * evaluated, and lanes that spread tiles over the thread pool.
+ *
+ * A tile is a list of runs (flat ranges of the index space); every instruction is one call
+ * of the same per-ISA row kernel cai_kern_pointwise uses, so fused results equal op-by-op
+ * results bit for bit, on every ISA path and thread count. Both drivers, fused_run.c and
+ * fused_reduce.c, run their tiles here.
+ */
+#include <assert.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "fused_internal.h"
+
+/* ------------------------------------------------------------------ moving elements */
+
+/* dst[i * ds] = src[i * s] for n elements of esz bytes; bytes, so NaN payloads survive. */
+static void kf_move(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s, int64_t n) {
+    if (ds == 1 && s == 1) {
+        memcpy(dst, src, (size_t)(n * esz));
+        return;
+    }
+    if (ds == 1 && s == 0 && n > 0) { /* a splat: double the filled prefix (vector memcpy) */
+        memcpy(dst, src, (size_t)esz);
+        for (int64_t k = 1; k < n; k *= 2)
+            memcpy(dst + k * esz, dst, (size_t)((n - k < k ? n - k : k) * esz));
+        return;
+    }
+    kern_move_strided(esz, dst, ds, src, s, n);
+}
+
+/* Element offset of flat index f in operand o; *j gets f's position in its row and idx
+ * the outer index. */
+static int64_t kf_seek(const kf_plan *pl, const kf_opnd *o, int64_t f, int64_t *j, int64_t *idx) {
+    int nd = pl->nd;
+    int64_t L = pl->shape[nd - 1], q = f / L, off = 0;
+    *j = f % L;
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = q % pl->shape[d];
+        q /= pl->shape[d];
+        off += idx[d] * o->str[d];
+    }
+    return off + *j * o->str[nd - 1];
+}
+
+void cai_kern_fused_walk(const kf_plan *pl, const kf_opnd *o, int64_t f, int64_t n, char *buf,
+                         const char *from) {
+    int nd = pl->nd;
+    int64_t L = pl->shape[nd - 1], s = o->str[nd - 1], j, idx[KERN_MAX_DIMS];
+    int64_t off = kf_seek(pl, o, f, &j, idx);
+    while (n > 0) {
+        int64_t len = L - j < n ? L - j : n;
+        if (from) {
+            kf_move(pl->esz, o->dst + off * o->isz, s, from, 1, len);
+            from += len * pl->esz;
+        } else {
+            if (o->cvt)
+                cai_kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src + off * o->isz, s, len);
+            else
+                kf_move(pl->esz, buf, 1, o->src + off * o->isz, s, len);
+            buf += len * pl->esz;
+        }
+        n -= len;
+        off -= j * s; /* back to the row start, then on to the next row */
+        j = 0;
+        for (int d = nd - 2; d >= 0 && n > 0; d--) {
+            if (++idx[d] < pl->shape[d]) {
+                off += o->str[d];
+                break;
+            }
+            off -= (pl->shape[d] - 1) * o->str[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ one tile */
+
+static char *kf_slot(const kf_plan *pl, const kf_ws *ws, int s) {
+    assert(s >= 0 && s < pl->nslots);
+    return ws->slots + (size_t)s * pl->slot_bytes;
+}
+
+static bool kf_in_place(const kf_plan *pl, const kf_opnd *o, const kf_run *runs, int nruns) {
+    if (nruns != 1)
+        return false;
+    int64_t L = pl->shape[pl->nd - 1];
+    return o->kind == KF_CONTIG || (o->kind == KF_INNER && runs[0].f % L + runs[0].n <= L);
+}
+
+static const char *kf_load(const kf_plan *pl, const kf_ws *ws, int r, const kf_run *runs,
+                           int nruns) {
+    const kf_opnd *o = &pl->op[r];
+    int64_t j, idx[KERN_MAX_DIMS];
+    if (o->kind == KF_SPLAT)
+        return kf_slot(pl, ws, pl->slot[r]);
+    if (kf_in_place(pl, o, runs, nruns))
+        return o->src + kf_seek(pl, o, runs[0].f, &j, idx) * o->isz;
+    char *buf = kf_slot(pl, ws, pl->slot[r]);
+    int64_t pos = 0;
+    for (int i = 0; i < nruns; i++) {
+        cai_kern_fused_walk(pl, o, runs[i].f, runs[i].n, buf + pos * pl->esz, NULL);
+        pos += runs[i].n;
+    }
+    return buf;
+}
+
+void cai_kern_fused_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs, int nruns,
+                         int64_t m, const char **loc) {
+    const kern_fused_prog *p = pl->p;
+    int li = 0;
+    for (int k = 0; k <= pl->n_instr; k++) {
+        for (; li < pl->n_load && pl->first[pl->load[li]] == k; li++)
+            loc[pl->load[li]] = kf_load(pl, ws, pl->load[li], runs, nruns);
+        if (k == pl->n_instr || !pl->live[pl->n_in + k])
+            continue;
+        const kern_fused_instr *ins = &p->instr[k];
+        int d = pl->n_in + k, ok = pl->out_of[d];
+        char *dst;
+        if (ok >= 0) {
+            const kf_opnd *o = &pl->op[pl->n_in + ok];
+            int64_t j, idx[KERN_MAX_DIMS];
+            dst = o->dst + kf_seek(pl, o, runs[0].f, &j, idx) * o->isz;
+        } else {
+            dst = kf_slot(pl, ws, pl->slot[d]);
+        }
+        const int reg[3] = {ins->a, ins->b, ins->c};
+        const void *arg[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < pl->nread[k] && i < 3; i++) {
+            CA_ASSERT(reg[i] < d); /* loc[reg[i]] was set by a load or an earlier instruction */
+            arg[i] = loc[reg[i]];
+        }
+        pl->fn[k](m, dst, arg[0], arg[1], arg[2], ins->p0, ins->p1);
+        loc[d] = dst;
+    }
+}
+
+/* ------------------------------------------------------------------ lanes */
+
+typedef struct {
+    const kf_plan *pl;
+    kf_block_fn block;
+    void *ctx;
+    char *mem;
+    int64_t n, grain;
+    atomic_int_fast64_t next;
+} kf_job;
+
+static kf_ws kf_ws_at(const kf_plan *pl, char *mem, int64_t lane) {
+    char *base = mem + (size_t)lane * pl->ws_bytes;
+    size_t tb = (size_t)(pl->tile * pl->esz), sb = (size_t)pl->nslots * pl->slot_bytes;
+    kf_ws ws = {base, NULL, NULL, NULL};
+    if (pl->reduce) { /* the runs last, so every buffer stays 64-byte aligned */
+        ws.tmp = base + sb;
+        ws.stack = ws.tmp + tb;
+        ws.runs = (kf_run *)(void *)(base + sb + (size_t)pl->n_spare * tb);
+    }
+    return ws;
+}
+
+/* Splat inputs are filled once per workspace. */
+static void kf_ws_prefill(const kf_plan *pl, const kf_ws *ws) {
+    for (int r = 0; r < pl->n_in; r++) {
+        const kf_opnd *o = &pl->op[r];
+        if (o->kind != KF_SPLAT || pl->slot[r] < 0)
+            continue;
+        char *buf = kf_slot(pl, ws, pl->slot[r]);
+        if (o->cvt)
+            cai_kern_mask_pack(pl->dt, buf, 1, o->mdt, o->src, 0, pl->tile);
+        else
+            kf_move(pl->esz, buf, 1, o->src, 0, pl->tile);
+    }
+}
+
+static void kf_lane(void *ctx, int64_t begin, int64_t end) {
+    kf_job *j = ctx;
+    kf_ws ws = kf_ws_at(j->pl, j->mem, begin); /* run serially, the lanes share one */
+    (void)end;
+    for (;;) {
+        int64_t b = atomic_fetch_add(&j->next, j->grain);
+        if (b >= j->n)
+            return;
+        j->block(j->ctx, &ws, b, b + j->grain < j->n ? b + j->grain : j->n);
+    }
+}
+
+int64_t cai_kern_fused_lanes(int64_t n, int64_t grain) {
+    if (n < 2 * grain) /* before asking the pool: that may cost a system call */
+        return 1;
+    int64_t nth = cai_kern_num_threads(), most = n / grain;
+    if (nth < 2)
+        return 1;
+    return nth < most ? nth : most;
+}
+
+/* Units of work per grab: at least KERN_GRAIN elements of the index space, the grain by
+ * which cai_kern_pointwise splits one op, so a fused loop never takes more threads than the
+ * ops it replaces would. (Counting element-instructions instead sent loops of a few
+ * thousand elements to the pool, whose wake-up cost more than the whole loop.) */
+int64_t cai_kern_fused_grain(int64_t elems_per_unit) {
+    int64_t e = elems_per_unit > 0 ? elems_per_unit : 1;
+    return e >= KERN_GRAIN ? 1 : (KERN_GRAIN + e - 1) / e;
+}
+
+void cai_kern_fused_launch(const kf_plan *pl, char *mem, int64_t lanes, int64_t n, int64_t grain,
+                           kf_block_fn block, void *ctx) {
+    kf_job j = {pl, block, ctx, mem, n, grain, 0};
+    atomic_init(&j.next, 0);
+    if (lanes > 1)
+        cai_kern_parallel_for(lanes, 1, kf_lane, &j);
+    else
+        kf_lane(&j, 0, 1);
+}
+
+char *cai_kern_fused_lanes_mem(const kf_plan *pl, int64_t lanes, size_t extra, void *scratch,
+                               size_t scratch_bytes, bool *owned) {
+    size_t need = (size_t)lanes * pl->ws_bytes + extra;
+    char *mem = scratch && scratch_bytes >= need ? scratch : NULL;
+    *owned = !mem;
+    if (!mem)
+        mem = cai_kern_scratch_alloc(need);
+    for (int64_t l = 0; mem && l < lanes; l++) {
+        kf_ws ws = kf_ws_at(pl, mem, l);
+        kf_ws_prefill(pl, &ws);
+    }
+    return mem;
+}
