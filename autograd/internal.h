@@ -495,7 +495,7 @@ typedef struct {
 } ca_op_group;
 
 extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
-    cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_autograd;
+    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_autograd;
 /* Every group, as cai_op_table_check gathers them. */
 extern const ca_op_group *const cai_op_groups[];
 extern const int cai_op_n_groups;
