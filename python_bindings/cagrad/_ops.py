@@ -6,11 +6,11 @@ function with PyTorch's signature, read from its schema:
     elu(Tensor input, float alpha=1.0)  ->  def elu(input, alpha=1.0, inplace=False)
 
 The same function object is installed wherever PyTorch has the op (the flags say where), so
-torch.gelu, nn.functional.gelu and Tensor.gelu run the same code. The function converts
-only what the C builtin cannot take: a str{...} choice becomes its index, and
-inplace=True (for ops whose functional form has it) and out= (for torch.<name> that has
-it) raise NotImplementedError. The
-builtin checks the argument types and names the parameter in its TypeError.
+torch.relu, nn.functional.relu and Tensor.relu run the same code. The function converts
+only what the C builtin cannot take: a str{...} choice becomes its index, and inplace=True
+(for ops whose functional form has it) and out= (for torch.<name> that has it) raise
+NotImplementedError. The builtin checks the argument types and names the parameter in its
+TypeError.
 """
 
 import re
