@@ -28,11 +28,15 @@ typedef struct {
     const char *choices[REG_MAX_SCALARS]; /* ARG_CHOICE: "none|tanh}..." in the schema */
     double defaults[REG_MAX_SCALARS];
     int n_defaults; /* the scalars from the first one with a default on */
+    int n_args;     /* every argument, in schema order: its name and whether a Tensor */
+    char arg_name[CA_OP_MAX_ARGS][CA_OP_ARG_NAME];
+    bool arg_is_tensor[CA_OP_MAX_ARGS];
 } reg_entry;
 
 static struct {
     int n;
     reg_entry e[CA_OP__COUNT];
+    int index_of[CA_OP__COUNT]; /* an op id's registry index, or -1 */
 } registry;
 
 /* ---------------------------------------------------------------------------------------
@@ -129,8 +133,15 @@ static bool parse_param(const char **s, reg_entry *e) {
     p = skip_space(p);
     if (!isalpha((unsigned char)*p) && *p != '_')
         return false;
+    const char *name = p;
     while (isalnum((unsigned char)*p) || *p == '_')
         p++;
+    size_t len = (size_t)(p - name);
+    if (e->n_args == CA_OP_MAX_ARGS || len >= CA_OP_ARG_NAME)
+        return false;
+    memcpy(e->arg_name[e->n_args], name, len);
+    e->arg_name[e->n_args][len] = '\0';
+    e->arg_is_tensor[e->n_args++] = !scalar;
     if (*p == '=') {
         if (!scalar || !parse_default(p + 1, e, e->n_scalars - 1, &p))
             return false;
@@ -177,6 +188,7 @@ bool cai_op_schema_valid(const ca_op_def *row) {
 ca_status cai_op_registry_build(void) {
     registry.n = 0;
     for (int id = 0; id < CA_OP__COUNT; id++) {
+        registry.index_of[id] = -1;
         const ca_op_def *row = cai_op_def(id);
         if (!row || !row->schema)
             continue;
@@ -186,6 +198,7 @@ ca_status cai_op_registry_build(void) {
                            "op table: op '%s' has a malformed schema \"%s\"; it must read "
                            "\"%s(Tensor input, float name=default, ...)\"",
                            row->name, row->schema, row->name);
+        registry.index_of[id] = registry.n;
         registry.e[registry.n++] = e;
     }
     return CA_OK;
@@ -195,10 +208,8 @@ ca_status cai_op_registry_build(void) {
  * Arguments
  */
 static const reg_entry *entry_of_op(int op) {
-    for (int k = 0; k < registry.n; k++)
-        if (registry.e[k].op == op)
-            return &registry.e[k];
-    return NULL;
+    int k = op >= 0 && op < CA_OP__COUNT ? registry.index_of[op] : -1;
+    return k >= 0 ? &registry.e[k] : NULL;
 }
 
 static ca_status default_args(const ca_op_def *row, const reg_entry *e, const double *arg,
@@ -266,8 +277,13 @@ ca_status ca_op_describe(int index, ca_op_info *out) {
                         .n_tensors = e->n_tensors,
                         .n_scalars = e->n_scalars,
                         .n_defaults = e->n_defaults,
+                        .n_args = e->n_args,
                         .flags = row->py};
     memcpy(out->defaults, e->defaults, sizeof out->defaults);
+    for (int k = 0; k < e->n_args; k++) {
+        out->arg_names[k] = e->arg_name[k];
+        out->arg_is_tensor[k] = e->arg_is_tensor[k];
+    }
     return CA_OK;
 }
 

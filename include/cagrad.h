@@ -690,6 +690,8 @@ enum {
 };
 
 #define CA_OP_MAX_SCALARS 4
+#define CA_OP_MAX_ARGS    8  /* Tensors and scalars together */
+#define CA_OP_ARG_NAME    24 /* longest argument name, with its NUL */
 
 typedef struct {
     const char *name;   /* "elu": static, like schema */
@@ -700,6 +702,11 @@ typedef struct {
      * takes it (True is 1, a choice its index) */
     int n_defaults;
     double defaults[CA_OP_MAX_SCALARS];
+    /* every argument in schema order: its name ("input", "alpha"; static) and whether it
+     * is a Tensor, so a binding can take arguments by name without reading the schema */
+    int n_args;
+    const char *arg_names[CA_OP_MAX_ARGS];
+    bool arg_is_tensor[CA_OP_MAX_ARGS];
     unsigned flags; /* CA_OP_PY_* and CA_OP_POSITIVE */
 } ca_op_info;
 

@@ -24,36 +24,21 @@ typedef struct {
 static reg_op reg_ops[REG_MAX_OPS];
 static PyMethodDef reg_defs[REG_MAX_OPS];
 
-/* The schema's parameters as a glue spec: "Tensor input, float alpha=1.0" -> "input:t
- * alpha:f". The library has checked the schema's form at start-up. */
-static int spec_from_schema(const char *schema, reg_op *r) {
-    const char *p = strchr(schema, '(');
+/* The op's arguments as a glue spec: "input:t alpha:f" (names from the registry). */
+static int spec_from_info(const ca_op_info *info, reg_op *r) {
     size_t used = 0;
-    r->n_args = 0;
-    while (p && *p && *p != ')') {
-        p++; /* past '(' or ',' */
-        while (*p == ' ')
-            p++;
-        if (*p == ')')
-            break;
-        bool is_tensor = strncmp(p, "Tensor ", 7) == 0;
-        const char *name = strchr(p, ' ');
-        if (!name || r->n_args == GLUE_MAX_ARGS)
+    if (info->n_args > GLUE_MAX_ARGS)
+        return -1;
+    r->n_args = info->n_args;
+    for (int k = 0; k < info->n_args; k++) {
+        int w = snprintf(r->spec + used, sizeof r->spec - used, "%s%s:%c", k ? " " : "",
+                         info->arg_names[k], info->arg_is_tensor[k] ? 't' : 'f');
+        if (w < 0 || (size_t)w >= sizeof r->spec - used)
             return -1;
-        name++;
-        size_t len = strcspn(name, "=,)");
-        if (used + len + 4 > sizeof r->spec)
-            return -1;
-        used += (size_t)snprintf(r->spec + used, sizeof r->spec - used, "%s%.*s:%c",
-                                 used ? " " : "", (int)len, name, is_tensor ? 't' : 'f');
-        r->tensor[r->n_args++] = is_tensor;
-        p = name + len;
-        if (*p == '=') { /* skip the default, which may be a quoted choice */
-            p++;
-            p = *p == '\'' ? strchr(p + 1, '\'') + 1 : p + strcspn(p, ",)");
-        }
+        used += (size_t)w;
+        r->tensor[k] = info->arg_is_tensor[k];
     }
-    return p ? 0 : -1;
+    return 0;
 }
 
 static PyObject *py_registry_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -83,7 +68,7 @@ static PyObject *py_registry_op(PyObject *self, PyObject *const *args, Py_ssize_
 static int add_op(PyObject *ops, PyObject *module_name, int index) {
     ca_op_info info;
     reg_op *r = &reg_ops[index];
-    if (ca_op_describe(index, &info) != CA_OK || spec_from_schema(info.schema, r) < 0) {
+    if (ca_op_describe(index, &info) != CA_OK || spec_from_info(&info, r) < 0) {
         PyErr_Format(PyExc_ImportError,
                      "cagrad._C: op %d of the registry has a schema the "
                      "bindings cannot read",

@@ -24,6 +24,13 @@ Test(registry, lists_every_op_by_name) {
         cr_assert_geq(info.n_tensors, 1);
         cr_assert(info.n_defaults >= 0 && info.n_defaults <= info.n_scalars);
         cr_assert_eq(find(info.name), k);
+        cr_assert_eq(info.n_args, info.n_tensors + info.n_scalars);
+        for (int a = 0, t = 0; a < info.n_args; a++) {
+            cr_assert(info.arg_names[a] && info.arg_names[a][0], "%s: argument %d unnamed",
+                      info.name, a);
+            t += info.arg_is_tensor[a];
+            cr_assert(t <= info.n_tensors);
+        }
         cr_assert(info.flags != 0, "%s: PyTorch has it nowhere?", info.name);
     }
     TU_FAILS(ca_op_find("no_such_op", &(int){0}), CA_STATUS_INVALID, "no op named 'no_such_op'");
@@ -38,6 +45,12 @@ Test(registry, defaults_are_parsed) {
     cr_assert_eq(info.n_defaults, 2);
     cr_assert_eq(info.defaults[0], 1.0);
     cr_assert_eq(info.defaults[1], 20.0);
+    cr_assert_eq(info.n_args, 3);
+    cr_assert_str_eq(info.arg_names[0], "input");
+    cr_assert(info.arg_is_tensor[0]);
+    cr_assert_str_eq(info.arg_names[1], "beta");
+    cr_assert_str_eq(info.arg_names[2], "threshold");
+    cr_assert(!info.arg_is_tensor[1] && !info.arg_is_tensor[2]);
     TU_OK(ca_op_describe(find("gelu"), &info));
     cr_assert_eq(info.n_defaults, 1);
     cr_assert_eq(info.defaults[0], 0.0); /* 'none' is choice 0 */
