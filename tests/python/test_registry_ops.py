@@ -12,7 +12,6 @@ tests iterate over the registry, so an op added to it is covered without an edit
 """
 
 import inspect
-import re
 
 import numpy as np
 import pytest
@@ -29,19 +28,13 @@ else:
     from cagrad._ops import POSITIVE, PY_INPLACE, PY_NN, PY_OUT, PY_TENSOR, PY_TORCH
 OPS = {} if STANDIN else dict(ca._C.ops)
 NAMES = sorted(OPS)
-_PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
-
-
 def params(name):
-    """[(kind, name, default value or inspect.Parameter.empty, choices)] of op's schema."""
-    schema = OPS[name][1]
-    inner = schema[schema.index("(") + 1:schema.rindex(")")]
-    out = []
-    for part in filter(None, (p.strip() for p in inner.split(","))):
-        kind, choices, pname, default = _PARAM.match(part).groups()
-        value = inspect.Parameter.empty if default is None else eval(default)  # noqa: S307
-        out.append((kind.split("{")[0], pname, value, choices.split("|") if choices else None))
-    return out
+    """[(kind, name, default value or inspect.Parameter.empty, choices)] of op's schema, as
+    cagrad's own schema reader (_ops._params) splits it, with the defaults evaluated."""
+    from cagrad._ops import _params
+
+    return [(kind, pname, inspect.Parameter.empty if default is None else eval(default),  # noqa
+             choices) for kind, pname, default, choices in _params(OPS[name][1])]
 
 
 def unary(name):
