@@ -18,13 +18,15 @@ typedef struct {
     const trace_request *req;
     graph *g;
     graph_val *lifted; /* value of each lifted tensor */
-    graph_val *buf;    /* per NodeCall: gradient flowing into it, or -1 */
+    graph_val *buf;    /* per NodeCall output (out_base): gradient flowing into it, or -1 */
+    int *out_base;     /* per NodeCall: its output 0's index in buf */
     trace_read *reads; /* saved tensors read, in order */
     int n_reads, cap_reads;
     int call; /* the NodeCall whose rule is running */
     graph_origin origin;
-    ca_node shadow; /* the node the running rule sees */
-    ca_meta *shadow_in;
+    ca_node shadow;     /* the node the running rule sees */
+    ca_meta *shadow_in; /* max_in entries */
+    int max_in;
     ca_meta metas[16]; /* ring of meta() answers */
     int next_meta;
 } trace_builder;
@@ -269,7 +271,7 @@ static void shadow_meta(trace_builder *tb, ca_meta *m, int *cursor) {
 static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
     const key_collect *k = tb->req->k;
     int cursor = cai_key_node_first_slot(k, call);
-    CA_ASSERT(n->n_in <= 8); /* shadow_in's size; run_rule turns larger nodes away */
+    CA_ASSERT(n->n_in <= tb->max_in); /* shadow_in's size; run_rule turns larger nodes away */
     tb->shadow = *n;
     memcpy(tb->shadow_in, n->in_meta, sizeof(ca_meta) * (size_t)n->n_in);
     tb->shadow.in_meta = tb->shadow_in;
@@ -300,23 +302,29 @@ static graph_val side_effect(trace_builder *tb, graph_op op, graph_val in, int64
     return add_node(tb, &a);
 }
 
-/* buf[call] += v, as an IR add when something is there already. */
-static void accumulate(trace_builder *tb, int call, graph_val v) {
+/* The gradient flowing into output nr of NodeCall call (a slot of buf). */
+static graph_val *buf_at(trace_builder *tb, int call, int nr) {
     CA_ASSERT(call >= 1 && call <= tb->req->k->n_nodes); /* a NodeCall of this walk */
-    if (tb->buf[call] < 0) {
-        tb->buf[call] = v;
-        return;
-    }
-    graph_op_args a = {.op = GOP_PW, .n_in = 2, .in = {tb->buf[call], v}, .i = {KPW_ADD}};
-    a.p[0] = 1.0;
-    tb->buf[call] = add_node(tb, &a);
+    return &tb->buf[tb->out_base[call] + nr];
 }
 
-/* Tensor hooks of NodeCall `call`, in order; each may replace the gradient. */
-static graph_val run_hooks(trace_builder *tb, int call, graph_val g) {
+/* buf[call, nr] += v, as an IR add when something is there already. */
+static void accumulate(trace_builder *tb, int call, int nr, graph_val v) {
+    graph_val *b = buf_at(tb, call, nr);
+    if (*b < 0) {
+        *b = v;
+        return;
+    }
+    graph_op_args a = {.op = GOP_PW, .n_in = 2, .in = {*b, v}, .i = {KPW_ADD}};
+    a.p[0] = 1.0;
+    *b = add_node(tb, &a);
+}
+
+/* Tensor hooks of output nr of NodeCall `call`, in order; each may replace the gradient. */
+static graph_val run_hooks(trace_builder *tb, int call, int nr, graph_val g) {
     const key_collect *k = tb->req->k;
     for (int h = 0; h < k->n_hooks && g >= 0; h++)
-        if (k->hooks[h].node_call == call && !k->hooks[h].leaf)
+        if (k->hooks[h].node_call == call && !k->hooks[h].leaf && k->hooks[h].hook->output_nr == nr)
             g = side_effect(tb, GOP_HOOK, g, h, 0);
     return g;
 }
@@ -341,31 +349,86 @@ static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
         ca_node *c = n->next[i].fn;
         if (c && c->needed && gin_local[i])
-            accumulate(tb, c->call_id, val_of(gin_local[i]));
+            accumulate(tb, c->call_id, n->next[i].input_nr, val_of(gin_local[i]));
     }
 }
 
-/* autograd.grad: every requested input whose gradient is n's (the same tensor may be
- * asked for twice) gets an output. */
-static void outputs_for(trace_builder *tb, const ca_node *n, graph_val g) {
-    for (int i = 0; i < tb->req->n_targets && tb->base.status == CA_OK; i++)
-        if (tb->req->targets[i] == n)
+/* autograd.grad: every requested input whose gradient is output nr of n's (the same
+ * tensor may be asked for twice) gets an output. */
+static void outputs_for(trace_builder *tb, const ca_node *n, int nr, graph_val g) {
+    const trace_request *req = tb->req;
+    for (int i = 0; i < req->n_targets && tb->base.status == CA_OK; i++)
+        if (req->targets[i] == n && (req->target_nrs ? req->target_nrs[i] : 0) == nr)
             side_effect(tb, GOP_OUTPUT, g, i, 0);
+}
+
+/* Output nr's gradient through its hooks, retain_grad and autograd.grad's outputs. */
+static graph_val output_grad(trace_builder *tb, ca_node *n, int call, int nr) {
+    graph_val g = run_hooks(tb, call, nr, *buf_at(tb, call, nr));
+    if (g >= 0 && !tb->req->capture && node_retained(n, nr))
+        side_effect(tb, GOP_RETAIN, g, call, nr);
+    if (g >= 0 && tb->req->capture)
+        outputs_for(tb, n, nr, g);
+    return g;
+}
+
+/* A custom function's backward is opaque: its output gradients are staged as arguments,
+ * the call-out runs the user's callback, and each input's gradient is a result. */
+static void trace_custom(trace_builder *tb, ca_node *n, int call) {
+    bool any = false;
+    graph_val g[64];
+    if (n->n_out > 64) {
+        trace_fail(tb, "%s has too many outputs to trace", cai_node_name(n));
+        return;
+    }
+    for (int k = 0; k < n->n_out && tb->base.status == CA_OK; k++) {
+        g[k] = *buf_at(tb, call, k) >= 0 ? output_grad(tb, n, call, k) : -1;
+        any |= g[k] >= 0;
+    }
+    if (!any || tb->base.status != CA_OK || !cai_node_leads_on(n))
+        return;
+    for (int k = 0; k < n->n_out; k++)
+        if (g[k] >= 0)
+            side_effect(tb, GOP_CALLOUT_ARG, g[k], call, k);
+    graph_op_args call_a = {.op = GOP_CALLOUT, .i = {call}};
+    add_node(tb, &call_a);
+    make_shadow(tb, n, call);
+    for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
+        ca_node *c = n->next[i].fn;
+        if (!c || !c->needed)
+            continue;
+        const ca_meta *m = &tb->shadow_in[i];
+        graph_op_args a = {.op = GOP_CALLOUT_RESULT, .dtype = kdt(m->dtype), .n_shape = m->ndim};
+        a.i[0] = call;
+        a.i[1] = i;
+        for (int d = 0; d < m->ndim; d++)
+            if ((a.shape[d] = size_sx(tb, m->shape[d])) < 0)
+                return (void)trace_fail(tb, "%s: a corrupt size", cai_node_name(n));
+        graph_val r = add_node(tb, &a);
+        if (r >= 0)
+            accumulate(tb, c->call_id, n->next[i].input_nr, r);
+    }
+}
+
+static bool any_grad(trace_builder *tb, const ca_node *n, int call) {
+    for (int k = 0; k < n->n_out; k++)
+        if (*buf_at(tb, call, k) >= 0)
+            return true;
+    return false;
 }
 
 static void trace_node(trace_builder *tb, int call) {
     CA_ASSERT(call >= 1 && call <= tb->req->k->n_nodes);
     ca_node *n = tb->req->k->nodes[call - 1];
-    graph_val g = tb->buf[call];
-    if (g < 0 || !n->needed)
+    if (!n->needed || !any_grad(tb, n, call))
         return;
     tb->origin = (graph_origin){call, cai_node_name(n), n->graph_id};
+    if (n->custom) {
+        trace_custom(tb, n, call);
+        return;
+    }
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
-    g = run_hooks(tb, call, g);
-    if (g >= 0 && !tb->req->capture && n->retained)
-        side_effect(tb, GOP_RETAIN, g, call, 0);
-    if (g >= 0 && tb->req->capture)
-        outputs_for(tb, n, g);
+    graph_val g = output_grad(tb, n, call, 0);
     if (g < 0 || tb->base.status != CA_OK)
         return;
     if (is_acc && !tb->req->capture) {
@@ -380,14 +443,25 @@ static void trace_node(trace_builder *tb, int call) {
 }
 
 static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
-    size_t calls = (size_t)k->n_nodes + 1;
+    size_t calls = (size_t)k->n_nodes + 1, outs = 1;
     tb->g = cai_graph_new();
     tb->lifted = cai_mem_alloc(sizeof(graph_val) * ((size_t)k->n_lifted + 1));
-    tb->buf = cai_mem_alloc(sizeof(graph_val) * calls);
-    tb->shadow_in = cai_mem_alloc(sizeof(ca_meta) * 8);
-    if (!tb->g || !tb->lifted || !tb->buf || !tb->shadow_in)
+    tb->out_base = cai_mem_alloc(sizeof(int) * calls);
+    tb->max_in = 8;
+    for (int c = 0; c < k->n_nodes; c++)
+        if (k->nodes[c]->n_in > tb->max_in)
+            tb->max_in = k->nodes[c]->n_in;
+    tb->shadow_in = cai_mem_alloc(sizeof(ca_meta) * (size_t)tb->max_in);
+    if (!tb->g || !tb->lifted || !tb->out_base || !tb->shadow_in)
         return err_nomem("the compiled backward's trace");
-    for (size_t c = 0; c < calls; c++)
+    tb->out_base[0] = 0;
+    for (int c = 1; c <= k->n_nodes; c++) {
+        tb->out_base[c] = (int)outs;
+        outs += (size_t)k->nodes[c - 1]->n_out;
+    }
+    if (!(tb->buf = cai_mem_alloc(sizeof(graph_val) * outs)))
+        return err_nomem("the compiled backward's trace");
+    for (size_t c = 0; c < outs; c++)
         tb->buf[c] = -1;
     return CA_OK;
 }
@@ -395,6 +469,7 @@ static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
 static void trace_free_scratch(trace_builder *tb) {
     cai_mem_free(tb->lifted);
     cai_mem_free(tb->buf);
+    cai_mem_free(tb->out_base);
     cai_mem_free(tb->shadow_in);
 }
 
@@ -407,7 +482,7 @@ ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
         st = add_inputs(&tb);
     if (st == CA_OK) {
         for (int r = 0; r < k->n_roots; r++) /* the GraphRoot's edges: seed r enters its root */
-            accumulate(&tb, k->root_call[r], tb.lifted[k->root_seed[r]]);
+            accumulate(&tb, k->root_call[r], k->root_nr[r], tb.lifted[k->root_seed[r]]);
         for (int c = 1; c <= k->n_nodes && tb.base.status == CA_OK; c++)
             trace_node(&tb, c);
         st = tb.base.status;

@@ -34,6 +34,7 @@ typedef struct {
     bool capture;         /* autograd.grad: outputs instead of accumulation */
     int n_targets;
     ca_node *const *targets; /* autograd.grad's nodes (NULL: not reached) */
+    const int *target_nrs;   /* which output of each (NULL: all 0) */
 } trace_request;
 
 /* Trace the whole backward described by req into a new graph (*out, free with

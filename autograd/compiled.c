@@ -54,6 +54,7 @@ typedef struct {
     ca_compiled_counters counters;
     const graph *last_graph; /* the latest compiled backward's, for ca_graph_write_dot */
     bool last_eager;         /* the latest backward under compiled autograd ran eagerly */
+    bool running; /* a compiled backward is running: a backward its call-outs start is eager */
 } compiled_autograd_state;
 
 static compiled_autograd_state compiled_autograd;
@@ -206,7 +207,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
                         .e = e,
                         .capture = c->capture,
                         .n_targets = c->n_targets,
-                        .targets = c->targets};
+                        .targets = c->targets,
+                        .target_nrs = c->target_nrs};
     trace_result res;
     ca_status st = cai_trace_backward(&tr, &res);
     cg->g = res.g;
@@ -243,8 +245,13 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
  */
 typedef struct {
     const compiled_call *c;
-    ca_tensor **keep; /* hook replacements, alive until the run ends */
+    ca_tensor **keep; /* hook replacements and call-out results, alive until the run ends */
     int n_keep, cap_keep;
+    /* the custom function's call-out being run: its NodeCall, the output gradients staged
+     * for it, then its results (n_in of them) */
+    int co_call;
+    ca_tensor **co_args, **co_results;
+    int co_n_args, co_n_results;
     ca_status st;
 } run_ctx;
 
@@ -311,13 +318,80 @@ static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view
     return st;
 }
 
+/* ---- custom functions: stage the gradients, call, hand out the results ---- */
+static void callout_clear(run_ctx *r) {
+    for (int i = 0; i < r->co_n_args; i++)
+        ca_tensor_release(r->co_args[i]);
+    for (int i = 0; i < r->co_n_results; i++)
+        ca_tensor_release(r->co_results[i]);
+    cai_mem_free(r->co_args); /* one block with co_results */
+    r->co_args = r->co_results = NULL;
+    r->co_n_args = r->co_n_results = 0;
+    r->co_call = 0;
+}
+
+/* Start call-out `call` if it is not the one being staged: room for its arguments. */
+static ca_status callout_begin(run_ctx *r, int call) {
+    if (r->co_call == call)
+        return CA_OK;
+    callout_clear(r);
+    ca_node *n = compiled_autograd.key.nodes[call - 1];
+    size_t slots = (size_t)n->n_out + (size_t)n->n_in;
+    r->co_args = cai_mem_calloc(slots ? slots : 1, sizeof(ca_tensor *));
+    if (!r->co_args)
+        return err_nomem("a custom function's call-out");
+    r->co_results = r->co_args + n->n_out;
+    r->co_call = call;
+    return CA_OK;
+}
+
+static ca_status callout_arg(run_ctx *r, const graph_node *x, const graph_view *in) {
+    CA_CHECK(callout_begin(r, (int)x->a.i[0]));
+    ca_tensor **slot = &r->co_args[x->a.i[1]];
+    ca_tensor_release(*slot);
+    *slot = NULL;
+    r->co_n_args = (int)x->a.i[1] + 1 > r->co_n_args ? (int)x->a.i[1] + 1 : r->co_n_args;
+    return tensor_from_view(in, slot);
+}
+
+/* The user's backward on the staged gradients (NULL where none flowed). A gradient it
+ * leaves out for an input that needs one is zeros here: the graph was traced expecting
+ * one. */
+static ca_status callout_run(run_ctx *r, const graph_node *x) {
+    int call = (int)x->a.i[0];
+    CA_CHECK(callout_begin(r, call));
+    ca_node *n = compiled_autograd.key.nodes[call - 1];
+    r->co_n_args = n->n_out;
+    ca_status st = cai_custom_backward(n, r->co_args, r->co_results);
+    r->co_n_results = n->n_in;
+    for (int i = 0; i < n->n_in && st == CA_OK; i++)
+        if (!r->co_results[i] && node_needs_grad(n, i))
+            st = cai_tensor_full(&n->in_meta[i], 0.0, &r->co_results[i]);
+    return st;
+}
+
+static ca_status callout_result(run_ctx *r, const graph_node *x, graph_view *repl) {
+    if (r->co_call != x->a.i[0] || x->a.i[1] >= r->co_n_results || !r->co_results[x->a.i[1]])
+        return err_set(CA_STATUS_INTERNAL,
+                       "compiled backward: result %lld of call-out %lld read before its call",
+                       (long long)x->a.i[1], (long long)x->a.i[0]);
+    ca_tensor *t = r->co_results[x->a.i[1]];
+    CA_CHECK(keep_tensor(r, t));
+    ca_tensor_retain(t);
+    view_of(t, repl);
+    return CA_OK;
+}
+
 static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in, graph_view *repl) {
     switch (n->a.op) {
     case GOP_HOOK: return call_pre_hook(r, n, in, repl);
     case GOP_RETAIN: {
-        ca_tensor *t = compiled_autograd.key.nodes[n->a.i[0] - 1]->retained;
+        ca_tensor *t = node_retained(compiled_autograd.key.nodes[n->a.i[0] - 1], (int)n->a.i[1]);
         return t ? grad_add_view(t, in) : CA_OK;
     }
+    case GOP_CALLOUT_ARG: return callout_arg(r, n, in);
+    case GOP_CALLOUT: return callout_run(r, n);
+    case GOP_CALLOUT_RESULT: return callout_result(r, n, repl);
     case GOP_ACCUMULATE: return grad_add_view(compiled_autograd.key.lifted[n->a.i[0]].t, in);
     case GOP_POST_HOOK: {
         ca_hook one = *compiled_autograd.key.hooks[n->a.i[1]].hook;
@@ -397,6 +471,7 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     for (int i = 0; i < r.n_keep; i++)
         ca_tensor_release(r.keep[i]);
     cai_mem_free(r.keep);
+    callout_clear(&r);
     if (rc > 0)
         return r.st;
     if (rc < 0)
@@ -508,7 +583,7 @@ ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out) {
 }
 
 bool cai_compiled_active(void) {
-    return compiled_autograd.depth > 0;
+    return compiled_autograd.depth > 0 && !compiled_autograd.running;
 }
 
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
@@ -516,9 +591,11 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
     key_request req = {.capture = c->capture,
                        .n_roots = c->n_roots,
                        .roots = c->roots,
+                       .root_nrs = c->root_nrs,
                        .seeds = c->seeds,
                        .n_targets = c->n_targets,
-                       .targets = c->targets};
+                       .targets = c->targets,
+                       .target_nrs = c->target_nrs};
     CA_CHECK(cai_key_collect_walk(&compiled_autograd.key, w,
                                   &req)); /* the eager engine's errors, if any */
     cache_entry *e;
@@ -528,7 +605,9 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
     if (!e)
         return CA_OK;
     *ran = true;
+    compiled_autograd.running = true;
     ca_status st = run_entry(c, e);
+    compiled_autograd.running = false;
     if (st == CA_OK && !c->retain_graph)
         release_saved();
     return st;

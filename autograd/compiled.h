@@ -11,9 +11,11 @@ typedef struct {
     bool retain_graph;
     int n_roots;
     ca_node *const *roots;
+    const int *root_nrs; /* the output of each root node its seed enters */
     ca_tensor *const *seeds;
     int n_targets;
     ca_node *const *targets;
+    const int *target_nrs; /* capture: which output of each target */
     ca_tensor **grads_out; /* capture: n_targets slots, NULL on entry */
 } compiled_call;
 

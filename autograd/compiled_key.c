@@ -140,8 +140,22 @@ static ca_status lift_hooks(key_collect *k, ca_hook *list, int call, ca_tensor *
     for (ca_hook *h = list; h; h = h->next, count++) {
         CA_CHECK(grow((void **)&k->hooks, &k->cap_hooks, k->n_hooks + 1, sizeof(key_hook)));
         k->hooks[k->n_hooks++] = (key_hook){h, call, leaf};
+        if (h->output_nr) /* only a custom function's later outputs have nonzero ones */
+            CA_CHECK(put_i32(k, h->output_nr));
     }
     return put_i32(k, count);
+}
+
+/* A custom function: its identity, and each output's shape and retain_grad. */
+static ca_status custom_key(key_collect *k, ca_node *n, int call) {
+    CA_CHECK(put_i64(k, (int64_t)n->custom->fn.key));
+    CA_CHECK(put_i32(k, n->n_out));
+    for (int o = 1; o < n->n_out; o++)
+        CA_CHECK(lift_shape(k, node_out_meta(n, o),
+                            (key_slot_owner){call, OWN_GRAD_OUTPUT, "grad", o, 0}));
+    for (int o = 1; o < n->n_out; o++)
+        CA_CHECK(put_i32(k, node_retained(n, o) != NULL));
+    return CA_OK;
 }
 
 /* ---- per node ---- */
@@ -187,6 +201,8 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
     for (int i = 0; i < n->n_in; i++) {
         ca_node *c = n->next[i].fn;
         CA_CHECK(put_i32(k, c ? c->call_id : -1));
+        if (c && c->n_out > 1)
+            CA_CHECK(put_i32(k, n->next[i].input_nr));
         CA_CHECK(lift_shape(k, &n->in_meta[i], (key_slot_owner){call, OWN_INPUT, "input", i, 0}));
     }
     CA_CHECK(lift_shape(k, &n->out_meta, (key_slot_owner){call, OWN_GRAD_OUTPUT, "grad", 0, 0}));
@@ -196,6 +212,8 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
         CA_CHECK(lift_hooks(k, n->leaf->hooks, call, NULL));
         return lift_hooks(k, n->leaf->post_acc_hooks, call, n->leaf);
     }
+    if (n->custom)
+        CA_CHECK(custom_key(k, n, call));
     CA_CHECK(node_fields(k, n, call));
     CA_CHECK(lift_hooks(k, n->pre_hooks, call, NULL));
     return put_i32(k, n->retained != NULL);
@@ -208,16 +226,21 @@ static ca_status root_key(key_collect *k, const key_request *req) {
     k->n_roots = req->n_roots;
     CA_CHECK(grow((void **)&k->root_call, &k->cap_root_call, req->n_roots, sizeof(int)));
     CA_CHECK(grow((void **)&k->root_seed, &k->cap_root_seed, req->n_roots, sizeof(int)));
+    CA_CHECK(grow((void **)&k->root_nr, &k->cap_root_nr, req->n_roots, sizeof(int)));
     for (int i = 0; i < req->n_roots; i++) {
         k->root_call[i] = req->roots[i]->call_id;
+        k->root_nr[i] = req->root_nrs ? req->root_nrs[i] : 0;
         CA_CHECK(put_i32(k, k->root_call[i]));
+        CA_CHECK(put_i32(k, k->root_nr[i]));
         CA_CHECK(
             lift_tensor(k, req->seeds[i], LIFT_SEED, (key_slot_owner){0, OWN_SEED, "seed", i, 0}));
         k->root_seed[i] = cai_key_find_lifted(k, req->seeds[i], LIFT_SEED);
     }
     CA_CHECK(put_i32(k, req->n_targets));
-    for (int i = 0; i < req->n_targets; i++)
+    for (int i = 0; i < req->n_targets; i++) {
         CA_CHECK(put_i32(k, req->targets[i] ? req->targets[i]->call_id : -1));
+        CA_CHECK(put_i32(k, req->target_nrs ? req->target_nrs[i] : 0));
+    }
     return CA_OK;
 }
 
@@ -257,6 +280,7 @@ void cai_key_collect_free(key_collect *k) {
     cai_mem_free(k->slot0);
     cai_mem_free(k->root_call);
     cai_mem_free(k->root_seed);
+    cai_mem_free(k->root_nr);
     memset(k, 0, sizeof *k);
 }
 
@@ -273,7 +297,11 @@ const char *cai_key_owner_str(const key_collect *k, int slot, char *buf, size_t 
         snprintf(buf, size, "%s (NodeCall %d) input %d dim %d", node, call, o->index, o->dim);
         break;
     case OWN_GRAD_OUTPUT:
-        snprintf(buf, size, "%s (NodeCall %d) grad_output dim %d", node, call, o->dim);
+        if (o->index > 0)
+            snprintf(buf, size, "%s (NodeCall %d) grad_output %d dim %d", node, call, o->index,
+                     o->dim);
+        else
+            snprintf(buf, size, "%s (NodeCall %d) grad_output dim %d", node, call, o->dim);
         break;
     case OWN_SAVED:
         snprintf(buf, size, "%s (NodeCall %d) saved %s dim %d", node, call, o->what, o->dim);

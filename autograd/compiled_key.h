@@ -62,8 +62,8 @@ typedef struct {
     int cap_slot0;
     /* the GraphRoot's edges: root r's NodeCall and the lifted index of its seed */
     int n_roots;
-    int *root_call, *root_seed;
-    int cap_root_call, cap_root_seed;
+    int *root_call, *root_seed, *root_nr; /* root_nr: the output of the root node */
+    int cap_root_call, cap_root_seed, cap_root_nr;
 } key_collect;
 
 /* What a backward asks for: accumulate into leaves' .grad, or return gradients. */
@@ -71,9 +71,11 @@ typedef struct {
     bool capture; /* autograd.grad */
     int n_roots;
     ca_node *const *roots;
+    const int *root_nrs;     /* which output of each root its seed enters (NULL: all 0) */
     ca_tensor *const *seeds; /* one gradient per root (lifted as LIFT_SEED) */
     int n_targets;           /* autograd.grad: nodes whose incoming gradient is returned */
     ca_node *const *targets; /* NULL entries: the input is not reached */
+    const int *target_nrs;   /* which output of each target (NULL: all 0) */
 } key_request;
 
 /* Collect the key of an ordered walk. Errors like the eager engine for a saved tensor

@@ -21,7 +21,9 @@ typedef struct {
     /* autograd.grad: gradient captured at each requested input's node */
     int n_cap;
     ca_node **cap_nodes;
+    int *cap_nrs; /* which output of cap_nodes[i] (custom functions have several) */
     ca_tensor **cap_grads;
+    const int *root_nrs; /* which output of each root node its seed enters */
 } engine_run;
 
 /* ---------------------------------------------------------------------------------------
@@ -30,16 +32,18 @@ typedef struct {
 /* ---------------------------------------------------------------------------------------
  * 4. run
  */
-/* buf += g, out of place: buf and g may alias tensors the user or a saved value holds. */
-static ca_status buffer_add(ca_node *n, ca_tensor *g) {
-    if (!n->buf) {
-        n->buf = ca_tensor_retain(g);
+/* Output k's buf += g, out of place: buf and g may alias tensors the user or a saved value
+ * holds. */
+static ca_status buffer_add(ca_node *n, int k, ca_tensor *g) {
+    ca_tensor **buf = node_buf(n, k);
+    if (!*buf) {
+        *buf = ca_tensor_retain(g);
         return CA_OK;
     }
-    ca_tensor *in[2] = {n->buf, g}, *sum;
-    CA_CHECK(cai_tensor_pointwise(KPW_ADD, &n->out_meta, 2, in, 1.0, 0, &sum));
-    ca_tensor_release(n->buf);
-    n->buf = sum;
+    ca_tensor *in[2] = {*buf, g}, *sum;
+    CA_CHECK(cai_tensor_pointwise(KPW_ADD, node_out_meta(n, k), 2, in, 1.0, 0, &sum));
+    ca_tensor_release(*buf);
+    *buf = sum;
     return CA_OK;
 }
 
@@ -100,7 +104,7 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
                          "%d; please report this bug",
                          row->node_name, i);
         else if ((st = check_grad_meta(n, i, bv_tensor(gin[i]))) == CA_OK)
-            st = buffer_add(c, bv_tensor(gin[i]));
+            st = buffer_add(c, n->next[i].input_nr, bv_tensor(gin[i]));
     }
     cai_eager_scope_end(&eb);
     if (gin != local)
@@ -108,15 +112,14 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
     return st;
 }
 
-static void capture(engine_run *r, ca_node *n, ca_tensor *g) {
+static void capture(engine_run *r, ca_node *n, int k, ca_tensor *g) {
     for (int i = 0; i < r->n_cap; i++)
-        if (r->cap_nodes[i] == n && !r->cap_grads[i])
+        if (r->cap_nodes[i] == n && r->cap_nrs[i] == k && !r->cap_grads[i])
             r->cap_grads[i] = ca_tensor_retain(g);
 }
 
 /* Retain-grad: the tensor's .grad gets this gradient (summed over backwards). */
-static ca_status retain_grad(ca_node *n, ca_tensor *g) {
-    ca_tensor *t = n->retained;
+static ca_status retain_grad(ca_tensor *t, ca_tensor *g) {
     if (!t->grad) { /* a copy: g goes on to the rule, which must not see later writes */
         ca_meta m;
         cai_tensor_meta(g, &m);
@@ -125,7 +128,53 @@ static ca_status retain_grad(ca_node *n, ca_tensor *g) {
     return accumulate_grad(t, g);
 }
 
+/* A custom function's node: each output's gradient through its hooks and retain_grad,
+ * then the user's backward on all of them at once. */
+static ca_status run_custom(engine_run *r, ca_node *n) {
+    ca_tensor *local[8], **grads = local, *gin_local[8], **gin = gin_local;
+    size_t need = (size_t)(n->n_out > n->n_in ? n->n_out : n->n_in);
+    if (need > 8 && !(grads = cai_mem_calloc(2 * need, sizeof(ca_tensor *))))
+        return err_nomem("a custom function's gradients");
+    if (need > 8)
+        gin = grads + need;
+    bool any = false;
+    ca_status st = CA_OK;
+    for (int k = 0; k < n->n_out; k++) {
+        grads[k] = *node_buf(n, k);
+        *node_buf(n, k) = NULL;
+        if (!grads[k] || st != CA_OK)
+            continue;
+        any = true;
+        st = cai_hook_run_pre_output(n->pre_hooks, k, &grads[k], node_out_meta(n, k),
+                                     cai_node_name(n));
+        if (st == CA_OK && r->mode == RUN_ACCUMULATE && node_retained(n, k))
+            st = retain_grad(node_retained(n, k), grads[k]);
+        if (st == CA_OK && r->mode == RUN_CAPTURE)
+            capture(r, n, k, grads[k]);
+    }
+    bool ran_rule = false;
+    if (st == CA_OK && any && cai_node_leads_on(n)) {
+        st = cai_custom_backward(n, grads, gin);
+        ran_rule = true;
+        for (int i = 0; i < n->n_in; i++) {
+            ca_node *c = n->next[i].fn;
+            if (st == CA_OK && c && c->needed && gin[i])
+                st = buffer_add(c, n->next[i].input_nr, gin[i]);
+            ca_tensor_release(gin[i]);
+        }
+    }
+    for (int k = 0; k < n->n_out; k++)
+        ca_tensor_release(grads[k]);
+    if (grads != local)
+        cai_mem_free(grads);
+    if (st == CA_OK && ran_rule && !r->retain_graph)
+        cai_node_release_saved(n);
+    return st;
+}
+
 static ca_status run_node(engine_run *r, ca_node *n) {
+    if (n->custom)
+        return run_custom(r, n);
     ca_tensor *g = n->buf;
     n->buf = NULL;
     if (!g) /* nothing flowed here (pruned parents) */
@@ -134,9 +183,9 @@ static ca_status run_node(engine_run *r, ca_node *n) {
     ca_hook *hooks = is_acc ? (n->leaf ? n->leaf->hooks : NULL) : n->pre_hooks;
     ca_status st = cai_hook_run_pre(hooks, &g, &n->out_meta, cai_node_name(n));
     if (st == CA_OK && r->mode == RUN_ACCUMULATE && n->retained)
-        st = retain_grad(n, g);
+        st = retain_grad(n->retained, g);
     if (st == CA_OK && r->mode == RUN_CAPTURE)
-        capture(r, n, g);
+        capture(r, n, 0, g);
     bool ran_rule = false;
     if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
         st = accumulate_grad(n->leaf, g);
@@ -157,8 +206,11 @@ static ca_status run_node(engine_run *r, ca_node *n) {
  */
 static void run_cleanup(engine_run *r) {
     for (int i = 0; i < r->walk->nodes.n; i++) {
-        ca_tensor_release(r->walk->nodes.v[i]->buf);
-        r->walk->nodes.v[i]->buf = NULL;
+        ca_node *n = r->walk->nodes.v[i];
+        for (int k = 0; k < n->n_out; k++) {
+            ca_tensor_release(*node_buf(n, k));
+            *node_buf(n, k) = NULL;
+        }
     }
     cai_walk_free(&r->own_walk);
 }
@@ -177,14 +229,16 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
                                .retain_graph = r->retain_graph,
                                .n_roots = n_roots,
                                .roots = roots,
+                               .root_nrs = r->root_nrs,
                                .seeds = grads,
                                .n_targets = r->n_cap,
                                .targets = r->cap_nodes,
+                               .target_nrs = r->cap_nrs,
                                .grads_out = r->cap_grads};
             st = cai_compiled_run(r->walk, &c, &ran);
         }
         for (int i = 0; i < n_roots && st == CA_OK && !ran; i++)
-            st = buffer_add(roots[i], grads[i]);
+            st = buffer_add(roots[i], r->root_nrs[i], grads[i]);
     }
     for (int i = 0; i < r->walk->order.n && st == CA_OK && !ran; i++)
         if (r->walk->order.v[i]->needed)
@@ -275,7 +329,8 @@ ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options) {
     ca_node *node;
     ca_tensor *grad;
     CA_CHECK(roots_prepare(1, &root, &o.gradient, "ca_backward", &node, &grad));
-    engine_run r = {.mode = RUN_ACCUMULATE, .retain_graph = o.retain_graph};
+    int nr = tensor_grad_nr(root);
+    engine_run r = {.mode = RUN_ACCUMULATE, .retain_graph = o.retain_graph, .root_nrs = &nr};
     ca_status st = engine_run_graph(&r, &node, &grad, 1);
     roots_release(1, &node, &grad);
     return st;
@@ -286,7 +341,7 @@ ca_status ca_backward(ca_tensor *loss) {
 }
 
 /* The node whose incoming gradient is d/d(input), or NULL if no graph reaches it. */
-static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out) {
+static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out, int *nr) {
     if (!t)
         return err_set(CA_STATUS_INVALID, "ca_grad: input %d is NULL; pass a valid tensor", i);
     if (!t->requires_grad)
@@ -297,6 +352,7 @@ static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out
                        i);
     ca_node *n = t->grad_fn ? t->grad_fn : t->grad_accumulator;
     *out = n && n->epoch == epoch ? n : NULL;
+    *nr = tensor_grad_nr(t);
     return CA_OK;
 }
 
@@ -328,7 +384,7 @@ static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots,
     ca_walk probe = {0};
     ca_status st = cai_walk_graph(&probe, roots, n_roots);
     for (int i = 0; i < n_in && st == CA_OK; i++)
-        st = capture_node(inputs[i], i, probe.epoch, &r->cap_nodes[i]);
+        st = capture_node(inputs[i], i, probe.epoch, &r->cap_nodes[i], &r->cap_nrs[i]);
     cai_walk_free(&probe);
     return st;
 }
@@ -347,8 +403,10 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
                        "%d and %d)",
                        n_outputs, n_inputs);
     ca_grad_options o = options ? *options : (ca_grad_options){0};
+    /* pointers, then the root and capture output numbers */
     size_t n_ptrs = (size_t)n_outputs * 2 + (size_t)n_inputs * 2;
-    void **mem = cai_mem_calloc(n_ptrs, sizeof(void *));
+    size_t n_ints = (size_t)n_outputs + (size_t)n_inputs;
+    void **mem = cai_mem_calloc(n_ptrs + (n_ints + 1) / 2 + 1, sizeof(void *));
     if (!mem)
         return err_nomem("ca_grad's bookkeeping");
     ca_node **roots = (ca_node **)mem;
@@ -356,6 +414,11 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
     engine_run r = {.mode = RUN_CAPTURE, .retain_graph = o.retain_graph, .n_cap = n_inputs};
     r.cap_nodes = (ca_node **)(mem + 2 * n_outputs);
     r.cap_grads = (ca_tensor **)(mem + 2 * n_outputs + n_inputs);
+    int *nrs = (int *)(mem + n_ptrs);
+    r.root_nrs = nrs;
+    r.cap_nrs = nrs + n_outputs;
+    for (int i = 0; i < n_outputs; i++)
+        nrs[i] = outputs[i] ? tensor_grad_nr(outputs[i]) : 0;
     ca_status st = roots_prepare(n_outputs, outputs, o.grad_outputs, "ca_grad", roots, seeds);
     if (st == CA_OK) {
         st = grad_targets(&r, roots, n_outputs, n_inputs, inputs);

@@ -52,6 +52,7 @@ ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
     ca_hook *h = NULL;
     CA_CHECK(hook_new(HOOK_PRE, ctx, ctx_free, &h));
     h->pre = fn;
+    h->output_nr = t->grad_fn ? t->output_nr : 0;
     hook_append(t->grad_fn ? &t->grad_fn->pre_hooks : &t->hooks, h);
     if (handle)
         *handle = h->id;
@@ -104,7 +105,15 @@ ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle) {
 
 ca_status cai_hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
                            const char *owner) {
+    return cai_hook_run_pre_output(list, -1, grad, expect, owner);
+}
+
+/* k < 0: every hook of the list. */
+ca_status cai_hook_run_pre_output(ca_hook *list, int k, ca_tensor **grad, const ca_meta *expect,
+                                  const char *owner) {
     for (ca_hook *h = list; h; h = h->next) {
+        if (k >= 0 && h->output_nr != k)
+            continue;
         ca_tensor *repl = NULL;
         uint64_t gen = cai_err_generation();
         ca_status st = h->pre(*grad, &repl, h->ctx);

@@ -143,10 +143,16 @@ struct ca_tensor {
     bool retains_grad;
     ca_tensor *grad;           /* strong */
     ca_node *grad_fn;          /* strong; NULL for leaves */
+    int output_nr;             /* which output of grad_fn this is (custom functions: 0..) */
     ca_node *grad_accumulator; /* weak: the leaf's AccumulateGrad node, cleared when freed */
     ca_hook *hooks;            /* leaf only: tensor pre-hooks (non-leaf ones live on grad_fn) */
     ca_hook *post_acc_hooks;   /* leaf only */
 };
+
+/* Which output of its grad_fn t's gradient enters (0 for a leaf's AccumulateGrad). */
+static inline int tensor_grad_nr(const ca_tensor *t) {
+    return t->grad_fn ? t->output_nr : 0;
+}
 
 /* A new contiguous tensor with uninitialised data. */
 ca_status cai_tensor_new(const ca_meta *m, ca_tensor **out);
@@ -188,8 +194,22 @@ typedef struct ca_attrs {
  */
 typedef struct {
     ca_node *fn;  /* strong; NULL when no gradient flows to this input */
-    int input_nr; /* which input of fn receives it (always 0: nodes have one output) */
+    int input_nr; /* which output of fn this input was (0 but for custom functions' outputs) */
 } ca_edge;
+
+/* Output k >= 1 of a node with several outputs (only custom functions have them): output 0
+ * is the node's own out_meta, buf and retained. */
+typedef struct {
+    ca_meta meta;
+    ca_tensor *buf;      /* engine scratch: gradient accumulated for this output */
+    ca_tensor *retained; /* weak, as ca_node.retained */
+} ca_node_out;
+
+/* A custom function's node (custom.c): the user's callbacks, and its name. */
+typedef struct {
+    ca_custom_function fn;
+    char name[64];
+} ca_custom;
 
 typedef struct {
     ca_tensor *t;     /* a detached alias (no grad_fn, so no reference cycle) */
@@ -216,6 +236,9 @@ struct ca_node {
     ca_hook *pre_hooks;  /* tensor hooks of the node's output, in registration order */
     ca_tensor *retained; /* weak: the output tensor when it retains its grad */
     ca_tensor *leaf;     /* AccumulateGrad only: strong ref to the leaf */
+    int n_out;           /* outputs: 1, or a custom function's count */
+    ca_node_out *outs;   /* outputs 1 .. n_out-1 (n_out - 1 entries), or NULL */
+    ca_custom *custom;   /* CA_OP_CUSTOM only */
 
     /* engine scratch, valid during one backward */
     uint64_t epoch;
@@ -227,6 +250,37 @@ struct ca_node {
 };
 
 ca_status cai_node_alloc(int op, int n_in, ca_node **out);
+
+/* Output k's gradient meta, buffer and retained tensor (k < n->n_out). */
+static inline ca_meta *node_out_meta(ca_node *n, int k) {
+    return k == 0 ? &n->out_meta : &n->outs[k - 1].meta;
+}
+static inline const ca_meta *node_out_meta_c(const ca_node *n, int k) {
+    return k == 0 ? &n->out_meta : &n->outs[k - 1].meta;
+}
+static inline ca_tensor **node_buf(ca_node *n, int k) {
+    return k == 0 ? &n->buf : &n->outs[k - 1].buf;
+}
+static inline ca_tensor *node_retained(const ca_node *n, int k) {
+    return k == 0 ? n->retained : n->outs[k - 1].retained;
+}
+static inline void node_set_retained(ca_node *n, int k, ca_tensor *t) {
+    if (k == 0)
+        n->retained = t;
+    else
+        n->outs[k - 1].retained = t;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Custom functions (custom.c)
+ */
+/* Run a custom node's backward: grads[k] is output k's gradient (NULL: none flowed),
+ * gin[i] receives input i's gradient (new reference; NULL: none) for every input whose edge
+ * is set, checked against the input (a broadcast gradient is summed down, another dtype
+ * converted, anything else an error naming the function). */
+ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **gin);
+/* Free the node's custom part (its ctx through ctx_free). */
+void cai_custom_free(ca_node *n);
 
 /* ---------------------------------------------------------------------------------------
  * The walk (walk.c): the nodes reachable from some roots, in the one deterministic
@@ -282,6 +336,7 @@ struct ca_hook {
     ca_hook *next;
     ca_hook_handle id;
     hook_kind kind;
+    int output_nr; /* pre-hooks on a node: the output whose gradient they see */
     ca_tensor_hook_fn pre;
     ca_post_accumulate_hook_fn post;
     void *ctx;
@@ -294,6 +349,9 @@ void cai_hook_list_free(ca_hook **list);
  * messages. */
 ca_status cai_hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expect,
                            const char *owner);
+/* The same for the hooks of one output of a node (those with h->output_nr == k). */
+ca_status cai_hook_run_pre_output(ca_hook *list, int k, ca_tensor **grad, const ca_meta *expect,
+                                  const char *owner);
 ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf);
 
 /* ---------------------------------------------------------------------------------------
@@ -485,6 +543,7 @@ typedef enum {
 #undef CA_OP_ENUM_ACTIVATION
     /* autograd's own nodes */
     CA_OP_ACCUMULATE_GRAD,
+    CA_OP_CUSTOM, /* a custom function: its backward is the user's callback (custom.c) */
     CA_OP__COUNT
 } ca_op_id;
 

@@ -13,6 +13,8 @@ ca_node *cai_node_retain(ca_node *n) {
 }
 
 void cai_node_release_saved(ca_node *n) {
+    if (n->custom && n->custom->fn.release && !n->released)
+        n->custom->fn.release(n->custom->fn.ctx);
     for (int i = 0; i < n->n_saved; i++) {
         ca_tensor_release(n->saved[i].t);
         n->saved[i].t = NULL;
@@ -32,9 +34,14 @@ void cai_node_release(ca_node *n) {
         work = n->free_link;
         cai_node_release_saved(n);
         cai_hook_list_free(&n->pre_hooks);
-        ca_tensor_release(n->buf);
-        if (n->retained)
-            n->retained->retains_grad = false;
+        for (int k = 0; k < n->n_out; k++) {
+            ca_tensor_release(*node_buf(n, k));
+            ca_tensor *r = node_retained(n, k);
+            if (r)
+                r->retains_grad = false;
+        }
+        cai_custom_free(n);
+        cai_mem_free(n->outs);
         if (n->leaf) {
             if (n->leaf->grad_accumulator == n)
                 n->leaf->grad_accumulator = NULL;
@@ -52,6 +59,8 @@ void cai_node_release(ca_node *n) {
 }
 
 const char *cai_node_name(const ca_node *n) {
+    if (n->custom)
+        return n->custom->name;
     const ca_op_def *row = cai_op_def(n->op);
     return row ? row->node_name : "UnknownBackward";
 }
@@ -65,6 +74,7 @@ ca_status cai_node_alloc(int op, int n_in, ca_node **out) {
     n->refcnt = 1;
     n->op = op;
     n->n_in = n_in;
+    n->n_out = 1;
     n->in_meta = (ca_meta *)(n + 1);
     n->next = (ca_edge *)(n->in_meta + n_in);
     n->graph_id = cai_fwd_graph_current();

@@ -13,7 +13,7 @@
  * Recording
  */
 static ca_status edge_for(ca_tensor *t, ca_edge *e) {
-    e->input_nr = 0;
+    e->input_nr = t->output_nr;
     if (t->grad_fn) {
         e->fn = cai_node_retain(t->grad_fn);
         return CA_OK;

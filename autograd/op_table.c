@@ -24,7 +24,7 @@ static ca_status row_check(const ca_op_def *r) {
     const char *name = r->name ? r->name : "(unnamed)";
     if (!r->name || !r->node_name)
         return err_set(CA_STATUS_INTERNAL, "op table: row %d lacks a name or node name", r->id);
-    bool engine_row = r->id == CA_OP_ACCUMULATE_GRAD;
+    bool engine_row = r->id == CA_OP_ACCUMULATE_GRAD || r->id == CA_OP_CUSTOM;
     if (!engine_row && (!r->shape || !r->forward))
         return err_set(CA_STATUS_INTERNAL, "op table: op '%s' lacks a %s", name,
                        r->shape ? "forward kernel" : "shape rule");
@@ -101,6 +101,13 @@ static const ca_op_def autograd_rows[] = {
      .node_name = "AccumulateGrad",
      .fusion = CA_FUSE_OPAQUE,
      .flags = CA_OPF_NONDIFF},
+    /* recorded by ca_custom_apply only; its node names itself and runs the user's backward
+     * (custom.c) */
+    {.id = CA_OP_CUSTOM,
+     .name = "custom_function",
+     .node_name = "CustomFunctionBackward",
+     .fusion = CA_FUSE_OPAQUE,
+     .flags = CA_OPF_NONDIFF},
 };
 
-const ca_op_group cai_ops_autograd = {autograd_rows, 1};
+const ca_op_group cai_ops_autograd = {autograd_rows, 2};

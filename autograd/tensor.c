@@ -169,8 +169,8 @@ ca_tensor *ca_tensor_retain(ca_tensor *t) {
 void ca_tensor_release(ca_tensor *t) {
     if (!t || --t->refcnt > 0)
         return;
-    if (t->grad_fn && t->grad_fn->retained == t)
-        t->grad_fn->retained = NULL;
+    if (t->grad_fn && node_retained(t->grad_fn, t->output_nr) == t)
+        node_set_retained(t->grad_fn, t->output_nr, NULL);
     if (t->grad_accumulator)
         t->grad_accumulator->leaf = NULL; /* unreachable: the node holds a strong ref */
     cai_hook_list_free(&t->hooks);
@@ -575,6 +575,6 @@ ca_status ca_tensor_retain_grad(ca_tensor *t) {
     if (!t->grad_fn)
         return CA_OK; /* leaves keep their grad anyway */
     t->retains_grad = true;
-    t->grad_fn->retained = t;
+    node_set_retained(t->grad_fn, t->output_nr, t);
     return CA_OK;
 }

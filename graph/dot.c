@@ -102,6 +102,17 @@ static void label_text(graph_sbuf *t, const graph *g, const graph_node *x, const
                             (long long)a->i[0]);
         return;
     case GOP_OUTPUT: cai_graph_sb_printf(t, "output\nreturn[%lld]", (long long)a->i[0]); return;
+    case GOP_CALLOUT_ARG:
+        cai_graph_sb_printf(t, "callout_arg\ncallouts[%lld], arg=%lld", (long long)a->i[0],
+                            (long long)a->i[1]);
+        return;
+    case GOP_CALLOUT:
+        cai_graph_sb_printf(t, "callout (opaque)\ncallouts[%lld]", (long long)a->i[0]);
+        return;
+    case GOP_CALLOUT_RESULT:
+        cai_graph_sb_printf(t, "%s\ncallout_result\ncallouts[%lld], %lld\n", name,
+                            (long long)a->i[0], (long long)a->i[1]);
+        break;
     case GOP_INPUT: cai_graph_sb_printf(t, "%s\ninputs[%lld]\n", name, (long long)a->i[0]); break;
     default: {
         graph_name op;

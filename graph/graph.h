@@ -103,14 +103,21 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(NLL_BW, "nll_bw", 3, 2, GOPF_SHAPE)                                                          \
     /* in: grad; i[0] = hook number. Out: the (possibly replaced) grad */                         \
     X(HOOK, "call_hook", 1, 1, GOPF_SIDE)                                                          \
-    /* in: grad; i[0] = retain number. Side effect: t.grad += grad */                             \
-    X(RETAIN, "retain_grad", 1, 1, GOPF_SIDE | GOPF_NOVALUE)                                       \
+    /* in: grad; i[0] = retain number, i[1] = which output. Side effect: t.grad += grad */       \
+    X(RETAIN, "retain_grad", 1, 2, GOPF_SIDE | GOPF_NOVALUE)                                       \
     /* in: grad; i[0] = leaf number. Side effect: leaf.grad += grad */                            \
     X(ACCUMULATE, "accumulate_grad", 1, 1, GOPF_SIDE | GOPF_NOVALUE)                               \
     /* in: the ACCUMULATE node; i[0] = leaf number, i[1] = hook number */                         \
     X(POST_HOOK, "post_accumulate_hook", 1, 2, GOPF_SIDE | GOPF_NOVALUE)                           \
     /* in: grad; i[0] = output number (autograd.grad's result) */                                 \
-    X(OUTPUT, "output", 1, 1, GOPF_SIDE | GOPF_NOVALUE)
+    X(OUTPUT, "output", 1, 1, GOPF_SIDE | GOPF_NOVALUE)                                            \
+    /* Opaque call-outs (a custom function's backward): args, the call, then its results.   */    \
+    /* in: a gradient; i[0] = call-out number, i[1] = which argument */                          \
+    X(CALLOUT_ARG, "callout_arg", 1, 2, GOPF_SIDE | GOPF_NOVALUE)                                  \
+    /* i[0] = call-out number: run it on the arguments staged so far */                          \
+    X(CALLOUT, "callout", 0, 1, GOPF_SIDE | GOPF_NOVALUE)                                          \
+    /* i[0] = call-out number, i[1] = which result; dtype and shape given, like INPUT */        \
+    X(CALLOUT_RESULT, "callout_result", 0, 2, GOPF_SHAPE | GOPF_SIDE)
 /* clang-format on */
 
 typedef enum {
@@ -258,14 +265,15 @@ char *cai_graph_print_inputs(const graph *g, bool verbose, const int64_t *slots,
                              const graph_view *inputs);
 
 typedef struct {
-    /* HOOK, RETAIN, ACCUMULATE, POST_HOOK and OUTPUT nodes call this with the node and
-     * its input's view. A HOOK may set *replacement to a view of the same shape and dtype
-     * (the caller keeps its memory alive until the run ends); the run uses it from then
-     * on. Return 0, or nonzero to stop the run (the caller has set its own error).
-     * (Clarifications:) replacement is NULL for every node but HOOK, and in is NULL for
-     * POST_HOOK (the leaf is the caller's). A view passed in is valid during the call;
-     * OUTPUT values stay valid after the run until the arena is reused. call may be NULL
-     * (no callbacks: hooks pass their input through). */
+    /* HOOK, RETAIN, ACCUMULATE, POST_HOOK, OUTPUT and the CALLOUT nodes call this with the
+     * node and its input's view. A HOOK may set *replacement to a view of the same shape and
+     * dtype (the caller keeps its memory alive until the run ends); the run uses it from then
+     * on. A CALLOUT_RESULT (in is NULL) must set *replacement to its value: a view of the
+     * node's dtype and shape, alive until the run ends. CALLOUT's in is NULL too. Return 0, or
+     * nonzero to stop the run (the caller has set its own error). (Clarifications:) replacement is
+     * NULL for every node but HOOK, and in is NULL for POST_HOOK (the leaf is the caller's). A view
+     * passed in is valid during the call; OUTPUT values stay valid after the run until the arena is
+     * reused. call may be NULL (no callbacks: hooks pass their input through). */
     int (*call)(void *ctx, const graph_node *n, const graph_view *in, graph_view *replacement);
     void *ctx;
     /* (Addition.) Optional (may be NULL): where a GEMM whose only reader is an ACCUMULATE

@@ -95,11 +95,11 @@ graph_name *cai_graph_value_names(const graph *g);
  * buffer reuse, the plan's one block), plan_fused.c (fused groups' programs), plan_eval.c
  * (size evaluation and the arena's layout), plan_run.c (the run). A node's plan kind:
  */
-enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL };
+enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL, PK_RESULT };
 /* Members of a fused group (fuse.c): a value only its group reads (no memory), a value
  * read outside (a buffer), and the node where the whole group runs (the last member or
  * the reduction it ends in; a buffer). */
-enum { PK_FUSED_TMP = PK_CALL + 1, PK_FUSED_OUT, PK_FUSED_RUN };
+enum { PK_FUSED_TMP = PK_RESULT + 1, PK_FUSED_OUT, PK_FUSED_RUN };
 
 #define PLAN_N_TMP 3 /* temporaries per node: operand copies, scatter_add's block */
 

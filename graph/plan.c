@@ -44,7 +44,10 @@ static int8_t kind_of(const graph_node *x) {
     case GOP_RETAIN:
     case GOP_ACCUMULATE:
     case GOP_POST_HOOK:
-    case GOP_OUTPUT: return PK_CALL;
+    case GOP_OUTPUT:
+    case GOP_CALLOUT_ARG:
+    case GOP_CALLOUT: return PK_CALL;
+    case GOP_CALLOUT_RESULT: return PK_RESULT;
     default: return PK_BUFFER;
     }
 }
@@ -53,7 +56,7 @@ static int8_t kind_of(const graph_node *x) {
  * may need a copy). Buffers and contiguous' result are always contiguous. */
 static bool maybe_strided(const graph *g, const plan_node *pn, graph_val v) {
     int8_t k = pn[v].kind;
-    return k == PK_INPUT || k == PK_VIEW || k == PK_HOOK ||
+    return k == PK_INPUT || k == PK_VIEW || k == PK_HOOK || k == PK_RESULT ||
            (k == PK_MAYBE_VIEW && cai_graph_node_at(g, v)->a.op == GOP_RESHAPE);
 }
 
@@ -216,8 +219,8 @@ static void take_group_bufs(planner *pl, const graph *g, const plan_group *G) {
 /* Nodes that run user code (which could read .grad) or can fail on the data (an index
  * out of range), so the run stops with the eager engine's .grad state. */
 static bool fold_barrier(graph_op op) {
-    return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_INDEX_ADD || op == GOP_SCATTER_ADD ||
-           op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_SLICE_BACKWARD;
+    return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_CALLOUT || op == GOP_INDEX_ADD ||
+           op == GOP_SCATTER_ADD || op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_SLICE_BACKWARD;
 }
 
 /* A matmul whose one reader is an ACCUMULATE node may write the leaf's .grad itself

@@ -284,8 +284,30 @@ static int run_call(run_ctx *r, graph_val v) {
     const graph_node *x = cai_graph_node_at(r->p->g, v);
     if (!r->cb->call || (r->p->nodes[v].fold >= 0 && r->p->nodes[v].folded))
         return 0; /* no callbacks, or the GEMM already wrote this .grad */
-    const graph_view *in = x->a.op == GOP_POST_HOOK ? NULL : in_view(r, x, 0);
+    const graph_view *in = x->a.op == GOP_POST_HOOK || x->a.n_in == 0 ? NULL : in_view(r, x, 0);
     return r->cb->call(r->cb->ctx, x, in, NULL);
+}
+
+/* A call-out's result: the callback hands over its value, of the node's dtype and shape. */
+static int run_result(run_ctx *r, graph_val v) {
+    const graph_node *x = cai_graph_node_at(r->p->g, v);
+    graph_view want, got;
+    node_view(r->p, x, NULL, &want);
+    memset(&got, 0, sizeof got);
+    int rc = r->cb->call ? r->cb->call(r->cb->ctx, x, NULL, &got) : 0;
+    if (rc)
+        return rc;
+    char b1[96], b2[96];
+    if (!got.data)
+        return fail(r->p, v, "call-out %lld gave no result %lld", (long long)x->a.i[0],
+                    (long long)x->a.i[1]);
+    if (!view_matches(&got, want.dtype, want.ndim, want.shape))
+        return fail(r->p, v, "call-out %lld's result %lld is %s but the graph expects %s",
+                    (long long)x->a.i[0], (long long)x->a.i[1],
+                    view_str(got.dtype, got.ndim, got.shape, b1),
+                    view_str(want.dtype, want.ndim, want.shape, b2));
+    r->p->views[v] = got;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -424,7 +446,8 @@ static bool views_overlap(const graph_view *w, const graph_view *dst) {
 static bool target_is_read(const run_ctx *r, graph_val v, const graph_view *dst) {
     for (graph_val u = 0; u < v; u++) {
         int8_t k = r->p->nodes[u].kind;
-        if ((k == PK_INPUT || k == PK_HOOK) && views_overlap(&r->p->views[u], dst))
+        if ((k == PK_INPUT || k == PK_HOOK || k == PK_RESULT) &&
+            views_overlap(&r->p->views[u], dst))
             return true;
     }
     return false;
@@ -694,6 +717,7 @@ int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *in
         case PK_MAYBE_VIEW: rc = run_maybe_view(&r, v); break;
         case PK_HOOK: rc = run_hook(&r, v); break;
         case PK_CALL: rc = run_call(&r, v); break;
+        case PK_RESULT: rc = run_result(&r, v); break;
         case PK_FUSED_TMP:
         case PK_FUSED_OUT: break; /* computed where its group runs */
         case PK_FUSED_RUN: rc = run_fused(&r, v); break;

@@ -78,6 +78,13 @@ static void print_callout(graph_sbuf *b, const graph_node *x, graph_name *names)
         cai_graph_sb_printf(b, "accumulate_grad(leaf=%lld, %s)\n", (long long)a->i[0],
                             names[a->in[0]]);
         break;
+    case GOP_CALLOUT_ARG:
+        cai_graph_sb_printf(b, "callout_arg(callouts[%lld], arg=%lld, %s)\n", (long long)a->i[0],
+                            (long long)a->i[1], names[a->in[0]]);
+        break;
+    case GOP_CALLOUT:
+        cai_graph_sb_printf(b, "callout(callouts[%lld])\n", (long long)a->i[0]);
+        break;
     default: /* GOP_POST_HOOK */
         cai_graph_sb_printf(b, "post_accumulate_hook(hooks[%lld], leaf=%lld)\n", (long long)a->i[1],
                             (long long)a->i[0]);
@@ -110,6 +117,11 @@ static void print_node(graph_sbuf *b, const graph *g, const graph_node *x, graph
     }
     if (x->a.op == GOP_INPUT) {
         cai_graph_sb_printf(b, " = inputs[%lld]\n", (long long)x->a.i[0]);
+        return;
+    }
+    if (x->a.op == GOP_CALLOUT_RESULT) {
+        cai_graph_sb_printf(b, " = callout_result(callouts[%lld], %lld)\n", (long long)x->a.i[0],
+                            (long long)x->a.i[1]);
         return;
     }
     if (x->a.op == GOP_HOOK) {

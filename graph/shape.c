@@ -113,7 +113,7 @@ static void canon_unused(graph_op_args *a, int n_in) {
                                        : 0;
     for (int k = np; k < 2; k++)
         a->p[k] = 0;
-    if (a->op != GOP_INPUT && a->op != GOP_CAST)
+    if (a->op != GOP_INPUT && a->op != GOP_CAST && a->op != GOP_CALLOUT_RESULT)
         a->dtype = 0;
     if (!cai_graph_op_uses_shape(a->op))
         a->n_shape = 0;
@@ -638,6 +638,28 @@ static int infer_callout(graph *g, graph_node *n) {
     return 0;
 }
 
+/* A custom function's call-out: its numbers, and a result's given dtype and shape. */
+static int infer_opaque(graph *g, graph_node *n) {
+    const char *op = cai_graph_op_name(n->a.op);
+    if (n->a.i[0] < 0 || n->a.i[1] < 0)
+        return cai_graph_fail(g, "%s: numbers must be >= 0, got %lld and %lld", op,
+                              (long long)n->a.i[0], (long long)n->a.i[1]);
+    if (n->a.op == GOP_CALLOUT_ARG) {
+        copy_out(n, in_node(g, n, 0));
+        return 0;
+    }
+    if (n->a.op == GOP_CALLOUT) {
+        set_out(n, KERN_F32, 0, NULL);
+        return 0;
+    }
+    if ((unsigned)n->a.dtype > KERN_I64)
+        return cai_graph_fail(g, "%s: dtype %d is not a kern_dtype", op, (int)n->a.dtype);
+    if (check_shape_attr(g, &n->a, false))
+        return -1;
+    set_out(n, n->a.dtype, n->a.n_shape, n->a.shape);
+    return 0;
+}
+
 int cai_graph_infer(graph *g, graph_node *n) {
     graph_op_args *a = &n->a;
     if ((unsigned)a->op >= GOP__COUNT)
@@ -672,6 +694,9 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_CAST: return infer_cast(g, n);
     case GOP_NLL_BW: return infer_nll_bw(g, n);
     case GOP_SCALE_SIZE: return infer_scale_size(g, n);
+    case GOP_CALLOUT_ARG:
+    case GOP_CALLOUT:
+    case GOP_CALLOUT_RESULT: return infer_opaque(g, n);
     default: return infer_callout(g, n);
     }
 }

@@ -373,6 +373,66 @@ ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_acc
 ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
 
 /* ---------------------------------------------------------------------------------------
+ * Custom functions: a node whose backward is your callback (torch.autograd.Function is
+ * built on it).
+ *
+ * Compute the outputs yourself, with grad mode off, then record them with ca_custom_apply:
+ * it makes one node whose inputs are `inputs` and whose outputs are `outputs`, and returns
+ * the tensors the caller should hand out (results[k], new references):
+ *  - an output made by the forward (no grad_fn yet) becomes the node's output k in place;
+ *  - an output that is one of the inputs, or that has a history already, is returned as a
+ *    new alias of it (same storage) carrying the node, as PyTorch does for `return x`;
+ *  - an output flagged CA_CUSTOM_DIRTY (an input the forward changed in place) has its
+ *    history rebased onto the node; it must be one of the inputs, and not a leaf that
+ *    requires grad;
+ *  - an output flagged CA_CUSTOM_NONDIFF, and every int64 output, gets no gradient: it is
+ *    returned as is and does not require grad.
+ * No node is made when grad mode is off or no input requires grad: results[k] are then new
+ * references to outputs[k], and ctx_free runs at once.
+ *
+ * backward(ctx, n_outputs, grad_outputs, n_inputs, grad_inputs) runs during a backward with
+ * grad mode off. grad_outputs[k] is borrowed, NULL when no gradient reached output k (its
+ * consumers did not need one). Set grad_inputs[i] to a new reference for each input that
+ * needs one (those that require grad; the others are ignored), or leave it NULL for none.
+ * A gradient of another dtype is converted; one of a shape the input broadcasts to is
+ * summed down; any other shape is an error naming the function. Return CA_OK, or an error
+ * with a message (ca_error_set): the backward stops with it and frees what it held.
+ * Under compiled autograd the callback is an opaque call-out step of the compiled graph;
+ * there a NULL gradient for an input that needs one counts as zeros.
+ *
+ * release (may be NULL) runs when a backward without retain_graph has used the node:
+ * free the saved state then, and fail a later backward with PyTorch's "backward through
+ * the graph a second time" error. ctx_free (may be NULL) runs when the node is freed.
+ * name ("MyFnBackward", at most 63 bytes) is copied; key is your identity for the
+ * function (e.g. a class id): the compiled-autograd cache tells functions apart by it.
+ * Thread-safe: per group.
+ */
+typedef ca_status (*ca_custom_backward_fn)(void *ctx, int n_outputs, ca_tensor *const *grad_outputs,
+                                           int n_inputs, ca_tensor **grad_inputs);
+
+typedef struct {
+    const char *name;
+    uint64_t key;
+    ca_custom_backward_fn backward;
+    void (*release)(void *ctx);
+    void *ctx;
+    ca_ctx_free_fn ctx_free;
+} ca_custom_function;
+
+enum { CA_CUSTOM_DIRTY = 1u << 0, CA_CUSTOM_NONDIFF = 1u << 1 };
+
+/* output_flags may be NULL (no flags). On failure nothing is recorded, results are NULL,
+ * and ctx_free has run.
+ * Errors: CA_STATUS_INVALID (NULL arguments, n_inputs < 0 or n_outputs < 1, a name too
+ * long, a dirty output that is not an input), CA_STATUS_AUTOGRAD (a dirty leaf that
+ * requires grad), CA_STATUS_NOMEM. */
+ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor *const *inputs,
+                          int n_outputs, ca_tensor *const *outputs, const unsigned *output_flags,
+                          ca_tensor **results);
+/* t's output number in its grad_fn (0 for every op but a custom function's outputs). */
+int ca_tensor_output_nr(const ca_tensor *t);
+
+/* ---------------------------------------------------------------------------------------
  * Backward
  *
  * Errors, for the three calls: CA_STATUS_INVALID (root NULL; ca_grad adds cases below),
