@@ -9,6 +9,7 @@
  */
 #include "autograd/internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ static ca_status node_make(const ca_custom_function *fn, int n_inputs, ca_tensor
     if (st == CA_OK) {
         n->custom->fn = *fn;
         n->custom->fn.ctx_free = NULL; /* set once the node owns ctx (node_own_ctx) */
-        strcpy(n->custom->name, fn->name);
+        snprintf(n->custom->name, sizeof n->custom->name, "%s", fn->name);
         n->custom->fn.name = n->custom->name;
     }
     for (int i = 0; i < n_inputs && st == CA_OK; i++) {
@@ -210,6 +211,10 @@ ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor 
 
 int ca_tensor_output_nr(const ca_tensor *t) {
     return t ? t->output_nr : 0;
+}
+
+const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t) {
+    return t && t->grad_fn && t->grad_fn->custom ? &t->grad_fn->custom->fn : NULL;
 }
 
 /* ---------------------------------------------------------------------------------------

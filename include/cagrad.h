@@ -431,6 +431,10 @@ ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor 
                           ca_tensor **results);
 /* t's output number in its grad_fn (0 for every op but a custom function's outputs). */
 int ca_tensor_output_nr(const ca_tensor *t);
+/* The function t's grad_fn runs when it is a custom function's node (name, key, callbacks
+ * and ctx as given to ca_custom_apply), else NULL. Borrowed: valid while t's grad_fn is.
+ * Thread-safe: per group. */
+const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t);
 
 /* ---------------------------------------------------------------------------------------
  * Backward

@@ -201,7 +201,10 @@ class Tensor(_TensorBase):
     @property
     def grad_fn(self):
         name = _node_name(self)
-        return None if name is None else _node_type(name)()
+        if name is None:
+            return None
+        ctx = _C.grad_fn_ctx(self)  # a custom Function's node is its ctx object
+        return _node_type(name)() if ctx is None else ctx
 
     @property
     def retains_grad(self):

@@ -33,14 +33,14 @@ static int backward_outcome(ca_status st) {
 /* ---------------------------------------------------------------------------------------
  * Hooks. The ctx of a hook is the callable itself, holding a strong reference.
  */
-static ca_status python_gone(void) {
+ca_status glue_python_gone(void) {
     return ca_error_set(CA_STATUS_HOOK, "a Python hook cannot run while Python shuts down");
 }
 
 /* tensor hook: fn(grad) -> None (keep grad) or a Tensor (use it instead) */
 static ca_status hook_tensor_trampoline(ca_tensor *grad, ca_tensor **replacement, void *ctx) {
     if (!glue_python_alive())
-        return python_gone();
+        return glue_python_gone();
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *arg = glue_wrap(ca_tensor_retain(grad));
     PyObject *res = arg ? PyObject_CallOneArg((PyObject *)ctx, arg) : NULL;
@@ -61,7 +61,7 @@ static ca_status hook_tensor_trampoline(ca_tensor *grad, ca_tensor **replacement
 /* post-accumulate-grad hook: fn(leaf) -> None, with a new wrapper of the leaf */
 static ca_status hook_post_trampoline(ca_tensor *leaf, void *ctx) {
     if (!glue_python_alive())
-        return python_gone();
+        return glue_python_gone();
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *arg = glue_wrap(ca_tensor_retain(leaf));
     PyObject *res = arg ? PyObject_CallOneArg((PyObject *)ctx, arg) : NULL;
@@ -77,7 +77,7 @@ static ca_status hook_post_trampoline(ca_tensor *leaf, void *ctx) {
 
 /* Called by the library when a hook is removed or its tensor/node is freed, with or
  * without the GIL. At shutdown the callable is leaked rather than touched. */
-static void hook_ctx_free(void *ctx) {
+void glue_ctx_decref(void *ctx) {
     if (!glue_python_alive())
         return;
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -86,7 +86,7 @@ static void hook_ctx_free(void *ctx) {
 }
 
 /* Parse (t, fn); *fn receives a new reference, which the library owns once registration
- * succeeded (it releases it through hook_ctx_free). */
+ * succeeded (it releases it through glue_ctx_decref). */
 static int hook_args(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                      ca_tensor **t, PyObject **fn) {
     glue_args p;
@@ -120,7 +120,7 @@ static PyObject *py_register_hook(PyObject *module, PyObject *const *args, Py_ss
     ca_hook_handle handle = 0;
     ca_status st;
     GLUE_CALL_QUICK(
-        st = ca_tensor_register_hook(t, hook_tensor_trampoline, fn, hook_ctx_free, &handle));
+        st = ca_tensor_register_hook(t, hook_tensor_trampoline, fn, glue_ctx_decref, &handle));
     return hook_registered(st, fn, handle);
 }
 
@@ -133,7 +133,7 @@ static PyObject *py_register_post_accumulate_grad_hook(PyObject *module, PyObjec
     ca_hook_handle handle = 0;
     ca_status st;
     GLUE_CALL_QUICK(st = ca_tensor_register_post_accumulate_grad_hook(t, hook_post_trampoline, fn,
-                                                                      hook_ctx_free, &handle));
+                                                                      glue_ctx_decref, &handle));
     return hook_registered(st, fn, handle);
 }
 

@@ -79,6 +79,12 @@ ca_status glue_hook_store(void); /* GIL held, an exception set; clears it */
 void glue_hook_clear(void);      /* GIL held; drops a stale stored exception */
 bool glue_hook_reraise(void);    /* GIL held; raises the stored exception, if any */
 
+/* Callbacks into Python (autograd.c): the error a callback returns once Python is shutting
+ * down, and a ctx_free that drops the library's reference to a Python object (the ctx),
+ * taking the GIL (or leaking it at shutdown). */
+ca_status glue_python_gone(void);
+void glue_ctx_decref(void *ctx);
+
 /* ---------------------------------------------------------------------------------------
  * TensorBase
  */
@@ -164,6 +170,7 @@ void glue_args_done(glue_args *p);
 extern PyMethodDef glue_ops_methods[];
 extern PyMethodDef glue_autograd_methods[];
 extern PyMethodDef glue_interop_methods[];
+extern PyMethodDef glue_custom_methods[];
 
 /* _C.ops: a builtin per op of the library's registry (registry.c). 0, or -1 with an
  * exception set. */

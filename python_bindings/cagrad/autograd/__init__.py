@@ -1,9 +1,13 @@
 """cagrad.autograd: grad() and backward(), with torch.autograd's signatures."""
 
-from . import _C
-from ._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .. import _C
+from .._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
-__all__ = ["grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
+from . import function
+from .function import Function
+
+__all__ = ["grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+           "Function", "function"]
 
 
 def __getattr__(name):

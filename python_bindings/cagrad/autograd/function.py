@@ -1,0 +1,299 @@
+"""cagrad.autograd.function: custom autograd Functions, as torch.autograd.Function.
+
+    class Exp(cagrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return grad * y
+
+    y = Exp.apply(x)
+
+apply() runs forward with grad mode off and records one node (the library's
+ca_custom_apply) whose backward calls the class's backward. The ctx object is that node:
+`y.grad_fn is ctx`, an instance of the class `ExpBackward`, as in PyTorch. Under compiled
+autograd the backward is an opaque call-out step of the one compiled graph.
+"""
+
+import functools
+import itertools
+
+from .. import _C
+from .._grad_mode import no_grad
+
+__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
+           "InplaceFunction", "NestedIOFunction"]
+
+# ca_custom_apply's output flags (include/cagrad.h: CA_CUSTOM_DIRTY, CA_CUSTOM_NONDIFF)
+_DIRTY, _NONDIFF = 1, 2
+_FREED_MESSAGE = ("Trying to backward through the graph a second time (or directly access saved "
+                  "tensors after they have already been freed). Saved intermediate values of the "
+                  "graph are freed when you call .backward() or autograd.grad(). Specify "
+                  "retain_graph=True if you need to backward through the graph a second time or "
+                  "if you need to access saved tensors after calling backward.")
+_class_ids = itertools.count(1)
+
+
+def _is_tensor(x):
+    return isinstance(x, _C.TensorBase)
+
+
+def _tensor_type_name(t):
+    return {0: "torch.FloatTensor", 1: "torch.DoubleTensor", 2: "torch.LongTensor"}[t._dtype]
+
+
+class _Saved:
+    """A tensor saved for backward: the tensor (a detached alias for the function's own
+    outputs, so the node does not keep itself alive) and its version when saved."""
+
+    __slots__ = ("tensor", "version", "origin")
+
+    def __init__(self, tensor, origin):
+        self.tensor = tensor
+        self.version = tensor._version
+        self.origin = origin
+
+    def unpack(self):
+        t = self.tensor
+        if t._version != self.version:
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{_tensor_type_name(t)} {list(t._shape)}], which is "
+                f"{self.origin}, is at version {t._version}; expected version {self.version} "
+                f"instead. Hint: the tensor was saved with ctx.save_for_backward(); change a "
+                f"clone of it instead.")
+        return t
+
+
+class FunctionCtx:
+    """What forward() may tell backward(): tensors to save, and which outputs are dirty
+    (changed inputs) or not differentiable."""
+
+    materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        for t in tensors:
+            if t is not None and not _is_tensor(t):
+                raise TypeError(f"save_for_backward can only save variables, but argument "
+                                f"{tensors.index(t)} is of type {type(t).__name__}")
+        self.to_save = tensors
+
+    def save_for_forward(self, *tensors):
+        self.saved_for_forward = tensors
+
+    def mark_dirty(self, *args):
+        self.dirty_tensors = args
+
+    def mark_non_differentiable(self, *args):
+        self.non_differentiable = args
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_shared_storage(self, *pairs):
+        raise RuntimeError("mark_shared_storage is deprecated: tensors with shared storage "
+                           "are detected automatically")
+
+
+class BackwardCFunction(FunctionCtx):
+    """The node a Function's apply() records; forward's ctx is an instance of it."""
+
+    _forward_cls = None
+
+    def apply(self, *args):
+        return self._forward_cls.backward(self, *args)
+
+    def name(self):
+        return type(self).__name__
+
+    @property
+    def saved_tensors(self):
+        if getattr(self, "_released", False):
+            raise RuntimeError(_FREED_MESSAGE)
+        saved = getattr(self, "_saved", None)
+        if saved is None:
+            return getattr(self, "to_save", ())
+        return tuple(None if s is None else s.unpack() for s in saved)
+
+    saved_variables = saved_tensors
+
+    @property
+    def metadata(self):
+        meta = self.__dict__.get("_metadata")
+        if meta is None:
+            meta = self._metadata = {}
+        return meta
+
+    # ---- called by the library (python_bindings/src/custom.c) ----
+    def _run_backward(self, grads):
+        """grads: one Tensor or None per tensor output. Returns one per tensor input."""
+        if self.materialize_grads:
+            grads = tuple(_C.zeros(dt, shape) if g is None else g
+                          for g, (dt, shape) in zip(grads, self._output_metas))
+        return self._check_grads(self._forward_cls.backward(self, *grads))
+
+    def _check_grads(self, result):
+        if not isinstance(result, tuple):
+            result = (result,)
+        n_args = len(self._arg_is_tensor)
+        name = type(self).__name__
+        if len(result) < n_args:
+            raise RuntimeError(f"function {name} returned an incorrect number of gradients "
+                               f"(expected {n_args}, got {len(result)})")
+        for i, g in enumerate(result[n_args:], n_args):
+            if g is not None:
+                raise RuntimeError(f"function {name} returned an incorrect number of gradients "
+                                   f"(expected {n_args}, got {len(result)})")
+        grads = []
+        for i, (g, is_tensor) in enumerate(zip(result, self._arg_is_tensor)):
+            if g is not None and not _is_tensor(g):
+                raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
+            if not is_tensor:
+                if g is not None:
+                    raise RuntimeError(f"function {name} returned a gradient different than None "
+                                       f"at position {i + 1}, but the corresponding forward "
+                                       f"input was not a Variable")
+                continue
+            grads.append(g)
+        return grads
+
+    def _release(self):
+        self._released = True
+        self._saved = None
+        self.to_save = None
+
+
+class FunctionMeta(type):
+    """Gives each Function subclass its node class, `<Name>Backward`."""
+
+    def __init__(cls, name, bases, attrs):
+        backward_cls = type(name + "Backward", (BackwardCFunction,),
+                            {"_forward_cls": cls, "__module__": "cagrad.autograd.function"})
+        cls._backward_cls = backward_cls
+        cls._key = next(_class_ids)
+        super().__init__(name, bases, attrs)
+
+
+class Function(FunctionCtx, metaclass=FunctionMeta):
+    """Base class of custom autograd Functions: define static forward() and backward() (and
+    optionally setup_context()), then call Cls.apply(*args)."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("Legacy autograd function with non-static forward method is "
+                           "deprecated. Please use new-style autograd function with static "
+                           "forward method. (Example: "
+                           "https://pytorch.org/docs/stable/autograd.html#torch.autograd.Function)")
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom "
+                                  "autograd.Function.")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for "
+                                  "your custom autograd.Function to use it with backward mode "
+                                  "AD.")
+
+    vjp = backward
+
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        raise NotImplementedError("cagrad has no forward-mode AD (jvp)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = cls._backward_cls()
+        tensor_args = [a for a in args if _is_tensor(a)]
+        ctx.needs_input_grad = tuple(_is_tensor(a) and a.requires_grad for a in args)
+        ctx._arg_is_tensor = tuple(_is_tensor(a) for a in args)
+        uses_setup = cls.setup_context is not Function.setup_context
+        with no_grad():
+            if uses_setup:
+                output = cls.forward(*args, **kwargs)
+            else:
+                output = cls.forward(ctx, *args, **kwargs)
+        if uses_setup:
+            cls.setup_context(ctx, args, output)
+        return _record(cls, ctx, tensor_args, output)
+
+
+def _record(cls, ctx, tensor_args, output):
+    """Record ctx as the node of `output` (a tensor, or a tuple holding tensors)."""
+    is_tuple = isinstance(output, tuple)
+    outputs = output if is_tuple else (output,)
+    positions = [i for i, o in enumerate(outputs) if _is_tensor(o)]
+    tensors = [outputs[i] for i in positions]
+    if not tensors:
+        return output
+    dirty = getattr(ctx, "dirty_tensors", ())
+    nondiff = getattr(ctx, "non_differentiable", ())
+    flags = [(_DIRTY if any(t is d for d in dirty) else 0) |
+             (_NONDIFF if any(t is d for d in nondiff) else 0) for t in tensors]
+    for d in dirty:
+        if not any(d is a for a in tensor_args):
+            raise RuntimeError("mark_dirty() takes the inputs that forward() changed in place; "
+                               "a tensor that is not an input was given")
+    ctx._output_metas = [(t._dtype, tuple(t._shape)) for t in tensors]
+    _save(ctx, tensor_args, tensors)
+    results = _C.custom_apply(ctx, tensor_args, tensors, flags, cls.__name__ + "Backward",
+                              cls._key)
+    if not is_tuple:
+        return results[0]
+    out = list(outputs)
+    for i, r in zip(positions, results):
+        out[i] = r
+    return tuple(out)
+
+
+def _save(ctx, inputs, outputs):
+    """ctx.to_save as _Saved records: inputs as they are, the function's own outputs as
+    detached aliases (an output holds the node, which must not hold the output)."""
+    to_save = getattr(ctx, "to_save", None)
+    if to_save is None:
+        return
+    saved = []
+    for t in to_save:
+        if t is None:
+            saved.append(None)
+        elif any(t is o for o in outputs) and not any(t is a for a in inputs):
+            k = next(i for i, o in enumerate(outputs) if o is t)
+            saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}"))
+        else:
+            origin = (f"output {_C.output_nr(t)} of {t._grad_fn_name}" if t._grad_fn_name
+                      else "a leaf tensor")
+            saved.append(_Saved(t, origin))
+    ctx._saved = saved
+    ctx.to_save = None
+
+
+def once_differentiable(fn):
+    """Mark a backward as not differentiable itself (cagrad has no double backward yet, so
+    this only runs fn with grad mode off, as PyTorch does)."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        with no_grad():
+            return fn(ctx, *args)
+
+    return wrapper
+
+
+class InplaceFunction(Function):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+
+class NestedIOFunction(Function):
+    pass
+
