@@ -233,6 +233,62 @@ def _chain(L, seed, dtype=np.float32, n=4096, ops=CHAIN_OPS):
 
 
 # ---------------------------------------------------------------------------------------
+# 7: an MLP built from custom autograd Functions
+# ---------------------------------------------------------------------------------------
+def _function_classes(L):
+    """A tanh-GELU and a fused linear written as custom autograd Functions, as users write
+    their own fused ops: forward under no_grad, backward by hand from saved tensors."""
+    c = math.sqrt(2.0 / math.pi)
+
+    class Gelu(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            t = L.tanh(c * (x + 0.044715 * x * x * x))
+            ctx.save_for_backward(x, t)
+            return 0.5 * x * (1 + t)
+
+        @staticmethod
+        def backward(ctx, g):
+            x, t = ctx.saved_tensors
+            dt = (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+            return g * (0.5 * (1 + t) + 0.5 * x * dt)
+
+    class FusedLinear(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            ctx.save_for_backward(x, w)
+            return x.matmul(w.t()) + b
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            gx = g.matmul(w) if ctx.needs_input_grad[0] else None
+            return gx, g.t().matmul(x), g.sum(0)
+
+    return Gelu, FusedLinear
+
+
+def _function_mlp(L, widths, batch, seed, dtype=np.float32):
+    Gelu, FusedLinear = _function_classes(L)
+    nn, F = L.nn, L.nn.functional
+    model = nn.Sequential(*[nn.Linear(widths[i], widths[i + 1]) for i in range(len(widths) - 1)])
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    x = _tensor(L, rng.standard_normal((batch, widths[0])).astype(np.float32), dtype)
+    y = _tensor(L, rng.integers(0, widths[-1], (batch,)).astype(np.int64))
+
+    def loss():
+        h = x
+        for i, layer in enumerate(model):
+            h = FusedLinear.apply(h, layer.weight, layer.bias)
+            if i < len(model) - 1:
+                h = Gelu.apply(h)
+        return F.cross_entropy(h, y)
+
+    return Bound(params=params, names=names, loss=loss, model=model)
+
+
+# ---------------------------------------------------------------------------------------
 W1 = (784, 256, 256, 10)
 W2 = (128, 128, 128, 128, 128)
 W6 = (1024, 4096, 4096, 1024)
@@ -259,6 +315,10 @@ SPECS = [
          lambda L, dtype=np.float32: _mlp(L, W6, 256, "ce", SEED + 6, dtype),
          "Linear-ReLU-Linear-ReLU-Linear, cross_entropy over 1024 classes, batch 256",
          gemms=_mlp_gemms(W6, 256)),
+    Spec("w7", "Custom-Function MLP 784-256-256-10, batch 64",
+         lambda L, dtype=np.float32: _function_mlp(L, W1, 64, SEED + 7, dtype),
+         "w1's MLP with each Linear a custom autograd.Function (a fused linear) and a tanh-GELU "
+         "Function between them; cross_entropy over 10 classes, batch 64"),
 ]
 
 BY_KEY = {s.key: s for s in SPECS}
