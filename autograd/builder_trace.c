@@ -22,6 +22,10 @@ typedef struct {
     int *out_base;     /* per NodeCall: its output 0's index in buf */
     trace_read *reads; /* saved tensors read, in order */
     int n_reads, cap_reads;
+    trace_callout *callouts; /* the graph's call-outs, by number */
+    int n_callouts, cap_callouts;
+    ca_meta *shadow_outs; /* max_out entries: the shadow's output metas, symbolic */
+    int max_out;
     int call; /* the NodeCall whose rule is running */
     graph_origin origin;
     ca_node shadow;     /* the node the running rule sees */
@@ -278,6 +282,11 @@ static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
     for (int i = 0; i < n->n_in; i++)
         shadow_meta(tb, &tb->shadow_in[i], &cursor);
     shadow_meta(tb, &tb->shadow.out_meta, &cursor);
+    tb->shadow_outs[0] = tb->shadow.out_meta;
+    for (int o = 1; o < n->n_out; o++) { /* a custom function's: lifted after output 0 */
+        tb->shadow_outs[o] = n->outs[o - 1].meta;
+        shadow_meta(tb, &tb->shadow_outs[o], &cursor);
+    }
     const ca_op_def *row = cai_op_def(n->op);
     int saved = 0;
     for (int f = 0; f < row->n_fields; f++) {
@@ -324,7 +333,8 @@ static void accumulate(trace_builder *tb, int call, int nr, graph_val v) {
 static graph_val run_hooks(trace_builder *tb, int call, int nr, graph_val g) {
     const key_collect *k = tb->req->k;
     for (int h = 0; h < k->n_hooks && g >= 0; h++)
-        if (k->hooks[h].node_call == call && !k->hooks[h].leaf && k->hooks[h].hook->output_nr == nr)
+        if (k->hooks[h].node_call == call && k->hooks[h].hook->kind == HOOK_PRE &&
+            k->hooks[h].hook->output_nr == nr)
             g = side_effect(tb, GOP_HOOK, g, h, 0);
     return g;
 }
@@ -336,9 +346,89 @@ static void run_post_hooks(trace_builder *tb, int call, graph_val acc, int leaf)
             side_effect(tb, GOP_POST_HOOK, acc, leaf, h);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Call-outs: a custom function's backward and node hooks, opaque to the graph
+ */
+/* Stage args (those >= 0), call, and set res[i] to result i's value where res[i] >= 0 on
+ * entry (its meta from metas[i], symbolic); other results are not read. */
+static void emit_callout(trace_builder *tb, trace_callout c, const graph_val *args, graph_val *res,
+                         const ca_meta *metas) {
+    if (!mem_grow((void **)&tb->callouts, &tb->cap_callouts, tb->n_callouts + 1,
+                  sizeof(trace_callout))) {
+        tb->base.status = err_nomem("the compiled backward's trace");
+        return;
+    }
+    int num = tb->n_callouts++;
+    tb->callouts[num] = c;
+    for (int a = 0; a < c.n_args && tb->base.status == CA_OK; a++)
+        if (args[a] >= 0)
+            side_effect(tb, GOP_CALLOUT_ARG, args[a], num, a);
+    graph_op_args call_a = {.op = GOP_CALLOUT, .i = {num}};
+    add_node(tb, &call_a);
+    for (int i = 0; i < c.n_res && tb->base.status == CA_OK; i++) {
+        if (res[i] < 0)
+            continue;
+        const ca_meta *m = &metas[i];
+        graph_op_args a = {.op = GOP_CALLOUT_RESULT, .dtype = kdt(m->dtype), .n_shape = m->ndim};
+        a.i[0] = num;
+        a.i[1] = i;
+        for (int d = 0; d < m->ndim; d++)
+            if ((a.shape[d] = size_sx(tb, m->shape[d])) < 0) {
+                trace_fail(tb, "%s: a corrupt size", tb->origin.name);
+                return;
+            }
+        res[i] = add_node(tb, &a);
+    }
+}
+
+static int hook_index(const key_collect *k, const ca_hook *h) {
+    for (int i = 0; i < k->n_hooks; i++)
+        if (k->hooks[i].hook == h)
+            return i;
+    return -1;
+}
+
+/* Node pre-hooks on the output gradients g (n_out of them, -1 where none flowed). */
+static void node_pre_hooks(trace_builder *tb, ca_node *n, int call, graph_val *g) {
+    for (ca_hook *h = n->node_pre_hooks; h && tb->base.status == CA_OK; h = h->next) {
+        trace_callout c = {call, CALLOUT_NODE_PRE, hook_index(tb->req->k, h), n->n_out, n->n_out};
+        graph_val args[64];
+        memcpy(args, g, sizeof(graph_val) * (size_t)n->n_out);
+        emit_callout(tb, c, args, g, tb->shadow_outs);
+    }
+}
+
+/* Node post-hooks on the input gradients gin (-1 where none) given the outputs' g. */
+static void node_post_hooks(trace_builder *tb, ca_node *n, int call, graph_val *gin,
+                            const graph_val *g) {
+    for (ca_hook *h = n->node_post_hooks; h && tb->base.status == CA_OK; h = h->next) {
+        trace_callout c = {call, CALLOUT_NODE_POST, hook_index(tb->req->k, h), n->n_in + n->n_out,
+                           n->n_in};
+        graph_val args[192];
+        if (n->n_in + n->n_out > 192) {
+            trace_fail(tb, "%s has too many gradients for its node hooks", tb->origin.name);
+            return;
+        }
+        for (int i = 0; i < n->n_in; i++)
+            args[i] = gin[i];
+        for (int o = 0; o < n->n_out; o++)
+            args[n->n_in + o] = g[o];
+        emit_callout(tb, c, args, gin, tb->shadow_in);
+    }
+}
+
+static void pass_on(trace_builder *tb, const ca_node *n, const graph_val *gin) {
+    for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
+        ca_node *c = n->next[i].fn;
+        if (c && c->needed && gin[i] >= 0)
+            accumulate(tb, c->call_id, n->next[i].input_nr, gin[i]);
+    }
+}
+
 static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     const ca_op_def *row = cai_op_def(n->op);
     ca_bval gin_local[8] = {0};
+    graph_val gin[8];
     if (n->n_in > 8) {
         trace_fail(tb, "%s has too many inputs to trace", row->node_name);
         return;
@@ -346,11 +436,11 @@ static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     make_shadow(tb, n, call);
     tb->call = call;
     row->backward(&tb->base, &tb->shadow, bval_of(g), gin_local);
-    for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
-        ca_node *c = n->next[i].fn;
-        if (c && c->needed && gin_local[i])
-            accumulate(tb, c->call_id, n->next[i].input_nr, val_of(gin_local[i]));
-    }
+    for (int i = 0; i < n->n_in; i++)
+        gin[i] = gin_local[i] ? val_of(gin_local[i]) : -1;
+    if (n->node_post_hooks && tb->base.status == CA_OK)
+        node_post_hooks(tb, n, call, gin, &g);
+    pass_on(tb, n, gin);
 }
 
 /* autograd.grad: every requested input whose gradient is output nr of n's (the same
@@ -385,29 +475,23 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
         g[k] = *buf_at(tb, call, k) >= 0 ? output_grad(tb, n, call, k) : -1;
         any |= g[k] >= 0;
     }
+    make_shadow(tb, n, call);
+    if (any && n->node_pre_hooks)
+        node_pre_hooks(tb, n, call, g);
     if (!any || tb->base.status != CA_OK || !cai_node_leads_on(n))
         return;
-    for (int k = 0; k < n->n_out; k++)
-        if (g[k] >= 0)
-            side_effect(tb, GOP_CALLOUT_ARG, g[k], call, k);
-    graph_op_args call_a = {.op = GOP_CALLOUT, .i = {call}};
-    add_node(tb, &call_a);
-    make_shadow(tb, n, call);
-    for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
-        ca_node *c = n->next[i].fn;
-        if (!c || !c->needed)
-            continue;
-        const ca_meta *m = &tb->shadow_in[i];
-        graph_op_args a = {.op = GOP_CALLOUT_RESULT, .dtype = kdt(m->dtype), .n_shape = m->ndim};
-        a.i[0] = call;
-        a.i[1] = i;
-        for (int d = 0; d < m->ndim; d++)
-            if ((a.shape[d] = size_sx(tb, m->shape[d])) < 0)
-                return (void)trace_fail(tb, "%s: a corrupt size", cai_node_name(n));
-        graph_val r = add_node(tb, &a);
-        if (r >= 0)
-            accumulate(tb, c->call_id, n->next[i].input_nr, r);
+    graph_val gin[128];
+    if (n->n_in > 128) {
+        trace_fail(tb, "%s has too many inputs to trace", cai_node_name(n));
+        return;
     }
+    for (int i = 0; i < n->n_in; i++)
+        gin[i] = n->next[i].fn && n->next[i].fn->needed ? 0 : -1; /* >= 0: wanted */
+    emit_callout(tb, (trace_callout){call, CALLOUT_CUSTOM, -1, n->n_out, n->n_in}, g, gin,
+                 tb->shadow_in);
+    if (n->node_post_hooks && tb->base.status == CA_OK)
+        node_post_hooks(tb, n, call, gin, g);
+    pass_on(tb, n, gin);
 }
 
 static bool any_grad(trace_builder *tb, const ca_node *n, int call) {
@@ -429,6 +513,10 @@ static void trace_node(trace_builder *tb, int call) {
     }
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     graph_val g = output_grad(tb, n, call, 0);
+    if (g >= 0 && tb->base.status == CA_OK && n->node_pre_hooks) {
+        make_shadow(tb, n, call);
+        node_pre_hooks(tb, n, call, &g);
+    }
     if (g < 0 || tb->base.status != CA_OK)
         return;
     if (is_acc && !tb->req->capture) {
@@ -437,6 +525,8 @@ static void trace_node(trace_builder *tb, int call) {
         graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);
+        if (acc >= 0 && n->node_post_hooks)
+            node_post_hooks(tb, n, call, NULL, &g);
     } else if (!is_acc && cai_node_leads_on(n)) {
         run_rule(tb, n, call, g);
     }
@@ -452,7 +542,12 @@ static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
         if (k->nodes[c]->n_in > tb->max_in)
             tb->max_in = k->nodes[c]->n_in;
     tb->shadow_in = cai_mem_alloc(sizeof(ca_meta) * (size_t)tb->max_in);
-    if (!tb->g || !tb->lifted || !tb->out_base || !tb->shadow_in)
+    tb->max_out = 1;
+    for (int c = 0; c < k->n_nodes; c++)
+        if (k->nodes[c]->n_out > tb->max_out)
+            tb->max_out = k->nodes[c]->n_out;
+    tb->shadow_outs = cai_mem_alloc(sizeof(ca_meta) * (size_t)tb->max_out);
+    if (!tb->g || !tb->lifted || !tb->out_base || !tb->shadow_in || !tb->shadow_outs)
         return err_nomem("the compiled backward's trace");
     tb->out_base[0] = 0;
     for (int c = 1; c <= k->n_nodes; c++) {
@@ -471,6 +566,7 @@ static void trace_free_scratch(trace_builder *tb) {
     cai_mem_free(tb->buf);
     cai_mem_free(tb->out_base);
     cai_mem_free(tb->shadow_in);
+    cai_mem_free(tb->shadow_outs);
 }
 
 ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
@@ -491,8 +587,9 @@ ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
     if (st != CA_OK) {
         cai_graph_free(tb.g);
         cai_mem_free(tb.reads);
+        cai_mem_free(tb.callouts);
         return st;
     }
-    *out = (trace_result){tb.g, tb.reads, tb.n_reads};
+    *out = (trace_result){tb.g, tb.reads, tb.n_reads, tb.callouts, tb.n_callouts};
     return CA_OK;
 }

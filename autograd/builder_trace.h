@@ -22,10 +22,24 @@ typedef struct {
     int k;    /* its saved tensor number */
 } trace_read;
 
+/* An opaque call-out of the graph (GOP_CALLOUT number = its index): a custom function's
+ * backward, or one node hook of NodeCall `call`. */
+typedef enum { CALLOUT_CUSTOM, CALLOUT_NODE_PRE, CALLOUT_NODE_POST } trace_callout_kind;
+
+typedef struct {
+    int call;
+    trace_callout_kind kind;
+    int hook;   /* node hooks: the hook's index among the key's lifted hooks */
+    int n_args; /* gradients staged (custom, pre: the outputs; post: inputs then outputs) */
+    int n_res;  /* results (custom, post: one per input; pre: one per output) */
+} trace_callout;
+
 typedef struct {
     graph *g;
     trace_read *reads; /* from the library's allocator; free with cai_mem_free */
     int n_reads;
+    trace_callout *callouts; /* the same */
+    int n_callouts;
 } trace_result;
 
 typedef struct {

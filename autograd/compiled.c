@@ -10,7 +10,7 @@
  */
 #include "autograd/compiled.h"
 
-#include "autograd/builder_trace.h"
+#include "autograd/compiled_callout.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +27,8 @@ typedef struct {
     graph *g;
     trace_read *reads; /* saved tensors the rules read: checked before each run */
     int n_reads;
+    trace_callout *callouts; /* its call-outs, by number */
+    int n_callouts;
     graph_plan *plan;
     void *arena;
     size_t arena_cap;
@@ -176,6 +178,7 @@ static void compiled_free(void *p) {
     cai_graph_plan_free(cg->plan);
     cai_graph_free(cg->g);
     cai_mem_free(cg->reads);
+    cai_mem_free(cg->callouts);
     cai_mem_data_free(cg->arena);
     cai_mem_free(cg->sym_values);
     cai_mem_free(cg->inputs);
@@ -214,6 +217,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     cg->g = res.g;
     cg->reads = res.reads;
     cg->n_reads = res.n_reads;
+    cg->callouts = res.callouts;
+    cg->n_callouts = res.n_callouts;
     if (st == CA_STATUS_INTERNAL) {
         *untraceable = true;
         if (compiled_autograd.log_verbose)
@@ -245,56 +250,23 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
  */
 typedef struct {
     const compiled_call *c;
-    ca_tensor **keep; /* hook replacements and call-out results, alive until the run ends */
-    int n_keep, cap_keep;
-    /* the custom function's call-out being run: its NodeCall, the output gradients staged
-     * for it, then its results (n_in of them) */
-    int co_call;
-    ca_tensor **co_args, **co_results;
-    int co_n_args, co_n_results;
+    callout_state co; /* call-outs, and what the run still reads (hook replacements) */
     ca_status st;
 } run_ctx;
-
-static void view_of(const ca_tensor *t, graph_view *v) {
-    v->data = cai_tensor_ptr(t);
-    v->dtype = kdt(t->dtype);
-    v->ndim = t->ndim;
-    memcpy(v->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    memcpy(v->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
-}
 
 static void src_of(const graph_view *v, kern_src *src) {
     src->data = v->data;
     memcpy(src->strides, v->strides, sizeof(int64_t) * (size_t)v->ndim);
 }
 
-/* A new contiguous tensor holding a copy of v (hooks and .grad outlive the arena). */
-static ca_status tensor_from_view(const graph_view *v, ca_tensor **out) {
-    ca_meta m = {.dtype = (ca_dtype)v->dtype, .ndim = v->ndim};
-    memcpy(m.shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
-    CA_CHECK(cai_tensor_new(&m, out));
-    kern_src src;
-    src_of(v, &src);
-    cai_kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape, cai_tensor_ptr(*out),
-                       (*out)->strides, &src, 0, 0);
-    return CA_OK;
-}
-
 /* t.grad += v, or t.grad = copy of v when unset: the run-time branch that makes
  * zero_grad(set_to_none=True) cost no recompile. */
 static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
     if (!t->grad)
-        return tensor_from_view(v, &t->grad);
+        return cai_tensor_from_view(v, &t->grad);
     kern_src src;
     src_of(v, &src);
     cai_tensor_add_into(t->grad, &src);
-    return CA_OK;
-}
-
-static ca_status keep_tensor(run_ctx *r, ca_tensor *t) {
-    if (!mem_grow((void **)&r->keep, &r->cap_keep, r->n_keep + 1, sizeof(ca_tensor *)))
-        return err_nomem("the hook replacements of a compiled backward");
-    r->keep[r->n_keep++] = t;
     return CA_OK;
 }
 
@@ -304,82 +276,19 @@ static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view
     ca_hook one = *kh->hook;
     one.next = NULL; /* run just this hook, with the eager engine's checks and messages */
     ca_tensor *g;
-    CA_CHECK(tensor_from_view(in, &g));
+    CA_CHECK(cai_tensor_from_view(in, &g));
     ca_tensor *before = g;
     ca_meta expect;
     cai_tensor_meta(g, &expect);
     ca_status st = cai_hook_run_pre(&one, &g, &expect,
                                     cai_key_node_name(&compiled_autograd.key, kh->node_call));
-    if (st == CA_OK && g != before && (st = keep_tensor(r, g)) == CA_OK) {
-        view_of(g, repl); /* the run reads the replacement from here on */
+    if (st == CA_OK && g != before) {
+        CA_CHECK(cai_callout_keep(&r->co, g));
+        cai_view_of(g, repl); /* the run reads the replacement from here on */
         return CA_OK;
     }
     ca_tensor_release(g);
     return st;
-}
-
-/* ---- custom functions: stage the gradients, call, hand out the results ---- */
-static void callout_clear(run_ctx *r) {
-    for (int i = 0; i < r->co_n_args; i++)
-        ca_tensor_release(r->co_args[i]);
-    for (int i = 0; i < r->co_n_results; i++)
-        ca_tensor_release(r->co_results[i]);
-    cai_mem_free(r->co_args); /* one block with co_results */
-    r->co_args = r->co_results = NULL;
-    r->co_n_args = r->co_n_results = 0;
-    r->co_call = 0;
-}
-
-/* Start call-out `call` if it is not the one being staged: room for its arguments. */
-static ca_status callout_begin(run_ctx *r, int call) {
-    if (r->co_call == call)
-        return CA_OK;
-    callout_clear(r);
-    ca_node *n = compiled_autograd.key.nodes[call - 1];
-    size_t slots = (size_t)n->n_out + (size_t)n->n_in;
-    r->co_args = cai_mem_calloc(slots ? slots : 1, sizeof(ca_tensor *));
-    if (!r->co_args)
-        return err_nomem("a custom function's call-out");
-    r->co_results = r->co_args + n->n_out;
-    r->co_call = call;
-    return CA_OK;
-}
-
-static ca_status callout_arg(run_ctx *r, const graph_node *x, const graph_view *in) {
-    CA_CHECK(callout_begin(r, (int)x->a.i[0]));
-    ca_tensor **slot = &r->co_args[x->a.i[1]];
-    ca_tensor_release(*slot);
-    *slot = NULL;
-    r->co_n_args = (int)x->a.i[1] + 1 > r->co_n_args ? (int)x->a.i[1] + 1 : r->co_n_args;
-    return tensor_from_view(in, slot);
-}
-
-/* The user's backward on the staged gradients (NULL where none flowed). A gradient it
- * leaves out for an input that needs one is zeros here: the graph was traced expecting
- * one. */
-static ca_status callout_run(run_ctx *r, const graph_node *x) {
-    int call = (int)x->a.i[0];
-    CA_CHECK(callout_begin(r, call));
-    ca_node *n = compiled_autograd.key.nodes[call - 1];
-    r->co_n_args = n->n_out;
-    ca_status st = cai_custom_backward(n, r->co_args, r->co_results);
-    r->co_n_results = n->n_in;
-    for (int i = 0; i < n->n_in && st == CA_OK; i++)
-        if (!r->co_results[i] && node_needs_grad(n, i))
-            st = cai_tensor_full(&n->in_meta[i], 0.0, &r->co_results[i]);
-    return st;
-}
-
-static ca_status callout_result(run_ctx *r, const graph_node *x, graph_view *repl) {
-    if (r->co_call != x->a.i[0] || x->a.i[1] >= r->co_n_results || !r->co_results[x->a.i[1]])
-        return err_set(CA_STATUS_INTERNAL,
-                       "compiled backward: result %lld of call-out %lld read before its call",
-                       (long long)x->a.i[1], (long long)x->a.i[0]);
-    ca_tensor *t = r->co_results[x->a.i[1]];
-    CA_CHECK(keep_tensor(r, t));
-    ca_tensor_retain(t);
-    view_of(t, repl);
-    return CA_OK;
 }
 
 static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in, graph_view *repl) {
@@ -389,9 +298,9 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
         ca_tensor *t = node_retained(compiled_autograd.key.nodes[n->a.i[0] - 1], (int)n->a.i[1]);
         return t ? grad_add_view(t, in) : CA_OK;
     }
-    case GOP_CALLOUT_ARG: return callout_arg(r, n, in);
-    case GOP_CALLOUT: return callout_run(r, n);
-    case GOP_CALLOUT_RESULT: return callout_result(r, n, repl);
+    case GOP_CALLOUT_ARG: return cai_callout_arg(&r->co, n, in);
+    case GOP_CALLOUT: return cai_callout_call(&r->co, n);
+    case GOP_CALLOUT_RESULT: return cai_callout_result(&r->co, n, repl);
     case GOP_ACCUMULATE: return grad_add_view(compiled_autograd.key.lifted[n->a.i[0]].t, in);
     case GOP_POST_HOOK: {
         ca_hook one = *compiled_autograd.key.hooks[n->a.i[1]].hook;
@@ -402,7 +311,7 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
         ca_tensor **slot = &r->c->grads_out[n->a.i[0]];
         if (*slot)
             return CA_OK; /* the first gradient to arrive is the one, as in eager */
-        return tensor_from_view(in, slot);
+        return cai_tensor_from_view(in, slot);
     }
     default: return err_set(CA_STATUS_INTERNAL, "graph call-out for op %d", (int)n->a.op);
     }
@@ -426,7 +335,7 @@ static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *
         memcpy(m.shape, value->shape, sizeof(int64_t) * (size_t)value->ndim);
         CA_CHECK(cai_tensor_new(&m, &t->grad));
     }
-    view_of(t->grad, dst);
+    cai_view_of(t->grad, dst);
     return CA_OK;
 }
 
@@ -451,7 +360,7 @@ static void bind(const cache_entry *e) {
     for (int s = 0; s < e->n_symbols; s++)
         cg->sym_values[s] = compiled_autograd.key.sizes[e->first_slot[s]];
     for (int i = 0; i < compiled_autograd.key.n_lifted; i++)
-        view_of(compiled_autograd.key.lifted[i].t, &cg->inputs[i]);
+        cai_view_of(compiled_autograd.key.lifted[i].t, &cg->inputs[i]);
 }
 
 static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
@@ -465,13 +374,10 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
             return err_nomem("a compiled backward's arena");
         cg->arena_cap = bytes;
     }
-    run_ctx r = {.c = c, .st = CA_OK};
+    run_ctx r = {.c = c, .co = {.k = &compiled_autograd.key, .table = cg->callouts}, .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
     int rc = cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
-    for (int i = 0; i < r.n_keep; i++)
-        ca_tensor_release(r.keep[i]);
-    cai_mem_free(r.keep);
-    callout_clear(&r);
+    cai_callout_end(&r.co);
     if (rc > 0)
         return r.st;
     if (rc < 0)

@@ -210,12 +210,16 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
         CA_CHECK(
             lift_tensor(k, n->leaf, LIFT_LEAF, (key_slot_owner){call, OWN_LEAF, "leaf", 0, 0}));
         CA_CHECK(lift_hooks(k, n->leaf->hooks, call, NULL));
+        CA_CHECK(lift_hooks(k, n->node_pre_hooks, call, NULL));
+        CA_CHECK(lift_hooks(k, n->node_post_hooks, call, NULL));
         return lift_hooks(k, n->leaf->post_acc_hooks, call, n->leaf);
     }
     if (n->custom)
         CA_CHECK(custom_key(k, n, call));
     CA_CHECK(node_fields(k, n, call));
     CA_CHECK(lift_hooks(k, n->pre_hooks, call, NULL));
+    CA_CHECK(lift_hooks(k, n->node_pre_hooks, call, NULL));
+    CA_CHECK(lift_hooks(k, n->node_post_hooks, call, NULL));
     return put_i32(k, n->retained != NULL);
 }
 

@@ -81,12 +81,26 @@ static ca_status check_grad_meta(const ca_node *n, int i, ca_tensor *g) {
                    cai_err_shape_str(n->in_meta[i].ndim, n->in_meta[i].shape, s2, 96));
 }
 
+/* Node post-hooks on the rule's gradients: the hooks see (and may replace) references
+ * of their own, which then flow on instead of the rule's. */
+static ca_status run_post_hooks(ca_node *n, ca_bval *gin, ca_tensor *g, ca_tensor **held) {
+    for (int i = 0; i < n->n_in; i++)
+        held[i] = gin[i] ? ca_tensor_retain(bv_tensor(gin[i])) : NULL;
+    ca_status st = cai_hook_run_node_post(n->node_post_hooks, n->n_in, held, 1, &g, n);
+    for (int i = 0; i < n->n_in; i++)
+        gin[i] = held[i] ? bv_of(held[i]) : NULL;
+    return st;
+}
+
 /* Run n's derivative rule on g and pass the results along its needed edges. */
 static ca_status run_rule(ca_node *n, ca_tensor *g) {
     const ca_op_def *row = cai_op_def(n->op);
     ca_bval local[8], *gin = local;
-    if (n->n_in > 8 && !(gin = cai_mem_alloc(sizeof(ca_bval) * (size_t)n->n_in)))
+    ca_tensor *held_local[8] = {0}, **held = held_local;
+    if (n->n_in > 8 && !(gin = cai_mem_calloc(2 * (size_t)n->n_in, sizeof(void *))))
         return err_nomem("a rule's gradient list");
+    if (n->n_in > 8)
+        held = (ca_tensor **)(gin + n->n_in);
     memset(gin, 0, sizeof(ca_bval) * (size_t)n->n_in);
     ca_eager_builder eb;
     cai_eager_builder_init(&eb);
@@ -94,9 +108,12 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
     row->backward(&eb.base, n, bv_of(g), gin);
     ca_set_grad_enabled(prev);
     ca_status st = eb.base.status;
+    bool hooked = st == CA_OK && n->node_post_hooks;
+    if (hooked)
+        st = run_post_hooks(n, gin, g, held);
     for (int i = 0; i < n->n_in && st == CA_OK; i++) {
         ca_node *c = n->next[i].fn;
-        if (!c || !c->needed)
+        if (!c || !c->needed || (hooked && !gin[i]))
             continue;
         if (!gin[i])
             st = err_set(CA_STATUS_INTERNAL,
@@ -106,6 +123,8 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
         else if ((st = check_grad_meta(n, i, bv_tensor(gin[i]))) == CA_OK)
             st = buffer_add(c, n->next[i].input_nr, bv_tensor(gin[i]));
     }
+    for (int i = 0; hooked && i < n->n_in; i++)
+        ca_tensor_release(held[i]);
     cai_eager_scope_end(&eb);
     if (gin != local)
         cai_mem_free(gin);
@@ -152,9 +171,13 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
         if (st == CA_OK && r->mode == RUN_CAPTURE)
             capture(r, n, k, grads[k]);
     }
+    if (st == CA_OK && any && n->node_pre_hooks)
+        st = cai_hook_run_node_pre(n->node_pre_hooks, n->n_out, grads, n);
     bool ran_rule = false;
     if (st == CA_OK && any && cai_node_leads_on(n)) {
         st = cai_custom_backward(n, grads, gin);
+        if (st == CA_OK && n->node_post_hooks)
+            st = cai_hook_run_node_post(n->node_post_hooks, n->n_in, gin, n->n_out, grads, n);
         ran_rule = true;
         for (int i = 0; i < n->n_in; i++) {
             ca_node *c = n->next[i].fn;
@@ -186,11 +209,16 @@ static ca_status run_node(engine_run *r, ca_node *n) {
         st = retain_grad(n->retained, g);
     if (st == CA_OK && r->mode == RUN_CAPTURE)
         capture(r, n, 0, g);
+    if (st == CA_OK && n->node_pre_hooks)
+        st = cai_hook_run_node_pre(n->node_pre_hooks, 1, &g, n);
     bool ran_rule = false;
-    if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
+    if (st == CA_OK && !g) { /* a node pre-hook dropped the gradient */
+    } else if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
         st = accumulate_grad(n->leaf, g);
         if (st == CA_OK)
             st = cai_hook_run_post(n->leaf->post_acc_hooks, n->leaf);
+        if (st == CA_OK && n->node_post_hooks)
+            st = cai_hook_run_node_post(n->node_post_hooks, 0, NULL, 1, &g, n);
     } else if (st == CA_OK && !is_acc && cai_node_leads_on(n)) {
         st = run_rule(n, g);
         ran_rule = true;

@@ -6,6 +6,7 @@
 #include "autograd/internal.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 static atomic_uint_fast64_t next_hook_id = 1;
 
@@ -159,6 +160,121 @@ ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf) {
                                ca_status_name(st));
             return st;
         }
+    }
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Node hooks
+ */
+ca_status ca_node_register_pre_hook(ca_node *n, ca_node_pre_hook_fn fn, void *ctx,
+                                    ca_ctx_free_fn ctx_free, ca_hook_handle *handle) {
+    CA_ARG_NOT_NULL(n, "ca_node_register_pre_hook");
+    CA_ARG_NOT_NULL(fn, "ca_node_register_pre_hook");
+    ca_hook *h = NULL;
+    CA_CHECK(hook_new(HOOK_NODE_PRE, ctx, ctx_free, &h));
+    h->node_pre = fn;
+    hook_append(&n->node_pre_hooks, h);
+    if (handle)
+        *handle = h->id;
+    return CA_OK;
+}
+
+ca_status ca_node_register_post_hook(ca_node *n, ca_node_post_hook_fn fn, void *ctx,
+                                     ca_ctx_free_fn ctx_free, ca_hook_handle *handle) {
+    CA_ARG_NOT_NULL(n, "ca_node_register_post_hook");
+    CA_ARG_NOT_NULL(fn, "ca_node_register_post_hook");
+    ca_hook *h = NULL;
+    CA_CHECK(hook_new(HOOK_NODE_POST, ctx, ctx_free, &h));
+    h->node_post = fn;
+    hook_append(&n->node_post_hooks, h);
+    if (handle)
+        *handle = h->id;
+    return CA_OK;
+}
+
+ca_status ca_node_remove_hook(ca_node *n, ca_hook_handle handle) {
+    CA_ARG_NOT_NULL(n, "ca_node_remove_hook");
+    if (hook_unlink(&n->node_pre_hooks, handle) || hook_unlink(&n->node_post_hooks, handle))
+        return CA_OK;
+    return err_set(CA_STATUS_INVALID,
+                   "ca_node_remove_hook: no hook with handle %llu is registered on %s (already "
+                   "removed, or registered elsewhere)",
+                   (unsigned long long)handle, cai_node_name(n));
+}
+
+/* A hook's status: its own error, or one saying it set no message. */
+static ca_status hook_failed(ca_status st, uint64_t gen, const char *what, const ca_node *n) {
+    if (cai_err_generation() == gen)
+        return err_set(CA_STATUS_HOOK, "a %s of %s failed with %s and set no message", what,
+                       cai_node_name(n), ca_status_name(st));
+    return st;
+}
+
+/* Replacements must keep each gradient's dtype and shape (NULL entries may become any). */
+static ca_status check_replaced(int n, ca_tensor *const *now, ca_tensor *const *before,
+                                const ca_meta *(*meta)(const ca_node *, int), const char *what,
+                                const ca_node *node) {
+    for (int i = 0; i < n; i++) {
+        if (!now[i] || now[i] == before[i])
+            continue;
+        const ca_meta *want = meta(node, i);
+        ca_meta m;
+        cai_tensor_meta(now[i], &m);
+        if (cai_meta_same_shape(&m, want) && m.dtype == want->dtype)
+            continue;
+        char s1[96], s2[96];
+        return err_set(CA_STATUS_HOOK,
+                       "a %s of %s returned a gradient of %s%s at index %d, where %s%s is "
+                       "expected; a hook must keep each gradient's shape and dtype",
+                       what, cai_node_name(node), ca_dtype_name(m.dtype),
+                       cai_err_shape_str(m.ndim, m.shape, s1, 96), i, ca_dtype_name(want->dtype),
+                       cai_err_shape_str(want->ndim, want->shape, s2, 96));
+    }
+    return CA_OK;
+}
+
+static const ca_meta *out_meta_of(const ca_node *n, int k) {
+    return node_out_meta_c(n, k);
+}
+
+static const ca_meta *in_meta_of(const ca_node *n, int i) {
+    return &n->in_meta[i];
+}
+
+#define HOOK_MAX_GRADS 64
+
+ca_status cai_hook_run_node_pre(ca_hook *list, int n_out, ca_tensor **grads, const ca_node *n) {
+    ca_tensor *before[HOOK_MAX_GRADS];
+    if (list && n_out > HOOK_MAX_GRADS)
+        return err_set(CA_STATUS_INVALID, "node hooks on %s: more than %d outputs",
+                       cai_node_name(n), HOOK_MAX_GRADS);
+    for (ca_hook *h = list; h; h = h->next) {
+        memcpy(before, grads, sizeof(ca_tensor *) * (size_t)n_out);
+        uint64_t gen = cai_err_generation();
+        ca_status st = h->node_pre(n_out, grads, h->ctx);
+        if (st == CA_OK)
+            st = check_replaced(n_out, grads, before, out_meta_of, "node pre-hook", n);
+        if (st != CA_OK)
+            return hook_failed(st, gen, "node pre-hook", n);
+    }
+    return CA_OK;
+}
+
+ca_status cai_hook_run_node_post(ca_hook *list, int n_in, ca_tensor **gin, int n_out,
+                                 ca_tensor *const *gout, const ca_node *n) {
+    ca_tensor *before[HOOK_MAX_GRADS];
+    if (list && n_in > HOOK_MAX_GRADS)
+        return err_set(CA_STATUS_INVALID, "node hooks on %s: more than %d inputs", cai_node_name(n),
+                       HOOK_MAX_GRADS);
+    for (ca_hook *h = list; h; h = h->next) {
+        memcpy(before, gin, sizeof(ca_tensor *) * (size_t)n_in);
+        uint64_t gen = cai_err_generation();
+        ca_status st = h->node_post(n_in, gin, n_out, gout, h->ctx);
+        if (st == CA_OK)
+            st = check_replaced(n_in, gin, before, in_meta_of, "node post-hook", n);
+        if (st != CA_OK)
+            return hook_failed(st, gen, "node post-hook", n);
     }
     return CA_OK;
 }

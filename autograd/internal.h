@@ -233,12 +233,14 @@ struct ca_node {
     ca_saved saved[CA_MAX_SAVED];
     bool released; /* saved values freed by a backward without retain_graph */
 
-    ca_hook *pre_hooks;  /* tensor hooks of the node's output, in registration order */
-    ca_tensor *retained; /* weak: the output tensor when it retains its grad */
-    ca_tensor *leaf;     /* AccumulateGrad only: strong ref to the leaf */
-    int n_out;           /* outputs: 1, or a custom function's count */
-    ca_node_out *outs;   /* outputs 1 .. n_out-1 (n_out - 1 entries), or NULL */
-    ca_custom *custom;   /* CA_OP_CUSTOM only */
+    ca_hook *pre_hooks;       /* tensor hooks of the node's output, in registration order */
+    ca_hook *node_pre_hooks;  /* node hooks (ca_node_register_pre_hook) */
+    ca_hook *node_post_hooks; /* node hooks (ca_node_register_post_hook) */
+    ca_tensor *retained;      /* weak: the output tensor when it retains its grad */
+    ca_tensor *leaf;          /* AccumulateGrad only: strong ref to the leaf */
+    int n_out;                /* outputs: 1, or a custom function's count */
+    ca_node_out *outs;        /* outputs 1 .. n_out-1 (n_out - 1 entries), or NULL */
+    ca_custom *custom;        /* CA_OP_CUSTOM only */
 
     /* engine scratch, valid during one backward */
     uint64_t epoch;
@@ -330,7 +332,7 @@ ca_status cai_node_grad_accumulator(ca_tensor *leaf, ca_node **out);
 /* ---------------------------------------------------------------------------------------
  * Hooks (hook.c)
  */
-typedef enum { HOOK_PRE, HOOK_POST_ACCUMULATE } hook_kind;
+typedef enum { HOOK_PRE, HOOK_POST_ACCUMULATE, HOOK_NODE_PRE, HOOK_NODE_POST } hook_kind;
 
 struct ca_hook {
     ca_hook *next;
@@ -339,6 +341,8 @@ struct ca_hook {
     int output_nr; /* pre-hooks on a node: the output whose gradient they see */
     ca_tensor_hook_fn pre;
     ca_post_accumulate_hook_fn post;
+    ca_node_pre_hook_fn node_pre;
+    ca_node_post_hook_fn node_post;
     void *ctx;
     ca_ctx_free_fn ctx_free;
 };
@@ -353,6 +357,13 @@ ca_status cai_hook_run_pre(ca_hook *list, ca_tensor **grad, const ca_meta *expec
 ca_status cai_hook_run_pre_output(ca_hook *list, int k, ca_tensor **grad, const ca_meta *expect,
                                   const char *owner);
 ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf);
+/* Node hooks (HOOK_NODE_PRE / HOOK_NODE_POST) of list, each on the arrays in place:
+ * entries are references the caller owns, which a hook may replace. Every replacement is
+ * checked against metas (the output metas for pre-hooks, the input metas for post-hooks);
+ * `owner` names the node in messages. */
+ca_status cai_hook_run_node_pre(ca_hook *list, int n_out, ca_tensor **grads, const ca_node *n);
+ca_status cai_hook_run_node_post(ca_hook *list, int n_in, ca_tensor **gin, int n_out,
+                                 ca_tensor *const *gout, const ca_node *n);
 
 /* ---------------------------------------------------------------------------------------
  * The builder: the interface every derivative rule is written against (builder.h).

@@ -34,6 +34,8 @@ void cai_node_release(ca_node *n) {
         work = n->free_link;
         cai_node_release_saved(n);
         cai_hook_list_free(&n->pre_hooks);
+        cai_hook_list_free(&n->node_pre_hooks);
+        cai_hook_list_free(&n->node_post_hooks);
         for (int k = 0; k < n->n_out; k++) {
             ca_tensor_release(*node_buf(n, k));
             ca_tensor *r = node_retained(n, k);
@@ -124,4 +126,61 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
             (unsigned long long)s->t->storage->version, (unsigned long long)s->version);
     }
     return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The public view of nodes
+ */
+ca_node *ca_tensor_grad_fn(const ca_tensor *t) {
+    return t ? t->grad_fn : NULL;
+}
+
+ca_status ca_tensor_grad_accumulator(ca_tensor *t, ca_node **out) {
+    CA_ARG_NOT_NULL(out, "ca_tensor_grad_accumulator");
+    *out = NULL;
+    CA_ARG_NOT_NULL(t, "ca_tensor_grad_accumulator");
+    if (t->grad_fn || !t->requires_grad)
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "ca_tensor_grad_accumulator: only a leaf that requires grad has an "
+                       "AccumulateGrad node (this tensor %s)",
+                       t->grad_fn ? "is not a leaf" : "does not require grad");
+    return cai_node_grad_accumulator(t, out);
+}
+
+ca_node *ca_node_retain(ca_node *n) {
+    return cai_node_retain(n);
+}
+
+void ca_node_release(ca_node *n) {
+    cai_node_release(n);
+}
+
+const char *ca_node_name(const ca_node *n) {
+    return n ? cai_node_name(n) : NULL;
+}
+
+int ca_node_n_next(const ca_node *n) {
+    return n ? n->n_in : 0;
+}
+
+ca_node *ca_node_next(const ca_node *n, int i, int *input_nr) {
+    if (input_nr)
+        *input_nr = 0;
+    if (!n || i < 0 || i >= n->n_in)
+        return NULL;
+    if (input_nr)
+        *input_nr = n->next[i].input_nr;
+    return n->next[i].fn;
+}
+
+int ca_node_n_outputs(const ca_node *n) {
+    return n ? n->n_out : 0;
+}
+
+ca_tensor *ca_node_variable(const ca_node *n) {
+    return n && n->op == CA_OP_ACCUMULATE_GRAD ? n->leaf : NULL;
+}
+
+const ca_custom_function *ca_node_custom(const ca_node *n) {
+    return n && n->custom ? &n->custom->fn : NULL;
 }

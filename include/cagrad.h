@@ -373,6 +373,53 @@ ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_acc
 ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
 
 /* ---------------------------------------------------------------------------------------
+ * Graph nodes (torch.autograd.graph.Node): the autograd graph itself, and hooks on it.
+ *
+ * ca_tensor_grad_fn borrows t's node (NULL for a leaf); ca_tensor_grad_accumulator gives a
+ * leaf's AccumulateGrad node (made on first use; the leaf keeps it only while someone
+ * holds it, as in PyTorch). Hold a node with ca_node_retain / ca_node_release.
+ *
+ * A node pre-hook runs before the node's backward with its output gradients
+ * (grad_outputs[k], NULL where none flowed); a post-hook runs after it with the gradients
+ * it computed for its inputs (grad_inputs[i], NULL where the input needs none) and the
+ * output gradients. Either may replace an entry of the array it may change: release the
+ * old reference and store a new one of the same shape and dtype. For an AccumulateGrad
+ * node the pre-hooks see the gradient before it is added to .grad, and the post-hooks run
+ * after (no grad_inputs). Tensor hooks of the same gradient run before node pre-hooks.
+ * Under compiled autograd each hook is a call-out step of the compiled graph.
+ * Thread-safe: per group.
+ */
+typedef struct ca_node ca_node;
+typedef ca_status (*ca_node_pre_hook_fn)(int n_outputs, ca_tensor **grad_outputs, void *ctx);
+typedef ca_status (*ca_node_post_hook_fn)(int n_inputs, ca_tensor **grad_inputs, int n_outputs,
+                                          ca_tensor *const *grad_outputs, void *ctx);
+
+ca_node *ca_tensor_grad_fn(const ca_tensor *t);
+/* Errors: CA_STATUS_INVALID (t or out NULL), CA_STATUS_AUTOGRAD (t is not a leaf that
+ * requires grad), CA_STATUS_NOMEM. */
+ca_status ca_tensor_grad_accumulator(ca_tensor *t, ca_node **out);
+ca_node *ca_node_retain(ca_node *n);
+void ca_node_release(ca_node *n);
+/* "MmBackward0", "AccumulateGrad", a custom function's name. */
+const char *ca_node_name(const ca_node *n);
+/* The node's inputs in the forward, as next edges: the node input i's gradient goes to
+ * (borrowed; NULL when that input needs no gradient), and which of its outputs. */
+int ca_node_n_next(const ca_node *n);
+ca_node *ca_node_next(const ca_node *n, int i, int *input_nr);
+int ca_node_n_outputs(const ca_node *n);
+/* An AccumulateGrad node's leaf (borrowed), else NULL. */
+ca_tensor *ca_node_variable(const ca_node *n);
+/* The custom function a node runs, or NULL (see ca_custom_apply). */
+const struct ca_custom_function_s *ca_node_custom(const ca_node *n);
+/* Errors: CA_STATUS_INVALID (n or fn NULL), CA_STATUS_NOMEM. */
+ca_status ca_node_register_pre_hook(ca_node *n, ca_node_pre_hook_fn fn, void *ctx,
+                                    ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
+ca_status ca_node_register_post_hook(ca_node *n, ca_node_post_hook_fn fn, void *ctx,
+                                     ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
+/* Errors: CA_STATUS_INVALID (n NULL; no hook with that handle on n). */
+ca_status ca_node_remove_hook(ca_node *n, ca_hook_handle handle);
+
+/* ---------------------------------------------------------------------------------------
  * Custom functions: a node whose backward is your callback (torch.autograd.Function is
  * built on it).
  *
@@ -410,7 +457,7 @@ ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
 typedef ca_status (*ca_custom_backward_fn)(void *ctx, int n_outputs, ca_tensor *const *grad_outputs,
                                            int n_inputs, ca_tensor **grad_inputs);
 
-typedef struct {
+typedef struct ca_custom_function_s {
     const char *name;
     uint64_t key;
     ca_custom_backward_fn backward;
