@@ -389,29 +389,29 @@ static int hook_index(const key_collect *k, const ca_hook *h) {
 }
 
 /* Node pre-hooks on the output gradients g (n_out of them, -1 where none flowed). */
-static void node_pre_hooks(trace_builder *tb, ca_node *n, int call, graph_val *g) {
+static void node_pre_hooks(trace_builder *tb, ca_node *n, int call, graph_val *g, int n_g) {
     for (ca_hook *h = n->node_pre_hooks; h && tb->base.status == CA_OK; h = h->next) {
         trace_callout c = {call, CALLOUT_NODE_PRE, hook_index(tb->req->k, h), n->n_out, n->n_out};
-        graph_val args[64];
-        memcpy(args, g, sizeof(graph_val) * (size_t)n->n_out);
+        graph_val args[64] = {0};
+        memcpy(args, g, sizeof(graph_val) * (size_t)n_g);
         emit_callout(tb, c, args, g, tb->shadow_outs);
     }
 }
 
 /* Node post-hooks on the input gradients gin (-1 where none) given the outputs' g. */
 static void node_post_hooks(trace_builder *tb, ca_node *n, int call, graph_val *gin,
-                            const graph_val *g) {
+                            const graph_val *g, int n_g) {
     for (ca_hook *h = n->node_post_hooks; h && tb->base.status == CA_OK; h = h->next) {
         trace_callout c = {call, CALLOUT_NODE_POST, hook_index(tb->req->k, h), n->n_in + n->n_out,
                            n->n_in};
-        graph_val args[192];
+        graph_val args[192] = {0};
         if (n->n_in + n->n_out > 192) {
             trace_fail(tb, "%s has too many gradients for its node hooks", tb->origin.name);
             return;
         }
         for (int i = 0; i < n->n_in; i++)
             args[i] = gin[i];
-        for (int o = 0; o < n->n_out; o++)
+        for (int o = 0; o < n_g; o++)
             args[n->n_in + o] = g[o];
         emit_callout(tb, c, args, gin, tb->shadow_in);
     }
@@ -428,7 +428,7 @@ static void pass_on(trace_builder *tb, const ca_node *n, const graph_val *gin) {
 static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     const ca_op_def *row = cai_op_def(n->op);
     ca_bval gin_local[8] = {0};
-    graph_val gin[8];
+    graph_val gin[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     if (n->n_in > 8) {
         trace_fail(tb, "%s has too many inputs to trace", row->node_name);
         return;
@@ -439,7 +439,7 @@ static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     for (int i = 0; i < n->n_in; i++)
         gin[i] = gin_local[i] ? val_of(gin_local[i]) : -1;
     if (n->node_post_hooks && tb->base.status == CA_OK)
-        node_post_hooks(tb, n, call, gin, &g);
+        node_post_hooks(tb, n, call, gin, &g, 1);
     pass_on(tb, n, gin);
 }
 
@@ -471,16 +471,18 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
         trace_fail(tb, "%s has too many outputs to trace", cai_node_name(n));
         return;
     }
+    for (int k = 0; k < 64; k++)
+        g[k] = -1;
     for (int k = 0; k < n->n_out && tb->base.status == CA_OK; k++) {
         g[k] = *buf_at(tb, call, k) >= 0 ? output_grad(tb, n, call, k) : -1;
         any |= g[k] >= 0;
     }
     make_shadow(tb, n, call);
     if (any && n->node_pre_hooks)
-        node_pre_hooks(tb, n, call, g);
+        node_pre_hooks(tb, n, call, g, n->n_out);
     if (!any || tb->base.status != CA_OK || !cai_node_leads_on(n))
         return;
-    graph_val gin[128];
+    graph_val gin[128] = {0};
     if (n->n_in > 128) {
         trace_fail(tb, "%s has too many inputs to trace", cai_node_name(n));
         return;
@@ -490,7 +492,7 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
     emit_callout(tb, (trace_callout){call, CALLOUT_CUSTOM, -1, n->n_out, n->n_in}, g, gin,
                  tb->shadow_in);
     if (n->node_post_hooks && tb->base.status == CA_OK)
-        node_post_hooks(tb, n, call, gin, g);
+        node_post_hooks(tb, n, call, gin, g, n->n_out);
     pass_on(tb, n, gin);
 }
 
@@ -515,7 +517,7 @@ static void trace_node(trace_builder *tb, int call) {
     graph_val g = output_grad(tb, n, call, 0);
     if (g >= 0 && tb->base.status == CA_OK && n->node_pre_hooks) {
         make_shadow(tb, n, call);
-        node_pre_hooks(tb, n, call, &g);
+        node_pre_hooks(tb, n, call, &g, 1);
     }
     if (g < 0 || tb->base.status != CA_OK)
         return;
@@ -526,7 +528,7 @@ static void trace_node(trace_builder *tb, int call) {
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);
         if (acc >= 0 && n->node_post_hooks)
-            node_post_hooks(tb, n, call, NULL, &g);
+            node_post_hooks(tb, n, call, NULL, &g, 1);
     } else if (!is_acc && cai_node_leads_on(n)) {
         run_rule(tb, n, call, g);
     }

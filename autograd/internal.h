@@ -241,6 +241,8 @@ struct ca_node {
     int n_out;                /* outputs: 1, or a custom function's count */
     ca_node_out *outs;        /* outputs 1 .. n_out-1 (n_out - 1 entries), or NULL */
     ca_custom *custom;        /* CA_OP_CUSTOM only */
+    void *user;               /* ca_node_set_user_data */
+    ca_ctx_free_fn user_free;
 
     /* engine scratch, valid during one backward */
     uint64_t epoch;

@@ -44,6 +44,8 @@ void cai_node_release(ca_node *n) {
         }
         cai_custom_free(n);
         cai_mem_free(n->outs);
+        if (n->user_free)
+            n->user_free(n->user);
         if (n->leaf) {
             if (n->leaf->grad_accumulator == n)
                 n->leaf->grad_accumulator = NULL;
@@ -179,6 +181,19 @@ int ca_node_n_outputs(const ca_node *n) {
 
 ca_tensor *ca_node_variable(const ca_node *n) {
     return n && n->op == CA_OP_ACCUMULATE_GRAD ? n->leaf : NULL;
+}
+
+void ca_node_set_user_data(ca_node *n, void *data, ca_ctx_free_fn ctx_free) {
+    if (!n)
+        return;
+    if (n->user_free)
+        n->user_free(n->user);
+    n->user = data;
+    n->user_free = ctx_free;
+}
+
+void *ca_node_user_data(const ca_node *n) {
+    return n ? n->user : NULL;
 }
 
 const ca_custom_function *ca_node_custom(const ca_node *n) {

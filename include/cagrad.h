@@ -409,6 +409,11 @@ ca_node *ca_node_next(const ca_node *n, int i, int *input_nr);
 int ca_node_n_outputs(const ca_node *n);
 /* An AccumulateGrad node's leaf (borrowed), else NULL. */
 ca_tensor *ca_node_variable(const ca_node *n);
+/* One pointer of yours per node (a language binding keeps PyTorch's `metadata` dict
+ * there): set it (ctx_free, may be NULL, runs on the old one and when the node is freed),
+ * and read it (NULL when unset). */
+void ca_node_set_user_data(ca_node *n, void *data, ca_ctx_free_fn ctx_free);
+void *ca_node_user_data(const ca_node *n);
 /* The custom function a node runs, or NULL (see ca_custom_apply). */
 const struct ca_custom_function_s *ca_node_custom(const ca_node *n);
 /* Errors: CA_STATUS_INVALID (n or fn NULL), CA_STATUS_NOMEM. */

@@ -21,36 +21,13 @@ from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, conti
 from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
 from ._graph_break import break_graph
+from .autograd import graph as _graph
 
 _TensorBase = _C.TensorBase
 _INT64 = 2  # _C dtype code
 _NO_STOP = 2**63 - 1  # slice end for `start:` (C clamps it like Python)
 
 _NEG, _ABS = _REGISTRY["neg"], _REGISTRY["abs"]
-
-
-# ------------------------------------------------------------------------------ grad_fn
-class Node:
-    """A backward node, as returned by Tensor.grad_fn. Its class is named after the node
-    (type(y.grad_fn).__name__ == "MmBackward0"), as in torch."""
-
-    __slots__ = ()
-
-    def name(self):
-        return type(self).__name__
-
-    def __repr__(self):
-        return f"<{type(self).__name__} object at {id(self):#x}>"
-
-
-_NODE_TYPES = {}
-
-
-def _node_type(name):
-    cls = _NODE_TYPES.get(name)
-    if cls is None:
-        cls = _NODE_TYPES[name] = type(name, (Node,), {"__slots__": (), "__module__": "cagrad"})
-    return cls
 
 
 # ------------------------------------------------------------------------------ hooks
@@ -125,20 +102,9 @@ _GRAPH_BREAK_REASONS = {
 
 
 # ------------------------------------------------------------------------------ the class
-# The C core names a tensor-with-number node after PyTorch's C++ Scalar overload
-# ("AddBackward1"). From Python, PyTorch wraps the number in a 0-d tensor and records the
-# Tensor overload's node, so Python code sees "AddBackward0": show that name.
-_PYTHON_NODE_NAMES = {
-    "AddBackward1": "AddBackward0",
-    "SubBackward1": "SubBackward0",
-    "MulBackward1": "MulBackward0",
-    "DivBackward1": "DivBackward0",
-}
-
-
 def _node_name(t):
     name = t._grad_fn_name
-    return _PYTHON_NODE_NAMES.get(name, name)
+    return None if name is None else _graph.python_name(name)
 
 
 class Tensor(_TensorBase):
@@ -200,11 +166,7 @@ class Tensor(_TensorBase):
 
     @property
     def grad_fn(self):
-        name = _node_name(self)
-        if name is None:
-            return None
-        ctx = _C.grad_fn_ctx(self)  # a custom Function's node is its ctx object
-        return _node_type(name)() if ctx is None else ctx
+        return _graph.grad_fn_of(self)
 
     @property
     def retains_grad(self):

@@ -162,6 +162,12 @@ static PyObject *py_custom_apply(PyObject *module, PyObject *const *args, Py_ssi
     return result;
 }
 
+PyObject *glue_custom_ctx(const ca_custom_function *fn) {
+    if (!is_python_ctx(fn))
+        Py_RETURN_NONE;
+    return Py_NewRef((PyObject *)fn->ctx);
+}
+
 /* grad_fn_ctx(t) -> the Function ctx of t's grad_fn, or None for other nodes and leaves */
 static PyObject *py_grad_fn_ctx(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames) {
@@ -170,9 +176,7 @@ static PyObject *py_grad_fn_ctx(PyObject *module, PyObject *const *args, Py_ssiz
         return NULL;
     const ca_custom_function *fn;
     GLUE_CALL_QUICK(fn = ca_tensor_grad_fn_custom(p.a[0].t));
-    if (!is_python_ctx(fn))
-        Py_RETURN_NONE;
-    return Py_NewRef((PyObject *)fn->ctx);
+    return glue_custom_ctx(fn);
 }
 
 /* output_nr(t) -> which output of its grad_fn t is */

@@ -171,6 +171,13 @@ extern PyMethodDef glue_ops_methods[];
 extern PyMethodDef glue_autograd_methods[];
 extern PyMethodDef glue_interop_methods[];
 extern PyMethodDef glue_custom_methods[];
+extern PyMethodDef glue_node_methods[];
+
+/* _C.NodeBase (node.c). 0, or -1 with an exception set. */
+int glue_add_node_type(PyObject *module);
+/* The Python ctx of a custom Function's node (custom.c), or None; new reference. */
+struct ca_custom_function_s;
+PyObject *glue_custom_ctx(const struct ca_custom_function_s *fn);
 
 /* _C.ops: a builtin per op of the library's registry (registry.c). 0, or -1 with an
  * exception set. */

@@ -126,7 +126,7 @@ static struct PyModuleDef module_def = {
 
 static int module_add_functions(PyObject *m) {
     PyMethodDef *tables[] = {glue_ops_methods, glue_autograd_methods, glue_interop_methods,
-                             glue_custom_methods};
+                             glue_custom_methods, glue_node_methods};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             return -1;
@@ -147,7 +147,7 @@ PyMODINIT_FUNC PyInit__C(void) {
     if (!m)
         return NULL;
     Py_INCREF(glue_tensor_class); /* the registry holds a reference, as after a set */
-    if (module_add_functions(m) < 0 || glue_add_registry(m) < 0 ||
+    if (module_add_functions(m) < 0 || glue_add_registry(m) < 0 || glue_add_node_type(m) < 0 ||
         PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&glue_tensor_type) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DIMS", CA_MAX_DIMS) < 0 ||
         PyModule_AddStringConstant(m, "VERSION", ca_version()) < 0) {

@@ -22,9 +22,11 @@ autograd the backward is an opaque call-out step of the one compiled graph.
 
 import functools
 import itertools
+import weakref
 
 from .. import _C
 from .._grad_mode import no_grad
+from .graph import Node, _HookMixin
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
            "InplaceFunction", "NestedIOFunction"]
@@ -100,10 +102,19 @@ class FunctionCtx:
                            "are detected automatically")
 
 
-class BackwardCFunction(FunctionCtx):
+class BackwardCFunction(FunctionCtx, _HookMixin):
     """The node a Function's apply() records; forward's ctx is an instance of it."""
 
     _forward_cls = None
+
+    def _handle(self):
+        """The library node: reached through an output (weakly held: the node holds ctx)."""
+        ref = getattr(self, "_output_ref", None)
+        out = ref() if ref is not None else None
+        if out is None:
+            raise RuntimeError(f"{type(self).__name__}: its outputs are gone, so its node "
+                               f"cannot be reached from Python any more")
+        return _C.grad_fn_node(out)
 
     def apply(self, *args):
         return self._forward_cls.backward(self, *args)
@@ -166,6 +177,9 @@ class BackwardCFunction(FunctionCtx):
         self._released = True
         self._saved = None
         self.to_save = None
+
+
+Node.register(BackwardCFunction)
 
 
 class FunctionMeta(type):
@@ -247,6 +261,10 @@ def _record(cls, ctx, tensor_args, output):
     _save(ctx, tensor_args, tensors)
     results = _C.custom_apply(ctx, tensor_args, tensors, flags, cls.__name__ + "Backward",
                               cls._key)
+    for r in results:
+        if _C.grad_fn_ctx(r) is ctx:
+            ctx._output_ref = weakref.ref(r)
+            break
     if not is_tuple:
         return results[0]
     out = list(outputs)
