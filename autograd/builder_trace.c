@@ -143,6 +143,14 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
         a->dtype = (kern_dtype)at->i[0];
         return true;
     case CA_OP_NLL_LOSS_BACKWARD: a->op = GOP_NLL_BW; return decode_shape(tb, &at->shape, a);
+    case CA_OP_INDEX_FILL: a->op = GOP_INDEX_FILL; return true;
+    case CA_OP_IM2COL:
+    case CA_OP_COL2IM:
+        a->op = op == CA_OP_IM2COL ? GOP_IM2COL : GOP_COL2IM;
+        a->i[2] = at->i[0]; /* groups */
+        if (at->dims.n != CAI_CONV_NPARAMS || !cai_graph_conv_pack(at->dims.v, a->i))
+            return false;
+        return op == CA_OP_IM2COL || decode_shape(tb, &at->shape, a);
     default: return false;
     }
 }

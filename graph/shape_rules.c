@@ -74,6 +74,15 @@ static const char *concrete_dtype_name(kern_dtype dt) {
     return dt == KERN_F32 ? "float32" : dt == KERN_F64 ? "float64" : dt == KERN_I64 ? "int64" : "?";
 }
 
+static int64_t concrete_arith(void *ctx, cai_size_op op, int64_t a, int64_t b) {
+    (void)ctx;
+    switch (op) {
+    case CAI_SIZE_ADD: return a + b;
+    case CAI_SIZE_MUL: return a * b;
+    default: return b != 0 ? a / b : -1;
+    }
+}
+
 const cai_sizes cai_sizes_concrete = {
     .ctx = NULL,
     .value = concrete_value,
@@ -82,6 +91,7 @@ const cai_sizes cai_sizes_concrete = {
     .size_str = concrete_size_str,
     .dtype_name = concrete_dtype_name,
     .convert = "ca_to_dtype",
+    .arith = concrete_arith,
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -460,4 +470,117 @@ int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_
                 "%s: input %s and target %s do not fit; expected input [N, C, d...] with target "
                 "[N, d...], or input [C] with a 0-d target",
                 op, z->shape_str(z->ctx, nx, x, s1, STR), z->shape_str(z->ctx, nt, t, s2, STR));
+}
+
+/* ---------------------------------------------------------------------------------------
+ * index_fill, and conv2d's im2col and col2im
+ */
+int cai_rule_index_fill(const cai_sizes *z, kern_dtype idx_dt, int ni, int nx, int64_t *dim,
+                        cai_rule_error *e) {
+    if (need_int64_index(z, "index_fill", idx_dt, e))
+        return -1;
+    if (ni > 1)
+        return fail(e, CAI_RULE_SHAPE,
+                    "index_fill: Index has to be a vector/scalar (0-D or 1-D), got %d dims", ni);
+    return cai_rule_dim(dim, nx, "index_fill", e);
+}
+
+/* One spatial output size: a number when the input size is one, else in + 2p - d(k-1)
+ * for stride 1. -1 (e set) when the kernel does not fit or the size is not expressible. */
+static int64_t conv_out(const cai_sizes *z, const char *op, int64_t in, int64_t k, int64_t s,
+                        int64_t p, int64_t d, cai_rule_error *e) {
+    int64_t v;
+    if (z->value(z->ctx, in, &v)) {
+        int64_t o = cai_kern_conv_out_size(v, k, s, p, d);
+        int64_t c = o > 0 ? z->constant(z->ctx, o) : 0;
+        return c < 0 ? nomem(e, op) : c;
+    }
+    char s1[STR];
+    if (s != 1)
+        return fail(e, CAI_RULE_SHAPE,
+                    "%s: the output size of a symbolic input size %s with stride %lld is not "
+                    "expressible",
+                    op, z->size_str(z->ctx, in, s1, STR), (long long)s);
+    int64_t c = z->constant(z->ctx, 2 * p - d * (k - 1));
+    int64_t o = c < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, in, c);
+    return o < 0 ? nomem(e, op) : o;
+}
+
+int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
+                    int64_t groups, int64_t *out, int64_t *ohw, cai_rule_error *e) {
+    char s1[STR];
+    if (nx != 4)
+        return fail(e, CAI_RULE_SHAPE, "%s: expected a 4-D input [N, C, H, W], got shape %s", op,
+                    z->shape_str(z->ctx, nx, x, s1, STR));
+    for (int k = 0; k < CAI_CONV_NPARAMS; k++) {
+        bool pad = k == CAI_CONV_PH || k == CAI_CONV_PW;
+        if (p[k] < (pad ? 0 : 1) || p[k] > INT32_MAX)
+            return fail(e, CAI_RULE_SHAPE, "%s: %s %lld is out of range", op,
+                        k < 2   ? "kernel size"
+                        : k < 4 ? "stride"
+                        : k < 6 ? "padding"
+                                : "dilation",
+                        (long long)p[k]);
+    }
+    if (groups < 1)
+        return fail(e, CAI_RULE_SHAPE, "%s: non-positive groups is not supported", op);
+    int64_t c, kk = p[CAI_CONV_KH] * p[CAI_CONV_KW], cg;
+    if (z->value(z->ctx, x[1], &c)) {
+        if (c % groups != 0)
+            return fail(e, CAI_RULE_SHAPE, "%s: %lld channels do not split into %lld groups", op,
+                        (long long)c, (long long)groups);
+        cg = z->constant(z->ctx, c / groups * kk);
+    } else {
+        int64_t gs = z->constant(z->ctx, groups), ks = z->constant(z->ctx, kk);
+        cg = gs < 0 || ks < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_DIV, x[1], gs);
+        cg = cg < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_MUL, cg, ks);
+    }
+    if (cg < 0)
+        return nomem(e, op);
+    int64_t oh =
+        conv_out(z, op, x[2], p[CAI_CONV_KH], p[CAI_CONV_SH], p[CAI_CONV_PH], p[CAI_CONV_DH], e);
+    if (oh < 0)
+        return -1;
+    int64_t ow =
+        conv_out(z, op, x[3], p[CAI_CONV_KW], p[CAI_CONV_SW], p[CAI_CONV_PW], p[CAI_CONV_DW], e);
+    if (ow < 0)
+        return -1;
+    int64_t vh, vw;
+    if ((z->value(z->ctx, oh, &vh) && vh == 0) || (z->value(z->ctx, ow, &vw) && vw == 0)) {
+        int64_t h = 0, w = 0;
+        z->value(z->ctx, x[2], &h);
+        z->value(z->ctx, x[3], &w);
+        return fail(e, CAI_RULE_SHAPE,
+                    "Calculated padded input size per channel: (%lld x %lld). Kernel size: "
+                    "(%lld x %lld). Kernel size can't be greater than actual input size",
+                    (long long)(h + 2 * p[CAI_CONV_PH]), (long long)(w + 2 * p[CAI_CONV_PW]),
+                    (long long)(p[CAI_CONV_DH] * (p[CAI_CONV_KH] - 1) + 1),
+                    (long long)(p[CAI_CONV_DW] * (p[CAI_CONV_KW] - 1) + 1));
+    }
+    int64_t l = z->arith(z->ctx, CAI_SIZE_MUL, oh, ow), g = z->constant(z->ctx, groups);
+    if (l < 0 || g < 0)
+        return nomem(e, op);
+    out[0] = x[0];
+    out[1] = g;
+    out[2] = cg;
+    out[3] = l;
+    if (ohw) {
+        ohw[0] = oh;
+        ohw[1] = ow;
+    }
+    return 0;
+}
+
+int cai_rule_col2im(const cai_sizes *z, int nc, const int64_t *cols, int nf, const int64_t *full,
+                    const int64_t *p, int64_t groups, cai_rule_error *e) {
+    int64_t expect[4];
+    char s1[STR], s2[STR], s3[STR];
+    if (cai_rule_im2col(z, "col2im", nf, full, p, groups, expect, NULL, e))
+        return -1;
+    if (nc == 4 && memcmp(cols, expect, sizeof expect) == 0)
+        return 0;
+    return fail(e, CAI_RULE_SHAPE,
+                "col2im: columns of shape %s do not fit the output %s (%s expected)",
+                z->shape_str(z->ctx, nc, cols, s1, STR), z->shape_str(z->ctx, nf, full, s2, STR),
+                z->shape_str(z->ctx, 4, expect, s3, STR));
 }
