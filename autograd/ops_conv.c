@@ -216,9 +216,12 @@ static ca_bval conv_col2im(ca_builder *b, ca_bval cols, const ca_attrs *at, cons
     return bx_apply(b, CA_OP_COL2IM, 1, &cols, &a);
 }
 
-/* g [N, O, OH, OW], x [N, C, H, W], w [O, C/G, kh, kw]; with K = C/G*kh*kw, L = OH*OW. */
+/* g [N, O, OH, OW], x [N, C, H, W], w [O, C/G, kh, kw]; with K = C/G*kh*kw, L = OH*OW.
+ * Every size the products need comes from a value's meta, never from arithmetic here: O/G
+ * from w viewed as [G, -1, C/G, kh, kw], and L from the columns when they are made (so it
+ * is the very size col2im and im2col expect), else from g's reshape's -1. */
 static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    const ca_meta *xm = &n->in_meta[0], *wm = &n->in_meta[1], *gm = &n->out_meta;
+    const ca_meta *wm = &n->in_meta[1], *gm = &n->out_meta;
     int64_t G = n->attrs.i[0];
     bool need_x = node_needs_grad(n, 0), need_w = node_needs_grad(n, 1);
     if (n->n_in == 3 && node_needs_grad(n, 2)) {
@@ -227,29 +230,22 @@ static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
     }
     if (!need_x && !need_w)
         return;
-    /* g as [N, G, O/G, L]: O/G from a reshape's -1, then L from another */
-    ca_ints g5s = {5, {gm->shape[0], G, -1, gm->shape[2], gm->shape[3]}};
-    ca_bval g5 = bx_reshape_ints(b, g, &g5s);
-    const ca_meta *g5m = bx_meta(b, g5);
-    if (!g5m)
+    ca_ints w5s = {5, {G, -1, wm->shape[1], wm->shape[2], wm->shape[3]}};
+    ca_bval w5 = bx_reshape_ints(b, bx_saved(b, n, 1), &w5s); /* [G, O/G, C/G, kh, kw] */
+    ca_bval cols = need_w ? conv_im2col(b, bx_saved(b, n, 0), &n->attrs) : NULL;
+    const ca_meta *w5m = bx_meta(b, w5), *cm = bx_meta(b, cols);
+    if (!w5m || (need_w && !cm))
         return;
-    ca_ints g4s = {4, {gm->shape[0], G, g5m->shape[2], -1}};
-    ca_bval g4 = bx_reshape_ints(b, g5, &g4s);
+    ca_ints g4s = {4, {gm->shape[0], G, w5m->shape[1], cm ? cm->shape[3] : -1}};
+    ca_bval g4 = bx_reshape_ints(b, g, &g4s); /* [N, G, O/G, L] */
     if (need_x) {
-        /* w as [G, O/G, K] */
-        ca_ints w5s = {5, {G, -1, wm->shape[1], wm->shape[2], wm->shape[3]}};
-        ca_bval w5 = bx_reshape_ints(b, bx_saved(b, n, 1), &w5s);
-        const ca_meta *w5m = bx_meta(b, w5);
-        if (!w5m)
-            return;
         ca_ints w3s = {3, {G, w5m->shape[1], -1}};
-        ca_bval w3 = bx_reshape_ints(b, w5, &w3s);
+        ca_bval w3 = bx_reshape_ints(b, w5, &w3s);         /* [G, O/G, K] */
         ca_bval dcols = bx_matmul(b, w3, g4, true, false); /* [N, G, K, L] */
-        gin[0] = conv_col2im(b, dcols, &n->attrs, xm);
+        gin[0] = conv_col2im(b, dcols, &n->attrs, &n->in_meta[0]);
     }
     if (need_w) {
-        ca_bval cols = conv_im2col(b, bx_saved(b, n, 0), &n->attrs); /* [N, G, K, L] */
-        ca_bval dw = bx_matmul(b, g4, cols, false, true);            /* [N, G, O/G, K] */
+        ca_bval dw = bx_matmul(b, g4, cols, false, true); /* [N, G, O/G, K] */
         int64_t batch = 0;
         gin[1] = bx_reshape(b, bx_sum(b, dw, 1, &batch, false), wm);
     }

@@ -43,7 +43,8 @@ typedef enum { GSX_CONST, GSX_SLOT, GSX_ADD, GSX_SUB, GSX_MUL, GSX_DIV } graph_s
 
 graph_sx cai_graph_sx_const(graph *g, int64_t v);
 graph_sx cai_graph_sx_slot(graph *g, int slot);
-/* a OP b; GSX_DIV is exact division (reshape's -1). */
+/* a OP b; GSX_DIV truncates: exact for reshape's -1, a floor for conv2d's output sizes
+ * (sizes are not negative). */
 graph_sx cai_graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b);
 /* The value of s for the given slot values. */
 int64_t cai_graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots);

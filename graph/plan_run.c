@@ -617,6 +617,12 @@ static int run_conv(run_ctx *r, graph_val v, const graph_node *x, const graph_vi
         rc = cai_kern_im2col(out->dtype, &cg, in->data, in->strides, out->data);
     } else {
         conv_geom(x, out->shape, &cg);
+        int64_t want[4] = {cg.n, cg.groups, cg.c / cg.groups * cg.kh * cg.kw, cg.oh * cg.ow};
+        char b1[96], b2[96];
+        if (!view_matches(in, in->dtype, 4, want))
+            return fail(r->p, v, "col2im: columns %s do not fit the output (%s expected)",
+                        view_str(in->dtype, in->ndim, in->shape, b1),
+                        view_str(in->dtype, 4, want, b2));
         rc = cai_kern_col2im(out->dtype, &cg, in->data, in->strides, out->data);
     }
     return rc ? kern_fail(r->p, v, rc, cai_graph_op_name(x->a.op)) : 0;

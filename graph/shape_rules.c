@@ -485,8 +485,9 @@ int cai_rule_index_fill(const cai_sizes *z, kern_dtype idx_dt, int ni, int nx, i
     return cai_rule_dim(dim, nx, "index_fill", e);
 }
 
-/* One spatial output size: a number when the input size is one, else in + 2p - d(k-1)
- * for stride 1. -1 (e set) when the kernel does not fit or the size is not expressible. */
+/* One spatial output size: (in + 2p - d(k-1) - 1) / s + 1, a number when the input size
+ * is one, else an expression (the division truncates: a floor, as the size is not
+ * negative). -1 (e set) when out of memory. */
 static int64_t conv_out(const cai_sizes *z, const char *op, int64_t in, int64_t k, int64_t s,
                         int64_t p, int64_t d, cai_rule_error *e) {
     int64_t v;
@@ -495,14 +496,11 @@ static int64_t conv_out(const cai_sizes *z, const char *op, int64_t in, int64_t 
         int64_t c = o > 0 ? z->constant(z->ctx, o) : 0;
         return c < 0 ? nomem(e, op) : c;
     }
-    char s1[STR];
-    if (s != 1)
-        return fail(e, CAI_RULE_SHAPE,
-                    "%s: the output size of a symbolic input size %s with stride %lld is not "
-                    "expressible",
-                    op, z->size_str(z->ctx, in, s1, STR), (long long)s);
-    int64_t c = z->constant(z->ctx, 2 * p - d * (k - 1));
-    int64_t o = c < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, in, c);
+    int64_t c = z->constant(z->ctx, 2 * p - d * (k - 1) - 1), sc = z->constant(z->ctx, s);
+    int64_t one_ = one(z);
+    int64_t o = c < 0 || sc < 0 || one_ < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, in, c);
+    o = o < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_DIV, o, sc);
+    o = o < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, o, one_);
     return o < 0 ? nomem(e, op) : o;
 }
 
@@ -577,7 +575,16 @@ int cai_rule_col2im(const cai_sizes *z, int nc, const int64_t *cols, int nf, con
     char s1[STR], s2[STR], s3[STR];
     if (cai_rule_im2col(z, "col2im", nf, full, p, groups, expect, NULL, e))
         return -1;
-    if (nc == 4 && memcmp(cols, expect, sizeof expect) == 0)
+    /* N and groups must be the same sizes; K and L too, unless one of them is symbolic
+     * (then the runner checks them: products of symbolic sizes are not always provably
+     * equal) */
+    bool ok = nc == 4 && cols[0] == expect[0] && cols[1] == expect[1];
+    for (int d = 2; ok && d < 4; d++) {
+        int64_t a, b;
+        ok = cols[d] == expect[d] ||
+             !(z->value(z->ctx, cols[d], &a) && z->value(z->ctx, expect[d], &b));
+    }
+    if (ok)
         return 0;
     return fail(e, CAI_RULE_SHAPE,
                 "col2im: columns of shape %s do not fit the output %s (%s expected)",

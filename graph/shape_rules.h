@@ -23,7 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Arithmetic on sizes (cai_sizes.arith): a + b, a * b, a / b (exact division). */
+/* Arithmetic on sizes (cai_sizes.arith): a + b, a * b, a / b (truncating; sizes are not
+ * negative, so a floor). */
 typedef enum { CAI_SIZE_ADD, CAI_SIZE_MUL, CAI_SIZE_DIV } cai_size_op;
 
 typedef struct {
@@ -155,13 +156,14 @@ enum {
 /* im2col (conv2d's unfold) of x [N, C, H, W] with the conv parameters p (CAI_CONV_*) and
  * groups: out = [N, groups, C/groups*kh*kw, OH*OW], and ohw (may be NULL) = {OH, OW}. The
  * parameters must be in range (kernel, stride, dilation >= 1, padding >= 0, groups >= 1
- * dividing C) and the kernel must fit the padded input. A symbolic H or W is expressible
- * only with stride 1 (OH = H + 2*ph - dh*(kh-1)). */
+ * dividing C) and the kernel must fit the padded input (checked when H and W are
+ * numbers; a symbolic OH is (H + 2*ph - dh*(kh-1) - 1) / sh + 1, a floor division). */
 int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
                     int64_t groups, int64_t *out, int64_t *ohw, cai_rule_error *e);
 
 /* col2im (im2col's adjoint) into full [N, C, H, W]: cols must be im2col's output shape for
- * full. */
+ * full; its last two sizes may also be symbolic ones not provably equal to it (the graph's
+ * runner checks them). */
 int cai_rule_col2im(const cai_sizes *z, int nc, const int64_t *cols, int nf, const int64_t *full,
                     const int64_t *p, int64_t groups, cai_rule_error *e);
 
