@@ -135,6 +135,11 @@ static ca_status conv2d_shape(const ca_op_def *row, const ca_meta *in, int n_in,
         return err_set(CA_STATUS_INVALID, "non-positive groups is not supported");
     p[CAI_CONV_KH] = w->shape[2];
     p[CAI_CONV_KW] = w->shape[3];
+    if (w->shape[0] < 1)
+        return err_set(CA_STATUS_SHAPE,
+                       "Given groups=%lld, expected weight to be at least 1 at dimension 0, but "
+                       "got weight of size %s instead",
+                       (long long)groups, cai_meta_str(w, s1, sizeof s1));
     if (w->shape[0] % groups != 0)
         return err_set(CA_STATUS_SHAPE,
                        "Given groups=%lld, expected weight to be divisible by %lld at dimension 0, "
@@ -230,6 +235,14 @@ static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
     }
     if (!need_x && !need_w)
         return;
+    if (gm->shape[0] == 0 || wm->shape[0] == 0 || wm->shape[1] == 0) {
+        /* nothing to multiply (and reshapes with -1 would be ambiguous): zeros. A
+         * symbolic size is never 0, so this holds in a trace too. */
+        for (int i = 0; i < 2; i++)
+            if (node_needs_grad(n, i))
+                gin[i] = bx_zeros_like(b, bx_saved(b, n, i));
+        return;
+    }
     ca_ints w5s = {5, {G, -1, wm->shape[1], wm->shape[2], wm->shape[3]}};
     ca_bval w5 = bx_reshape_ints(b, bx_saved(b, n, 1), &w5s); /* [G, O/G, C/G, kh, kw] */
     ca_bval cols = need_w ? conv_im2col(b, bx_saved(b, n, 0), &n->attrs) : NULL;
