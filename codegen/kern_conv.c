@@ -38,69 +38,17 @@ static int64_t cols_row(const kern_conv_geom *g, const int64_t *cs, int64_t n, i
     return n * cs[0] + (c / cg) * cs[1] + k * cs[2];
 }
 
-#define CONV_KERNELS(T)                                                                            \
-    /* cols rows of (image n, channel c): contiguous [.., c*kh*kw + ki*kw + kj, oh*ow] */          \
-    static void im2col_plane_##T(const kern_conv_geom *g, const T *x, const int64_t *xs, T *cols,  \
-                                 int64_t n, int64_t c) {                                           \
-        const T *xp = x + n * xs[0] + c * xs[1];                                                   \
-        int64_t l = g->oh * g->ow;                                                                 \
-        for (int64_t ki = 0; ki < g->kh; ki++)                                                     \
-            for (int64_t kj = 0; kj < g->kw; kj++) {                                               \
-                T *row = cols + ((n * g->c + c) * g->kh * g->kw + ki * g->kw + kj) * l;            \
-                for (int64_t oy = 0; oy < g->oh; oy++) {                                           \
-                    int64_t iy = oy * g->sh - g->ph + ki * g->dh;                                  \
-                    T *o = row + oy * g->ow;                                                       \
-                    if (iy < 0 || iy >= g->h) {                                                    \
-                        for (int64_t ox = 0; ox < g->ow; ox++)                                     \
-                            o[ox] = 0;                                                             \
-                        continue;                                                                  \
-                    }                                                                              \
-                    const T *xr = xp + iy * xs[2];                                                 \
-                    for (int64_t ox = 0; ox < g->ow; ox++) {                                       \
-                        int64_t ix = ox * g->sw - g->pw + kj * g->dw;                              \
-                        o[ox] = ix >= 0 && ix < g->w ? xr[ix * xs[3]] : (T)0;                      \
-                    }                                                                              \
-                }                                                                                  \
-            }                                                                                      \
-    }                                                                                              \
-    /* out plane (n, c), contiguous, = the sum of the cols entries read from it */                 \
-    static void col2im_plane_##T(const kern_conv_geom *g, const T *cols, const int64_t *cs,        \
-                                 T *out, int64_t n, int64_t c) {                                   \
-        T *op = out + (n * g->c + c) * g->h * g->w;                                                \
-        for (int64_t i = 0; i < g->h * g->w; i++)                                                  \
-            op[i] = 0;                                                                             \
-        for (int64_t ki = 0; ki < g->kh; ki++)                                                     \
-            for (int64_t kj = 0; kj < g->kw; kj++) {                                               \
-                const T *row = cols + cols_row(g, cs, n, c, ki, kj);                               \
-                for (int64_t oy = 0; oy < g->oh; oy++) {                                           \
-                    int64_t iy = oy * g->sh - g->ph + ki * g->dh;                                  \
-                    if (iy < 0 || iy >= g->h)                                                      \
-                        continue;                                                                  \
-                    T *orow = op + iy * g->w;                                                      \
-                    const T *src = row + oy * g->ow * cs[3];                                       \
-                    for (int64_t ox = 0; ox < g->ow; ox++) {                                       \
-                        int64_t ix = ox * g->sw - g->pw + kj * g->dw;                              \
-                        if (ix >= 0 && ix < g->w)                                                  \
-                            orow[ix] += src[ox * cs[3]];                                           \
-                    }                                                                              \
-                }                                                                                  \
-            }                                                                                      \
-    }                                                                                              \
-    static void im2col_range_##T(void *ctx, int64_t begin, int64_t end) {                          \
-        const conv_job *j = ctx;                                                                   \
-        for (int64_t u = begin; u < end; u++)                                                      \
-            im2col_plane_##T(j->g, (const T *)j->src, j->ss, (T *)j->dst, u / j->g->c,             \
-                             u % j->g->c);                                                         \
-    }                                                                                              \
-    static void col2im_range_##T(void *ctx, int64_t begin, int64_t end) {                          \
-        const conv_job *j = ctx;                                                                   \
-        for (int64_t u = begin; u < end; u++)                                                      \
-            col2im_plane_##T(j->g, (const T *)j->src, j->ss, (T *)j->dst, u / j->g->c,             \
-                             u % j->g->c);                                                         \
-    }
-
-CONV_KERNELS(float)
-CONV_KERNELS(double)
+/* The typed loops, once per float dtype. */
+#define CONV_T        float
+#define CONV_FN(name) name##_f32
+#include "kern_conv.inc"
+#undef CONV_T
+#undef CONV_FN
+#define CONV_T        double
+#define CONV_FN(name) name##_f64
+#include "kern_conv.inc"
+#undef CONV_T
+#undef CONV_FN
 
 /* Planes per unit of work: about KERN_GRAIN elements each. */
 static int64_t conv_grain(const kern_conv_geom *g) {
@@ -116,7 +64,7 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
         return 0;
     conv_job j = {g, x, xs, cols};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
-                          dt == KERN_F32 ? im2col_range_float : im2col_range_double, &j);
+                          dt == KERN_F32 ? im2col_range_f32 : im2col_range_f64, &j);
     return 0;
 }
 
@@ -128,6 +76,6 @@ int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, co
         return 0;
     conv_job j = {g, cols, cs, out};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
-                          dt == KERN_F32 ? col2im_range_float : col2im_range_double, &j);
+                          dt == KERN_F32 ? col2im_range_f32 : col2im_range_f64, &j);
     return 0;
 }

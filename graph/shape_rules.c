@@ -548,12 +548,13 @@ int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x
         int64_t h = 0, w = 0;
         z->value(z->ctx, x[2], &h);
         z->value(z->ctx, x[3], &w);
+        int64_t ph = h + 2 * p[CAI_CONV_PH], pw = w + 2 * p[CAI_CONV_PW];
+        int64_t kh = p[CAI_CONV_DH] * (p[CAI_CONV_KH] - 1) + 1;
+        int64_t kw = p[CAI_CONV_DW] * (p[CAI_CONV_KW] - 1) + 1;
         return fail(e, CAI_RULE_SHAPE,
                     "Calculated padded input size per channel: (%lld x %lld). Kernel size: "
                     "(%lld x %lld). Kernel size can't be greater than actual input size",
-                    (long long)(h + 2 * p[CAI_CONV_PH]), (long long)(w + 2 * p[CAI_CONV_PW]),
-                    (long long)(p[CAI_CONV_DH] * (p[CAI_CONV_KH] - 1) + 1),
-                    (long long)(p[CAI_CONV_DW] * (p[CAI_CONV_KW] - 1) + 1));
+                    (long long)ph, (long long)pw, (long long)kh, (long long)kw);
     }
     int64_t l = z->arith(z->ctx, CAI_SIZE_MUL, oh, ow), g = z->constant(z->ctx, groups);
     if (l < 0 || g < 0)
@@ -571,7 +572,7 @@ int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x
 
 int cai_rule_col2im(const cai_sizes *z, int nc, const int64_t *cols, int nf, const int64_t *full,
                     const int64_t *p, int64_t groups, cai_rule_error *e) {
-    int64_t expect[4];
+    int64_t expect[4] = {0, 0, 0, 0};
     char s1[STR], s2[STR], s3[STR];
     if (cai_rule_im2col(z, "col2im", nf, full, p, groups, expect, NULL, e))
         return -1;

@@ -496,3 +496,20 @@ def test_index_fill_errors_match_torch(case):
         with pytest.raises(exc) as info:
             f(L)
         assert needle in str(info.value), f"{L.__name__}: {info.value}"
+
+
+def test_index_fill_strided_index(compiled):
+    """A strided index (the graph copies it into a contiguous temporary)."""
+    res = []
+    for L in (ca, torch):
+        x = L.tensor(np.arange(18.0).reshape(3, 6) / 7, requires_grad=True)
+        idx = L.tensor([0, 9, 2, 9, 5, 9])[::2]
+        v = L.tensor(1.0, dtype=L.float64, requires_grad=True)
+        loss = (x.index_fill(1, idx, v) * L.arange(18.0, dtype=L.float64).reshape(3, 6)).sum()
+        if L is ca:
+            backward_checked(loss, compiled)
+        else:
+            loss.backward()
+        res.append((x.grad, v.grad))
+    for c, t in zip(*res):
+        assert_close(c, t)
