@@ -416,3 +416,27 @@ Test(conv, index_fill_errors) {
     ca_tensor *all[] = {x, i5, in5, i2, fi, v1, ok};
     tu_release_n(all, 7);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Allocation failure: every allocation of a forward and backward through conv2d (with
+ * groups and a bias) and index_fill (with a tensor value) fails in turn; each run must end
+ * in CA_OK or CA_STATUS_NOMEM with nothing left allocated.
+ */
+static ca_status oom_scenario(void) {
+    tu_sc_state s = {0};
+    int64_t ids[3] = {1, 0, 1};
+    const int64_t one[2] = {1, 1}, pad[2] = {1, 0};
+    ca_tensor *x = tu_sc_randn(&s, TU_SHAPE(2, 4, 5, 4), true);
+    ca_tensor *w = tu_sc_randn(&s, TU_SHAPE(4, 2, 3, 2), true);
+    ca_tensor *b = tu_sc_randn(&s, TU_SHAPE(4), true);
+    ca_tensor *v = tu_sc_randn(&s, 0, NULL, true);
+    ca_tensor **idx = tu_sc_slot(&s), **y = tu_sc_slot(&s), **f = tu_sc_slot(&s);
+    TU_SC(&s, ca_from_data(CA_INT64, TU_SHAPE(3), ids, idx));
+    TU_SC(&s, ca_conv2d(x, w, b, one, pad, one, 2, y));
+    TU_SC(&s, ca_index_fill_tensor(*y, 1, *idx, v, f));
+    return tu_sc_finish(&s, *f);
+}
+
+Test(conv, oom_every_allocation_is_clean) {
+    tu_oom_every_allocation("conv2d and index_fill", oom_scenario);
+}
