@@ -33,6 +33,7 @@ from . import autograd, compiled_autograd, memory, nn, optim
 
 # the ops of the C registry that PyTorch has as torch.<name> (relu, tanh, ...)
 globals().update(_namespace(_PY_TORCH))
+conv2d = nn.functional.conv2d  # torch.conv2d, as in PyTorch
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)

@@ -377,6 +377,7 @@ def test_conv2d_module_errors(case):
 def test_conv2d_is_listed():
     assert "conv2d" in ca.nn.functional.__all__
     assert "Conv2d" in ca.nn.__all__
+    assert ca.conv2d is ca.nn.functional.conv2d  # torch.conv2d exists too
 
 
 # ---------------------------------------------------------------------------------------
