@@ -11,8 +11,9 @@
  * OH*OW) come from reshapes with -1 and from the metas of the values they make, so a
  * symbolic batch size stays symbolic.
  *
- * attrs: dims = the parameters (CAI_CONV_KH ... CAI_CONV_DW, shape_rules.h), i[0] = groups;
- * col2im's attrs.shape is the image batch's shape.
+ * attrs: dims = the parameters CAI_CONV_KH ... CAI_CONV_DW (shape_rules.h), i[0] = groups,
+ * i[1], i[2] = the end paddings (CAI_CONV_PH_END, CAI_CONV_PW_END); col2im's attrs.shape is
+ * the image batch's shape.
  */
 #include "autograd/builder.h"
 #include "autograd/internal.h"
@@ -20,10 +21,17 @@
 #include <string.h>
 
 static ca_status need_params(const char *op, const ca_attrs *a) {
-    if (a->dims.n != CAI_CONV_NPARAMS)
+    if (a->dims.n != CAI_CONV_IN_DIMS)
         return err_set(CA_STATUS_INVALID, "%s: expected %d convolution parameters, got %d", op,
-                       CAI_CONV_NPARAMS, a->dims.n);
+                       CAI_CONV_IN_DIMS, a->dims.n);
     return CA_OK;
+}
+
+/* The CAI_CONV_NPARAMS parameters from attrs. */
+static void params_of(const ca_attrs *a, int64_t *p) {
+    memcpy(p, a->dims.v, sizeof(int64_t) * CAI_CONV_IN_DIMS);
+    p[CAI_CONV_PH_END] = a->i[1];
+    p[CAI_CONV_PW_END] = a->i[2];
 }
 
 static ca_status need_float(const char *op, const char *what, const ca_meta *m) {
@@ -38,14 +46,16 @@ static ca_status need_float(const char *op, const char *what, const ca_meta *m) 
 static ca_status im2col_sizes(const char *op, const ca_meta *x, const ca_attrs *a, int64_t *out,
                               int64_t *ohw) {
     cai_rule_error e;
-    if (cai_rule_im2col(&cai_sizes_concrete, op, x->ndim, x->shape, a->dims.v, a->i[0], out, ohw,
-                        &e))
+    int64_t p[CAI_CONV_NPARAMS];
+    params_of(a, p);
+    if (cai_rule_im2col(&cai_sizes_concrete, op, x->ndim, x->shape, p, a->i[0], out, ohw, &e))
         return cai_rule_raise(&e);
     return CA_OK;
 }
 
 static void geom_of(const int64_t *img, const ca_attrs *a, kern_conv_geom *g) {
-    const int64_t *p = a->dims.v;
+    int64_t p[CAI_CONV_NPARAMS];
+    params_of(a, p);
     *g = (kern_conv_geom){.n = img[0],
                           .c = img[1],
                           .h = img[2],
@@ -58,9 +68,11 @@ static void geom_of(const int64_t *img, const ca_attrs *a, kern_conv_geom *g) {
                           .pw = p[CAI_CONV_PW],
                           .dh = p[CAI_CONV_DH],
                           .dw = p[CAI_CONV_DW],
+                          .ph_end = p[CAI_CONV_PH_END],
+                          .pw_end = p[CAI_CONV_PW_END],
                           .groups = a->i[0]};
-    g->oh = cai_kern_conv_out_size(g->h, g->kh, g->sh, g->ph, g->dh);
-    g->ow = cai_kern_conv_out_size(g->w, g->kw, g->sw, g->pw, g->dw);
+    g->oh = cai_kern_conv_out_size(g->h, g->kh, g->sh, g->ph + g->ph_end, g->dh);
+    g->ow = cai_kern_conv_out_size(g->w, g->kw, g->sw, g->pw + g->pw_end, g->dw);
 }
 
 /* Hand r to *out on success, release it otherwise. */
@@ -122,19 +134,19 @@ static ca_status conv2d_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                        "conv2d: expected a 4-D weight [out_channels, in_channels/groups, kH, kW], "
                        "got size %s",
                        cai_meta_str(w, s1, sizeof s1));
-    int64_t *p = a->dims.v, groups = a->i[0];
+    int64_t p[CAI_CONV_NPARAMS], groups = a->i[0];
+    params_of(a, p);
     for (int k = CAI_CONV_SH; k < CAI_CONV_NPARAMS; k++) {
-        bool pad = k == CAI_CONV_PH || k == CAI_CONV_PW;
+        const char *kind = cai_conv_param_kind(k);
+        bool pad = kind[0] == 'p';
         if (p[k] < (pad ? 0 : 1))
-            return err_set(CA_STATUS_INVALID, "%s is not supported",
-                           pad               ? "negative padding"
-                           : k < CAI_CONV_PH ? "non-positive stride"
-                                             : "non-positive dilation");
+            return err_set(CA_STATUS_INVALID, "%s %s is not supported",
+                           pad ? "negative" : "non-positive", kind);
     }
     if (groups < 1)
         return err_set(CA_STATUS_INVALID, "non-positive groups is not supported");
-    p[CAI_CONV_KH] = w->shape[2];
-    p[CAI_CONV_KW] = w->shape[3];
+    a->dims.v[CAI_CONV_KH] = w->shape[2];
+    a->dims.v[CAI_CONV_KW] = w->shape[3];
     if (w->shape[0] < 1)
         return err_set(CA_STATUS_SHAPE,
                        "Given groups=%lld, expected weight to be at least 1 at dimension 0, but "
@@ -212,12 +224,14 @@ static ca_status conv2d_forward(const ca_op_def *row, ca_tensor *const *in, int 
 }
 
 static ca_bval conv_im2col(ca_builder *b, ca_bval x, const ca_attrs *at) {
-    ca_attrs a = {.dims = at->dims, .i = {at->i[0]}};
+    ca_attrs a = {.dims = at->dims, .i = {at->i[0], at->i[1], at->i[2]}};
     return bx_apply(b, CA_OP_IM2COL, 1, &x, &a);
 }
 
 static ca_bval conv_col2im(ca_builder *b, ca_bval cols, const ca_attrs *at, const ca_meta *full) {
-    ca_attrs a = {.dims = at->dims, .i = {at->i[0]}, .shape = bx_ints_of(full->ndim, full->shape)};
+    ca_attrs a = {.dims = at->dims,
+                  .i = {at->i[0], at->i[1], at->i[2]},
+                  .shape = bx_ints_of(full->ndim, full->shape)};
     return bx_apply(b, CA_OP_COL2IM, 1, &cols, &a);
 }
 
@@ -267,12 +281,19 @@ static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
 ca_status ca_conv2d(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int64_t *stride,
                     const int64_t *padding, const int64_t *dilation, int64_t groups,
                     ca_tensor **out) {
+    return ca_conv2d_padded(x, weight, bias, stride, padding, padding, dilation, groups, out);
+}
+
+ca_status ca_conv2d_padded(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int64_t *stride,
+                           const int64_t *padding, const int64_t *padding_end,
+                           const int64_t *dilation, int64_t groups, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_conv2d");
     *out = NULL;
     CA_ARG_NOT_NULL(x, "ca_conv2d");
     CA_ARG_NOT_NULL(weight, "ca_conv2d");
     CA_ARG_NOT_NULL(stride, "ca_conv2d");
     CA_ARG_NOT_NULL(padding, "ca_conv2d");
+    CA_ARG_NOT_NULL(padding_end, "ca_conv2d");
     CA_ARG_NOT_NULL(dilation, "ca_conv2d");
     char s1[META_STR_SIZE];
     if (x->ndim != 3 && x->ndim != 4)
@@ -280,11 +301,11 @@ ca_status ca_conv2d(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int6
                        "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of "
                        "size: %s",
                        cai_err_shape_str(x->ndim, x->shape, s1, sizeof s1));
-    ca_attrs a = {.dims = {CAI_CONV_NPARAMS,
+    ca_attrs a = {.dims = {CAI_CONV_IN_DIMS,
                            {weight->ndim == 4 ? weight->shape[2] : 0,
                             weight->ndim == 4 ? weight->shape[3] : 0, stride[0], stride[1],
                             padding[0], padding[1], dilation[0], dilation[1]}},
-                  .i = {groups}};
+                  .i = {groups, padding_end[0], padding_end[1]}};
     ca_tensor *in[3] = {x, weight, bias}, *x4 = NULL, *y4 = NULL;
     if (x->ndim == 4)
         return cai_op_call(CA_OP_CONV2D, bias ? 3 : 2, in, &a, out, NULL);
@@ -331,8 +352,10 @@ static ca_status col2im_shape(const ca_op_def *row, const ca_meta *in, int n_in,
     CA_CHECK(need_params("col2im", a));
     CA_CHECK(need_float("col2im", "the columns", &in[0]));
     cai_rule_error e;
-    if (cai_rule_col2im(&cai_sizes_concrete, in[0].ndim, in[0].shape, a->shape.n, a->shape.v,
-                        a->dims.v, a->i[0], &e))
+    int64_t p[CAI_CONV_NPARAMS];
+    params_of(a, p);
+    if (cai_rule_col2im(&cai_sizes_concrete, in[0].ndim, in[0].shape, a->shape.n, a->shape.v, p,
+                        a->i[0], &e))
         return cai_rule_raise(&e);
     *out = (ca_meta){.dtype = in[0].dtype, .ndim = 4};
     memcpy(out->shape, a->shape.v, sizeof(int64_t) * 4);
@@ -361,8 +384,9 @@ static void col2im_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
  * The rows
  */
 #define CONV_PARAM_FIELDS                                                                          \
-    {"params", FIELD_DIMS, FROM_ATTR, 0}, {                                                        \
-        "groups", FIELD_INT, FROM_ATTR, 0                                                          \
+    {"params", FIELD_DIMS, FROM_ATTR, 0}, {"groups", FIELD_INT, FROM_ATTR, 0},                     \
+        {"padding_end_h", FIELD_INT, FROM_ATTR, 1}, {                                              \
+        "padding_end_w", FIELD_INT, FROM_ATTR, 2                                                   \
     }
 
 static const ca_op_def rows[] = {
@@ -372,7 +396,7 @@ static const ca_op_def rows[] = {
      .fusion = CA_FUSE_GEMM,
      .n_in_min = 2,
      .n_in_max = 3,
-     .n_fields = 4,
+     .n_fields = 6,
      .fields = {{"input", FIELD_TENSOR, FROM_INPUT, 0},
                 {"weight", FIELD_TENSOR, FROM_INPUT, 1},
                 CONV_PARAM_FIELDS},
@@ -385,7 +409,7 @@ static const ca_op_def rows[] = {
      .fusion = CA_FUSE_OPAQUE,
      .n_in_min = 1,
      .n_in_max = 1,
-     .n_fields = 2,
+     .n_fields = 4,
      .fields = {CONV_PARAM_FIELDS},
      .shape = im2col_shape,
      .forward = im2col_forward,
@@ -396,7 +420,7 @@ static const ca_op_def rows[] = {
      .fusion = CA_FUSE_OPAQUE,
      .n_in_min = 1,
      .n_in_max = 1,
-     .n_fields = 3,
+     .n_fields = 5,
      .fields = {CONV_PARAM_FIELDS, {"self_sizes", FIELD_SIZES, FROM_ATTR, 0}},
      .shape = col2im_shape,
      .forward = col2im_forward,

@@ -217,20 +217,22 @@ int cai_kern_index_fill(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, 
 /* ---------------------------------------------------------------------------------------
  * Convolution as a GEMM: im2col (unfold) and col2im (fold, its adjoint). The geometry of
  * conv2d over an image batch [n, c, h, w] with a kh x kw kernel, strides sh, sw, zero
- * padding ph, pw on both sides, dilations dh, dw: oh = (h + 2*ph - dh*(kh-1) - 1)/sh + 1
- * output rows (cai_kern_conv_out_size), ow likewise. groups splits the channels (for the
+ * padding ph, pw at the start (top, left) and ph_end, pw_end at the end, dilations dh, dw:
+ * oh = (h + ph + ph_end - dh*(kh-1) - 1)/sh + 1 output rows (cai_kern_conv_out_size), ow
+ * likewise. groups splits the channels (for the
  * column layout [n, groups, c/groups*kh*kw, oh*ow]).
  */
 typedef struct {
     int64_t n, c, h, w;
     int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t ph_end, pw_end;
     int64_t oh, ow;
     int64_t groups;
 } kern_conv_geom;
 
-/* The output size of one spatial dim: (in + 2p - d(k-1) - 1) / s + 1, 0 when the kernel
- * does not fit, -1 for s <= 0. */
-int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);
+/* The output size of one spatial dim: (in + pads - d(k-1) - 1) / s + 1, pads the padding
+ * of both sides together; 0 when the kernel does not fit, -1 for s <= 0. */
+int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, int64_t d);
 /* cols[n, c*kh*kw + ki*kw + kj, oy*ow + ox] = x[n, c, oy*sh - ph + ki*dh, ox*sw - pw + kj*dw],
  * 0 where that is padding. x is read with its 4 element strides xs; cols is contiguous.
  * Returns 0, or -1 (not f32/f64, or a geometry that does not hold together). */

@@ -9,19 +9,19 @@
  */
 #include "kern_internal.h"
 
-int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, int64_t d) {
     if (s <= 0)
         return -1;
-    int64_t span = in + 2 * p - d * (k - 1) - 1;
+    int64_t span = in + pads - d * (k - 1) - 1;
     return span < 0 ? 0 : span / s + 1;
 }
 
 static bool geom_ok(const kern_conv_geom *g) {
     return g->n >= 0 && g->c >= 0 && g->h >= 0 && g->w >= 0 && g->kh >= 1 && g->kw >= 1 &&
            g->sh >= 1 && g->sw >= 1 && g->ph >= 0 && g->pw >= 0 && g->dh >= 1 && g->dw >= 1 &&
-           g->groups >= 1 && g->c % g->groups == 0 &&
-           g->oh == cai_kern_conv_out_size(g->h, g->kh, g->sh, g->ph, g->dh) &&
-           g->ow == cai_kern_conv_out_size(g->w, g->kw, g->sw, g->pw, g->dw);
+           g->ph_end >= 0 && g->pw_end >= 0 && g->groups >= 1 && g->c % g->groups == 0 &&
+           g->oh == cai_kern_conv_out_size(g->h, g->kh, g->sh, g->ph + g->ph_end, g->dh) &&
+           g->ow == cai_kern_conv_out_size(g->w, g->kw, g->sw, g->pw + g->pw_end, g->dw);
 }
 
 typedef struct {

@@ -97,11 +97,11 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(SCATTER_ADD, "scatter_add", 2, 1, GOPF_SHAPE)                                                \
     /* in: x, index; i[0] = dim, p[0] = value: x with value at the index along dim */          \
     X(INDEX_FILL, "index_fill", 2, 1, 0)                                                           \
-    /* conv2d's unfold: x [N, C, H, W] -> [N, groups, C/groups*kh*kw, OH*OW]; i[0..1] =     */ \
-    /* the packed parameters (cai_graph_conv_pack), i[2] = groups                            */ \
-    X(IM2COL, "im2col", 1, 3, 0)                                                                   \
-    /* its adjoint, the fold: columns -> shape = [N, C, H, W]; i[0..2] as IM2COL             */ \
-    X(COL2IM, "col2im", 1, 3, GOPF_SHAPE)                                                          \
+    /* conv2d's unfold: x [N, C, H, W] -> [N, groups, C/groups*kh*kw, OH*OW]; i[0..2] =     */ \
+    /* the packed parameters (cai_graph_conv_pack), i[3] = groups                            */ \
+    X(IM2COL, "im2col", 1, 4, 0)                                                                   \
+    /* its adjoint, the fold: columns -> shape = [N, C, H, W]; i[0..3] as IM2COL             */ \
+    X(COL2IM, "col2im", 1, 4, GOPF_SHAPE)                                                          \
     /* dtype = target */                                                                           \
     X(CAST, "cast", 1, 0, 0)                                                                       \
     /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over symbolic dims, where N  */ \
@@ -128,11 +128,13 @@ typedef enum {
         GOP__COUNT
 } graph_op;
 
-/* conv2d's 8 parameters (kh, kw, sh, sw, ph, pw, dh, dw: shape_rules.h's CAI_CONV_*) as
- * GOP_IM2COL / GOP_COL2IM's i[0..1], 16 bits each; false when one is outside [0, 65535]. */
+/* conv2d's 10 parameters (kh, kw, sh, sw, ph, pw, dh, dw, ph_end, pw_end: shape_rules.h's
+ * CAI_CONV_*) as GOP_IM2COL / GOP_COL2IM's i[0..2], 16 bits each; false when one is
+ * outside [0, 65535]. */
+#define GRAPH_CONV_NPARAMS 10
 static inline bool cai_graph_conv_pack(const int64_t *p, int64_t *i) {
-    i[0] = i[1] = 0;
-    for (int k = 0; k < 8; k++) {
+    i[0] = i[1] = i[2] = 0;
+    for (int k = 0; k < GRAPH_CONV_NPARAMS; k++) {
         if (p[k] < 0 || p[k] > 0xffff)
             return false;
         i[k / 4] |= p[k] << (16 * (k % 4));
@@ -141,7 +143,7 @@ static inline bool cai_graph_conv_pack(const int64_t *p, int64_t *i) {
 }
 
 static inline void cai_graph_conv_unpack(const int64_t *i, int64_t *p) {
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < GRAPH_CONV_NPARAMS; k++)
         p[k] = (i[k / 4] >> (16 * (k % 4))) & 0xffff;
 }
 

@@ -589,7 +589,7 @@ static int run_index_fill(run_ctx *r, graph_val v, const graph_node *x, const gr
 
 /* im2col and col2im: the geometry from the image side's shape and the packed params. */
 static void conv_geom(const graph_node *x, const int64_t *img, kern_conv_geom *cg) {
-    int64_t p[8];
+    int64_t p[GRAPH_CONV_NPARAMS];
     cai_graph_conv_unpack(x->a.i, p);
     *cg = (kern_conv_geom){.n = img[0],
                            .c = img[1],
@@ -603,9 +603,11 @@ static void conv_geom(const graph_node *x, const int64_t *img, kern_conv_geom *c
                            .pw = p[5],
                            .dh = p[6],
                            .dw = p[7],
-                           .groups = x->a.i[2]};
-    cg->oh = cai_kern_conv_out_size(cg->h, cg->kh, cg->sh, cg->ph, cg->dh);
-    cg->ow = cai_kern_conv_out_size(cg->w, cg->kw, cg->sw, cg->pw, cg->dw);
+                           .ph_end = p[8],
+                           .pw_end = p[9],
+                           .groups = x->a.i[3]};
+    cg->oh = cai_kern_conv_out_size(cg->h, cg->kh, cg->sh, cg->ph + cg->ph_end, cg->dh);
+    cg->ow = cai_kern_conv_out_size(cg->w, cg->kw, cg->sw, cg->pw + cg->pw_end, cg->dw);
 }
 
 static int run_conv(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {

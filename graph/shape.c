@@ -630,6 +630,8 @@ static int infer_index_fill(graph *g, graph_node *n) {
     return 0;
 }
 
+_Static_assert(GRAPH_CONV_NPARAMS == CAI_CONV_NPARAMS, "conv2d's parameter counts differ");
+
 /* im2col(x) and col2im(cols) into the shape attribute: conv2d's unfold and fold */
 static int infer_conv(graph *g, graph_node *n) {
     const graph_node *x = in_node(g, n, 0);
@@ -644,7 +646,7 @@ static int infer_conv(graph *g, graph_node *n) {
     cai_rule_error e;
     graph_sx o[4];
     if (a->op == GOP_IM2COL) {
-        if (cai_rule_im2col(&z, op, x->ndim, x64, p, a->i[2], out, NULL, &e))
+        if (cai_rule_im2col(&z, op, x->ndim, x64, p, a->i[3], out, NULL, &e))
             return rule_fail(g, &e);
         to_sx(4, out, o);
         set_out(n, x->dtype, 4, o);
@@ -653,7 +655,7 @@ static int infer_conv(graph *g, graph_node *n) {
     if (check_shape_attr(g, a, false))
         return -1;
     to64(a->n_shape, a->shape, f64);
-    if (cai_rule_col2im(&z, x->ndim, x64, a->n_shape, f64, p, a->i[2], &e))
+    if (cai_rule_col2im(&z, x->ndim, x64, a->n_shape, f64, p, a->i[3], &e))
         return rule_fail(g, &e);
     set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;

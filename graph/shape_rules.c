@@ -485,7 +485,8 @@ int cai_rule_index_fill(const cai_sizes *z, kern_dtype idx_dt, int ni, int nx, i
     return cai_rule_dim(dim, nx, "index_fill", e);
 }
 
-/* One spatial output size: (in + 2p - d(k-1) - 1) / s + 1, a number when the input size
+/* One spatial output size: (in + pads - d(k-1) - 1) / s + 1 (pads: both sides' padding
+ * together), a number when the input size
  * is one, else an expression (the division truncates: a floor, as the size is not
  * negative). -1 (e set) when out of memory. */
 static int64_t conv_out(const cai_sizes *z, const char *op, int64_t in, int64_t k, int64_t s,
@@ -496,12 +497,24 @@ static int64_t conv_out(const cai_sizes *z, const char *op, int64_t in, int64_t 
         int64_t c = o > 0 ? z->constant(z->ctx, o) : 0;
         return c < 0 ? nomem(e, op) : c;
     }
-    int64_t c = z->constant(z->ctx, 2 * p - d * (k - 1) - 1), sc = z->constant(z->ctx, s);
+    int64_t c = z->constant(z->ctx, p - d * (k - 1) - 1), sc = z->constant(z->ctx, s);
     int64_t one_ = one(z);
     int64_t o = c < 0 || sc < 0 || one_ < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, in, c);
     o = o < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_DIV, o, sc);
     o = o < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, o, one_);
     return o < 0 ? nomem(e, op) : o;
+}
+
+const char *cai_conv_param_kind(int k) {
+    switch (k) {
+    case CAI_CONV_KH:
+    case CAI_CONV_KW: return "kernel size";
+    case CAI_CONV_SH:
+    case CAI_CONV_SW: return "stride";
+    case CAI_CONV_DH:
+    case CAI_CONV_DW: return "dilation";
+    default: return "padding";
+    }
 }
 
 int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
@@ -511,14 +524,10 @@ int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x
         return fail(e, CAI_RULE_SHAPE, "%s: expected a 4-D input [N, C, H, W], got shape %s", op,
                     z->shape_str(z->ctx, nx, x, s1, STR));
     for (int k = 0; k < CAI_CONV_NPARAMS; k++) {
-        bool pad = k == CAI_CONV_PH || k == CAI_CONV_PW;
+        bool pad = cai_conv_param_kind(k)[0] == 'p';
         if (p[k] < (pad ? 0 : 1) || p[k] > INT32_MAX)
             return fail(e, CAI_RULE_SHAPE, "%s: %s %lld is out of range", op,
-                        k < 2   ? "kernel size"
-                        : k < 4 ? "stride"
-                        : k < 6 ? "padding"
-                                : "dilation",
-                        (long long)p[k]);
+                        cai_conv_param_kind(k), (long long)p[k]);
     }
     if (groups < 1)
         return fail(e, CAI_RULE_SHAPE, "%s: non-positive groups is not supported", op);
@@ -535,12 +544,12 @@ int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x
     }
     if (cg < 0)
         return nomem(e, op);
-    int64_t oh =
-        conv_out(z, op, x[2], p[CAI_CONV_KH], p[CAI_CONV_SH], p[CAI_CONV_PH], p[CAI_CONV_DH], e);
+    int64_t pads_h = p[CAI_CONV_PH] + p[CAI_CONV_PH_END],
+            pads_w = p[CAI_CONV_PW] + p[CAI_CONV_PW_END];
+    int64_t oh = conv_out(z, op, x[2], p[CAI_CONV_KH], p[CAI_CONV_SH], pads_h, p[CAI_CONV_DH], e);
     if (oh < 0)
         return -1;
-    int64_t ow =
-        conv_out(z, op, x[3], p[CAI_CONV_KW], p[CAI_CONV_SW], p[CAI_CONV_PW], p[CAI_CONV_DW], e);
+    int64_t ow = conv_out(z, op, x[3], p[CAI_CONV_KW], p[CAI_CONV_SW], pads_w, p[CAI_CONV_DW], e);
     if (ow < 0)
         return -1;
     int64_t vh, vw;
@@ -548,7 +557,7 @@ int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x
         int64_t h = 0, w = 0;
         z->value(z->ctx, x[2], &h);
         z->value(z->ctx, x[3], &w);
-        int64_t ph = h + 2 * p[CAI_CONV_PH], pw = w + 2 * p[CAI_CONV_PW];
+        int64_t ph = h + pads_h, pw = w + pads_w;
         int64_t kh = p[CAI_CONV_DH] * (p[CAI_CONV_KH] - 1) + 1;
         int64_t kw = p[CAI_CONV_DW] * (p[CAI_CONV_KW] - 1) + 1;
         return fail(e, CAI_RULE_SHAPE,

@@ -140,7 +140,9 @@ int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_
 int cai_rule_index_fill(const cai_sizes *z, kern_dtype idx_dt, int ni, int nx, int64_t *dim,
                         cai_rule_error *e);
 
-/* conv2d's parameters, in this order, in ca_attrs.dims and the graph's im2col / col2im. */
+/* conv2d's parameters, in this order, in ca_attrs.dims and the graph's im2col / col2im:
+ * kernel, stride, zero padding at the start (top, left), dilation, and zero padding at the
+ * end (bottom, right; PyTorch's padding='same' can need one more there). */
 enum {
     CAI_CONV_KH,
     CAI_CONV_KW,
@@ -150,14 +152,23 @@ enum {
     CAI_CONV_PW,
     CAI_CONV_DH,
     CAI_CONV_DW,
+    CAI_CONV_PH_END,
+    CAI_CONV_PW_END,
     CAI_CONV_NPARAMS
 };
+
+/* What conv2d parameter k is: "kernel size", "stride", "padding" or "dilation". */
+const char *cai_conv_param_kind(int k);
+/* How the autograd layer's ca_attrs hold them (dims has room for 8): dims.v = the first
+ * CAI_CONV_IN_DIMS, i[0] = groups, i[1], i[2] = the end paddings (PH_END, PW_END). */
+#define CAI_CONV_IN_DIMS 8
 
 /* im2col (conv2d's unfold) of x [N, C, H, W] with the conv parameters p (CAI_CONV_*) and
  * groups: out = [N, groups, C/groups*kh*kw, OH*OW], and ohw (may be NULL) = {OH, OW}. The
  * parameters must be in range (kernel, stride, dilation >= 1, padding >= 0, groups >= 1
  * dividing C) and the kernel must fit the padded input (checked when H and W are
- * numbers; a symbolic OH is (H + 2*ph - dh*(kh-1) - 1) / sh + 1, a floor division). */
+ * numbers; a symbolic OH is (H + ph + ph_end - dh*(kh-1) - 1) / sh + 1, a floor
+ * division). */
 int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
                     int64_t groups, int64_t *out, int64_t *ohw, cai_rule_error *e);
 

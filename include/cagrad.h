@@ -642,6 +642,12 @@ ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor 
 ca_status ca_conv2d(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int64_t *stride,
                     const int64_t *padding, const int64_t *dilation, int64_t groups,
                     ca_tensor **out);
+/* The same with the padding at the start (top, left) and at the end (bottom, right) given
+ * apart: OH = (H + padding[0] + padding_end[0] - dilation[0]*(kH-1) - 1) / stride[0] + 1.
+ * (PyTorch's padding='same' pads one more at the end when the total is odd.) */
+ca_status ca_conv2d_padded(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int64_t *stride,
+                           const int64_t *padding, const int64_t *padding_end,
+                           const int64_t *dilation, int64_t groups, ca_tensor **out);
 
 /* neural-network ops.
  * Errors: CA_STATUS_DTYPE (an input that is not float32 or float64, or dtypes that

@@ -13,15 +13,27 @@
 
 #define GC_TOL 1e-7
 
+/* The case tables leave trailing fields (asym, padding_end) zero on purpose. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 typedef struct {
     int64_t stride[2], padding[2], dilation[2], groups;
     bool bias;
+    bool asym; /* padding_end differs: ca_conv2d_padded */
+    int64_t padding_end[2];
 } conv_ctx;
 
 static ca_status f_conv(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     const conv_ctx *c = ctx;
+    if (c->asym)
+        return ca_conv2d_padded(in[0], in[1], c->bias ? in[2] : NULL, c->stride, c->padding,
+                                c->padding_end, c->dilation, c->groups, out);
     return ca_conv2d(in[0], in[1], c->bias ? in[2] : NULL, c->stride, c->padding, c->dilation,
                      c->groups, out);
+}
+
+static int64_t pad_end(const conv_ctx *c, int d) {
+    return c->asym ? c->padding_end[d] : c->padding[d];
 }
 
 /* The reference: out[n, o, y, x] = b[o] + sum over the group's channels and the kernel. */
@@ -51,8 +63,12 @@ static void check_conv_values(ca_dtype dt, const int64_t *xs, const int64_t *wsh
     ca_tensor *in[3] = {x, w, b};
     TU_OK(f_conv(in, &y, (void *)c));
     const int64_t *ys = ca_tensor_shape(y);
-    int64_t oh = (xs[2] + 2 * c->padding[0] - c->dilation[0] * (wsh[2] - 1) - 1) / c->stride[0] + 1;
-    int64_t ow = (xs[3] + 2 * c->padding[1] - c->dilation[1] * (wsh[3] - 1) - 1) / c->stride[1] + 1;
+    int64_t oh =
+        (xs[2] + c->padding[0] + pad_end(c, 0) - c->dilation[0] * (wsh[2] - 1) - 1) / c->stride[0] +
+        1;
+    int64_t ow =
+        (xs[3] + c->padding[1] + pad_end(c, 1) - c->dilation[1] * (wsh[3] - 1) - 1) / c->stride[1] +
+        1;
     tu_assert_shape(y, 4, (int64_t[]){xs[0], wsh[0], oh, ow});
     double tol = dt == CA_FLOAT32 ? 1e-4 : 1e-11;
     for (int64_t i = 0; i < ca_tensor_numel(y); i++) {
@@ -82,6 +98,9 @@ Test(conv, forward_matches_reference) {
         {{1, 6, 5, 7}, {6, 1, 2, 3}, {{2, 1}, {0, 1}, {1, 2}, 6, false}},
         {{3, 2, 4, 4}, {5, 2, 1, 1}, {{1, 1}, {0, 0}, {1, 1}, 1, true}},
         {{1, 2, 3, 4}, {2, 2, 3, 4}, {{1, 1}, {0, 0}, {1, 1}, 1, true}},
+        /* more padding at the end (bottom, right) than at the start */
+        {{2, 2, 5, 6}, {3, 2, 4, 2}, {{1, 1}, {1, 0}, {1, 1}, 1, true, true, {2, 1}}},
+        {{1, 4, 6, 5}, {4, 2, 3, 3}, {{2, 1}, {0, 2}, {1, 2}, 2, false, true, {1, 0}}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int d = 0; d < 2; d++) {
@@ -99,6 +118,7 @@ Test(conv, gradcheck) {
         {{2, 2, 5, 4}, {3, 2, 2, 3}, {{1, 1}, {0, 0}, {1, 1}, 1, true}},
         {{1, 2, 6, 5}, {2, 2, 3, 2}, {{2, 1}, {1, 2}, {1, 2}, 1, false}},
         {{2, 4, 4, 5}, {4, 2, 3, 3}, {{1, 2}, {1, 1}, {1, 1}, 2, true}},
+        {{1, 2, 5, 4}, {2, 2, 2, 3}, {{1, 1}, {0, 1}, {2, 1}, 1, true, true, {1, 2}}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ca_tensor *in[3] = {tu_randn(CA_FLOAT64, 4, cases[k].x, true),
@@ -183,8 +203,10 @@ typedef struct {
 } cols_ctx;
 
 static ca_attrs cols_attrs(const cols_ctx *c) {
-    ca_attrs a = {.dims = {CAI_CONV_NPARAMS}, .i = {c->groups}, .shape = {4}};
-    memcpy(a.dims.v, c->p, sizeof c->p);
+    ca_attrs a = {.dims = {CAI_CONV_IN_DIMS},
+                  .i = {c->groups, c->p[CAI_CONV_PH_END], c->p[CAI_CONV_PW_END]},
+                  .shape = {4}};
+    memcpy(a.dims.v, c->p, sizeof(int64_t) * CAI_CONV_IN_DIMS);
     memcpy(a.shape.v, c->full, sizeof c->full);
     return a;
 }
@@ -208,7 +230,7 @@ static double dot(const ca_tensor *a, const ca_tensor *b) {
 
 Test(conv, im2col_values_and_adjoint) {
     /* kernel 2x3, stride (2, 1), padding (1, 2), dilation (1, 2), 2 groups */
-    cols_ctx c = {{2, 3, 2, 1, 1, 2, 1, 2}, 2, {2, 4, 5, 4}};
+    cols_ctx c = {{2, 3, 2, 1, 1, 2, 1, 2, 1, 2}, 2, {2, 4, 5, 4}};
     ca_tensor *x = tu_randn(CA_FLOAT64, 4, c.full, true), *cols = NULL, *back = NULL;
     TU_OK(f_im2col(&x, &cols, &c));
     int64_t oh = (5 + 2 - 1 - 1) / 2 + 1, ow = (4 + 4 - 4 - 1) / 1 + 1;
@@ -236,7 +258,7 @@ Test(conv, im2col_values_and_adjoint) {
 }
 
 Test(conv, col2im_refuses_columns_that_do_not_fit) {
-    cols_ctx c = {{3, 3, 1, 1, 0, 0, 1, 1}, 1, {1, 2, 5, 5}};
+    cols_ctx c = {{3, 3, 1, 1, 0, 0, 1, 1, 0, 0}, 1, {1, 2, 5, 5}};
     ca_tensor *cols = tu_randn(CA_FLOAT64, TU_SHAPE(1, 1, 18, 8), false), *y = NULL;
     TU_FAILS(f_col2im(&cols, &y, &c), CA_STATUS_SHAPE, "do not fit the output");
     ca_tensor_release(cols);
@@ -269,7 +291,8 @@ Test(conv, kernels_refuse_bad_geometry) {
     g.groups = 3; /* 2 channels do not split into 3 groups */
     cr_assert_eq(cai_kern_col2im(KERN_F64, &g, cols, cs, x), -1);
     cr_assert_eq(cai_kern_conv_out_size(5, 7, 1, 0, 1), 0);
-    cr_assert_eq(cai_kern_conv_out_size(7, 3, 2, 1, 2), 3);
+    cr_assert_eq(cai_kern_conv_out_size(7, 3, 2, 2, 2), 3);
+    cr_assert_eq(cai_kern_conv_out_size(7, 3, 2, 1, 2), 2);
     cr_assert_eq(cai_kern_conv_out_size(7, 3, 0, 1, 2), -1);
 }
 
@@ -284,8 +307,8 @@ Test(conv, graph_shapes_are_size_expressions) {
     graph_op_args in = {.op = GOP_INPUT, .dtype = KERN_F32, .n_shape = 4, .shape = {n, c4, h, c9}};
     graph_val x = cai_graph_add(g, &in, o);
     /* kernel 3x2, stride (2, 1), padding (1, 0), dilation 1, groups 2 */
-    int64_t p[8] = {3, 2, 2, 1, 1, 0, 1, 1};
-    graph_op_args im = {.op = GOP_IM2COL, .n_in = 1, .in = {x}, .i = {0, 0, 2}};
+    int64_t p[GRAPH_CONV_NPARAMS] = {3, 2, 2, 1, 1, 0, 1, 1, 1, 0};
+    graph_op_args im = {.op = GOP_IM2COL, .n_in = 1, .in = {x}, .i = {0, 0, 0, 2}};
     cr_assert(cai_graph_conv_pack(p, im.i));
     graph_val cols = cai_graph_add(g, &im, o);
     cr_assert_geq(cols, 0, "%s", cai_graph_error(g));
@@ -306,7 +329,7 @@ Test(conv, graph_shapes_are_size_expressions) {
     graph_op_args fold = {.op = GOP_COL2IM,
                           .n_in = 1,
                           .in = {cols},
-                          .i = {0, 0, 2},
+                          .i = {0, 0, 0, 2},
                           .n_shape = 4,
                           .shape = {n, c4, h, c9}};
     cai_graph_conv_pack(p, fold.i);
@@ -322,7 +345,17 @@ Test(conv, graph_shapes_are_size_expressions) {
                            "dilation=[1, 1], groups=2)") != NULL,
               "%s", text);
     cai_graph_free_string(text);
-    int64_t big[8] = {70000, 1, 1, 1, 0, 0, 1, 1}, packed[2];
+    p[CAI_CONV_PH_END] = 2; /* more padding at the bottom: printed, and in the sizes */
+    cr_assert(cai_graph_conv_pack(p, im.i));
+    graph_val cols2 = cai_graph_add(g, &im, o);
+    cr_assert_geq(cols2, 0, "%s", cai_graph_error(g));
+    cai_graph_eval_shape(g, cols2, slots, shape); /* OH = (12 + 3 - 2 - 1) / 2 + 1 = 7 */
+    cr_assert_eq(shape[3], 7 * 8);
+    text = cai_graph_print(g, false, NULL);
+    cr_assert(strstr(text, "padding=[1, 0], padding_end=[2, 0], dilation=[1, 1]") != NULL, "%s",
+              text);
+    cai_graph_free_string(text);
+    int64_t big[GRAPH_CONV_NPARAMS] = {70000, 1, 1, 1, 0, 0, 1, 1, 0, 0}, packed[3];
     cr_assert_not(cai_graph_conv_pack(big, packed));
     cai_graph_free(g);
 }

@@ -53,6 +53,8 @@ def check_conv(rng, dtype, xshape, wshape, bias, kwargs, compiled, dynamic=False
     tol = TOL_SUM[dtype]
     for name, c, t in zip(("output", "grad input", "grad weight", "grad bias"), got, ref):
         assert_close(c, t, msg=f"conv2d{xshape}{wshape} {kwargs} {name}", **tol)
+    if len(xshape) == 4:  # (unbatched: a squeeze's node, SqueezeBackward1 in torch)
+        assert type(got[0].grad_fn).__name__ == type(ref[0].grad_fn).__name__
 
 
 # (input shape, weight shape, bias, kwargs)
@@ -188,6 +190,16 @@ def test_conv2d_dynamic_image_sizes(rng):
         check_conv(rng, "float64", (2, 3, h, w), (4, 3, 3, 2), True,
                    dict(stride=(2, 3), padding=(1, 0), dilation=(1, 2)), True, True)
     assert counters()["eager_fallbacks"] == 0
+
+
+def test_conv2d_same_with_dynamic_sizes_is_one_graph(rng):
+    """padding='same' with an even kernel (one more padding at the end) under dynamic=True:
+    one compiled graph serves every image size."""
+    for h, w in ((6, 5), (8, 7), (9, 9)):
+        check_conv(rng, "float64", (2, 2, h, w), (3, 2, 4, 3), True,
+                   dict(padding="same", dilation=(1, 2)), True, True)
+    c = counters()
+    assert c["eager_fallbacks"] == 0 and c["captures"] == 1 and c["cache_hits"] == 2
 
 
 def test_conv2d_in_a_model_compiled(rng):

@@ -170,26 +170,22 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if isinstance(groups, bool) or not isinstance(groups, int):
         raise TypeError(f"conv2d(): argument 'groups' must be int, not {type(groups).__name__}")
     if not isinstance(padding, str):
-        return _C.conv2d(input, weight, bias, stride, _pair("padding", padding), dilation,
-                         groups)
+        padding = _pair("padding", padding)
+        return _C.conv2d(input, weight, bias, stride, padding, padding, dilation, groups)
     if padding == "valid":
-        return _C.conv2d(input, weight, bias, stride, (0, 0), dilation, groups)
+        return _C.conv2d(input, weight, bias, stride, (0, 0), (0, 0), dilation, groups)
     if padding != "same":
         raise RuntimeError(f"Invalid padding string: {padding!r}")
     if stride != (1, 1):
         raise RuntimeError("padding='same' is not supported for strided convolutions")
     if weight.ndim != 4:  # the C call says what is wrong with it
-        return _C.conv2d(input, weight, bias, stride, (0, 0), dilation, groups)
+        return _C.conv2d(input, weight, bias, stride, (0, 0), (0, 0), dilation, groups)
     # The output keeps the input's size: a total padding of d*(k-1) per dim, the extra one
-    # (when it is odd) at the end, as PyTorch. Pad by its larger half on both sides and
-    # drop the first output row / column, which only that extra padding made.
+    # (when it is odd) at the end, as PyTorch.
     totals = [d * (k - 1) for d, k in zip(dilation, weight._shape[2:])]
-    out = _C.conv2d(input, weight, bias, stride, tuple((t + 1) // 2 for t in totals), dilation,
-                    groups)
-    for dim, total in zip((-2, -1), totals):
-        if total % 2:
-            out = _C.narrow(out, dim, 1, out._shape[dim] - 1)
-    return out
+    start = tuple(t // 2 for t in totals)
+    end = tuple(t - s for t, s in zip(totals, start))
+    return _C.conv2d(input, weight, bias, stride, start, end, dilation, groups)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
