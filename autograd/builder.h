@@ -232,6 +232,14 @@ static inline ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim
     return bx_index_scatter(b, CA_OP_SCATTER_ADD, full, dim, index, src);
 }
 
+/* x.index_fill(dim, index, value) */
+static inline ca_bval bx_index_fill(ca_builder *b, ca_bval x, int dim, ca_bval index,
+                                    double value) {
+    ca_attrs a = {.i = {dim}, .s = {value}};
+    ca_bval in[2] = {x, index};
+    return bx_apply(b, CA_OP_INDEX_FILL, 2, in, &a);
+}
+
 /* ---- linear algebra ---- */
 /* op(x) @ op(y) with batch broadcasting, op = transpose of the last two dims when set */
 static inline ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bool ty) {

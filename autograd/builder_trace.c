@@ -149,6 +149,21 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
         a->dtype = (kern_dtype)at->i[0];
         return true;
     case CA_OP_NLL_LOSS_BACKWARD: a->op = GOP_NLL_BW; return decode_shape(tb, &at->shape, a);
+    case CA_OP_INDEX_FILL: a->op = GOP_INDEX_FILL; return true;
+    case CA_OP_IM2COL:
+    case CA_OP_COL2IM: {
+        int64_t p[CAI_CONV_NPARAMS]; /* ops_conv.c's attrs: dims, and the end paddings in i */
+        if (at->dims.n != CAI_CONV_IN_DIMS)
+            return false;
+        memcpy(p, at->dims.v, sizeof(int64_t) * CAI_CONV_IN_DIMS);
+        p[CAI_CONV_PH_END] = at->i[1];
+        p[CAI_CONV_PW_END] = at->i[2];
+        a->op = op == CA_OP_IM2COL ? GOP_IM2COL : GOP_COL2IM;
+        if (!cai_graph_conv_pack(p, a->i))
+            return false;
+        a->i[3] = at->i[0]; /* groups */
+        return op == CA_OP_IM2COL || decode_shape(tb, &at->shape, a);
+    }
     default: return false;
     }
 }

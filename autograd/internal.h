@@ -535,8 +535,10 @@ typedef enum {
     CA_OP_INDEX_SELECT,
     CA_OP_EMBEDDING,
     CA_OP_GATHER,
-    CA_OP_INDEX_ADD,   /* internal: zeros(attrs.shape).index_add(dim, index, src) */
-    CA_OP_SCATTER_ADD, /* internal: zeros(attrs.shape).scatter_add(dim, index, src) */
+    CA_OP_INDEX_ADD,    /* internal: zeros(attrs.shape).index_add(dim, index, src) */
+    CA_OP_SCATTER_ADD,  /* internal: zeros(attrs.shape).scatter_add(dim, index, src) */
+    CA_OP_INDEX_FILL,   /* x.index_fill(dim, index, attrs.s[0]) */
+    CA_OP_INDEX_FILL_T, /* x.index_fill(dim, index, value), value a 0-d tensor (input 2) */
     /* linear algebra: attrs.i[0], i[1] = transpose flags of a and b */
     CA_OP_MATMUL,
     CA_OP_MM,
@@ -550,6 +552,10 @@ typedef enum {
     CA_OP_LAYER_NORM,
     CA_OP_DROPOUT,
     CA_OP_NLL_LOSS_BACKWARD, /* internal */
+    /* convolution (ops_conv.c): attrs.dims = CAI_CONV_* parameters, i[0] = groups */
+    CA_OP_CONV2D,
+    CA_OP_IM2COL, /* internal: conv2d's unfold */
+    CA_OP_COL2IM, /* internal: its adjoint, into attrs.shape */
 /* the activations (ops_activation.h) */
 #define CA_OP_ENUM_ACTIVATION(ID, ...) CA_OP_##ID,
     CA_ACTIVATIONS(CA_OP_ENUM_ACTIVATION)
@@ -567,7 +573,7 @@ typedef struct {
 } ca_op_group;
 
 extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
-    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_autograd;
+    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_conv, cai_ops_autograd;
 /* Every group, as cai_op_table_check gathers them. */
 extern const ca_op_group *const cai_op_groups[];
 extern const int cai_op_n_groups;

@@ -391,6 +391,101 @@ static void scatter_add_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_
 }
 
 /* ---------------------------------------------------------------------------------------
+ * index_fill(x, dim, index, value): x with value at the index along dim. Inputs (x, index)
+ * with the value in attrs.s[0], or (x, index, value) with a 0-d value tensor.
+ */
+static ca_status index_fill_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                  ca_meta *out) {
+    const ca_meta *x = &in[0], *idx = &in[1];
+    char b1[META_STR_SIZE];
+    if (idx->dtype != CA_INT64)
+        return err_set(CA_STATUS_INDEX,
+                       "index_fill(): Expected dtype int64 for index, got %s; convert it with "
+                       "ca_to_dtype(index, CA_INT64, ...)",
+                       ca_dtype_name(idx->dtype));
+    if (n_in == 3 && in[2].ndim != 0)
+        return err_set(CA_STATUS_SHAPE,
+                       "index_fill_ only supports a 0-dimensional value tensor, but got tensor "
+                       "with %d dimension(s) (shape %s)",
+                       in[2].ndim, cai_meta_str(&in[2], b1, sizeof b1));
+    cai_rule_error e;
+    if (cai_rule_index_fill(&cai_sizes_concrete, kdt(idx->dtype), idx->ndim, x->ndim, &a->i[0], &e))
+        return cai_rule_raise(&e);
+    *out = *x;
+    return CA_OK;
+}
+
+static ca_status index_fill_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                    const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                    ca_tensor **aux) {
+    ca_tensor *x = in[0], *ic = NULL, *r = NULL;
+    int d = (int)a->i[0];
+    double value = a->s[0];
+    if (n_in == 3)
+        value = kern_load(kdt(in[2]->dtype), cai_tensor_ptr(in[2]), 0);
+    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
+    cai_kern_split_dim(m->ndim, m->shape, d, &outer, &n, &inner);
+    ca_status st = cai_tensor_contiguous(in[1], &ic);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_copy_into(cai_tensor_ptr(r), r->strides, x, "index_fill");
+    if (st == CA_OK &&
+        cai_kern_index_fill(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(r), cai_tensor_ptr(ic),
+                            ca_tensor_numel(ic), value, &bad_pos, &bad_val) != 0)
+        st = bad_pos >= 0 ? err_set(CA_STATUS_INDEX,
+                                    "index_fill: index %lld is out of bounds for dimension %d "
+                                    "with size %lld",
+                                    (long long)bad_val, d, (long long)n)
+                          : err_set(CA_STATUS_INTERNAL, "index_fill: the kernel failed");
+    ca_tensor_release(ic);
+    return finish(st, r, out);
+}
+
+/* self: the gradient with the filled positions zeroed; value (a tensor): the sum of the
+ * gradient at the filled positions, each counted once however often the index names it. */
+static void index_fill_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    int dim = (int)n->attrs.i[0];
+    ca_bval idx = bx_saved(b, n, 0);
+    if (node_needs_grad(n, 0))
+        gin[0] = bx_index_fill(b, g, dim, idx, 0.0);
+    if (n->n_in < 3 || !node_needs_grad(n, 2))
+        return;
+    ca_bval zeros = bx_zeros_like(b, g);
+    ca_bval picked = bx_where(b, bx_index_fill(b, zeros, dim, idx, 1.0), g, zeros);
+    ca_bval total = bx_sum(b, picked, 0, NULL, false);
+    const ca_meta *tm = bx_meta(b, total);
+    if (tm && tm->dtype != n->in_meta[2].dtype) {
+        ca_attrs a = {.i = {n->in_meta[2].dtype}};
+        total = bx_apply(b, CA_OP_TO_DTYPE, 1, &total, &a);
+    }
+    gin[2] = total;
+}
+
+ca_status ca_index_fill(ca_tensor *x, int64_t dim, ca_tensor *index, double value,
+                        ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_index_fill");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_index_fill");
+    CA_ARG_NOT_NULL(index, "ca_index_fill");
+    ca_attrs a = attrs_dim(dim);
+    a.s[0] = value;
+    return cai_op_call2(CA_OP_INDEX_FILL, x, index, &a, out);
+}
+
+ca_status ca_index_fill_tensor(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor *value,
+                               ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_index_fill_tensor");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_index_fill_tensor");
+    CA_ARG_NOT_NULL(index, "ca_index_fill_tensor");
+    CA_ARG_NOT_NULL(value, "ca_index_fill_tensor");
+    ca_attrs a = attrs_dim(dim);
+    ca_tensor *in[3] = {x, index, value};
+    return cai_op_call(CA_OP_INDEX_FILL_T, 3, in, &a, out, NULL);
+}
+
+/* ---------------------------------------------------------------------------------------
  * The rows
  */
 #define INDEX_ROW_COMMON .fusion = CA_FUSE_OPAQUE, .n_in_min = 2, .n_in_max = 2
@@ -446,6 +541,28 @@ static const ca_op_def rows[] = {
      .shape = scatter_add_shape,
      .forward = scatter_add_forward,
      .backward = scatter_add_backward},
+    {.id = CA_OP_INDEX_FILL,
+     .name = "index_fill",
+     .node_name = "IndexFillBackward0",
+     INDEX_ROW_COMMON,
+     .nondiff_inputs = 1u << 1,
+     .n_fields = 2,
+     .fields = {{"index", FIELD_TENSOR, FROM_INPUT, 1}, {"dim", FIELD_INT, FROM_ATTR, 0}},
+     .shape = index_fill_shape,
+     .forward = index_fill_forward,
+     .backward = index_fill_backward},
+    {.id = CA_OP_INDEX_FILL_T,
+     .name = "index_fill",
+     .node_name = "IndexFillBackward1",
+     .fusion = CA_FUSE_OPAQUE,
+     .n_in_min = 3,
+     .n_in_max = 3,
+     .nondiff_inputs = 1u << 1,
+     .n_fields = 2,
+     .fields = {{"index", FIELD_TENSOR, FROM_INPUT, 1}, {"dim", FIELD_INT, FROM_ATTR, 0}},
+     .shape = index_fill_shape,
+     .forward = index_fill_forward,
+     .backward = index_fill_backward},
 };
 
 const ca_op_group cai_ops_index = {rows, sizeof rows / sizeof rows[0]};

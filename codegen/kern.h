@@ -207,6 +207,43 @@ int cai_kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner,
                          const int64_t *index, int64_t n_src, const void *src, int64_t *bad_pos,
                          int64_t *bad_val);
 
+/* index_fill:   out[o, index[j], i] = value (out pre-filled with the input). Negative
+ *               indices count from the end (-n is 0), as PyTorch's index_fill; the check
+ *               accepts [-n, n). */
+int cai_kern_index_fill(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
+                        const int64_t *index, int64_t n_index, double value, int64_t *bad_pos,
+                        int64_t *bad_val);
+
+/* ---------------------------------------------------------------------------------------
+ * Convolution as a GEMM: im2col (unfold) and col2im (fold, its adjoint). The geometry of
+ * conv2d over an image batch [n, c, h, w] with a kh x kw kernel, strides sh, sw, zero
+ * padding ph, pw at the start (top, left) and ph_end, pw_end at the end, dilations dh, dw:
+ * oh = (h + ph + ph_end - dh*(kh-1) - 1)/sh + 1 output rows (cai_kern_conv_out_size), ow
+ * likewise. groups splits the channels (for the
+ * column layout [n, groups, c/groups*kh*kw, oh*ow]).
+ */
+typedef struct {
+    int64_t n, c, h, w;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t ph_end, pw_end;
+    int64_t oh, ow;
+    int64_t groups;
+} kern_conv_geom;
+
+/* The output size of one spatial dim: (in + pads - d(k-1) - 1) / s + 1, pads the padding
+ * of both sides together; 0 when the kernel does not fit, -1 for s <= 0. */
+int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, int64_t d);
+/* cols[n, c*kh*kw + ki*kw + kj, oy*ow + ox] = x[n, c, oy*sh - ph + ki*dh, ox*sw - pw + kj*dw],
+ * 0 where that is padding. x is read with its 4 element strides xs; cols is contiguous.
+ * Returns 0, or -1 (not f32/f64, or a geometry that does not hold together). */
+int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
+                    void *cols);
+/* out [n, c, h, w] (contiguous, overwritten) = at each position, the sum of the cols
+ * entries im2col would have read from it. cols is read as [n, groups, c/groups*kh*kw,
+ * oh*ow] with its 4 element strides cs. Returns 0 or -1 as cai_kern_im2col. */
+int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, const int64_t *cs,
+                    void *out);
+
 /* ---------------------------------------------------------------------------------------
  * Random numbers: a counter-based generator (Philox-4x32-10), so a (seed, offset) pair
  * gives the same numbers on every run, thread count and ISA path. Each call consumes

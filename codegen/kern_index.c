@@ -205,3 +205,53 @@ int cai_kern_scatter_add(kern_dtype dt, int64_t outer, int64_t n, int64_t inner,
     kern_index_run_chunked(&j, kern_scatter_add_range);
     return 0;
 }
+
+/* Units are (o, j): each writes one run of inner elements. Duplicate indices write the
+ * same value, so the order does not matter. */
+typedef struct {
+    kern_dtype dt;
+    int64_t n, inner, n_index;
+    const int64_t *index;
+    double value;
+    char *out;
+} kern_fill_job;
+
+static void kern_index_fill_range(void *ctx, int64_t begin, int64_t end) {
+    const kern_fill_job *j = ctx;
+    for (int64_t u = begin; u < end; u++) {
+        int64_t o = u / j->n_index, k = j->index[u % j->n_index];
+        k = k < 0 ? k + j->n : k;
+        int64_t base = (o * j->n + k) * j->inner;
+        if (j->dt == KERN_F32) {
+            float *d = (float *)j->out + base;
+            for (int64_t i = 0; i < j->inner; i++)
+                d[i] = (float)j->value;
+        } else if (j->dt == KERN_F64) {
+            double *d = (double *)j->out + base;
+            for (int64_t i = 0; i < j->inner; i++)
+                d[i] = j->value;
+        } else {
+            int64_t *d = (int64_t *)j->out + base;
+            for (int64_t i = 0; i < j->inner; i++)
+                d[i] = (int64_t)j->value;
+        }
+    }
+}
+
+int cai_kern_index_fill(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, void *out,
+                        const int64_t *index, int64_t n_index, double value, int64_t *bad_pos,
+                        int64_t *bad_val) {
+    if (cai_kern_dtype_size(dt) == 0 || outer < 0 || n < 0 || inner < 0 || n_index < 0)
+        return -1;
+    for (int64_t i = 0; i < n_index; i++)
+        if (index[i] < -n || index[i] >= n) {
+            if (bad_pos)
+                *bad_pos = i;
+            if (bad_val)
+                *bad_val = index[i];
+            return -1;
+        }
+    kern_fill_job j = {dt, n, inner, n_index, index, value, out};
+    cai_kern_parallel_for(outer * n_index, kern_index_grain(inner), kern_index_fill_range, &j);
+    return 0;
+}

@@ -43,7 +43,8 @@ typedef enum { GSX_CONST, GSX_SLOT, GSX_ADD, GSX_SUB, GSX_MUL, GSX_DIV } graph_s
 
 graph_sx cai_graph_sx_const(graph *g, int64_t v);
 graph_sx cai_graph_sx_slot(graph *g, int slot);
-/* a OP b; GSX_DIV is exact division (reshape's -1). */
+/* a OP b; GSX_DIV truncates: exact for reshape's -1, a floor for conv2d's output sizes
+ * (sizes are not negative). */
 graph_sx cai_graph_sx_op(graph *g, graph_sx_kind k, graph_sx a, graph_sx b);
 /* The value of s for the given slot values. */
 int64_t cai_graph_sx_eval(const graph *g, graph_sx s, const int64_t *slots);
@@ -94,6 +95,13 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     /* in: index, src; shape = full; i[0] = dim */                                                 \
     X(INDEX_ADD, "index_add", 2, 1, GOPF_SHAPE)                                                    \
     X(SCATTER_ADD, "scatter_add", 2, 1, GOPF_SHAPE)                                                \
+    /* in: x, index; i[0] = dim, p[0] = value: x with value at the index along dim */          \
+    X(INDEX_FILL, "index_fill", 2, 1, 0)                                                           \
+    /* conv2d's unfold: x [N, C, H, W] -> [N, groups, C/groups*kh*kw, OH*OW]; i[0..2] =     */ \
+    /* the packed parameters (cai_graph_conv_pack), i[3] = groups                            */ \
+    X(IM2COL, "im2col", 1, 4, 0)                                                                   \
+    /* its adjoint, the fold: columns -> shape = [N, C, H, W]; i[0..3] as IM2COL             */ \
+    X(COL2IM, "col2im", 1, 4, GOPF_SHAPE)                                                          \
     /* dtype = target */                                                                           \
     X(CAST, "cast", 1, 0, 0)                                                                       \
     /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over symbolic dims, where N  */ \
@@ -126,6 +134,25 @@ typedef enum {
 #undef GRAPH_OP_ENUM
         GOP__COUNT
 } graph_op;
+
+/* conv2d's 10 parameters (kh, kw, sh, sw, ph, pw, dh, dw, ph_end, pw_end: shape_rules.h's
+ * CAI_CONV_*) as GOP_IM2COL / GOP_COL2IM's i[0..2], 16 bits each; false when one is
+ * outside [0, 65535]. */
+#define GRAPH_CONV_NPARAMS 10
+static inline bool cai_graph_conv_pack(const int64_t *p, int64_t *i) {
+    i[0] = i[1] = i[2] = 0;
+    for (int k = 0; k < GRAPH_CONV_NPARAMS; k++) {
+        if (p[k] < 0 || p[k] > 0xffff)
+            return false;
+        i[k / 4] |= p[k] << (16 * (k % 4));
+    }
+    return true;
+}
+
+static inline void cai_graph_conv_unpack(const int64_t *i, int64_t *p) {
+    for (int k = 0; k < GRAPH_CONV_NPARAMS; k++)
+        p[k] = (i[k / 4] >> (16 * (k % 4))) & 0xffff;
+}
 
 /* Where a node came from, for the printed graph's comments and value names. */
 typedef struct {

@@ -152,6 +152,10 @@ static void take_temps(planner *pl, const graph *g, graph_val v) {
         val_key(g, x->a.in[i], &k);
         pn->tmp[i] = take_buf(pl, &k);
     }
+    if (x->a.op == GOP_INDEX_FILL && maybe_strided(g, pl->nodes, x->a.in[1])) {
+        val_key(g, x->a.in[1], &k);
+        pn->tmp[1] = take_buf(pl, &k);
+    }
     if (x->a.op == GOP_SCATTER_ADD && scatter_block_key(g, x, &k))
         pn->tmp[2] = take_buf(pl, &k);
 }
@@ -220,7 +224,8 @@ static void take_group_bufs(planner *pl, const graph *g, const plan_group *G) {
  * out of range), so the run stops with the eager engine's .grad state. */
 static bool fold_barrier(graph_op op) {
     return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_CALLOUT || op == GOP_INDEX_ADD ||
-           op == GOP_SCATTER_ADD || op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_SLICE_BACKWARD;
+           op == GOP_SCATTER_ADD || op == GOP_NLL_BW || op == GOP_SLICE ||
+           op == GOP_SLICE_BACKWARD || op == GOP_INDEX_FILL || op == GOP_COL2IM;
 }
 
 /* A matmul whose one reader is an ACCUMULATE node may write the leaf's .grad itself

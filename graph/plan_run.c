@@ -590,6 +590,69 @@ static int run_scatter_add(run_ctx *r, graph_val v, const graph_node *x, const g
     return 0;
 }
 
+/* x with p[0] at the index along dim i[0]: a copy of x, then the fill. */
+static int run_index_fill(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    graph_view idx;
+    int d = (int)x->a.i[0], rc = copy_strided(out->data, out->strides, in_view(r, x, 0));
+    if (rc)
+        return kern_fail(r->p, v, rc, "copy");
+    if (contiguous_input(r, v, in_view(r, x, 1), r->p->nodes[v].tmp[1], &idx))
+        return -1;
+    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
+    cai_kern_split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
+    rc = cai_kern_index_fill(out->dtype, outer, n, inner, out->data, idx.data, numel(&idx),
+                             x->a.p[0], &bad_pos, &bad_val);
+    if (rc == -1 && bad_pos >= 0)
+        return fail(r->p, v,
+                    "index_fill: index %lld at position %lld is out of range for dim %d of size "
+                    "%lld",
+                    (long long)bad_val, (long long)bad_pos, d, (long long)n);
+    return rc ? kern_fail(r->p, v, rc, "index_fill") : 0;
+}
+
+/* im2col and col2im: the geometry from the image side's shape and the packed params. */
+static void conv_geom(const graph_node *x, const int64_t *img, kern_conv_geom *cg) {
+    int64_t p[GRAPH_CONV_NPARAMS];
+    cai_graph_conv_unpack(x->a.i, p);
+    *cg = (kern_conv_geom){.n = img[0],
+                           .c = img[1],
+                           .h = img[2],
+                           .w = img[3],
+                           .kh = p[0],
+                           .kw = p[1],
+                           .sh = p[2],
+                           .sw = p[3],
+                           .ph = p[4],
+                           .pw = p[5],
+                           .dh = p[6],
+                           .dw = p[7],
+                           .ph_end = p[8],
+                           .pw_end = p[9],
+                           .groups = x->a.i[3]};
+    cg->oh = cai_kern_conv_out_size(cg->h, cg->kh, cg->sh, cg->ph + cg->ph_end, cg->dh);
+    cg->ow = cai_kern_conv_out_size(cg->w, cg->kw, cg->sw, cg->pw + cg->pw_end, cg->dw);
+}
+
+static int run_conv(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    const graph_view *in = in_view(r, x, 0);
+    kern_conv_geom cg;
+    int rc;
+    if (x->a.op == GOP_IM2COL) {
+        conv_geom(x, in->shape, &cg);
+        rc = cai_kern_im2col(out->dtype, &cg, in->data, in->strides, out->data);
+    } else {
+        conv_geom(x, out->shape, &cg);
+        int64_t want[4] = {cg.n, cg.groups, cg.c / cg.groups * cg.kh * cg.kw, cg.oh * cg.ow};
+        char b1[96], b2[96];
+        if (!view_matches(in, in->dtype, 4, want))
+            return fail(r->p, v, "col2im: columns %s do not fit the output (%s expected)",
+                        view_str(in->dtype, in->ndim, in->shape, b1),
+                        view_str(in->dtype, 4, want, b2));
+        rc = cai_kern_col2im(out->dtype, &cg, in->data, in->strides, out->data);
+    }
+    return rc ? kern_fail(r->p, v, rc, cai_graph_op_name(x->a.op)) : 0;
+}
+
 /* The element offset of row-major index i of view v. */
 static int64_t offset_of(const graph_view *v, int64_t i) {
     int64_t off = 0;
@@ -693,6 +756,9 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_INDEX_ADD: return run_index_add(r, v, x, out);
     case GOP_SCATTER_ADD: return run_scatter_add(r, v, x, out);
     case GOP_NLL_BW: return run_nll_bw(r, v, x, out);
+    case GOP_INDEX_FILL: return run_index_fill(r, v, x, out);
+    case GOP_IM2COL:
+    case GOP_COL2IM: return run_conv(r, v, x, out);
     default: return fail(r->p, v, "no kernel for this op");
     }
     if (rc == -1 && r->p->err[0])

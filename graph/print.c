@@ -65,6 +65,19 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
                             (long long)a->i[1]);
     else if (a->op == GOP_SCALE_SIZE && a->i[0])
         cai_graph_sb_printf(b, ", mul=1");
+    else if (a->op == GOP_INDEX_FILL)
+        cai_graph_sb_printf(b, ", dim=%lld, value=%g", (long long)a->i[0], a->p[0]);
+    else if (a->op == GOP_IM2COL || a->op == GOP_COL2IM) {
+        int64_t p[GRAPH_CONV_NPARAMS];
+        cai_graph_conv_unpack(a->i, p);
+        cai_graph_sb_printf(b, ", kernel=[%lld, %lld], stride=[%lld, %lld], padding=[%lld, %lld]",
+                            (long long)p[0], (long long)p[1], (long long)p[2], (long long)p[3],
+                            (long long)p[4], (long long)p[5]);
+        if (p[8] != p[4] || p[9] != p[5]) /* more at the end */
+            cai_graph_sb_printf(b, ", padding_end=[%lld, %lld]", (long long)p[8], (long long)p[9]);
+        cai_graph_sb_printf(b, ", dilation=[%lld, %lld], groups=%lld", (long long)p[6],
+                            (long long)p[7], (long long)a->i[3]);
+    }
 }
 
 static void print_callout(graph_sbuf *b, const graph_node *x, graph_name *names) {

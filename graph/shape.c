@@ -60,6 +60,11 @@ static const char *sizes_size_str(const void *ctx, int64_t s, char *buf, size_t 
     return cai_graph_sx_str(ctx, (graph_sx)s, buf, size);
 }
 
+static int64_t sizes_arith(void *ctx, cai_size_op op, int64_t a, int64_t b) {
+    graph_sx_kind k = op == CAI_SIZE_ADD ? GSX_ADD : op == CAI_SIZE_MUL ? GSX_MUL : GSX_DIV;
+    return cai_graph_sx_op(ctx, k, (graph_sx)a, (graph_sx)b);
+}
+
 static cai_sizes sizes_of(graph *g) {
     return (cai_sizes){.ctx = g,
                        .value = sizes_value,
@@ -67,7 +72,8 @@ static cai_sizes sizes_of(graph *g) {
                        .shape_str = sizes_shape_str,
                        .size_str = sizes_size_str,
                        .dtype_name = dtype_name,
-                       .convert = "a cast"};
+                       .convert = "a cast",
+                       .arith = sizes_arith};
 }
 
 /* A failed shared rule as this graph's error. */
@@ -108,9 +114,9 @@ static void canon_unused(graph_op_args *a, int n_in) {
     int ni = cai_graph_op_n_ints(a->op);
     for (int k = ni; k < 4; k++)
         a->i[k] = 0;
-    int np = a->op == GOP_PW           ? cai_kern_pw_nparams((kern_pw_op)a->i[0])
-             : a->op == GOP_SCALE_SIZE ? 1
-                                       : 0;
+    int np = a->op == GOP_PW ? cai_kern_pw_nparams((kern_pw_op)a->i[0])
+             : a->op == GOP_SCALE_SIZE || a->op == GOP_INDEX_FILL ? 1
+                                                                  : 0;
     for (int k = np; k < 2; k++)
         a->p[k] = 0;
     if (a->op != GOP_INPUT && a->op != GOP_CAST && a->op != GOP_CALLOUT_RESULT)
@@ -613,6 +619,48 @@ static int infer_nll_bw(graph *g, graph_node *n) {
     return 0;
 }
 
+/* index_fill(x, index): x with value p[0] at the index along dim i[0] */
+static int infer_index_fill(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0), *idx = in_node(g, n, 1);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_index_fill(&z, idx->dtype, idx->ndim, x->ndim, &n->a.i[0], &e))
+        return rule_fail(g, &e);
+    copy_out(n, x);
+    return 0;
+}
+
+_Static_assert(GRAPH_CONV_NPARAMS == CAI_CONV_NPARAMS, "conv2d's parameter counts differ");
+
+/* im2col(x) and col2im(cols) into the shape attribute: conv2d's unfold and fold */
+static int infer_conv(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    graph_op_args *a = &n->a;
+    int64_t p[CAI_CONV_NPARAMS], x64[KERN_MAX_DIMS], f64[KERN_MAX_DIMS], out[4];
+    const char *op = cai_graph_op_name(a->op);
+    if (x->dtype == KERN_I64)
+        return cai_graph_fail(g, "%s: needs a float input, got i64", op);
+    cai_graph_conv_unpack(a->i, p);
+    to64(x->ndim, x->shape, x64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    graph_sx o[4];
+    if (a->op == GOP_IM2COL) {
+        if (cai_rule_im2col(&z, op, x->ndim, x64, p, a->i[3], out, NULL, &e))
+            return rule_fail(g, &e);
+        to_sx(4, out, o);
+        set_out(n, x->dtype, 4, o);
+        return 0;
+    }
+    if (check_shape_attr(g, a, false))
+        return -1;
+    to64(a->n_shape, a->shape, f64);
+    if (cai_rule_col2im(&z, x->ndim, x64, a->n_shape, f64, p, a->i[3], &e))
+        return rule_fail(g, &e);
+    set_out(n, x->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Call-outs
  */
@@ -697,6 +745,9 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_CALLOUT_ARG:
     case GOP_CALLOUT:
     case GOP_CALLOUT_RESULT: return infer_opaque(g, n);
+    case GOP_INDEX_FILL: return infer_index_fill(g, n);
+    case GOP_IM2COL:
+    case GOP_COL2IM: return infer_conv(g, n);
     default: return infer_callout(g, n);
     }
 }

@@ -74,6 +74,15 @@ static const char *concrete_dtype_name(kern_dtype dt) {
     return dt == KERN_F32 ? "float32" : dt == KERN_F64 ? "float64" : dt == KERN_I64 ? "int64" : "?";
 }
 
+static int64_t concrete_arith(void *ctx, cai_size_op op, int64_t a, int64_t b) {
+    (void)ctx;
+    switch (op) {
+    case CAI_SIZE_ADD: return a + b;
+    case CAI_SIZE_MUL: return a * b;
+    default: return b != 0 ? a / b : -1;
+    }
+}
+
 const cai_sizes cai_sizes_concrete = {
     .ctx = NULL,
     .value = concrete_value,
@@ -82,6 +91,7 @@ const cai_sizes cai_sizes_concrete = {
     .size_str = concrete_size_str,
     .dtype_name = concrete_dtype_name,
     .convert = "ca_to_dtype",
+    .arith = concrete_arith,
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -460,4 +470,134 @@ int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_
                 "%s: input %s and target %s do not fit; expected input [N, C, d...] with target "
                 "[N, d...], or input [C] with a 0-d target",
                 op, z->shape_str(z->ctx, nx, x, s1, STR), z->shape_str(z->ctx, nt, t, s2, STR));
+}
+
+/* ---------------------------------------------------------------------------------------
+ * index_fill, and conv2d's im2col and col2im
+ */
+int cai_rule_index_fill(const cai_sizes *z, kern_dtype idx_dt, int ni, int nx, int64_t *dim,
+                        cai_rule_error *e) {
+    if (need_int64_index(z, "index_fill", idx_dt, e))
+        return -1;
+    if (ni > 1)
+        return fail(e, CAI_RULE_SHAPE,
+                    "index_fill: Index has to be a vector/scalar (0-D or 1-D), got %d dims", ni);
+    return cai_rule_dim(dim, nx, "index_fill", e);
+}
+
+/* One spatial output size: (in + pads - d(k-1) - 1) / s + 1 (pads: both sides' padding
+ * together), a number when the input size
+ * is one, else an expression (the division truncates: a floor, as the size is not
+ * negative). -1 (e set) when out of memory. */
+static int64_t conv_out(const cai_sizes *z, const char *op, int64_t in, int64_t k, int64_t s,
+                        int64_t p, int64_t d, cai_rule_error *e) {
+    int64_t v;
+    if (z->value(z->ctx, in, &v)) {
+        int64_t o = cai_kern_conv_out_size(v, k, s, p, d);
+        int64_t c = o > 0 ? z->constant(z->ctx, o) : 0;
+        return c < 0 ? nomem(e, op) : c;
+    }
+    int64_t c = z->constant(z->ctx, p - d * (k - 1) - 1), sc = z->constant(z->ctx, s);
+    int64_t one_ = one(z);
+    int64_t o = c < 0 || sc < 0 || one_ < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, in, c);
+    o = o < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_DIV, o, sc);
+    o = o < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_ADD, o, one_);
+    return o < 0 ? nomem(e, op) : o;
+}
+
+const char *cai_conv_param_kind(int k) {
+    switch (k) {
+    case CAI_CONV_KH:
+    case CAI_CONV_KW: return "kernel size";
+    case CAI_CONV_SH:
+    case CAI_CONV_SW: return "stride";
+    case CAI_CONV_DH:
+    case CAI_CONV_DW: return "dilation";
+    default: return "padding";
+    }
+}
+
+int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
+                    int64_t groups, int64_t *out, int64_t *ohw, cai_rule_error *e) {
+    char s1[STR];
+    if (nx != 4)
+        return fail(e, CAI_RULE_SHAPE, "%s: expected a 4-D input [N, C, H, W], got shape %s", op,
+                    z->shape_str(z->ctx, nx, x, s1, STR));
+    for (int k = 0; k < CAI_CONV_NPARAMS; k++) {
+        bool pad = cai_conv_param_kind(k)[0] == 'p';
+        if (p[k] < (pad ? 0 : 1) || p[k] > INT32_MAX)
+            return fail(e, CAI_RULE_SHAPE, "%s: %s %lld is out of range", op,
+                        cai_conv_param_kind(k), (long long)p[k]);
+    }
+    if (groups < 1)
+        return fail(e, CAI_RULE_SHAPE, "%s: non-positive groups is not supported", op);
+    int64_t c, kk = p[CAI_CONV_KH] * p[CAI_CONV_KW], cg;
+    if (z->value(z->ctx, x[1], &c)) {
+        if (c % groups != 0)
+            return fail(e, CAI_RULE_SHAPE, "%s: %lld channels do not split into %lld groups", op,
+                        (long long)c, (long long)groups);
+        cg = z->constant(z->ctx, c / groups * kk);
+    } else {
+        int64_t gs = z->constant(z->ctx, groups), ks = z->constant(z->ctx, kk);
+        cg = gs < 0 || ks < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_DIV, x[1], gs);
+        cg = cg < 0 ? -1 : z->arith(z->ctx, CAI_SIZE_MUL, cg, ks);
+    }
+    if (cg < 0)
+        return nomem(e, op);
+    int64_t pads_h = p[CAI_CONV_PH] + p[CAI_CONV_PH_END],
+            pads_w = p[CAI_CONV_PW] + p[CAI_CONV_PW_END];
+    int64_t oh = conv_out(z, op, x[2], p[CAI_CONV_KH], p[CAI_CONV_SH], pads_h, p[CAI_CONV_DH], e);
+    if (oh < 0)
+        return -1;
+    int64_t ow = conv_out(z, op, x[3], p[CAI_CONV_KW], p[CAI_CONV_SW], pads_w, p[CAI_CONV_DW], e);
+    if (ow < 0)
+        return -1;
+    int64_t vh, vw;
+    if ((z->value(z->ctx, oh, &vh) && vh == 0) || (z->value(z->ctx, ow, &vw) && vw == 0)) {
+        int64_t h = 0, w = 0;
+        z->value(z->ctx, x[2], &h);
+        z->value(z->ctx, x[3], &w);
+        int64_t ph = h + pads_h, pw = w + pads_w;
+        int64_t kh = p[CAI_CONV_DH] * (p[CAI_CONV_KH] - 1) + 1;
+        int64_t kw = p[CAI_CONV_DW] * (p[CAI_CONV_KW] - 1) + 1;
+        return fail(e, CAI_RULE_SHAPE,
+                    "Calculated padded input size per channel: (%lld x %lld). Kernel size: "
+                    "(%lld x %lld). Kernel size can't be greater than actual input size",
+                    (long long)ph, (long long)pw, (long long)kh, (long long)kw);
+    }
+    int64_t l = z->arith(z->ctx, CAI_SIZE_MUL, oh, ow), g = z->constant(z->ctx, groups);
+    if (l < 0 || g < 0)
+        return nomem(e, op);
+    out[0] = x[0];
+    out[1] = g;
+    out[2] = cg;
+    out[3] = l;
+    if (ohw) {
+        ohw[0] = oh;
+        ohw[1] = ow;
+    }
+    return 0;
+}
+
+int cai_rule_col2im(const cai_sizes *z, int nc, const int64_t *cols, int nf, const int64_t *full,
+                    const int64_t *p, int64_t groups, cai_rule_error *e) {
+    int64_t expect[4] = {0, 0, 0, 0};
+    char s1[STR], s2[STR], s3[STR];
+    if (cai_rule_im2col(z, "col2im", nf, full, p, groups, expect, NULL, e))
+        return -1;
+    /* N and groups must be the same sizes; K and L too, unless one of them is symbolic
+     * (then the runner checks them: products of symbolic sizes are not always provably
+     * equal) */
+    bool ok = nc == 4 && cols[0] == expect[0] && cols[1] == expect[1];
+    for (int d = 2; ok && d < 4; d++) {
+        int64_t a, b;
+        ok = cols[d] == expect[d] ||
+             !(z->value(z->ctx, cols[d], &a) && z->value(z->ctx, expect[d], &b));
+    }
+    if (ok)
+        return 0;
+    return fail(e, CAI_RULE_SHAPE,
+                "col2im: columns of shape %s do not fit the output %s (%s expected)",
+                z->shape_str(z->ctx, nc, cols, s1, STR), z->shape_str(z->ctx, nf, full, s2, STR),
+                z->shape_str(z->ctx, 4, expect, s3, STR));
 }

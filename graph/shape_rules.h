@@ -23,6 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Arithmetic on sizes (cai_sizes.arith): a + b, a * b, a / b (truncating; sizes are not
+ * negative, so a floor). */
+typedef enum { CAI_SIZE_ADD, CAI_SIZE_MUL, CAI_SIZE_DIV } cai_size_op;
+
 typedef struct {
     void *ctx; /* the graph, or NULL for concrete sizes */
     /* the value of size s when it is a constant; false for a symbolic size */
@@ -35,6 +39,8 @@ typedef struct {
     /* "float32" or "f32": how dtypes are spelled in this layer's messages */
     const char *(*dtype_name)(kern_dtype dt);
     const char *convert; /* how a user converts a dtype here: "ca_to_dtype", "a cast" */
+    /* a op b (a new expression in a graph); -1 when out of memory */
+    int64_t (*arith)(void *ctx, cai_size_op op, int64_t a, int64_t b);
 } cai_sizes;
 
 /* Concrete sizes: a size is its value (the eager ops; dtypes spelled "float32"). */
@@ -129,5 +135,47 @@ int cai_rule_scatter_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const in
  * 0-D for [C]. */
 int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_t *x, int nt,
                         const int64_t *t, cai_rule_error *e);
+
+/* index_fill of x along *dim (normalised): an int64 index (dtype idx_dt) of 0 or 1 dims. */
+int cai_rule_index_fill(const cai_sizes *z, kern_dtype idx_dt, int ni, int nx, int64_t *dim,
+                        cai_rule_error *e);
+
+/* conv2d's parameters, in this order, in ca_attrs.dims and the graph's im2col / col2im:
+ * kernel, stride, zero padding at the start (top, left), dilation, and zero padding at the
+ * end (bottom, right; PyTorch's padding='same' can need one more there). */
+enum {
+    CAI_CONV_KH,
+    CAI_CONV_KW,
+    CAI_CONV_SH,
+    CAI_CONV_SW,
+    CAI_CONV_PH,
+    CAI_CONV_PW,
+    CAI_CONV_DH,
+    CAI_CONV_DW,
+    CAI_CONV_PH_END,
+    CAI_CONV_PW_END,
+    CAI_CONV_NPARAMS
+};
+
+/* What conv2d parameter k is: "kernel size", "stride", "padding" or "dilation". */
+const char *cai_conv_param_kind(int k);
+/* How the autograd layer's ca_attrs hold them (dims has room for 8): dims.v = the first
+ * CAI_CONV_IN_DIMS, i[0] = groups, i[1], i[2] = the end paddings (PH_END, PW_END). */
+#define CAI_CONV_IN_DIMS 8
+
+/* im2col (conv2d's unfold) of x [N, C, H, W] with the conv parameters p (CAI_CONV_*) and
+ * groups: out = [N, groups, C/groups*kh*kw, OH*OW], and ohw (may be NULL) = {OH, OW}. The
+ * parameters must be in range (kernel, stride, dilation >= 1, padding >= 0, groups >= 1
+ * dividing C) and the kernel must fit the padded input (checked when H and W are
+ * numbers; a symbolic OH is (H + ph + ph_end - dh*(kh-1) - 1) / sh + 1, a floor
+ * division). */
+int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
+                    int64_t groups, int64_t *out, int64_t *ohw, cai_rule_error *e);
+
+/* col2im (im2col's adjoint) into full [N, C, H, W]: cols must be im2col's output shape for
+ * full; its last two sizes may also be symbolic ones not provably equal to it (the graph's
+ * runner checks them). */
+int cai_rule_col2im(const cai_sizes *z, int nc, const int64_t *cols, int nf, const int64_t *full,
+                    const int64_t *p, int64_t groups, cai_rule_error *e);
 
 #endif /* CAGRAD_SHAPE_RULES_H */

@@ -732,6 +732,13 @@ ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor 
 ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
 ca_status ca_embedding(ca_tensor *weight, ca_tensor *indices, ca_tensor **out);
 ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
+/* x with value at the positions index (0-D or 1-D) names along dim. Negative indices count
+ * from the end, as PyTorch's index_fill: CA_STATUS_INDEX for one outside [-size, size) and
+ * for an index that is not int64. The _tensor form takes the value from a 0-d tensor
+ * (else CA_STATUS_SHAPE), which gets the sum of the gradient at the filled positions. */
+ca_status ca_index_fill(ca_tensor *x, int64_t dim, ca_tensor *index, double value, ca_tensor **out);
+ca_status ca_index_fill_tensor(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor *value,
+                               ca_tensor **out);
 
 /* linear algebra.
  * Errors: CA_STATUS_SHAPE (ranks, inner dims, batch dims or a bias that do not fit),
@@ -741,6 +748,22 @@ ca_status ca_mm(ca_tensor *a, ca_tensor *b, ca_tensor **out);     /* [n,k] @ [k,
 ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out);    /* [b,n,k] @ [b,k,m] */
 /* x @ weight^T + bias; weight [out, in]; bias [out] or NULL */
 ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor **out);
+/* 2-D convolution (cross-correlation, as torch.nn.functional.conv2d): x [N, C, H, W] or
+ * unbatched [C, H, W], weight [O, C/groups, kH, kW], bias [O] or NULL; stride, padding
+ * (zeros, on both sides) and dilation are {height, width} pairs. Output [N, O, OH, OW]
+ * with OH = (H + 2*padding[0] - dilation[0]*(kH-1) - 1) / stride[0] + 1 (OW likewise).
+ * CA_STATUS_INVALID for a stride or dilation < 1, a padding < 0 or groups < 1;
+ * CA_STATUS_SHAPE for channels that do not fit the weight and groups, a kernel larger than
+ * the padded input, or a bias that is not [O]; CA_STATUS_DTYPE as above. */
+ca_status ca_conv2d(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int64_t *stride,
+                    const int64_t *padding, const int64_t *dilation, int64_t groups,
+                    ca_tensor **out);
+/* The same with the padding at the start (top, left) and at the end (bottom, right) given
+ * apart: OH = (H + padding[0] + padding_end[0] - dilation[0]*(kH-1) - 1) / stride[0] + 1.
+ * (PyTorch's padding='same' pads one more at the end when the total is odd.) */
+ca_status ca_conv2d_padded(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, const int64_t *stride,
+                           const int64_t *padding, const int64_t *padding_end,
+                           const int64_t *dilation, int64_t groups, ca_tensor **out);
 
 /* neural-network ops.
  * Errors: CA_STATUS_DTYPE (an input that is not float32 or float64, or dtypes that

@@ -18,7 +18,7 @@ from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, s
 from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
                          chunk, clamp, clip, clone, concat, concatenate, detach, div,
                          divide, eq, flatten, gather, ge, greater, greater_equal, gt,
-                         index_select, is_floating_point, is_tensor, le, less, less_equal,
+                         index_fill, index_select, is_floating_point, is_tensor, le, less, less_equal,
                          log_softmax, logical_and, logical_not, logical_or, logical_xor,
                          logsumexp, lt, masked_fill, matmul, max, maximum, mean, min,
                          minimum, mm, mul, multiply, narrow, ne, negative, not_equal,
@@ -33,6 +33,7 @@ from . import autograd, compiled_autograd, memory, nn, optim
 
 # the ops of the C registry that PyTorch has as torch.<name> (relu, tanh, ...)
 globals().update(_namespace(_PY_TORCH))
+conv2d = nn.functional.conv2d  # torch.conv2d, as in PyTorch
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)

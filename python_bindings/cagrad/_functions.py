@@ -524,6 +524,15 @@ def gather(input, dim, index):
     return _C.gather(input, dim, _index_tensor(index))
 
 
+def index_fill(input, dim, index, value):
+    """input with value at the positions index names along dim; value: a number or a 0-d
+    Tensor (which then gets the gradient of the filled positions)."""
+    index = _index_tensor(index)
+    if isinstance(value, _TensorBase):
+        return _C.index_fill_tensor(input, dim, index, value)
+    return _C.index_fill(input, dim, index, _number(value, "index_fill"))
+
+
 # ------------------------------------------------------------------------------ linalg / nn
 def matmul(input, other):
     return _C.matmul(input, other)

@@ -450,6 +450,11 @@ class Tensor(_TensorBase):
         _C.copy_(self, F.div(self, other))
         return self
 
+    def index_fill_(self, dim, index, value):
+        # computed out of place, then copied in (like div_)
+        _C.copy_(self, F.index_fill(self, dim, index, value))
+        return self
+
     def zero_(self):
         _C.zero_(self)
         return self
@@ -576,7 +581,8 @@ for _name in (
         "negative absolute "
         "clamp clip sum mean logsumexp max min amax amin argmax argmin any all "
         "transpose swapaxes swapdims t squeeze unsqueeze flatten narrow select split chunk "
-        "unbind masked_fill index_select gather matmul mm bmm softmax log_softmax clone"
+        "unbind masked_fill index_select index_fill gather matmul mm bmm softmax log_softmax "
+        "clone"
 ).split():
     setattr(Tensor, _name, getattr(F, _name))
 del _name

@@ -24,6 +24,20 @@
  * seeing a truncated, valid-looking value. */
 #define E(k) (a[k].i < INT_MIN || a[k].i > INT_MAX ? -1 : (int)a[k].i)
 
+/* conv2d's stride, padding (at the start and at the end) and dilation are (height, width)
+ * pairs; cagrad.nn.functional expands a single int. */
+static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glue_ints *stride,
+                             const glue_ints *padding, const glue_ints *padding_end,
+                             const glue_ints *dilation, int64_t groups, ca_tensor **out) {
+    if (stride->n != 2 || padding->n != 2 || padding_end->n != 2 || dilation->n != 2)
+        return ca_error_set(CA_STATUS_INVALID,
+                            "conv2d: stride, padding, padding_end and dilation must each have 2 "
+                            "values, got %d, %d, %d and %d",
+                            stride->n, padding->n, padding_end->n, dilation->n);
+    return ca_conv2d_padded(x, w, b, stride->v, padding->v, padding_end->v, dilation->v, groups,
+                            out);
+}
+
 /* The tables are laid out by hand, one op per row: clang-format would reflow them. */
 /* clang-format off */
 #define BINARY(X, op)  X(op, "a:t b:t", ca_##op(T(0), T(1), out))
@@ -74,9 +88,14 @@
     X(index_select, "x:t d:i idx:t", ca_index_select(T(0), I(1), T(2), out))                    \
     X(embedding, "w:t idx:t", ca_embedding(T(0), T(1), out))                                    \
     X(gather, "x:t d:i idx:t", ca_gather(T(0), I(1), T(2), out))                                \
+    X(index_fill, "x:t d:i idx:t value:f", ca_index_fill(T(0), I(1), T(2), F(3), out))           \
+    X(index_fill_tensor, "x:t d:i idx:t value:t",                                               \
+      ca_index_fill_tensor(T(0), I(1), T(2), T(3), out))                                        \
     /* linear algebra */                                                                        \
     BINARY(X, matmul) BINARY(X, mm) BINARY(X, bmm)                                              \
     X(linear, "x:t w:t b:T", ca_linear(T(0), T(1), T(2), out))                                  \
+    X(conv2d, "x:t w:t b:T stride:s padding:s padding_end:s dilation:s groups:i",               \
+      conv2d_call(T(0), T(1), T(2), &a[3].ints, &a[4].ints, &a[5].ints, &a[6].ints, I(7), out)) \
     /* neural-network ops */                                                                    \
     X(softmax, "x:t d:i", ca_softmax(T(0), I(1), out))                                          \
     X(log_softmax, "x:t d:i", ca_log_softmax(T(0), I(1), out))                                  \

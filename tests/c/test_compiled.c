@@ -762,6 +762,115 @@ Test(compiled, linalg) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * conv2d and index_fill
+ */
+#define CONV(x, w, b, s0, s1, p0, p1, d0, d1, g)                                                   \
+    ca_conv2d(x, w, b, (int64_t[]){s0, s1}, (int64_t[]){p0, p1}, (int64_t[]){d0, d1}, g, o)
+FWD(f_conv, CONV(x[0], x[1], x[2], 1, 1, 0, 0, 1, 1, 1))
+FWD(f_conv_strided, CONV(x[0], x[1], x[2], 2, 1, 1, 2, 1, 2, 1))
+FWD(f_conv_groups, CONV(x[0], x[1], NULL, 1, 2, 1, 1, 2, 1, 2))
+FWD(f_conv_unbatched, CONV(x[0], x[1], x[2], 1, 1, 1, 1, 1, 1, 1))
+FWD(f_index_fill1, ca_index_fill(x[0], 1, x[1], 2.5, o))
+FWD(f_index_fill_t, ca_index_fill_tensor(x[0], 0, x[1], x[2], o))
+
+/* conv -> sin -> conv: a conv's input gradient feeds the other's */
+static ca_status f_conv_chain(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    ca_tensor *h = NULL, *a = NULL;
+    ca_status st = CONV(x[0], x[1], x[2], 1, 1, 1, 1, 1, 1, 1);
+    h = *o;
+    *o = NULL;
+    if (st == CA_OK)
+        st = ca_sin(h, &a);
+    if (st == CA_OK)
+        st = CONV(a, x[3], NULL, 2, 2, 0, 0, 1, 1, 1);
+    RELEASE(h, a);
+    return st;
+}
+
+static const op_case conv_cases[] = {
+    {"conv2d", f_conv, 3, {{'n', 4, {2, 3, 6, 5}}, {'n', 4, {4, 3, 3, 2}}, {'n', 1, {4}}}},
+    {"conv2d strided",
+     f_conv_strided,
+     3,
+     {{'c', 4, {2, 2, 7, 6}}, {'n', 4, {3, 2, 2, 3}}, {'k', 1, {3}}}},
+    {"conv2d groups", f_conv_groups, 2, {{'n', 4, {2, 4, 6, 6}}, {'c', 4, {6, 2, 3, 3}}}},
+    {"conv2d constant input",
+     f_conv,
+     3,
+     {{'k', 4, {1, 2, 4, 4}}, {'n', 4, {2, 2, 3, 3}}, {'n', 1, {2}}}},
+    {"conv2d unbatched",
+     f_conv_unbatched,
+     3,
+     {{'n', 3, {2, 5, 4}}, {'n', 4, {3, 2, 3, 3}}, {'n', 1, {3}}}},
+    {"conv2d chain",
+     f_conv_chain,
+     4,
+     {{'n', 4, {2, 2, 6, 6}}, {'n', 4, {3, 2, 3, 3}}, {'n', 1, {3}}, {'n', 4, {2, 3, 2, 2}}}},
+    {"index_fill", f_index_fill1, 2, {{'n', 3, {2, 5, 3}}, {'i', 1, {4}, 5}}},
+    {"index_fill tensor value",
+     f_index_fill_t,
+     3,
+     {{'c', 2, {4, 3}}, {'i', 1, {3}, 4}, {'n', 0, {0}}}},
+};
+
+Test(compiled, conv_and_index_fill) {
+    RUN_CASES(conv_cases);
+}
+
+/* With every size dynamic from the first capture, conv2d's output sizes are floor divisions
+ * of the symbolic image sizes, and the backward still compiles. */
+Test(compiled, conv_dynamic_sizes) {
+    ca_compiled_options dyn = {.dynamic = true};
+    for (size_t k = 0; k < sizeof conv_cases / sizeof conv_cases[0]; k++) {
+        ca_tensor *in[5] = {0};
+        for (int i = 0; i < conv_cases[k].n; i++)
+            in[i] = make_input(&conv_cases[k].in[i], CA_FLOAT64);
+        ca_compiled_counters c =
+            diff_opts(conv_cases[k].name, conv_cases[k].n, in, conv_cases[k].f, NULL, &dyn);
+        cr_assert(c.captures == 1 && c.eager_fallbacks == 0, "%s: not compiled (fallbacks %lld)",
+                  conv_cases[k].name, (long long)c.eager_fallbacks);
+        tu_release_n(in, conv_cases[k].n);
+    }
+}
+
+/* A batch that changes: the second size makes the batch dim symbolic, later sizes hit
+ * that graph; every gradient equals the eager one. */
+Test(compiled, conv_changing_batch) {
+    ca_tensor *w = tu_randn(CA_FLOAT64, TU_SHAPE(4, 2, 3, 3), true);
+    ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(4), true);
+    ca_compiled_autograd_reset();
+    static const int64_t batches[] = {2, 3, 5, 3};
+    for (int r = 0; r < 4; r++) {
+        ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(batches[r], 2, 7, 6), true);
+        ca_tensor *in[3] = {x, w, b}, *eager[3] = {0}, *comp[3] = {0};
+        for (int pass = 0; pass < 2; pass++) {
+            ca_tensor *y = NULL, *loss = NULL, *o = NULL;
+            clear_grads(3, in);
+            TU_OK(
+                ca_conv2d(x, w, b, (int64_t[]){2, 1}, (int64_t[]){1, 0}, (int64_t[]){1, 1}, 1, &y));
+            TU_OK(ca_sin(y, &o));
+            TU_OK(ca_sum(o, 0, NULL, false, &loss));
+            if (pass)
+                TU_OK(ca_compiled_autograd_enable(NULL));
+            TU_OK(ca_backward(loss));
+            if (pass)
+                TU_OK(ca_compiled_autograd_disable());
+            take_grads(3, in, pass ? comp : eager);
+            RELEASE(y, o, loss);
+        }
+        for (int k = 0; k < 3; k++)
+            assert_same_grad("conv changing batch", k, comp[k], eager[k]);
+        tu_release_n(eager, 3);
+        tu_release_n(comp, 3);
+        clear_grads(3, in);
+        ca_tensor_release(x);
+    }
+    assert_counters("conv changing batch", 2, 2, 2, 0);
+    ca_compiled_autograd_reset();
+    RELEASE(w, b);
+}
+
+/* ---------------------------------------------------------------------------------------
  * Neural-network ops
  */
 FWD(f_softmax_last, ca_softmax(x[0], -1, o))

@@ -12,7 +12,7 @@ from .. import _C, _functions, _ops
 
 __all__ = [
     "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "layer_norm", "linear",
-    "embedding", "dropout",
+    "conv2d", "embedding", "dropout",
 ]
 
 # The ops of the C registry that PyTorch has in nn.functional (relu, gelu, elu, ...): one
@@ -139,6 +139,53 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 def linear(input, weight, bias=None):
     return _C.linear(_tensor("linear", "input", input), _tensor("linear", "weight", weight),
                      _optional_tensor("linear", "bias", bias))
+
+
+def _pair(name, value):
+    """An int or a sequence of 1 or 2 ints as a (height, width) pair, as conv2d reads its
+    stride, padding and dilation."""
+    if isinstance(value, bool) or not isinstance(value, (int, tuple, list)):
+        raise TypeError(f"conv2d(): argument '{name}' must be an int or a tuple of ints, not "
+                        f"{type(value).__name__}")
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) == 1:
+        value = value * 2
+    if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise RuntimeError(f"expected {name} to be a single integer value or a list of 2 "
+                           f"values to match the convolution dimensions, but got "
+                           f"{name}={list(value)}")
+    return value
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D cross-correlation of input [N, C, H, W] (or [C, H, W]) with weight
+    [out_channels, C/groups, kH, kW], zero padding; padding may be 'valid' or 'same'."""
+    _tensor("conv2d", "input", input)
+    _tensor("conv2d", "weight", weight)
+    _optional_tensor("conv2d", "bias", bias)
+    stride = _pair("stride", stride)
+    dilation = _pair("dilation", dilation)
+    if isinstance(groups, bool) or not isinstance(groups, int):
+        raise TypeError(f"conv2d(): argument 'groups' must be int, not {type(groups).__name__}")
+    if not isinstance(padding, str):
+        padding = _pair("padding", padding)
+        return _C.conv2d(input, weight, bias, stride, padding, padding, dilation, groups)
+    if padding == "valid":
+        return _C.conv2d(input, weight, bias, stride, (0, 0), (0, 0), dilation, groups)
+    if padding != "same":
+        raise RuntimeError(f"Invalid padding string: {padding!r}")
+    if stride != (1, 1):
+        raise RuntimeError("padding='same' is not supported for strided convolutions")
+    if weight.ndim != 4:  # the C call says what is wrong with it
+        return _C.conv2d(input, weight, bias, stride, (0, 0), (0, 0), dilation, groups)
+    # The output keeps the input's size: a total padding of d*(k-1) per dim, the extra one
+    # (when it is odd) at the end, as PyTorch.
+    totals = [d * (k - 1) for d, k in zip(dilation, weight._shape[2:])]
+    start = tuple(t // 2 for t in totals)
+    end = tuple(t - s for t, s in zip(totals, start))
+    return _C.conv2d(input, weight, bias, stride, start, end, dilation, groups)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,

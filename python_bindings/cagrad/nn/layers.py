@@ -1,4 +1,5 @@
-"""Layers with parameters or modes: Linear, LayerNorm, Embedding, Dropout, Identity, Flatten.
+"""Layers with parameters or modes: Linear, Conv2d, LayerNorm, Embedding, Dropout, Identity,
+Flatten.
 
 Constructors take PyTorch's arguments, including device= (which must be the CPU) and
 dtype=; parameters are initialized with PyTorch's distributions.
@@ -53,6 +54,87 @@ class Linear(Module):
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Conv2d(Module):
+    """A 2-D convolution: weight [out_channels, in_channels/groups, kH, kW], bias
+    [out_channels]. Only padding_mode='zeros' is implemented."""
+
+    _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        check_device(device)
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        kernel_size = F._pair("kernel_size", kernel_size)
+        stride = F._pair("stride", stride)
+        dilation = F._pair("dilation", dilation)
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                                 f"{{'valid', 'same'}}")
+            if padding == "same" and stride != (1, 1):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        else:
+            padding = F._pair("padding", padding)
+        if padding_mode not in self._PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {set(self._PADDING_MODES)}, but got "
+                             f"padding_mode='{padding_mode}'")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"cagrad's Conv2d does not support "
+                                      f"padding_mode='{padding_mode}'; only 'zeros' is "
+                                      f"implemented")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.dilation = dilation
+        self.transposed = False
+        self.output_padding = (0, 0)
+        self.groups = groups
+        self.padding_mode = padding_mode
+        self.weight = Parameter(empty(out_channels, in_channels // groups, *kernel_size,
+                                      dtype=dtype))
+        if bias:
+            self.bias = Parameter(empty(out_channels, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # PyTorch's default: kaiming_uniform with a=sqrt(5) is U(-1/sqrt(fan_in), ...),
+        # the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups * kH * kW.
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.in_channels // self.groups * math.prod(self.kernel_size)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+    def extra_repr(self):
+        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}")
+        if self.padding != (0, 0):
+            text += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        if self.padding_mode != "zeros":
+            text += f", padding_mode={self.padding_mode}"
+        return text
 
 
 class LayerNorm(Module):
