@@ -162,3 +162,28 @@ def test_custom_function_ctx_is_a_node():
     assert type(mul).__name__ == "MulBackward0"
     z = y.exp()
     assert z.grad_fn.next_functions[0][0] is y.grad_fn
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_node_hook_sees_three_inputs(bias, compiled):
+    """PyTorch's ConvolutionBackward0 has input, weight and bias inputs, bias or not."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    grads = []
+    for L in (cagrad, torch):
+        conv = L.nn.Conv2d(2, 3, 3, bias=bias)
+        with L.no_grad():
+            conv.weight.copy_(L.tensor(w.copy()))
+            if bias:
+                conv.bias.zero_()
+        xi = L.tensor(x.copy(), requires_grad=True)
+        y = conv(xi)
+        assert len(y.grad_fn.next_functions) == 3
+        y.grad_fn.register_hook(lambda gi, go: (gi[0], gi[1] * 2, gi[2]))
+        with compiled_ctx(compiled and L is cagrad):
+            y.sum().backward()
+        grads.append((xi.grad, conv.weight.grad))
+    assert_close(grads[0][0], grads[1][0], rtol=1e-5, atol=1e-5)
+    assert_close(grads[0][1], grads[1][1], rtol=1e-5, atol=1e-5)

@@ -90,10 +90,24 @@ def _pre_wrapper(fn):
     return pre
 
 
-def _post_wrapper(fn):
+def _post_wrapper(fn, pad):
+    """pad: inputs PyTorch's node has and cagrad's lacks (always None gradients)."""
     def post(grad_inputs, grad_outputs):
-        return _checked(fn, fn(grad_inputs, grad_outputs), grad_inputs)
+        full = tuple(grad_inputs) + (None,) * pad
+        result = _checked(fn, fn(full, grad_outputs), full)
+        return None if result is None else tuple(result)[:len(grad_inputs)]
     return post
+
+
+def _missing_inputs(base):
+    """Inputs of PyTorch's node that cagrad's node does not record: the number of a
+    tensor-with-number op, conv2d's absent bias. Their edges are (None, 0)."""
+    name = base._name
+    if name in _PYTHON_NODE_NAMES:
+        return 1
+    if name == "ConvolutionBackward0":
+        return 3 - len(base._next)
+    return 0
 
 
 class _HookMixin:
@@ -105,7 +119,7 @@ class _HookMixin:
         if not callable(fn):
             raise TypeError(f"register_hook() takes a callable, not {type(fn).__name__}")
         base = self._handle()
-        return _NodeHandle(base, base._register_post_hook(_post_wrapper(fn)))
+        return _NodeHandle(base, base._register_post_hook(_post_wrapper(fn, _missing_inputs(base))))
 
     def register_prehook(self, fn):
         if not callable(fn):
@@ -117,9 +131,7 @@ class _HookMixin:
     def next_functions(self):
         base = self._handle()
         edges = tuple((None, 0) if b is None else (node_object(b), nr) for b, nr in base._next)
-        if base._name in _PYTHON_NODE_NAMES:  # PyTorch's node also has the number's edge
-            edges += ((None, 0),)
-        return edges
+        return edges + ((None, 0),) * _missing_inputs(base)
 
 
 class _BuiltinNode(_C.NodeBase, _HookMixin):
