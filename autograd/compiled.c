@@ -100,7 +100,8 @@ ca_status ca_compiled_autograd_disable(void) {
 }
 
 bool ca_compiled_autograd_enabled(void) {
-    return compiled_autograd.depth > 0;
+    int d = compiled_autograd.depth;
+    return d > 0 && !compiled_autograd.opts[d - 1].off;
 }
 
 void ca_compiled_autograd_reset(void) {
@@ -488,8 +489,12 @@ ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out) {
     return CA_OK;
 }
 
+int ca_compiled_autograd_depth(void) {
+    return compiled_autograd.depth;
+}
+
 bool cai_compiled_active(void) {
-    return compiled_autograd.depth > 0 && !compiled_autograd.running;
+    return ca_compiled_autograd_enabled() && !compiled_autograd.running;
 }
 
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {

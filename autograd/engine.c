@@ -251,7 +251,8 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     ca_status st = cai_walk_graph(r->walk, roots, n_roots);
     bool ran = false;
     if (st == CA_OK) {
-        cai_walk_mark_needed(r->walk, r->mode == RUN_CAPTURE, r->cap_nodes, r->n_cap);
+        cai_walk_mark_needed(r->walk, r->mode == RUN_CAPTURE || r->n_cap > 0, r->cap_nodes,
+                             r->n_cap);
         if (cai_compiled_active()) {
             compiled_call c = {.capture = r->mode == RUN_CAPTURE,
                                .retain_graph = r->retain_graph,
@@ -350,6 +351,32 @@ static void roots_release(int n, ca_node **nodes, ca_tensor **grads) {
     }
 }
 
+static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots, int n_in,
+                              ca_tensor *const *inputs);
+
+/* backward(inputs=...): the inputs' nodes become the run's targets, and a non-leaf input
+ * retains its grad. */
+static ca_status inputs_prepare(engine_run *r, ca_node *root, const ca_backward_options *o) {
+    if (o->n_inputs < 0 || !o->inputs)
+        return err_set(CA_STATUS_INVALID,
+                       "ca_backward_ex: options.n_inputs is %d with inputs %s; pass n_inputs > 0 "
+                       "and the tensors, or 0 for every leaf",
+                       o->n_inputs, o->inputs ? "set" : "NULL");
+    for (int i = 0; i < o->n_inputs; i++) {
+        ca_tensor *t = o->inputs[i];
+        if (!t)
+            return err_set(CA_STATUS_INVALID, "ca_backward_ex: input %d is NULL", i);
+        if (t->grad_fn)
+            CA_CHECK(ca_tensor_retain_grad(t));
+    }
+    r->n_cap = o->n_inputs;
+    r->cap_nodes = cai_mem_calloc((size_t)o->n_inputs, sizeof(ca_node *) + sizeof(int));
+    if (!r->cap_nodes)
+        return err_nomem("ca_backward_ex's inputs");
+    r->cap_nrs = (int *)(r->cap_nodes + o->n_inputs);
+    return grad_targets(r, &root, 1, o->n_inputs, o->inputs);
+}
+
 ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options) {
     CA_CHECK(ca_init());
     CA_ARG_NOT_NULL(root, "ca_backward");
@@ -359,7 +386,10 @@ ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options) {
     CA_CHECK(roots_prepare(1, &root, &o.gradient, "ca_backward", &node, &grad));
     int nr = tensor_grad_nr(root);
     engine_run r = {.mode = RUN_ACCUMULATE, .retain_graph = o.retain_graph, .root_nrs = &nr};
-    ca_status st = engine_run_graph(&r, &node, &grad, 1);
+    ca_status st = o.n_inputs ? inputs_prepare(&r, node, &o) : CA_OK;
+    if (st == CA_OK)
+        st = engine_run_graph(&r, &node, &grad, 1);
+    cai_mem_free(r.cap_nodes);
     roots_release(1, &node, &grad);
     return st;
 }

@@ -510,6 +510,11 @@ ca_status ca_backward(ca_tensor *loss);
 typedef struct {
     ca_tensor *gradient; /* d(root) seed, same shape as root; NULL only for one element */
     bool retain_graph;   /* keep saved values for another backward */
+    /* backward(inputs=...): when n_inputs > 0, only these tensors' .grad are written (only
+     * the part of the graph that leads to them runs); a non-leaf among them retains its
+     * grad from then on, as in PyTorch. */
+    int n_inputs;
+    ca_tensor *const *inputs;
 } ca_backward_options;
 
 ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options);
@@ -544,15 +549,20 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
 typedef struct {
     bool dynamic;         /* every size symbolic from the first capture (else: on change) */
     int cache_size_limit; /* compiled graphs per cache leaf; 0 means the default, 8 */
+    bool off; /* this level turns compiled autograd off (torch's compiled_autograd._disable) */
 } ca_compiled_options;
 
 /* Enable (options may be NULL for the defaults). Calls nest: each enable needs a disable,
- * and the innermost options apply. Reads CAGRAD_LOGS.
+ * and the innermost options apply; a level with `off` set runs backwards eagerly until it
+ * is disabled. Reads CAGRAD_LOGS.
  * Errors: CA_STATUS_INVALID (nested more than 16 deep; cache_size_limit < 0). */
 ca_status ca_compiled_autograd_enable(const ca_compiled_options *options);
 /* Errors: CA_STATUS_INVALID (not enabled). */
 ca_status ca_compiled_autograd_disable(void);
+/* Whether a backward now would run compiled: enabled, and the innermost level not off. */
 bool ca_compiled_autograd_enabled(void);
+/* Levels enabled and not yet disabled (off levels included). */
+int ca_compiled_autograd_depth(void);
 /* Drop every compiled graph and zero the counters. */
 void ca_compiled_autograd_reset(void);
 

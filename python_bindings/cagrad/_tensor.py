@@ -21,6 +21,7 @@ from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, conti
 from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
 from ._graph_break import break_graph
+from . import autograd as _autograd
 from .autograd import graph as _graph
 
 _TensorBase = _C.TensorBase
@@ -175,8 +176,11 @@ class Tensor(_TensorBase):
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's .grad. gradient is needed unless
         self has one element; retain_graph=True keeps the graph for another backward."""
-        if create_graph or inputs is not None:
+        if create_graph:
             _unsupported_backward_args(create_graph, inputs)
+        if inputs is not None:
+            _autograd.backward(self, gradient, retain_graph, inputs=inputs)
+            return
         _C.backward(self, gradient, bool(retain_graph))
 
     def detach(self):
@@ -602,11 +606,8 @@ def _rebuild(cls, data, requires_grad, state):
 
 
 def _unsupported_backward_args(create_graph, inputs):
-    if create_graph:
-        raise NotImplementedError("cagrad does not support higher-order gradients "
-                                  "(create_graph=True)")
-    raise NotImplementedError("cagrad's backward() does not take inputs=; use "
-                              "cagrad.autograd.grad(outputs, inputs) for chosen tensors")
+    raise NotImplementedError("cagrad does not support higher-order gradients "
+                              "(create_graph=True)")
 
 
 def _dim_index(t, dim):

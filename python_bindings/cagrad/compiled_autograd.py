@@ -8,19 +8,51 @@ Mirrors torch._dynamo.compiled_autograd. CAGRAD_LOGS=compiled_autograd (or
 compiled_autograd_verbose) is read by the C engine each time enable() is entered.
 """
 
-import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping
 
 from . import _C
 
-__all__ = ["enable", "reset", "counters", "compile_seconds", "write_graph"]
+__all__ = ["enable", "disable", "reset", "counters", "compile_seconds", "write_graph"]
 
 
-@contextlib.contextmanager
+_local = threading.local()  # .open: this thread's contexts entered and not exited
+
+
+def _open():
+    stack = getattr(_local, "open", None)
+    if stack is None:
+        stack = _local.open = []
+    return stack
+
+
+class _Level:
+    """One level of the C library's enable stack, as a context manager (enable / disable)."""
+
+    def __init__(self, dynamic, cache_size_limit, off):
+        self._args = (bool(dynamic), cache_size_limit, bool(off))
+
+    def __enter__(self):
+        _C.compiled_autograd_enable(*self._args)
+        _open().append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        stack = _open()
+        innermost = bool(stack) and stack[-1] is self
+        if self in stack:
+            stack.remove(self)
+        _C.compiled_autograd_disable()
+        if not innermost:
+            raise AssertionError("Nested Compiled Autograd Contexts must return before their "
+                                 "parent context")
+        return False
+
+
 def enable(compiler_fn=None, *, dynamic=False, cache_size_limit=None):
     """Compile every backward()/autograd.grad() run inside the block.
 
@@ -28,7 +60,8 @@ def enable(compiler_fn=None, *, dynamic=False, cache_size_limit=None):
     graphs itself. dynamic=True makes every size symbolic from the first capture; otherwise
     a size becomes symbolic the first time it changes (one recompile). cache_size_limit
     (default 8) bounds the compiled graphs kept per cache entry. Calls nest, and the
-    innermost settings apply until its block ends, even when it ends by an exception.
+    innermost settings apply until its block ends, even when it ends by an exception; a
+    block that ends before a block nested in it is an AssertionError, as in PyTorch.
     """
     if compiler_fn is not None and not callable(compiler_fn):
         raise TypeError(f"compiler_fn must be callable or None, not {type(compiler_fn).__name__}")
@@ -36,11 +69,17 @@ def enable(compiler_fn=None, *, dynamic=False, cache_size_limit=None):
         cache_size_limit = 0  # the C default
     elif type(cache_size_limit) is not int or cache_size_limit < 1:
         raise ValueError(f"cache_size_limit must be a positive int, got {cache_size_limit!r}")
-    _C.compiled_autograd_enable(bool(dynamic), cache_size_limit)
-    try:
-        yield
-    finally:
-        _C.compiled_autograd_disable()
+    return _Level(dynamic, cache_size_limit, False)
+
+
+def disable():
+    """Run backwards eagerly inside the block, even within an enable() block (torch's
+    compiled_autograd._disable())."""
+    return _Level(False, 0, True)
+
+
+_enable = enable  # torch._dynamo.compiled_autograd's private names, for ported code
+_disable = disable
 
 
 def reset():

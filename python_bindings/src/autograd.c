@@ -153,12 +153,18 @@ static PyObject *py_remove_hook(PyObject *module, PyObject *const *args, Py_ssiz
 static PyObject *py_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames) {
     glue_args p;
-    if (glue_parse("backward", "root:t gradient:T retain_graph:b", args, nargs, kwnames, &p) < 0)
+    if (glue_parse("backward", "root:t gradient:T retain_graph:b |inputs:l", args, nargs, kwnames,
+                   &p) < 0)
         return NULL;
-    ca_backward_options options = {.gradient = p.a[1].t, .retain_graph = p.a[2].b};
+    /* an omitted inputs= is an empty list: every leaf */
+    ca_backward_options options = {.gradient = p.a[1].t,
+                                   .retain_graph = p.a[2].b,
+                                   .n_inputs = p.a[3].list.n,
+                                   .inputs = p.a[3].list.v};
     ca_status st;
     glue_hook_clear();
     GLUE_CALL(st = ca_backward_ex(p.a[0].t, &options));
+    glue_args_done(&p);
     if (backward_outcome(st) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -314,8 +320,8 @@ static PyObject *py_set_op_observer(PyObject *module, PyObject *const *args, Py_
 static PyObject *py_compiled_autograd_enable(PyObject *module, PyObject *const *args,
                                              Py_ssize_t nargs, PyObject *kwnames) {
     glue_args p;
-    if (glue_parse("compiled_autograd_enable", "dynamic:b cache_size_limit:i", args, nargs, kwnames,
-                   &p) < 0)
+    if (glue_parse("compiled_autograd_enable", "dynamic:b cache_size_limit:i off:b", args, nargs,
+                   kwnames, &p) < 0)
         return NULL;
     if (p.a[1].i < 0 || p.a[1].i > INT_MAX) {
         PyErr_Format(PyExc_ValueError,
@@ -324,7 +330,8 @@ static PyObject *py_compiled_autograd_enable(PyObject *module, PyObject *const *
                      (long long)p.a[1].i);
         return NULL;
     }
-    ca_compiled_options options = {.dynamic = p.a[0].b, .cache_size_limit = (int)p.a[1].i};
+    ca_compiled_options options = {
+        .dynamic = p.a[0].b, .cache_size_limit = (int)p.a[1].i, .off = p.a[2].b};
     ca_status st;
     GLUE_CALL(st = ca_compiled_autograd_enable(&options));
     return return_none_or_raise(st);
@@ -338,6 +345,10 @@ static PyObject *py_compiled_autograd_disable(PyObject *module, PyObject *unused
 
 static PyObject *py_compiled_autograd_enabled(PyObject *module, PyObject *unused) {
     return PyBool_FromLong(ca_compiled_autograd_enabled());
+}
+
+static PyObject *py_compiled_autograd_depth(PyObject *module, PyObject *unused) {
+    return PyLong_FromLong(ca_compiled_autograd_depth());
 }
 
 static PyObject *py_compiled_autograd_reset(PyObject *module, PyObject *unused) {
@@ -393,7 +404,7 @@ static PyObject *py_graph_write_dot(PyObject *module, PyObject *const *args, Py_
     { #name, py_##name, METH_NOARGS, doc }
 
 PyMethodDef glue_autograd_methods[] = {
-    FASTCALL(backward, "backward(root, gradient_or_None, retain_graph) -> None"),
+    FASTCALL(backward, "backward(root, gradient_or_None, retain_graph, inputs=()) -> None"),
     FASTCALL(grad, "grad(outputs, inputs, grad_outputs_or_None, retain_graph, allow_unused) "
                    "-> list of Tensor or None"),
     FASTCALL(register_hook, "register_hook(t, fn) -> handle; fn(grad) -> None or Tensor"),
@@ -406,9 +417,10 @@ PyMethodDef glue_autograd_methods[] = {
     NOARGS(forward_graph_id, "forward_graph_id() -> int"),
     FASTCALL(set_op_observer, "set_op_observer(fn_or_None): fn(op_name, forward_graph) after "
                               "every op on this thread"),
-    FASTCALL(compiled_autograd_enable, "compiled_autograd_enable(dynamic, cache_size_limit)"),
+    FASTCALL(compiled_autograd_enable, "compiled_autograd_enable(dynamic, cache_size_limit, off)"),
     NOARGS(compiled_autograd_disable, "compiled_autograd_disable() -> None"),
     NOARGS(compiled_autograd_enabled, "compiled_autograd_enabled() -> bool"),
+    NOARGS(compiled_autograd_depth, "compiled_autograd_depth() -> int: enables not yet disabled"),
     NOARGS(compiled_autograd_reset, "compiled_autograd_reset(): drop graphs, zero counters"),
     NOARGS(compiled_autograd_counters, "compiled_autograd_counters() -> dict"),
     NOARGS(compiled_autograd_compile_seconds,

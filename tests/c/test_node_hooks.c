@@ -246,3 +246,29 @@ Test(node_hooks, hooks_on_a_custom_function) {
     }
     ca_compiled_autograd_reset();
 }
+
+Test(node_hooks, backward_inputs_writes_only_their_grads) {
+    for (int compiled = 0; compiled < 2; compiled++) {
+        net n = net_make();
+        if (compiled)
+            TU_OK(ca_compiled_autograd_enable(NULL));
+        ca_backward_options o = {
+            .retain_graph = true, .n_inputs = 2, .inputs = (ca_tensor *[]){n.x, n.xw}};
+        TU_OK(ca_backward_ex(n.loss, &o));
+        TU_OK(ca_backward_ex(n.loss, &(ca_backward_options){0}));
+        if (compiled)
+            TU_OK(ca_compiled_autograd_disable());
+        cr_assert_not_null(n.x->grad);
+        cr_assert(ca_tensor_retains_grad(n.xw), "a non-leaf input retains its grad");
+        for (int64_t i = 0; i < 4; i++) {
+            cr_assert_float_eq(tu_get(n.x->grad, i), 2 * 3 * tu_get(n.w, i), 1e-5);
+            cr_assert_float_eq(tu_get(n.w->grad, i), 3 * tu_get(n.x, i), 1e-5); /* once */
+            cr_assert_float_eq(tu_get(n.xw->grad, i), 6.0, 1e-5);               /* twice */
+        }
+        check_fallbacks(compiled);
+        ca_backward_options bad = {.n_inputs = 1, .inputs = NULL};
+        TU_FAILS(ca_backward_ex(n.loss, &bad), CA_STATUS_INVALID, "options.n_inputs");
+        net_free(&n);
+    }
+    ca_compiled_autograd_reset();
+}

@@ -44,7 +44,7 @@ def clean_state():
     yield
     leaked_enable = compiled_enabled()
     if leaked_enable and not STANDIN:
-        while ca._C.compiled_autograd_enabled():
+        while ca._C.compiled_autograd_depth():
             ca._C.compiled_autograd_disable()
     grad_mode = ca.is_grad_enabled()
     if not grad_mode:

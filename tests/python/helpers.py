@@ -187,7 +187,7 @@ def counters():
 def compiled_enabled():
     if STANDIN:
         return ca.compiled_autograd._depth["depth"] > 0
-    return bool(ca._C.compiled_autograd_enabled())
+    return ca._C.compiled_autograd_depth() > 0
 
 
 def compiled_ctx(flag, dynamic=False):

@@ -187,3 +187,43 @@ def test_conv_node_hook_sees_three_inputs(bias, compiled):
         grads.append((xi.grad, conv.weight.grad))
     assert_close(grads[0][0], grads[1][0], rtol=1e-5, atol=1e-5)
     assert_close(grads[0][1], grads[1][1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_backward_inputs(compiled):
+    """backward(inputs=...) accumulates into the given tensors only, leaves or not."""
+    cx, tx = pair((3,), "float64")
+    cw, tw = pair((3,), "float64", seed=1)
+    results = []
+    for L, x, w in ((cagrad, cx, cw), (torch, tx, tw)):
+        y = x * 2 + w
+        z = (y * y).sum()
+        with compiled_ctx(compiled and L is cagrad):
+            z.backward(inputs=[y], retain_graph=True)
+            z.backward(inputs=y, retain_graph=True)
+            z.backward(inputs=[x])
+        assert w.grad is None
+        results.append((y.grad, x.grad))
+        with pytest.raises(RuntimeError, match="cannot be empty"):
+            (x * 1).sum().backward(inputs=[])
+    assert_close(results[0][0], results[1][0])
+    assert_close(results[0][1], results[1][1])
+
+
+def test_compiled_disable_inside_enable_and_out_of_order_exit():
+    x = cagrad.randn(3, requires_grad=True)
+    with cagrad.compiled_autograd.enable():
+        with cagrad.compiled_autograd.disable():
+            (x * 2).sum().backward()
+        assert cagrad.compiled_autograd.counters["captures"] == 0  # ran eagerly
+        (x * 2).sum().backward()
+    assert cagrad.compiled_autograd.counters["captures"] == 1
+    np.testing.assert_allclose(x.grad.numpy(), np.full(3, 4.0))
+    outer = cagrad.compiled_autograd.enable()
+    inner = cagrad.compiled_autograd.enable()
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(AssertionError, match="Nested Compiled Autograd Contexts must return"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    assert cagrad._C.compiled_autograd_depth() == 0

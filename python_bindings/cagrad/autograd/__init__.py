@@ -68,11 +68,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate the gradients of tensors into the leaves' .grad (torch.autograd.backward)."""
     _check_create_graph(create_graph)
-    if inputs is not None:
-        raise NotImplementedError("cagrad's backward() does not take inputs=; use "
-                                  "cagrad.autograd.grad(outputs, inputs) to get gradients "
-                                  "for chosen tensors only")
     tensors = _as_tuple(tensors, "tensors")
+    if inputs is not None:
+        inputs = _as_tuple(inputs, "inputs")
+        if not inputs:
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if grad_tensors is None:
         grad_tensors = (None,) * len(tensors)
     elif isinstance(grad_tensors, _C.TensorBase):
@@ -80,8 +80,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if len(grad_tensors) != len(tensors):
         raise ValueError(f"grad_tensors has {len(grad_tensors)} entries but there are "
                          f"{len(tensors)} tensors")
+    extra = () if inputs is None else (inputs,)
     if len(tensors) == 1:
-        _C.backward(tensors[0], grad_tensors[0], bool(retain_graph))
+        _C.backward(tensors[0], grad_tensors[0], bool(retain_graph), *extra)
         return
     # Several roots run as one backward through sum_i <t_i, g_i>, so that hooks and
     # accumulation happen once, as in torch.
@@ -97,4 +98,4 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                                    f"{list(t._shape)}")
             term = _C.sum(t if g is None else _C.mul(t, g), (), False)
             root = term if root is None else _C.add(root, term)
-    _C.backward(root, None, bool(retain_graph))
+    _C.backward(root, None, bool(retain_graph), *extra)
