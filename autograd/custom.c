@@ -9,6 +9,7 @@
  */
 #include "autograd/internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,30 @@ void cai_custom_free(ca_node *n) {
     cai_mem_free(c);
 }
 
+/* Interned names: one copy per distinct name, kept until the process ends (functions are
+ * classes, so there are few). */
+typedef struct interned {
+    struct interned *next;
+    char name[CA_CUSTOM_NAME_MAX];
+} interned;
+
+static interned *interned_names;
+static pthread_mutex_t interned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *intern_name(const char *name) {
+    pthread_mutex_lock(&interned_lock);
+    interned *it = interned_names;
+    while (it && strcmp(it->name, name) != 0)
+        it = it->next;
+    if (!it && (it = cai_mem_calloc(1, sizeof *it))) { /* never freed: see above */
+        snprintf(it->name, sizeof it->name, "%s", name);
+        it->next = interned_names;
+        interned_names = it;
+    }
+    pthread_mutex_unlock(&interned_lock);
+    return it ? it->name : NULL;
+}
+
 static ca_status check_apply_args(const ca_custom_function *fn, int n_inputs,
                                   ca_tensor *const *inputs, int n_outputs,
                                   ca_tensor *const *outputs, ca_tensor **results) {
@@ -34,10 +59,10 @@ static ca_status check_apply_args(const ca_custom_function *fn, int n_inputs,
     if (!fn->backward || !fn->name)
         return err_set(CA_STATUS_INVALID,
                        "ca_custom_apply: the function needs a name and a backward callback");
-    if (strlen(fn->name) >= sizeof(((ca_custom *)0)->name))
+    if (strlen(fn->name) >= CA_CUSTOM_NAME_MAX)
         return err_set(CA_STATUS_INVALID,
                        "ca_custom_apply: the name \"%.40s...\" is longer than %d bytes", fn->name,
-                       (int)sizeof(((ca_custom *)0)->name) - 1);
+                       CA_CUSTOM_NAME_MAX - 1);
     if (n_inputs < 0 || n_outputs < 1 || (n_inputs > 0 && !inputs))
         return err_set(CA_STATUS_INVALID,
                        "ca_custom_apply: %s: got %d inputs and %d outputs; a function needs at "
@@ -99,8 +124,10 @@ static ca_status node_make(const ca_custom_function *fn, int n_inputs, ca_tensor
     if (st == CA_OK) {
         n->custom->fn = *fn;
         n->custom->fn.ctx_free = NULL; /* set once the node owns ctx (node_own_ctx) */
-        snprintf(n->custom->name, sizeof n->custom->name, "%s", fn->name);
+        n->custom->name = intern_name(fn->name);
         n->custom->fn.name = n->custom->name;
+        if (!n->custom->name)
+            st = err_nomem("a custom function's name");
     }
     for (int i = 0; i < n_inputs && st == CA_OK; i++) {
         ca_tensor *x = inputs[i];

@@ -205,10 +205,13 @@ typedef struct {
     ca_tensor *retained; /* weak, as ca_node.retained */
 } ca_node_out;
 
-/* A custom function's node (custom.c): the user's callbacks, and its name. */
+/* A custom function's node (custom.c): the user's callbacks, and its name. The name is
+ * interned (kept for the life of the process), because compiled graphs and their logs name
+ * nodes by pointer and outlive the node. */
+#define CA_CUSTOM_NAME_MAX 64
 typedef struct {
     ca_custom_function fn;
-    char name[64];
+    const char *name;
 } ca_custom;
 
 typedef struct {
