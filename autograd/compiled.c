@@ -133,7 +133,8 @@ static void log_new_node(const cache_lookup *l) {
             cai_key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
 }
 
-/* Called before the leaf records the new sizes: leaf->last_sizes still holds the old. */
+/* Called before the leaf records the new sizes: leaf->last_sizes and leaf->dynamic still
+ * hold the old. */
 static void log_changed_shapes(const cache_leaf *leaf) {
     int changed = 0;
     for (int s = 0; s < leaf->n_slots; s++)
@@ -151,10 +152,10 @@ static void log_changed_shapes(const cache_leaf *leaf) {
         if (was == now)
             continue;
         char owner[160];
-        fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld%s\n", s,
+        fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld (%s%s)\n", s,
                 cai_key_owner_str(&compiled_autograd.key, s, owner, sizeof owner), (long long)was,
-                (long long)now,
-                was >= 2 && now >= 2 ? " (now dynamic)" : " (stays static: 0 and 1 specialise)");
+                (long long)now, leaf->dynamic[s] ? "dynamic" : "now dynamic",
+                now == 0 ? "; 0 specialises" : "");
     }
 }
 
@@ -214,11 +215,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     cg->g = res.g;
     cg->reads = res.reads;
     cg->n_reads = res.n_reads;
-    if (st == CA_STATUS_INTERNAL) {
+    if (st == CA_STATUS_INTERNAL)
         *untraceable = true;
-        if (compiled_autograd.log_verbose)
-            fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
-    }
     if (st == CA_OK) {
         cai_graph_dce(cg->g);
         cai_graph_cse(cg->g);
@@ -537,6 +535,13 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     CA_CHECK(cai_cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
     bool untraceable = false;
     ca_status st = compile_entry(c, e, &untraceable);
+    /* a dim captured at 1 that had to broadcast: the same entry with it as the constant 1 */
+    if (untraceable && cai_cache_entry_specialise_ones(e, leaf, &compiled_autograd.key)) {
+        untraceable = false;
+        st = compile_entry(c, e, &untraceable);
+    }
+    if (untraceable && compiled_autograd.log_verbose)
+        fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
     compiled_autograd.counters.compile_ns += now_ns() - t0;
     if (st != CA_OK) {
         cai_cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */

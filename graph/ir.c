@@ -271,7 +271,7 @@ static graph_sx fold(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
             return cai_graph_fail(g, "size expression divides by zero");
         if (bconst && cb == 1)
             return a;
-        if (a == b) /* symbols are nonzero (the cache guards them >= 2) */
+        if (a == b) /* symbols are nonzero (the cache guards them >= 1) */
             return cai_graph_sx_const(g, 1);
         return fold_div(g, a, b);
     }

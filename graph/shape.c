@@ -2,10 +2,11 @@
  * op's shape rule does, canonicalise the args, and compute the output's dtype and
  * symbolic shape.
  *
- * Sizes are size expressions, compared by id. A constant 1 broadcasts; a symbol is
- * assumed >= 2 (the compiled-autograd cache guards that), so it meets only itself or a
- * constant 1. Anything not provably right is an error that names the dims, so the tracer
- * can fall back instead of running a graph that might be wrong.
+ * Sizes are size expressions, compared by id. A constant 1 broadcasts; a symbol is never
+ * taken to be 1, so it meets only itself or a constant 1, which keeps the graph right for
+ * any value >= 1 of the symbol (the compiled-autograd cache never binds one to 0).
+ * Anything not provably right is an error that names the dims, so the tracer can fall back
+ * instead of running a graph that might be wrong.
  */
 #include "graph/internal.h"
 #include "graph/shape_rules.h"

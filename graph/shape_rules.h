@@ -9,7 +9,7 @@
  * (graph_sx). Size expressions are hash-consed, so two sizes are provably equal exactly
  * when they are equal as numbers, in both worlds; whatever else a rule needs from a size
  * (is it the constant 1? a new constant; a printed shape) it asks the cai_sizes it is given.
- * A symbolic size is never 1: the compiled-autograd cache guards that.
+ * A symbolic size is never taken to be 1 (it may be 1 at run time: see graph.h).
  *
  * Rules return 0, or -1 with the reason in a cai_rule_error; each layer turns that into its
  * own error (a ca_status and ca_last_error(), or graph_error()).

@@ -1407,16 +1407,136 @@ Test(compiled, batch_change_is_one_recompile_then_hits) {
     net_free(&n);
 }
 
-/* Sizes 0 and 1 specialise: batch 1 after a dynamic batch dim is one more graph. */
-Test(compiled, batch_of_one_specialises) {
+/* A batch dim that goes 8 -> 16 is dynamic; the batch of 1 that follows hits that graph
+ * (PyTorch: the same, 2 captures). */
+Test(compiled, batch_of_one_hits_the_dynamic_graph) {
     net n = net_new();
     static const int64_t sizes[] = {8, 16, 1, 1, 12};
     static const int64_t expect[][4] = {
-        {1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}, {3, 1, 3, 0}, {3, 2, 3, 0}};
+        {1, 0, 1, 0}, {2, 0, 2, 0}, {2, 1, 2, 0}, {2, 2, 2, 0}, {2, 3, 2, 0}};
     batches b = batches_new(&n, 5, sizes, LOSS_SUM);
     run_batches(&n, &b, LOSS_SUM, NULL, expect, "batch of one");
     batches_free(&b);
     net_free(&n);
+}
+
+/* A size of 1 that becomes 2 makes its dim dynamic, as PyTorch does: sizes 1, 2, 3 are two
+ * captures (torch 2.13, compiled_autograd._enable(dynamic=False): 1, 2, 2), and 1
+ * afterwards hits the dynamic graph. 0 does not (a symbol's graph is not right for 0: a
+ * mean's 1/N is inf there, and sum(expand(inf)) over an empty dim is 0 in eager but inf * 0
+ * once simplified), so it compiles one graph specialised to 0; 5 hits the dynamic one. */
+Test(compiled, size_one_to_two_turns_dynamic) {
+    net n = net_new();
+    static const int64_t sizes[] = {1, 2, 3, 1, 0, 5};
+    static const int64_t expect[][4] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {2, 1, 2, 0},
+                                        {2, 2, 2, 0}, {3, 2, 3, 0}, {3, 3, 3, 0}};
+    for (int k = LOSS_SUM; k <= LOSS_MEAN; k++) {
+        batches b = batches_new(&n, 6, sizes, (loss_kind)k);
+        run_batches(&n, &b, (loss_kind)k, NULL, expect, k == LOSS_SUM ? "1, 2, 3: sum" : "1, 2, 3: mean");
+        batches_free(&b);
+    }
+    net_free(&n);
+}
+
+/* A dim that changes to 1 turns dynamic too (PyTorch: 4, 1, 6 are two captures). */
+Test(compiled, four_to_one_turns_dynamic) {
+    net n = net_new();
+    static const int64_t sizes[] = {4, 1, 6, 1};
+    static const int64_t expect[][4] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {2, 1, 2, 0}, {2, 2, 2, 0}};
+    batches b = batches_new(&n, 4, sizes, LOSS_MEAN);
+    run_batches(&n, &b, LOSS_MEAN, NULL, expect, "4, 1, 6");
+    batches_free(&b);
+    net_free(&n);
+}
+
+/* The differential check over a sequence of batch sizes with one cache: the first input's
+ * dim 0 takes each size bs[i] in turn (and the second's bs2[i], when bs2 is given; the
+ * other inputs are fixed), every step's gradients are compared with eager's, and the
+ * sequence must cost `captures` graphs and no fallback. */
+static void diff_sizes2(const char *what, int n, const in_spec *specs, fwd_fn f, void *ctx,
+                        const int64_t *bs, const int64_t *bs2, int nb, int64_t captures) {
+    ca_tensor *in[MAX_IN] = {0};
+    int varied = bs2 ? 2 : 1;
+    ca_compiled_autograd_reset();
+    for (int k = varied; k < n; k++)
+        in[k] = make_input(&specs[k], CA_FLOAT64);
+    for (int i = 0; i < nb; i++) {
+        for (int k = 0; k < varied; k++) {
+            in_spec sk = specs[k];
+            sk.s[0] = k ? bs2[i] : bs[i];
+            in[k] = make_input(&sk, CA_FLOAT64);
+        }
+        char w[128];
+        snprintf(w, sizeof w, "%s, step %d (size %lld)", what, i, (long long)bs[i]);
+        ca_tensor *proj = NULL, *loss = NULL, *eager[MAX_IN] = {0}, *comp[MAX_IN] = {0};
+        clear_grads(n, in);
+        ca_manual_seed(DIFF_SEED);
+        TU_OK(proj_loss(f, in, ctx, &proj, &loss));
+        TU_OK(ca_backward(loss));
+        ca_tensor_release(loss);
+        take_grads(n, in, eager);
+        clear_grads(n, in);
+        ca_manual_seed(DIFF_SEED);
+        TU_OK(proj_loss(f, in, ctx, &proj, &loss));
+        TU_OK(ca_compiled_autograd_enable(NULL));
+        ca_status st = ca_backward(loss);
+        TU_OK(ca_compiled_autograd_disable());
+        cr_assert_eq(st, CA_OK, "%s: compiled backward failed: %s", w, ca_last_error());
+        ca_tensor_release(loss);
+        take_grads(n, in, comp);
+        for (int k = 0; k < n; k++)
+            if (ca_tensor_requires_grad(in[k]))
+                assert_same_grad(w, k, comp[k], eager[k]);
+        tu_release_n(eager, n);
+        tu_release_n(comp, n);
+        clear_grads(n, in);
+        ca_tensor_release(proj);
+        tu_release_n(in, varied);
+    }
+    assert_counters(what, captures, nb - captures, captures, 0);
+    tu_release_n(in + varied, n - varied);
+    ca_compiled_autograd_reset();
+}
+
+static void diff_sizes(const char *what, int n, const in_spec *specs, fwd_fn f, void *ctx,
+                       const int64_t *bs, int nb, int64_t captures) {
+    diff_sizes2(what, n, specs, f, ctx, bs, NULL, nb, captures);
+}
+
+FWD(f_mean_dim0, ca_mean(x[0], 1, (int64_t[]){0}, true, o))
+
+/* After a batch dim turns dynamic, size 1 runs the dynamic graph and size 0 its own, both
+ * with eager's gradients, through broadcasting, means, softmax, layer_norm and attention:
+ * 2, 3 are two captures, 0 a third; 1, 4, 1, 5 hit. */
+Test(compiled, dynamic_dim_at_one_and_zero_gives_eager_gradients) {
+    static const int64_t seq[] = {2, 3, 1, 4, 0, 1, 5};
+    static const in_spec attn[8] = {{'n', 3, {2, 5, 8}}, {'n', 2, {8, 8}}, {'n', 1, {8}},
+                                    {'c', 2, {8, 8}},    {'n', 2, {8, 8}}, {'n', 1, {8}},
+                                    {'n', 2, {8, 8}},    {'n', 1, {8}}};
+    static const in_spec ln[7] = {{'n', 2, {4, 8}},  {'n', 1, {8}},  {'n', 1, {8}},
+                                  {'n', 2, {16, 8}}, {'n', 1, {16}}, {'c', 2, {8, 16}},
+                                  {'n', 1, {8}}};
+    static const in_spec mlp[6] = {{'n', 2, {8, 6}},  {'n', 2, {16, 6}}, {'n', 1, {16}},
+                                   {'n', 2, {4, 16}}, {'n', 1, {4}},     {'c', 2, {1, 4}}};
+    static const in_spec bcast[2] = {{'n', 2, {3, 4}}, {'n', 2, {1, 4}}};
+    static const in_spec mean[1] = {{'n', 3, {3, 4, 2}}};
+    attn_ctx ac = {false};
+    diff_sizes("attention", 8, attn, f_attention, &ac, seq, 7, 3);
+    diff_sizes("layernorm+gelu", 7, ln, f_ln_gelu, NULL, seq, 7, 3);
+    diff_sizes("mlp", 6, mlp, f_mlp, NULL, seq, 7, 3);
+    diff_sizes("broadcast add", 2, bcast, f_add, NULL, seq, 7, 3);
+    diff_sizes("broadcast mul", 2, bcast, f_mul, NULL, seq, 7, 3);
+    diff_sizes("mean over the batch", 1, mean, f_mean_dim0, NULL, seq, 7, 3);
+    diff_sizes("softmax dim 0", 1, mean, f_softmax0, NULL, seq, 7, 3);
+}
+
+/* x [B, 4] + y [C, 4]: B and C both change, B to 1 and C to 3, so x's dim must broadcast:
+ * the graph with B a symbol cannot be traced, and the same capture retraces with B the
+ * constant 1 (no eager fallback). 5, 5 then needs a third graph (B is 1 in the second). */
+Test(compiled, dim_captured_at_one_that_broadcasts_is_specialised) {
+    static const in_spec specs[2] = {{'n', 2, {4, 4}}, {'n', 2, {4, 4}}};
+    static const int64_t b[] = {4, 1, 1, 5, 6}, c[] = {4, 3, 2, 5, 6};
+    diff_sizes2("x [B, 4] + y [C, 4]", 2, specs, f_add, NULL, b, c, 5, 3);
 }
 
 Test(compiled, dynamic_true_is_one_capture_across_sizes) {

@@ -152,9 +152,9 @@ def test_dynamic_true_one_capture_across_sizes():
     assert c["captures"] == 1 and c["cache_hits"] == 3, c
 
 
-def test_size_one_stays_static():
-    """Sizes 0 and 1 specialise (they change broadcasting): a batch of 1 gets its own graph,
-    and going back to the first batch size hits the first graph."""
+def test_size_one_then_back_hits():
+    """A batch of 4 then 1 marks the batch dim dynamic (PyTorch: 2 captures); going back to
+    4 hits."""
     params = make_params(ca)
     with ca.compiled_autograd.enable():
         for i, b in enumerate([4, 1, 4]):
@@ -162,6 +162,44 @@ def test_size_one_stays_static():
             assert_grads_match(params, torch_grads(b, 30 + i), f"batch {b}")
     c = counters()
     assert c["captures"] == 2 and c["cache_hits"] == 1, c
+
+
+def torch_captures(sizes):
+    """PyTorch's compiled-autograd captures for the MLP stepped over batch sizes, with
+    dynamic=False (sizes start static and turn dynamic on their first change, as in
+    cagrad). torch 2.13 gives [1, 2, 3] -> 2, [4, 1, 6, 1] -> 2, [1, 1, 2, 5, 1] -> 2."""
+    from torch._dynamo import compiled_autograd as tca
+    from torch._dynamo.utils import counters as tcounters
+
+    torch._dynamo.reset()
+    tca.reset()
+    tcounters.clear()
+    try:
+        for i, b in enumerate(sizes):
+            params = make_params(torch)
+            x, y = data(b, 40 + i)
+            loss = mlp_forward(torch, params, torch.tensor(x), torch.tensor(y))
+            with tca._enable(lambda gm: gm, dynamic=False):
+                loss.backward()
+        return tcounters["compiled_autograd"]["captures"]
+    finally:
+        tca.reset()
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("sizes", [[1, 2, 3], [4, 1, 6, 1], [1, 1, 2, 5, 1]])
+def test_first_change_marks_dynamic_like_torch(sizes):
+    """A size that changes is dynamic from its first change, 1 -> 2 and 4 -> 1 included:
+    the same capture count as PyTorch's compiled autograd, and torch's gradients at every
+    size, 1 included once the dim is dynamic."""
+    params = make_params(ca)
+    with ca.compiled_autograd.enable():
+        for i, b in enumerate(sizes):
+            step(params, b, seed=40 + i)
+            assert_grads_match(params, torch_grads(b, 40 + i), f"batch {b}")
+    c = counters()
+    assert c["captures"] == 2 and c["eager_fallbacks"] == 0, c
+    assert c["captures"] == torch_captures(sizes)
 
 
 def test_graph_breaks_one_backward_graph():
