@@ -77,12 +77,13 @@ cache_lookup cai_cache_find(ca_cache *c, const key_collect *k);
  * with every slot of value >= 2 dynamic. */
 ca_status cai_cache_leaf_for(ca_cache *c, const key_collect *k, const cache_lookup *l, bool dynamic,
                              cache_leaf **out);
-/* A SHAPES miss: mark the slots whose value differs from the leaf's last capture dynamic. changed[] (n_slots entries, may be NULL) gets 1 for each slot
- * that changed; returns how many changed. Records k's sizes as the last capture. */
+/* A SHAPES miss: mark the slots whose value differs from the leaf's last capture dynamic.
+ * changed[] (n_slots entries, may be NULL) gets 1 for each slot that changed; returns how
+ * many changed. Records k's sizes as the last capture. */
 int cai_cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *changed);
 /* A new entry for k at leaf, with the leaf's current dynamic slots of value >= 1 as
- * symbols. The entry
- * owns `compiled` from now on (also on failure, when it is freed at once). */
+ * symbols. The entry owns `compiled` from now on (also on failure, when it is freed at
+ * once). */
 ca_status cai_cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
                               void (*free_compiled)(void *), cache_entry **out);
 /* Make e's symbols captured at 1 constants again (after a trace that needed them to
