@@ -1432,7 +1432,8 @@ Test(compiled, size_one_to_two_turns_dynamic) {
                                         {2, 2, 2, 0}, {3, 2, 3, 0}, {3, 3, 3, 0}};
     for (int k = LOSS_SUM; k <= LOSS_MEAN; k++) {
         batches b = batches_new(&n, 6, sizes, (loss_kind)k);
-        run_batches(&n, &b, (loss_kind)k, NULL, expect, k == LOSS_SUM ? "1, 2, 3: sum" : "1, 2, 3: mean");
+        run_batches(&n, &b, (loss_kind)k, NULL, expect,
+                    k == LOSS_SUM ? "1, 2, 3: sum" : "1, 2, 3: mean");
         batches_free(&b);
     }
     net_free(&n);
@@ -2388,18 +2389,20 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
     ASSERT_HAS(t, "[compiled_autograd] TRACED GRAPH\n===== Compiled autograd graph =====\n");
     ASSERT_HAS(t, "def forward(inputs, sizes, hooks):\n");
     ASSERT_HAS(t, "    # SumBackward0 (NodeCall 1)\n");
-    ASSERT_HAS(t, "    # LinearBackward0 (NodeCall 2)\n");
+    ASSERT_HAS(t, "    # AddmmBackward0 (NodeCall 2)\n");
     ASSERT_HAS(t, "    # ReluBackward0 (NodeCall ");
     ASSERT_HAS(t, "    # AccumulateGrad (NodeCall ");
     ASSERT_HAS(t, "aot0_");
     ASSERT_LACKS(t, "aot1_");
     ASSERT_HAS(t, "= inputs[0]\n");
     ASSERT_HAS(t, "matmul(");
+    ASSERT_LACKS(t, "permute("); /* t(weight)'s transposes cancel: one GEMM per gradient */
+    cr_assert_eq(count_of(t, "matmul("), 3, "dW2, dx2, dW1:\n%s", t);
     cr_assert_eq(count_of(t, "accumulate_grad(leaf="), 4, "4 parameters, 4 accumulations:\n%s", t);
     cr_assert_eq(count_of(t, "TRACED GRAPH"), 1);
     ASSERT_HAS(t, "    return []\n");
     ASSERT_LACKS(t, "changed tensor shapes");
-    char *relu = block_after(t, "ReluBackward0 (NodeCall 5)");
+    char *relu = block_after(t, "ReluBackward0 (NodeCall 6)");
     ASSERT_HAS(relu, "aot0_relu_bw");
     free(relu);
     char *first = t;
@@ -2413,9 +2416,9 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
     t = step_text(all, 3);
     check_changed_shapes(t, 8, 16);
     ASSERT_HAS(t, "] sizes[0]: SumBackward0 (NodeCall 1) input 0 dim 0: 8 -> 16 (now dynamic)\n");
-    ASSERT_HAS(t, "LinearBackward0 (NodeCall 2) grad_output dim 0: 8 -> 16 (now dynamic)\n");
-    ASSERT_HAS(t, "ReluBackward0 (NodeCall 5) input 0 dim 0: 8 -> 16 (now dynamic)\n");
-    ASSERT_HAS(t, "LinearBackward0 (NodeCall 6) saved input dim 0: 8 -> 16 (now dynamic)\n");
+    ASSERT_HAS(t, "AddmmBackward0 (NodeCall 2) grad_output dim 0: 8 -> 16 (now dynamic)\n");
+    ASSERT_HAS(t, "ReluBackward0 (NodeCall 6) input 0 dim 0: 8 -> 16 (now dynamic)\n");
+    ASSERT_HAS(t, "AddmmBackward0 (NodeCall 7) saved mat1 dim 0: 8 -> 16 (now dynamic)\n");
     ASSERT_LACKS(t, "new autograd node");
     ASSERT_HAS(t, "TRACED GRAPH");
     ASSERT_HAS(t, "# sizes: s0=16\n");
@@ -2425,7 +2428,7 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
 
     /* step 4: relu -> tanh: a new node, named, at the NodeCall where relu was */
     t = step_text(all, 4);
-    ASSERT_HAS(t, "Cache miss due to new autograd node: TanhBackward0 (NodeCall 5) with key size ");
+    ASSERT_HAS(t, "Cache miss due to new autograd node: TanhBackward0 (NodeCall 6) with key size ");
     int call = nodecall_after(t, "new autograd node: TanhBackward0");
     cr_assert_eq(call, nodecall_after(first, "    # ReluBackward0"),
                  "the miss names NodeCall %d, relu was at %d", call,
@@ -2435,7 +2438,7 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
     int prev = -1;
     cr_assert_eq(sscanf(p, "previous key sizes=[%d]", &prev), 1, "previous sizes: %s", p);
     cr_assert_gt(prev, 0);
-    ASSERT_HAS(t, "    # TanhBackward0 (NodeCall 5)\n");
+    ASSERT_HAS(t, "    # TanhBackward0 (NodeCall 6)\n");
     ASSERT_LACKS(t, "ReluBackward0");
     ASSERT_LACKS(t, "changed tensor shapes");
     free(t);
@@ -2511,9 +2514,9 @@ Test(compiled, logs_graph_break_prefixes) {
     ASSERT_LACKS(t, "# sizes:");
     cr_assert_eq(count_of(t, "TRACED GRAPH"), 1, "3 forward graphs, 1 backward graph:\n%s", t);
     char *sum = block_after(t, "SumBackward0 (NodeCall 1)");
-    char *lin2 = block_after(t, "LinearBackward0 (NodeCall 2)");
-    char *relu = block_after(t, "ReluBackward0 (NodeCall 5)");
-    char *lin1 = block_after(t, "LinearBackward0 (NodeCall 6)");
+    char *lin2 = block_after(t, "AddmmBackward0 (NodeCall 2)");
+    char *relu = block_after(t, "ReluBackward0 (NodeCall 6)");
+    char *lin1 = block_after(t, "AddmmBackward0 (NodeCall 7)");
     ASSERT_HAS(sum, "    aot2_");
     ASSERT_HAS(lin2, "    aot2_matmul");
     ASSERT_HAS(relu, "    aot1_relu_bw");
@@ -2654,7 +2657,7 @@ Test(compiled, backward_twice_fails_with_second_time_error) {
         ca_status st = backward_as(loss, true, NULL, got, sizeof got);
         cr_assert_eq(st, CA_STATUS_AUTOGRAD, "status %d (%s)", st, got);
         cr_assert(strstr(got, "Trying to backward through the graph a second time") != NULL &&
-                      strstr(got, "LinearBackward0's saved '") != NULL &&
+                      strstr(got, "AddmmBackward0's saved '") != NULL &&
                       strstr(got, "retain_graph=true") != NULL,
                   "message: %s", got);
         /* the failed backward changed no .grad */
@@ -2693,7 +2696,8 @@ Test(compiled, retain_graph_allows_a_second_compiled_backward) {
 }
 
 /* A saved tensor changed in place: the eager error naming the op, word for word. The batch
- * x (no grad) is saved by the first LinearBackward0 and doubled in place after forward. */
+ * x (no grad) is saved (as mat1) by the first AddmmBackward0 and doubled in place after
+ * forward. */
 Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
     net n = net_new();
     char want[512], got[512];
@@ -2702,7 +2706,7 @@ Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
     TU_OK(ca_mul_scalar_(x, 2.0));
     cr_assert_eq(backward_as(loss, false, NULL, want, sizeof want), CA_STATUS_AUTOGRAD);
     cr_assert(strstr(want, "modified by an in-place operation") &&
-                  strstr(want, "saved as 'input' by LinearBackward0"),
+                  strstr(want, "saved as 'mat1' by AddmmBackward0"),
               "eager: %s", want);
     RELEASE(loss, x);
     net_zero_grad(&n);
