@@ -531,6 +531,8 @@ CHILD = textwrap.dedent(
         step(4); step(4); step(6); step(7)
     elif mode == "break":
         step(4, brk=True)
+    elif mode == "ones":
+        step(1); step(2); step(3); step(1); step(0); step(5)
     c = dict(torch.compiled_autograd.counters)
     print("COUNTERS", c["captures"], c["cache_hits"])
     """
@@ -581,6 +583,19 @@ def test_logs_verbose_miss_reasons():
     assert any(name == "MmBackward0" for name, _ in dyn), dyn
     assert "# sizes: s0=6" in err, "the dynamic graph names its size symbol"
     assert "4 -> 7" not in err, "batch 7 must hit the dynamic graph"
+
+
+def test_logs_verbose_first_change_and_zero():
+    """1 -> 2 makes the slots dynamic ('now dynamic'); 3 and 1 hit; 0 misses, on slots that
+    are dynamic already ('dynamic; 0 specialises'); 5 hits the symbolic graph."""
+    out, err = run_child("compiled_autograd_verbose", "ones")
+    assert "COUNTERS 3 3" in out, out
+    assert re.search(r"sizes\[\d+\]: \w+ \(NodeCall \d+\) .*: 1 -> 2 \(now dynamic\)\n", err), err
+    assert re.search(r"sizes\[\d+\]: \w+ \(NodeCall \d+\) .*: 2 -> 0 "
+                     r"\(dynamic; 0 specialises\)\n", err), err
+    assert "stays static" not in err
+    for hit in ("2 -> 3", "-> 1 ", "-> 5 "):
+        assert hit not in err, f"{hit!r} must hit"
 
 
 def test_logs_graph_break_aot_prefixes():
