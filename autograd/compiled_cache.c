@@ -157,6 +157,20 @@ static void assign_symbols(cache_entry *e, const cache_leaf *leaf, const key_col
     }
 }
 
+void cai_cache_entry_set_classes(cache_entry *e, const key_collect *k, const int32_t *cls,
+                                 int32_t *scratch) {
+    for (int s = 0; s < k->n_sizes; s++)
+        scratch[s] = -1; /* class -> its symbol */
+    e->n_symbols = 0;
+    for (int s = 0; s < k->n_sizes; s++) {
+        e->symbol[s] = cls[s] < 0 ? -1 : scratch[cls[s]];
+        if (cls[s] >= 0 && e->symbol[s] < 0) {
+            e->first_slot[e->n_symbols] = s;
+            e->symbol[s] = scratch[cls[s]] = e->n_symbols++;
+        }
+    }
+}
+
 bool cai_cache_entry_specialise_ones(cache_entry *e, const cache_leaf *leaf, const key_collect *k) {
     bool any = false;
     for (int s = 0; s < k->n_sizes; s++)

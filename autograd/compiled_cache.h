@@ -8,8 +8,9 @@
  * Sizes: a slot starts static (an entry matches only its captured value). The first time a
  * static slot changes at a leaf (1 -> 2, 4 -> 1 and 0 -> n included, as in PyTorch), the
  * slot becomes dynamic for good, and the entry compiled next treats it as a symbol when its
- * value there is >= 1. A symbol matches any value >= 1, provided slots that were equal at
- * capture are still equal (they share one symbol).
+ * value there is >= 1. A symbol matches any value >= 1, provided the slots that share it
+ * are still equal. Here slots of equal value share one (duck sizing); the compiled
+ * backward then unties those its graph does not need equal (cai_cache_entry_set_classes).
  *
  * Why 1 is right and 0 is not: graph/shape.c lets a symbol meet only itself or the
  * constant 1 (anything else fails the trace), and at value 1 both give eager's shapes and
@@ -86,6 +87,11 @@ int cai_cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *chan
  * once). */
 ca_status cai_cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
                               void (*free_compiled)(void *), cache_entry **out);
+/* Give e's slots symbols by class: slots with equal cls[] share one, cls[s] < 0 is static;
+ * a class is a slot number (< n_sizes). Symbols are numbered in slot order. scratch holds
+ * n_sizes entries. */
+void cai_cache_entry_set_classes(cache_entry *e, const key_collect *k, const int32_t *cls,
+                                 int32_t *scratch);
 /* Make e's symbols captured at 1 constants again (after a trace that needed them to
  * broadcast); false when it had none, so a retrace would change nothing. */
 bool cai_cache_entry_specialise_ones(cache_entry *e, const cache_leaf *leaf, const key_collect *k);

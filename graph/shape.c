@@ -61,9 +61,15 @@ static const char *sizes_size_str(const void *ctx, int64_t s, char *buf, size_t 
     return cai_graph_sx_str(ctx, (graph_sx)s, buf, size);
 }
 
+static bool sizes_same(void *ctx, int64_t a, int64_t b) {
+    return a >= 0 && b >= 0 && a <= INT32_MAX && b <= INT32_MAX &&
+           cai_graph_sx_same(ctx, (graph_sx)a, (graph_sx)b);
+}
+
 static cai_sizes sizes_of(graph *g) {
     return (cai_sizes){.ctx = g,
                        .value = sizes_value,
+                       .same = sizes_same,
                        .constant = sizes_constant,
                        .shape_str = sizes_shape_str,
                        .size_str = sizes_size_str,
@@ -607,7 +613,10 @@ static int infer_nll_bw(graph *g, graph_node *n) {
         return cai_graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
                               dtype_name(tw->dtype), dtype_name(gr->dtype));
     bool per_elem = a->i[0] == GRAPH_REDUCTION_NONE;
-    if (per_elem ? !cai_graph_same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
+    bool fits = per_elem ? gr->ndim == t->ndim : gr->ndim == 0;
+    for (int d = 0; per_elem && fits && d < gr->ndim; d++)
+        fits = cai_graph_sx_same(g, gr->shape[d], t->shape[d]);
+    if (!fits)
         return cai_graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
                               shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
     set_out(n, gr->dtype, a->n_shape, a->shape);

@@ -27,6 +27,9 @@ typedef struct {
     void *ctx; /* the graph, or NULL for concrete sizes */
     /* the value of size s when it is a constant; false for a symbolic size */
     bool (*value)(const void *ctx, int64_t s, int64_t *v);
+    /* a and b are the same size though their ids differ (NULL: never); a graph that
+     * unifies sizes (cai_graph_unify) says yes for slots of equal values, and records it */
+    bool (*same)(void *ctx, int64_t a, int64_t b);
     /* the size that is the constant v (a new expression in a graph); -1 out of memory */
     int64_t (*constant)(void *ctx, int64_t v);
     /* "[2, s0]" and "s0" into buf */

@@ -1,6 +1,6 @@
 /* test_compiled_cache.c - the trie cache: hits, "new node" and "changed shapes" misses,
- * slots turning dynamic (1 -> 2 included), duck-sized symbols, dynamic=true, a symbol at
- * 1 and 0, teardown,
+ * slots turning dynamic (1 -> 2 included), duck-sized symbols and classes that untie them,
+ * dynamic=true, a symbol at 1 and 0, teardown,
  * and allocation failure while inserting. */
 #include "autograd/compiled_cache.h"
 #include "testutil.h"
@@ -191,6 +191,30 @@ Test(compiled_cache, equal_dims_share_a_symbol) {
     cai_cache_clear(&c);
     free_key(&sq);
     free_key(&g12);
+    free_key(&g16);
+}
+
+/* The compiled backward gives slots that need not be equal symbols of their own
+ * (cai_cache_entry_set_classes): then batch == in at capture no longer ties them. */
+Test(compiled_cache, classes_untie_equal_dims) {
+    ca_cache c = {0};
+    graph_key sq, g16;
+    make_key(&sq, 8, 8, 3, false);
+    make_key(&g16, 16, 12, 3, false);
+    cache_entry *e = insert(&c, &sq, true);
+    int n = sq.key.n_sizes;
+    int32_t cls[256], scratch[256];
+    cr_assert_lt(n, 256);
+    int n_before = e->n_symbols;
+    for (int s = 0; s < n; s++) /* each symbolic slot its own class */
+        cls[s] = e->symbol[s] >= 0 ? s : -1;
+    cai_cache_entry_set_classes(e, &sq.key, cls, scratch);
+    cr_assert_gt(e->n_symbols, n_before, "more symbols than duck sizing gave");
+    for (int s = 0; s < n; s++)
+        cr_assert(cls[s] < 0 || e->first_slot[e->symbol[s]] == s);
+    cr_assert_eq(cai_cache_find(&c, &g16.key).entry, e, "batch 16, in 12: still a hit");
+    cai_cache_clear(&c);
+    free_key(&sq);
     free_key(&g16);
 }
 

@@ -202,6 +202,37 @@ def test_first_change_marks_dynamic_like_torch(sizes):
     assert c["captures"] == torch_captures(sizes)
 
 
+def test_independent_dims_equal_at_capture_stay_independent_like_torch():
+    """x [B, T] is [2, 2] then [3, 3] (both dims dynamic, equal) then [4, 3] and [4, 5]:
+    B and T never meet in the backward graph, so neither change costs a capture. torch
+    2.13 (compiled_autograd, dynamic=False) gives 2 captures for the same sequence."""
+    from torch._dynamo import compiled_autograd as tca
+    from torch._dynamo.utils import counters as tcounters
+
+    shapes = [(2, 2), (3, 3), (4, 3), (4, 5)]
+    torch._dynamo.reset()
+    tca.reset()
+    tcounters.clear()
+    try:
+        for b, t in shapes:
+            x = torch.randn(b, t, requires_grad=True)
+            with tca._enable(lambda gm: gm, dynamic=False):
+                (x.sin() * 2).sum().backward()
+        torch_count = tcounters["compiled_autograd"]["captures"]
+    finally:
+        tca.reset()
+        torch._dynamo.reset()
+    with ca.compiled_autograd.enable():
+        for i, (b, t) in enumerate(shapes):
+            arr = np.random.default_rng(i).standard_normal((b, t)).astype(np.float32)
+            x = ca.tensor(arr, requires_grad=True)
+            (x.sin() * 2).sum().backward()
+            assert_close(x.grad, torch.tensor(np.cos(arr) * 2), **TOL_SUM["float32"])
+    c = counters()
+    assert c["captures"] == 2 == torch_count, (c, torch_count)
+    assert c["eager_fallbacks"] == 0, c
+
+
 def test_graph_breaks_one_backward_graph():
     params = make_params(ca)
     g0 = ca._C.forward_graph_id()
