@@ -2687,8 +2687,8 @@ static void check_backward_twice(bool first_compiled) {
 
 /* BUG (compiled_key.c, node_fields): the key checks every saved tensor of a node in field
  * order, while eager checks only those the rule reads, in the rule's order. The second
- * LinearBackward0 (its input needs grad) reads 'weight' first in eager, so eager says
- * "saved 'weight' was freed" and compiled says "saved 'input' was freed". */
+ * AddmmBackward0 (its mat1 needs grad) reads 'mat2' first in eager, so eager says
+ * "saved 'mat2' was freed" and compiled says "saved 'mat1' was freed". */
 Test(compiled, backward_twice_eager_then_compiled_is_the_eager_error) {
     check_backward_twice(false);
 }
