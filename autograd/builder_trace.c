@@ -552,6 +552,8 @@ static void trace_node(trace_builder *tb, int call) {
 static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
     size_t calls = (size_t)k->n_nodes + 1, outs = 1;
     tb->g = cai_graph_new();
+    if (tb->g && tb->req->unify && cai_graph_unify(tb->g, tb->req->e->n_symbols, tb->req->unify))
+        return err_nomem("the compiled backward's trace");
     tb->lifted = cai_mem_alloc(sizeof(graph_val) * ((size_t)k->n_lifted + 1));
     tb->out_base = cai_mem_alloc(sizeof(int) * calls);
     tb->max_in = 8;

@@ -45,7 +45,10 @@ typedef struct {
 typedef struct {
     const key_collect *k;
     const cache_entry *e; /* which slots are symbols */
-    bool capture;         /* autograd.grad: outputs instead of accumulation */
+    /* non-NULL: each symbol's value; the graph unifies symbols of equal value that must be
+     * equal (cai_graph_unify), to learn which ones it needs equal. Not a graph to run. */
+    const int64_t *unify;
+    bool capture; /* autograd.grad: outputs instead of accumulation */
     int n_targets;
     ca_node *const *targets; /* autograd.grad's nodes (NULL: not reached) */
     const int *target_nrs;   /* which output of each (NULL: all 0) */

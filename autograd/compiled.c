@@ -136,7 +136,8 @@ static void log_new_node(const cache_lookup *l) {
             cai_key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
 }
 
-/* Called before the leaf records the new sizes: leaf->last_sizes still holds the old. */
+/* Called before the leaf records the new sizes: leaf->last_sizes and leaf->dynamic still
+ * hold the old. */
 static void log_changed_shapes(const cache_leaf *leaf) {
     int changed = 0;
     for (int s = 0; s < leaf->n_slots; s++)
@@ -154,10 +155,10 @@ static void log_changed_shapes(const cache_leaf *leaf) {
         if (was == now)
             continue;
         char owner[160];
-        fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld%s\n", s,
+        fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld (%s%s)\n", s,
                 cai_key_owner_str(&compiled_autograd.key, s, owner, sizeof owner), (long long)was,
-                (long long)now,
-                was >= 2 && now >= 2 ? " (now dynamic)" : " (stays static: 0 and 1 specialise)");
+                (long long)now, leaf->dynamic[s] ? "dynamic" : "now dynamic",
+                now == 0 ? "; 0 specialises" : "");
     }
 }
 
@@ -220,11 +221,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     cg->n_reads = res.n_reads;
     cg->callouts = res.callouts;
     cg->n_callouts = res.n_callouts;
-    if (st == CA_STATUS_INTERNAL) {
+    if (st == CA_STATUS_INTERNAL)
         *untraceable = true;
-        if (compiled_autograd.log_verbose)
-            fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
-    }
     if (st == CA_OK) {
         cai_graph_dce(cg->g);
         cai_graph_cse(cg->g);
@@ -244,6 +242,81 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     e->compiled = cg;
     e->free_compiled = compiled_free;
     return CA_OK;
+}
+
+/* Which of e's symbolic slots the graph needs equal: a trace with a symbol per slot, in
+ * which shape inference unifies symbols of equal value where it must compare them. cls[]
+ * gets each slot's class (its class's first slot; -1 static). A trace that fails with
+ * CA_STATUS_INTERNAL sets *untraceable. values and scratch have n_sizes entries. */
+static ca_status needed_classes(const compiled_call *c, cache_entry *e, int32_t *cls,
+                                int64_t *values, int32_t *scratch, bool *untraceable) {
+    const key_collect *k = &compiled_autograd.key;
+    for (int s = 0; s < k->n_sizes; s++)
+        cls[s] = e->symbol[s] >= 0 ? s : -1;
+    cai_cache_entry_set_classes(e, k, cls, scratch); /* a symbol per slot */
+    for (int y = 0; y < e->n_symbols; y++)
+        values[y] = k->sizes[e->first_slot[y]];
+    trace_request tr = {.k = k,
+                        .e = e,
+                        .unify = values,
+                        .capture = c->capture,
+                        .n_targets = c->n_targets,
+                        .targets = c->targets,
+                        .target_nrs = c->target_nrs};
+    trace_result res;
+    ca_status st = cai_trace_backward(&tr, &res);
+    *untraceable = st == CA_STATUS_INTERNAL;
+    if (st != CA_OK)
+        return st;
+    for (int s = 0; s < k->n_sizes; s++)
+        cls[s] = e->symbol[s] < 0 ? -1 : e->first_slot[cai_graph_unify_find(res.g, e->symbol[s])];
+    cai_graph_free(res.g);
+    cai_mem_free(res.reads);
+    return CA_OK;
+}
+
+/* compile_entry with as few equalities between e's symbolic slots as the graph needs: e's
+ * duck sizing (equal values share a symbol) says which slots may share one, the needed
+ * classes which must. Two dims that were equal at capture but never meet in the graph get
+ * a symbol each, so a later change of one of them alone still hits. Falls back to duck
+ * sizing when the classes cannot be found or traced. */
+static ca_status compile_symbols(const compiled_call *c, cache_entry *e, bool *untraceable) {
+    const key_collect *k = &compiled_autograd.key;
+    int n = k->n_sizes;
+    if (e->n_symbols == 0)
+        return compile_entry(c, e, untraceable);
+    int32_t *duck = cai_mem_alloc(sizeof(int32_t) * 3 * (size_t)n);
+    int64_t *values = cai_mem_alloc(sizeof(int64_t) * (size_t)n);
+    if (!duck || !values) {
+        cai_mem_free(duck);
+        cai_mem_free(values);
+        return err_nomem("a compiled backward's size classes");
+    }
+    int32_t *cls = duck + n, *scratch = duck + 2 * n;
+    int n_duck = e->n_symbols, n_symbolic = 0;
+    for (int s = 0; s < n; s++) {
+        duck[s] = e->symbol[s] >= 0 ? e->first_slot[e->symbol[s]] : -1;
+        n_symbolic += e->symbol[s] >= 0;
+    }
+    ca_status st = CA_OK;
+    *untraceable = false;
+    bool refined = false;
+    if (n_symbolic > n_duck) { /* some slots share a symbol: do they have to? */
+        st = needed_classes(c, e, cls, values, scratch, untraceable);
+        if (st == CA_OK) {
+            cai_cache_entry_set_classes(e, k, cls, scratch);
+            refined = e->n_symbols > n_duck;
+            st = refined ? compile_entry(c, e, untraceable) : CA_OK;
+        }
+    }
+    if (!refined || *untraceable) { /* duck sizing, as captured */
+        cai_cache_entry_set_classes(e, k, duck, scratch);
+        *untraceable = false;
+        st = compile_entry(c, e, untraceable);
+    }
+    cai_mem_free(duck);
+    cai_mem_free(values);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -443,7 +516,14 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     int64_t t0 = now_ns();
     CA_CHECK(cai_cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
     bool untraceable = false;
-    ca_status st = compile_entry(c, e, &untraceable);
+    ca_status st = compile_symbols(c, e, &untraceable);
+    /* a dim captured at 1 that had to broadcast: the same entry with it as the constant 1 */
+    if (untraceable && cai_cache_entry_specialise_ones(e, leaf, &compiled_autograd.key)) {
+        untraceable = false;
+        st = compile_symbols(c, e, &untraceable);
+    }
+    if (untraceable && compiled_autograd.log_verbose)
+        fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
     compiled_autograd.counters.compile_ns += now_ns() - t0;
     if (st != CA_OK) {
         cai_cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */

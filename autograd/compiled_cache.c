@@ -15,15 +15,16 @@ static trie_node *child_matching(trie_node *t, const uint8_t *key, int len) {
     return NULL;
 }
 
-/* Static slots must equal their captured value. A dynamic slot matches any value >= 2
- * that equals the other slots of its symbol (compared with the symbol's first slot). */
+/* Static slots must equal their captured value. A symbol's slots match any value >= 1
+ * (1 included, 0 not: see compiled_cache.h), provided they are all equal (compared with the
+ * symbol's first slot). */
 static bool entry_matches(const cache_entry *e, const key_collect *k) {
     if (e->n_slots != k->n_sizes)
         return false;
     for (int s = 0; s < k->n_sizes; s++) {
         int64_t v = k->sizes[s];
         int32_t sym = e->symbol[s];
-        if (sym < 0 ? v != e->sizes[s] : v < 2 || v != k->sizes[e->first_slot[sym]])
+        if (sym < 0 ? v != e->sizes[s] : v < 1 || v != k->sizes[e->first_slot[sym]])
             return false;
     }
     return true;
@@ -121,7 +122,7 @@ int cai_cache_mark_changed(cache_leaf *leaf, const key_collect *k, uint8_t *chan
         if (changed)
             changed[s] = diff;
         count += diff;
-        if (diff && k->sizes[s] >= 2 && leaf->last_sizes[s] >= 2)
+        if (diff) /* 0 and 1 included: a size that changes is dynamic from now on */
             leaf->dynamic[s] = 1;
         leaf->last_sizes[s] = k->sizes[s];
     }
@@ -137,12 +138,14 @@ static void entry_free(cache_entry *e) {
     cai_mem_free(e);
 }
 
-/* Duck sizing: dynamic slots with equal values share a symbol. */
-static void assign_symbols(cache_entry *e, const cache_leaf *leaf, const key_collect *k) {
+/* Duck sizing: dynamic slots with equal values share a symbol. Slots below `min` stay
+ * constants. */
+static void assign_symbols(cache_entry *e, const cache_leaf *leaf, const key_collect *k,
+                           int64_t min) {
     e->n_symbols = 0;
     for (int s = 0; s < k->n_sizes; s++) {
         e->symbol[s] = -1;
-        if (!leaf->dynamic[s] || k->sizes[s] < 2)
+        if (!leaf->dynamic[s] || k->sizes[s] < min)
             continue;
         for (int t = 0; t < s && e->symbol[s] < 0; t++)
             if (e->symbol[t] >= 0 && k->sizes[t] == k->sizes[s])
@@ -152,6 +155,29 @@ static void assign_symbols(cache_entry *e, const cache_leaf *leaf, const key_col
             e->symbol[s] = e->n_symbols++;
         }
     }
+}
+
+void cai_cache_entry_set_classes(cache_entry *e, const key_collect *k, const int32_t *cls,
+                                 int32_t *scratch) {
+    for (int s = 0; s < k->n_sizes; s++)
+        scratch[s] = -1; /* class -> its symbol */
+    e->n_symbols = 0;
+    for (int s = 0; s < k->n_sizes; s++) {
+        e->symbol[s] = cls[s] < 0 ? -1 : scratch[cls[s]];
+        if (cls[s] >= 0 && e->symbol[s] < 0) {
+            e->first_slot[e->n_symbols] = s;
+            e->symbol[s] = scratch[cls[s]] = e->n_symbols++;
+        }
+    }
+}
+
+bool cai_cache_entry_specialise_ones(cache_entry *e, const cache_leaf *leaf, const key_collect *k) {
+    bool any = false;
+    for (int s = 0; s < k->n_sizes; s++)
+        any |= e->symbol[s] >= 0 && k->sizes[s] == 1;
+    if (any)
+        assign_symbols(e, leaf, k, 2);
+    return any;
 }
 
 ca_status cai_cache_add_entry(cache_leaf *leaf, const key_collect *k, void *compiled,
@@ -175,7 +201,7 @@ ca_status cai_cache_add_entry(cache_leaf *leaf, const key_collect *k, void *comp
     e->n_slots = k->n_sizes;
     if (k->n_sizes)
         memcpy(e->sizes, k->sizes, sizeof(int64_t) * (size_t)k->n_sizes);
-    assign_symbols(e, leaf, k);
+    assign_symbols(e, leaf, k, 1);
     e->next = leaf->entries;
     leaf->entries = e;
     leaf->n_entries++;

@@ -169,6 +169,8 @@ ca_status cai_tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor
                                double p0, double p1, ca_tensor **out);
 /* A contiguous tensor with t's values: a new ref to t itself if already contiguous. */
 ca_status cai_tensor_contiguous(ca_tensor *t, ca_tensor **out);
+/* ca_view recorded as UnsafeViewBackward0 (ops_shape.c; linear's output, as PyTorch) */
+ca_status cai_unsafe_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
 /* acc += other in place (other has acc's shape, as a kernel source), bumping acc's
  * version: how .grad accumulates, in the eager and the compiled backward alike. */
 void cai_tensor_add_into(ca_tensor *acc, const kern_src *other);
@@ -524,7 +526,10 @@ typedef enum {
     /* shape */
     CA_OP_RESHAPE,
     CA_OP_VIEW,
+    CA_OP_UNSAFE_VIEW, /* a view under UnsafeViewBackward0 (linear's output, as PyTorch) */
     CA_OP_PERMUTE,
+    CA_OP_TRANSPOSE, /* permute under PyTorch's node names: TransposeBackward0 */
+    CA_OP_T,         /* and TBackward0 (2-D t()) */
     CA_OP_EXPAND,
     CA_OP_SQUEEZE,
     CA_OP_UNSQUEEZE,
@@ -546,7 +551,7 @@ typedef enum {
     CA_OP_MATMUL,
     CA_OP_MM,
     CA_OP_BMM,
-    CA_OP_LINEAR,
+    CA_OP_ADDMM, /* bias + a @ b, 2-D; attrs unused */
     /* nn */
     CA_OP_SOFTMAX,
     CA_OP_LOG_SOFTMAX,

@@ -1,5 +1,6 @@
 /* ops_linalg.c - the linear-algebra ops: matmul (general, with transpose flags and batch
- * broadcasting), mm, bmm and linear; their shape rules, forwards, derivative rules and
+ * broadcasting), mm, bmm, addmm and linear (t and addmm or mm, as PyTorch records it); their
+ * shape rules, forwards, derivative rules and
  * public wrappers.
  *
  * Every product goes through cai_kern_gemm with transpose flags and element strides, so a
@@ -82,9 +83,8 @@ static ca_status bmm_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca
     return matmul_shape_common("bmm", in, a, false, out);
 }
 
-static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
-                              ca_meta *out) {
-    const ca_meta *x = &in[0], *w = &in[1];
+/* linear's arguments, checked before it is recorded as t, addmm or mm and views. */
+static ca_status linear_check(const ca_meta *x, const ca_meta *w, const ca_meta *bias) {
     CA_CHECK(need_ndim("linear", "x", x, 1, CA_MAX_DIMS));
     CA_CHECK(need_ndim("linear", "weight", w, 2, 2));
     CA_CHECK(check_float_pair("linear", x, w));
@@ -95,8 +95,7 @@ static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                        "weight's in_features (dim 1, %lld)",
                        cai_meta_str(x, s1, sizeof s1), cai_meta_str(w, s2, sizeof s2),
                        (long long)x->shape[x->ndim - 1], (long long)w->shape[1]);
-    if (n_in == 3) {
-        const ca_meta *bias = &in[2];
+    if (bias) {
         CA_CHECK(check_float_pair("linear", x, bias));
         if (bias->ndim != 1 || bias->shape[0] != w->shape[0])
             return err_set(CA_STATUS_SHAPE,
@@ -105,8 +104,29 @@ static ca_status linear_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                            cai_meta_str(bias, s1, sizeof s1), cai_meta_str(w, s2, sizeof s2),
                            (long long)w->shape[0]);
     }
-    *out = *x;
-    out->shape[x->ndim - 1] = w->shape[0];
+    return CA_OK;
+}
+
+/* addmm(bias, a, b): a [M, K] @ b [K, N], plus bias broadcast to [M, N]. */
+static ca_status addmm_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                             ca_meta *out) {
+    CA_CHECK(need_ndim("addmm", "mat1", &in[1], 2, 2));
+    CA_CHECK(need_ndim("addmm", "mat2", &in[2], 2, 2));
+    a->i[0] = a->i[1] = 0;
+    CA_CHECK(matmul_shape_common("addmm", &in[1], a, false, out));
+    CA_CHECK(check_float_pair("addmm", &in[0], &in[1]));
+    int nd;
+    int64_t r[KERN_MAX_DIMS];
+    cai_rule_error e;
+    if (in[0].ndim > 2 ||
+        cai_rule_broadcast(&cai_sizes_concrete, "addmm", in[0].ndim, in[0].shape, 2, out->shape,
+                           &nd, r, &e) ||
+        r[0] != out->shape[0] || r[1] != out->shape[1]) {
+        char s1[128], s2[128];
+        return err_set(CA_STATUS_SHAPE,
+                       "addmm: the bias %s does not broadcast to the product's shape %s",
+                       cai_meta_str(&in[0], s1, sizeof s1), cai_meta_str(out, s2, sizeof s2));
+    }
     return CA_OK;
 }
 
@@ -178,9 +198,10 @@ static ca_status operand_init(ca_tensor *x, int nb, const int64_t *bshape, gemm_
     return CA_OK;
 }
 
-/* C = op(A) @ op(B) into the fresh contiguous tensor c of shape [batch..., M, N]
- * (cai_kern_gemm_nd collapses the batch dims). */
-static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_tensor *c) {
+/* C = op(A) @ op(B) + beta C into the contiguous tensor c of shape [batch..., M, N]
+ * (cai_kern_gemm_nd collapses the batch dims); beta is 0 (c is fresh) or 1. */
+static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, double beta,
+                              ca_tensor *c) {
     int nd = c->ndim, nb = nd - 2;
     int64_t M = c->shape[nd - 2], N = c->shape[nd - 1];
     int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
@@ -190,7 +211,8 @@ static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_t
     if (numel == 0)
         return CA_OK;
     if (K == 0) { /* an empty sum: cblas need not be asked */
-        memset(cai_tensor_ptr(c), 0, (size_t)(numel * elem_size(c->dtype)));
+        if (beta == 0.0)
+            memset(cai_tensor_ptr(c), 0, (size_t)(numel * elem_size(c->dtype)));
         return CA_OK;
     }
     gemm_operand A, B;
@@ -200,8 +222,8 @@ static ca_status gemm_batched(ca_tensor *a, bool ta, ca_tensor *b, bool tb, ca_t
         ca_tensor_release(A.t);
         return st;
     }
-    st = gemm_status(cai_kern_gemm_nd(kdt(c->dtype), nb, c->shape, M, N, K, &A.m, ta, &B.m, tb, 0.0,
-                                      cai_tensor_ptr(c)));
+    st = gemm_status(cai_kern_gemm_nd(kdt(c->dtype), nb, c->shape, M, N, K, &A.m, ta, &B.m, tb,
+                                      beta, cai_tensor_ptr(c)));
     ca_tensor_release(A.t);
     ca_tensor_release(B.t);
     return st;
@@ -211,7 +233,7 @@ static ca_status matmul_forward(const ca_op_def *row, ca_tensor *const *in, int 
                                 const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                 ca_tensor **aux) {
     CA_CHECK(cai_tensor_new(m, out));
-    ca_status st = gemm_batched(in[0], a->i[0] != 0, in[1], a->i[1] != 0, *out);
+    ca_status st = gemm_batched(in[0], a->i[0] != 0, in[1], a->i[1] != 0, 0.0, *out);
     if (st != CA_OK) {
         ca_tensor_release(*out);
         *out = NULL;
@@ -219,82 +241,22 @@ static ca_status matmul_forward(const ca_op_def *row, ca_tensor *const *in, int 
     return st;
 }
 
-/* Stride between rows when x's leading dims fold into one, or -1 when they do not. */
-static int64_t fold_row_stride(const ca_tensor *x) {
-    int64_t rs = -1, next = 0; /* next: the stride the outer dim must have */
-    for (int d = x->ndim - 2; d >= 0; d--) {
-        if (x->shape[d] == 1)
-            continue;
-        if (rs < 0)
-            rs = x->strides[d];
-        else if (x->strides[d] != next)
-            return -1;
-        next = x->strides[d] * x->shape[d];
+/* bias (broadcast) into the fresh [M, N] output, then a @ b added onto it by the GEMM. */
+static ca_status addmm_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                               const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                               ca_tensor **aux) {
+    ca_tensor *bias = in[0];
+    CA_CHECK(cai_tensor_new(m, out));
+    int64_t cst[2] = {m->shape[1], 1};
+    kern_src src = {.data = cai_tensor_ptr(bias)};
+    for (int d = 0; d < 2; d++) {
+        int bd = d - (2 - bias->ndim);
+        src.strides[d] = bd < 0 || bias->shape[bd] == 1 ? 0 : bias->strides[bd];
     }
-    return rs < 0 ? 0 : rs; /* 0: one row, its stride is free */
-}
-
-static ca_status linear_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
-                                const ca_attrs *a, const ca_meta *m, ca_tensor **out,
-                                ca_tensor **aux) {
-    ca_tensor *w = in[1], *bias = n_in == 3 ? in[2] : NULL;
-    ca_tensor *x = ca_tensor_retain(in[0]);
-    int64_t rs = fold_row_stride(x);
-    if (rs < 0) {
-        ca_tensor *c;
-        ca_status st = cai_tensor_contiguous(x, &c);
-        ca_tensor_release(x);
-        CA_CHECK(st);
-        x = c;
-        rs = fold_row_stride(x);
-    }
-    int64_t nin = w->shape[1], nout = w->shape[0], rows = 1;
-    for (int d = 0; d < x->ndim - 1; d++)
-        rows *= x->shape[d];
-    ca_status st = cai_tensor_new(m, out);
-    if (st != CA_OK) {
-        ca_tensor_release(x);
-        return st;
-    }
-    double beta = 0.0;
-    if (bias && rows * nout > 0) { /* start C with the bias so the GEMM adds onto it */
-        int64_t shape[2] = {rows, nout}, cst[2] = {nout, 1};
-        kern_src src = {.data = cai_tensor_ptr(bias), .strides = {0, bias->strides[0]}};
-        cai_kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), 2, shape, cai_tensor_ptr(*out),
-                           cst, &src, 0, 0);
-        beta = 1.0;
-    } else if (rows * nout > 0 && nin == 0) {
-        memset(cai_tensor_ptr(*out), 0, (size_t)(rows * nout * elem_size(m->dtype)));
-    }
-    if (rows * nout > 0 && nin > 0) {
-        int64_t xcs = x->strides[x->ndim - 1], wrs = w->strides[0], wcs = w->strides[1];
-        mat_norm_strides(rows, nin, &rs, &xcs);
-        mat_norm_strides(nout, nin, &wrs, &wcs);
-        ca_tensor *wc = ca_tensor_retain(w);
-        if (!mat_strides_ok(nout, nin, wrs, wcs)) {
-            ca_tensor_release(wc);
-            st = cai_tensor_contiguous(w, &wc);
-            wrs = nin;
-            wcs = 1;
-            mat_norm_strides(nout, nin, &wrs, &wcs);
-        }
-        if (st == CA_OK && !mat_strides_ok(rows, nin, rs, xcs)) {
-            ca_tensor *c = NULL;
-            st = cai_tensor_contiguous(x, &c);
-            ca_tensor_release(x);
-            x = c;
-            rs = nin;
-            xcs = 1;
-            mat_norm_strides(rows, nin, &rs, &xcs);
-        }
-        if (st == CA_OK) {
-            kern_mat A = {cai_tensor_ptr(x), rs, xcs, 0}, B = {cai_tensor_ptr(wc), wrs, wcs, 0};
-            st = gemm_status(cai_kern_gemm(kdt(m->dtype), 1, rows, nout, nin, 1.0, A, false, B,
-                                           true, beta, cai_tensor_ptr(*out), nout, rows * nout));
-        }
-        ca_tensor_release(wc);
-    }
-    ca_tensor_release(x);
+    if (m->shape[0] * m->shape[1] > 0)
+        cai_kern_pointwise(KPW_COPY, kdt(m->dtype), kdt(m->dtype), 2, m->shape,
+                           cai_tensor_ptr(*out), cst, &src, 0, 0);
+    ca_status st = gemm_batched(in[1], false, in[2], false, 1.0, *out);
     if (st != CA_OK) {
         ca_tensor_release(*out);
         *out = NULL;
@@ -322,31 +284,42 @@ static void matmul_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
     }
 }
 
+/* A 2-D saved tensor laid out column-major (a transposed view, like linear's t(weight)). */
+static bool col_major(const ca_node *n, int k) {
+    const ca_tensor *t = n->saved[k].t;
+    return t && t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 && t->strides[0] == 1 &&
+           t->strides[1] >= t->shape[0];
+}
+
+/* The gradient of mat2 in a product mat1 @ mat2: mat1^T @ g, or, when mat2 is a transposed
+ * view, (g^T @ mat1)^T, in mat2's layout (PyTorch's mm_mat2_backward does the same). Then
+ * t()'s backward hands the weight of a linear a contiguous gradient that AccumulateGrad
+ * can keep without a copy; compiled, the two transposes cancel. */
+static ca_bval mat2_grad(ca_builder *b, const ca_node *n, ca_bval g, int mat1, int mat2) {
+    ca_bval a = bx_saved(b, n, mat1);
+    if (!col_major(n, mat2))
+        return bx_matmul(b, a, g, true, false);
+    return bx_transpose(b, bx_matmul(b, g, a, true, false), 0, 1);
+}
+
 /* mm and bmm: equal shapes, no flags, nothing to sum back. */
 static void mm_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (node_needs_grad(n, 0))
         gin[0] = bx_matmul(b, g, bx_saved(b, n, 1), false, true);
     if (node_needs_grad(n, 1))
-        gin[1] = bx_matmul(b, bx_saved(b, n, 0), g, true, false);
+        gin[1] = n->op == CA_OP_MM ? mat2_grad(b, n, g, 0, 1)
+                                   : bx_matmul(b, bx_saved(b, n, 0), g, true, false);
 }
 
-/* y = x @ w^T + bias with x's leading dims folded into rows:
- *   dx = g @ w, dW = g^T @ x (over all rows), dbias = g summed over the rows. */
-static void linear_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    const ca_meta *wm = &n->in_meta[1];
-    ca_ints g2s = {2, {-1, wm->shape[0]}}, x2s = {2, {-1, wm->shape[1]}};
-    bool need_x = node_needs_grad(n, 0), need_w = node_needs_grad(n, 1);
-    ca_bval g2 = (need_x || need_w) ? bx_reshape_ints(b, g, &g2s) : NULL;
-    if (need_x) {
-        ca_bval dx2 = bx_matmul(b, g2, bx_saved(b, n, 1), false, false);
-        gin[0] = bx_reshape(b, dx2, &n->in_meta[0]);
-    }
-    if (need_w) {
-        ca_bval x2 = bx_reshape_ints(b, bx_saved(b, n, 0), &x2s);
-        gin[1] = bx_matmul(b, g2, x2, true, false);
-    }
-    if (n->n_in == 3 && node_needs_grad(n, 2))
-        gin[2] = bx_sum_to(b, g, &n->in_meta[2]);
+/* addmm: dbias = g summed to the bias's shape, dmat1 = g @ mat2^T, dmat2 = mat1^T @ g (in
+ * mat2's layout). */
+static void addmm_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    if (node_needs_grad(n, 0))
+        gin[0] = bx_sum_to(b, g, &n->in_meta[0]);
+    if (node_needs_grad(n, 1))
+        gin[1] = bx_matmul(b, g, bx_saved(b, n, 1), false, true);
+    if (node_needs_grad(n, 2))
+        gin[2] = mat2_grad(b, n, g, 0, 1);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -389,17 +362,17 @@ static const ca_op_def rows[] = {
      .shape = bmm_shape,
      .forward = matmul_forward,
      .backward = mm_backward},
-    {.id = CA_OP_LINEAR,
-     .name = "linear",
-     .node_name = "LinearBackward0",
+    {.id = CA_OP_ADDMM,
+     .name = "addmm",
+     .node_name = "AddmmBackward0",
      .fusion = CA_FUSE_GEMM,
-     .n_in_min = 2,
+     .n_in_min = 3,
      .n_in_max = 3,
      .n_fields = 2,
-     .fields = {{"input", FIELD_TENSOR, FROM_INPUT, 0}, {"weight", FIELD_TENSOR, FROM_INPUT, 1}},
-     .shape = linear_shape,
-     .forward = linear_forward,
-     .backward = linear_backward},
+     .fields = {{"mat1", FIELD_TENSOR, FROM_INPUT, 1}, {"mat2", FIELD_TENSOR, FROM_INPUT, 2}},
+     .shape = addmm_shape,
+     .forward = addmm_forward,
+     .backward = addmm_backward},
 };
 
 const ca_op_group cai_ops_linalg = {rows, sizeof rows / sizeof rows[0]};
@@ -425,14 +398,54 @@ ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
     return cai_op_call2(CA_OP_BMM, a, b, &at, out);
 }
 
+ca_status ca_addmm(ca_tensor *bias, ca_tensor *a, ca_tensor *b, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_addmm");
+    *out = NULL;
+    CA_ARG_NOT_NULL(bias, "ca_addmm");
+    CA_ARG_NOT_NULL(a, "ca_addmm");
+    CA_ARG_NOT_NULL(b, "ca_addmm");
+    ca_attrs at = {0};
+    ca_tensor *in[3] = {bias, a, b};
+    return cai_op_call(CA_OP_ADDMM, 3, in, &at, out, NULL);
+}
+
+/* PyTorch's decomposition, so the graph has its nodes: t(weight), then addmm(bias, x, w^T)
+ * or mm(x, w^T) on x viewed as 2-D. The views and t() are free; the product is one GEMM
+ * that adds onto the bias, as before. */
 ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_linear");
     *out = NULL;
     CA_ARG_NOT_NULL(x, "ca_linear");
     CA_ARG_NOT_NULL(weight, "ca_linear");
-    ca_attrs at = {0};
-    ca_tensor *in[3] = {x, weight, bias};
-    return cai_op_call(CA_OP_LINEAR, bias ? 3 : 2, in, &at, out, NULL);
+    ca_meta mx, mw, mb;
+    cai_tensor_meta(x, &mx);
+    cai_tensor_meta(weight, &mw);
+    if (bias)
+        cai_tensor_meta(bias, &mb);
+    CA_CHECK(linear_check(&mx, &mw, bias ? &mb : NULL));
+    int64_t shape[CA_MAX_DIMS];
+    memcpy(shape, mx.shape, sizeof(int64_t) * (size_t)mx.ndim);
+    shape[mx.ndim - 1] = mw.shape[0];
+    ca_tensor *wt = NULL, *x2 = NULL, *y2 = NULL;
+    ca_status st = ca_t(weight, &wt);
+    if (st == CA_OK && mx.ndim == 2)
+        x2 = ca_tensor_retain(x);
+    else if (st == CA_OK && mx.ndim == 1 && !bias)
+        st = ca_unsqueeze(x, 0, &x2);
+    else if (st == CA_OK)
+        st = ca_reshape(x, 2, (int64_t[]){-1, mw.shape[1]}, &x2);
+    if (st == CA_OK)
+        st = bias ? ca_addmm(bias, x2, wt, &y2) : ca_mm(x2, wt, &y2);
+    if (st == CA_OK && mx.ndim == 2)
+        *out = ca_tensor_retain(y2);
+    else if (st == CA_OK && mx.ndim == 1 && !bias)
+        st = ca_squeeze(y2, 1, (int64_t[]){0}, out);
+    else if (st == CA_OK)
+        st = bias ? ca_reshape(y2, mx.ndim, shape, out) : cai_unsafe_view(y2, mx.ndim, shape, out);
+    ca_tensor_release(wt);
+    ca_tensor_release(x2);
+    ca_tensor_release(y2);
+    return st;
 }
 
 /* The core product of ca_matmul once both operands are at least 2-D. */

@@ -125,6 +125,10 @@ ca_status ca_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out)
     return shape_call(CA_OP_VIEW, "ca_view", x, ndim, shape, out);
 }
 
+ca_status cai_unsafe_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out) {
+    return shape_call(CA_OP_UNSAFE_VIEW, "cai_unsafe_view", x, ndim, shape, out);
+}
+
 ca_status ca_flatten(ca_tensor *x, int64_t start_dim, int64_t end_dim, ca_tensor **out) {
     CA_ARG_NOT_NULL(out, "ca_flatten");
     *out = NULL;
@@ -216,7 +220,23 @@ ca_status ca_transpose(ca_tensor *x, int64_t dim0, int64_t dim1, ca_tensor **out
     a.dims.n = x->ndim;
     for (int d = 0; d < x->ndim; d++)
         a.dims.v[d] = d == dim0 ? dim1 : d == dim1 ? dim0 : d;
-    return cai_op_call1(CA_OP_PERMUTE, x, &a, out);
+    return cai_op_call1(CA_OP_TRANSPOSE, x, &a, out);
+}
+
+ca_status ca_t(ca_tensor *x, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_t");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_t");
+    if (x->ndim > 2)
+        return err_set(CA_STATUS_DIM,
+                       "t() expects a tensor with <= 2 dimensions, but self is %dD; use "
+                       "transpose(dim0, dim1) or permute()",
+                       x->ndim);
+    ca_attrs a = attrs_none();
+    a.dims.n = x->ndim;
+    for (int d = 0; d < x->ndim; d++)
+        a.dims.v[d] = x->ndim - 1 - d;
+    return cai_op_call1(CA_OP_T, x, &a, out);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -427,9 +447,40 @@ static const ca_op_def rows[] = {
      .shape = reshape_shape,
      .forward = reshape_forward,
      .backward = to_input_shape_backward},
+    {.id = CA_OP_UNSAFE_VIEW,
+     .name = "_unsafe_view",
+     .node_name = "UnsafeViewBackward0",
+     .fusion = CA_FUSE_VIEW,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .shape = reshape_shape,
+     .forward = reshape_forward,
+     .backward = to_input_shape_backward},
     {.id = CA_OP_PERMUTE,
      .name = "permute",
      .node_name = "PermuteBackward0",
+     .fusion = CA_FUSE_VIEW,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 1,
+     .fields = {{"dims", FIELD_DIMS, FROM_ATTR, 0}},
+     .shape = permute_shape,
+     .forward = permute_forward,
+     .backward = permute_backward},
+    {.id = CA_OP_TRANSPOSE,
+     .name = "transpose",
+     .node_name = "TransposeBackward0",
+     .fusion = CA_FUSE_VIEW,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 1,
+     .fields = {{"dims", FIELD_DIMS, FROM_ATTR, 0}},
+     .shape = permute_shape,
+     .forward = permute_forward,
+     .backward = permute_backward},
+    {.id = CA_OP_T,
+     .name = "t",
+     .node_name = "TBackward0",
      .fusion = CA_FUSE_VIEW,
      .n_in_min = 1,
      .n_in_max = 1,

@@ -207,9 +207,21 @@ void cai_graph_free(graph *g);
  * are normalised (negative dims, perm entries), so equal calls store equal args. A
  * RESHAPE/EXPAND target dim is "-1" when it is the id -1 or the constant -1. Inputs that
  * CSE replaced are followed to their replacement. Sizes are compared symbolically: two
- * dims are equal when their ids are; a symbol (a dim that is not a constant) is assumed
- * >= 2, so it broadcasts against a constant 1 but against nothing else. */
+ * dims are equal when their ids are; a symbol (a dim that is not a constant) is never
+ * taken to be 1, so it broadcasts against a constant 1 but against nothing else. The graph
+ * is then right for any value >= 1 of the symbol (at 1, s against 1 and s against s give
+ * eager's result too); the compiled-autograd cache never runs it with a symbol at 0. */
 graph_val cai_graph_add(graph *g, const graph_op_args *a, graph_origin origin);
+/* Unification, for finding which size slots a graph needs equal: after this call two
+ * different slots (values[k] is slot k's value at capture, n slots) compare equal in shape
+ * inference when their values are, and are put in one class; cai_graph_unify_find names a
+ * slot's class (its lowest slot). Such a graph is only for reading the classes: its shapes
+ * mix the slots of a class. Returns 0, or -1 out of memory. */
+int cai_graph_unify(graph *g, int n, const int64_t *values);
+int cai_graph_unify_find(const graph *g, int slot);
+/* a and b are the same size: the same id, or (after cai_graph_unify) the same expression
+ * over slots that can be unified, which it unifies. */
+bool cai_graph_sx_same(graph *g, graph_sx a, graph_sx b);
 const char *cai_graph_error(const graph *g);
 /* True when the last failure was an allocation (the graph is fine, memory ran out). */
 bool cai_graph_out_of_memory(const graph *g);

@@ -70,6 +70,11 @@ struct graph {
     int32_t *hash; /* open addressing over sx ids, -1 = empty; power-of-two size */
     int hash_cap;
     int n_slots;
+    /* cai_graph_unify: each slot's value at capture, and a union-find over the slots that
+     * shape inference found must be equal (NULL: sizes are equal only by id) */
+    int64_t *hint;
+    int32_t *uf;
+    int n_uf;
     bool oom; /* the last failure was an allocation, not a bad graph */
     char err[512];
 };
@@ -99,7 +104,60 @@ void cai_graph_free(graph *g) {
     cai_graph_mem_free(g->nodes);
     cai_graph_mem_free(g->sx);
     cai_graph_mem_free(g->hash);
+    cai_graph_mem_free(g->hint);
+    cai_graph_mem_free(g->uf);
     cai_graph_mem_free(g);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Unification (cai_graph_unify)
+ */
+int cai_graph_unify(graph *g, int n, const int64_t *values) {
+    cai_graph_mem_free(g->hint);
+    cai_graph_mem_free(g->uf);
+    g->hint = cai_graph_mem_alloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    g->uf = cai_graph_mem_alloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    g->n_uf = n;
+    if (!g->hint || !g->uf) {
+        cai_graph_mem_free(g->hint);
+        cai_graph_mem_free(g->uf);
+        g->hint = NULL;
+        g->uf = NULL;
+        return cai_graph_fail_nomem(g, "for size unification");
+    }
+    for (int i = 0; i < n; i++) {
+        g->hint[i] = values[i];
+        g->uf[i] = i;
+    }
+    return 0;
+}
+
+int cai_graph_unify_find(const graph *g, int slot) {
+    if (!g->uf || slot < 0 || slot >= g->n_uf)
+        return slot;
+    while (g->uf[slot] != slot)
+        slot = g->uf[slot];
+    return slot;
+}
+
+bool cai_graph_sx_same(graph *g, graph_sx a, graph_sx b) {
+    if (a == b)
+        return true;
+    if (!g->uf || a < 0 || b < 0 || a >= g->n_sx || b >= g->n_sx)
+        return false;
+    const sx_entry *x = &g->sx[a], *y = &g->sx[b];
+    if (x->kind != y->kind || x->kind == GSX_CONST)
+        return false;
+    if (x->kind != GSX_SLOT) /* the same operator over operands that are the same */
+        return cai_graph_sx_same(g, (graph_sx)x->a, (graph_sx)y->a) &&
+               cai_graph_sx_same(g, (graph_sx)x->b, (graph_sx)y->b);
+    int ra = cai_graph_unify_find(g, (int)x->a), rb = cai_graph_unify_find(g, (int)y->a);
+    if (ra == rb)
+        return true;
+    if (ra < 0 || rb < 0 || ra >= g->n_uf || rb >= g->n_uf || g->hint[ra] != g->hint[rb])
+        return false;
+    g->uf[ra > rb ? ra : rb] = ra < rb ? ra : rb; /* the lower slot is the class's name */
+    return true;
 }
 
 int cai_graph_fail_nomem(graph *g, const char *what) {
@@ -271,7 +329,7 @@ static graph_sx fold(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
             return cai_graph_fail(g, "size expression divides by zero");
         if (bconst && cb == 1)
             return a;
-        if (a == b) /* symbols are nonzero (the cache guards them >= 2) */
+        if (a == b) /* symbols are nonzero (the cache guards them >= 1) */
             return cai_graph_sx_const(g, 1);
         return fold_div(g, a, b);
     }

@@ -7,6 +7,8 @@
  */
 #include "graph/internal.h"
 
+#include <string.h>
+
 /* ---------------------------------------------------------------------------------------
  * Lines
  */
@@ -193,15 +195,48 @@ static void print_return(graph_sbuf *b, const graph *g, graph_name *names) {
     cai_graph_sb_printf(b, "]\n");
 }
 
+/* Mark the slots size expression s uses. */
+static void mark_slots(const graph *g, graph_sx s, bool *used, int n) {
+    int64_t a, b;
+    graph_sx_kind k = s < 0 ? GSX_CONST : cai_graph_sx_get(g, s, &a, &b);
+    if (k == GSX_SLOT && a >= 0 && a < n)
+        used[a] = true;
+    else if (k != GSX_CONST && k != GSX_SLOT) {
+        mark_slots(g, (graph_sx)a, used, n);
+        mark_slots(g, (graph_sx)b, used, n);
+    }
+}
+
+/* The slots live nodes' shapes and size arguments use (a symbol can be bound and yet
+ * unused: its dims never reach a value the graph computes); NULL out of memory. */
+static bool *used_slots(const graph *g) {
+    int n = cai_graph_n_slots(g);
+    bool *used = cai_graph_mem_alloc((size_t)n);
+    if (!used)
+        return NULL;
+    memset(used, 0, (size_t)n);
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        const graph_node *x = cai_graph_node_at(g, v);
+        for (int d = 0; !x->dead && d < x->ndim; d++)
+            mark_slots(g, x->shape[d], used, n);
+        for (int d = 0; !x->dead && d < x->a.n_shape; d++)
+            mark_slots(g, x->a.shape[d], used, n);
+    }
+    return used;
+}
+
 static void print_body(graph_sbuf *b, const graph *g, bool verbose, const int64_t *slots,
                        const graph_view *inputs, graph_name *names) {
     cai_graph_sb_printf(b, "===== Compiled autograd graph =====\n");
     cai_graph_sb_printf(b, "def forward(inputs, sizes, hooks):\n");
     if (verbose && slots && cai_graph_n_slots(g) > 0) {
+        bool *used = used_slots(g); /* NULL: print them all */
         cai_graph_sb_printf(b, "    # sizes:");
-        for (int s = 0; s < cai_graph_n_slots(g); s++)
-            cai_graph_sb_printf(b, "%s s%d=%lld", s ? "," : "", s, (long long)slots[s]);
+        for (int s = 0, k = 0; s < cai_graph_n_slots(g); s++)
+            if (!used || used[s])
+                cai_graph_sb_printf(b, "%s s%d=%lld", k++ ? "," : "", s, (long long)slots[s]);
         cai_graph_sb_printf(b, "\n");
+        cai_graph_mem_free(used);
     }
     graph_origin prev = {.node_call = -1, .name = NULL, .fwd_graph = -1};
     for (int v = 0; v < cai_graph_count(g); v++) {

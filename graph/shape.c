@@ -2,10 +2,11 @@
  * op's shape rule does, canonicalise the args, and compute the output's dtype and
  * symbolic shape.
  *
- * Sizes are size expressions, compared by id. A constant 1 broadcasts; a symbol is
- * assumed >= 2 (the compiled-autograd cache guards that), so it meets only itself or a
- * constant 1. Anything not provably right is an error that names the dims, so the tracer
- * can fall back instead of running a graph that might be wrong.
+ * Sizes are size expressions, compared by id. A constant 1 broadcasts; a symbol is never
+ * taken to be 1, so it meets only itself or a constant 1, which keeps the graph right for
+ * any value >= 1 of the symbol (the compiled-autograd cache never binds one to 0).
+ * Anything not provably right is an error that names the dims, so the tracer can fall back
+ * instead of running a graph that might be wrong.
  */
 #include "graph/internal.h"
 #include "graph/shape_rules.h"
@@ -65,9 +66,15 @@ static int64_t sizes_arith(void *ctx, cai_size_op op, int64_t a, int64_t b) {
     return cai_graph_sx_op(ctx, k, (graph_sx)a, (graph_sx)b);
 }
 
+static bool sizes_same(void *ctx, int64_t a, int64_t b) {
+    return a >= 0 && b >= 0 && a <= INT32_MAX && b <= INT32_MAX &&
+           cai_graph_sx_same(ctx, (graph_sx)a, (graph_sx)b);
+}
+
 static cai_sizes sizes_of(graph *g) {
     return (cai_sizes){.ctx = g,
                        .value = sizes_value,
+                       .same = sizes_same,
                        .constant = sizes_constant,
                        .shape_str = sizes_shape_str,
                        .size_str = sizes_size_str,
@@ -612,7 +619,10 @@ static int infer_nll_bw(graph *g, graph_node *n) {
         return cai_graph_fail(g, "nll_bw: total_weight is %s but the gradient is %s",
                               dtype_name(tw->dtype), dtype_name(gr->dtype));
     bool per_elem = a->i[0] == GRAPH_REDUCTION_NONE;
-    if (per_elem ? !cai_graph_same_shape(gr->ndim, gr->shape, t->ndim, t->shape) : gr->ndim != 0)
+    bool fits = per_elem ? gr->ndim == t->ndim : gr->ndim == 0;
+    for (int d = 0; per_elem && fits && d < gr->ndim; d++)
+        fits = cai_graph_sx_same(g, gr->shape[d], t->shape[d]);
+    if (!fits)
         return cai_graph_fail(g, "nll_bw: gradient %s does not fit target %s for reduction %lld",
                               shape_of(g, gr, s1), shape_of(g, t, s2), (long long)a->i[0]);
     set_out(n, gr->dtype, a->n_shape, a->shape);

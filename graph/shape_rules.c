@@ -33,6 +33,18 @@ static bool is_one(const cai_sizes *z, int64_t s) {
     return z->value(z->ctx, s, &v) && v == 1;
 }
 
+/* a and b are the same size: equal ids, or the algebra says so. */
+static bool eq(const cai_sizes *z, int64_t a, int64_t b) {
+    return a == b || (z->same && z->same(z->ctx, a, b));
+}
+
+static bool eq_n(const cai_sizes *z, int n, const int64_t *a, const int64_t *b) {
+    for (int i = 0; i < n; i++)
+        if (!eq(z, a[i], b[i]))
+            return false;
+    return true;
+}
+
 /* The size 1; -1 when out of memory. */
 static int64_t one(const cai_sizes *z) {
     return z->constant(z->ctx, 1);
@@ -118,7 +130,7 @@ int cai_rule_broadcast(const cai_sizes *z, const char *op, int na, const int64_t
     for (int i = 0; i < nd; i++) {
         int da = na - nd + i, db = nb - nd + i;
         int64_t sa = da >= 0 ? a[da] : unit, sb = db >= 0 ? b[db] : unit;
-        if (sa != sb && !is_one(z, sa) && !is_one(z, sb)) {
+        if (!eq(z, sa, sb) && !is_one(z, sa) && !is_one(z, sb)) {
             char s1[STR], s2[STR], s3[STR], s4[STR];
             return fail(e, CAI_RULE_SHAPE,
                         "%s: shapes %s and %s cannot be broadcast together (dim %d: %s vs %s); "
@@ -178,7 +190,7 @@ int cai_rule_sum_to(const cai_sizes *z, int nx, const int64_t *x, int nt, const 
                     cai_rule_error *e) {
     bool ok = nt >= 0 && nt <= nx;
     for (int k = 0; ok && k < nt; k++)
-        ok = t[k] == x[nx - nt + k] || is_one(z, t[k]);
+        ok = eq(z, t[k], x[nx - nt + k]) || is_one(z, t[k]);
     if (ok)
         return 0;
     char s1[STR], s2[STR];
@@ -220,7 +232,7 @@ int cai_rule_expand(const cai_sizes *z, int nx, const int64_t *x, int nt, int64_
         if (is_infer(z, t[i]))
             t[i] = xs;
         bool negative = z->value(z->ctx, t[i], &v) && v < 0;
-        if (negative || (i >= lead && xs != t[i] && !is_one(z, xs)))
+        if (negative || (i >= lead && !eq(z, xs, t[i]) && !is_one(z, xs)))
             return fail(e, CAI_RULE_SHAPE,
                         "expand: the input's size %s cannot be expanded to %s at dim %d (input "
                         "shape %s, target %s); only size-1 dims can be expanded",
@@ -286,7 +298,7 @@ int cai_rule_slice_backward(const cai_sizes *z, int ng, const int64_t *g, int nf
     if (len < 0)
         return nomem(e, "slice_backward");
     expect[slice[0]] = len;
-    if (ng == nf && memcmp(g, expect, sizeof(int64_t) * (size_t)nf) == 0)
+    if (ng == nf && eq_n(z, nf, g, expect))
         return 0;
     char s1[STR], s2[STR], s3[STR];
     return fail(e, CAI_RULE_SHAPE,
@@ -358,7 +370,7 @@ int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a
                     z->shape_str(z->ctx, na, a, s1, STR), z->shape_str(z->ctx, nb, b, s2, STR));
     int64_t m = a[na - (ta ? 1 : 2)], ka = a[na - (ta ? 2 : 1)];
     int64_t kb = b[nb - (tb ? 1 : 2)], n = b[nb - (tb ? 2 : 1)];
-    if (ka != kb)
+    if (!eq(z, ka, kb))
         return fail(e, CAI_RULE_SHAPE,
                     "%s: inner dims do not match: a %s%s and b %s%s (%s vs %s); a's columns must "
                     "equal b's rows",
@@ -372,7 +384,7 @@ int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a
     for (int i = 0; i < nd; i++) {
         int da = i - (nd - ba), db = i - (nd - bb);
         int64_t sa = da >= 0 ? a[da] : unit, sb = db >= 0 ? b[db] : unit;
-        bool fits = sa == sb || (broadcast && (is_one(z, sa) || is_one(z, sb)));
+        bool fits = eq(z, sa, sb) || (broadcast && (is_one(z, sa) || is_one(z, sb)));
         if (!fits)
             return fail(e, CAI_RULE_SHAPE,
                         "%s: batch dims of a %s and b %s do not %s (batch dim %d: %s vs %s)", op,
@@ -415,8 +427,7 @@ int cai_rule_index_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const int6
         memcpy(expect, full, sizeof(int64_t) * (size_t)nf);
     if (nf > 0)
         expect[*dim] = n_idx;
-    bool ok = ns == nf && (nf == 0 || memcmp(src, expect, sizeof(int64_t) * (size_t)nf) == 0) &&
-              (nf > 0 || is_one(z, n_idx));
+    bool ok = ns == nf && eq_n(z, nf, src, expect) && (nf > 0 || is_one(z, n_idx));
     if (ok)
         return 0;
     return fail(e, CAI_RULE_SHAPE,
@@ -433,7 +444,7 @@ int cai_rule_scatter_add(const cai_sizes *z, kern_dtype idx_dt, int ni, const in
     char s1[STR], s2[STR];
     if (need_int64_index(z, "scatter_add", idx_dt, e))
         return -1;
-    if (ni != ns || (ni > 0 && memcmp(idx, src, sizeof(int64_t) * (size_t)ni) != 0))
+    if (ni != ns || !eq_n(z, ni, idx, src))
         return fail(e, CAI_RULE_SHAPE,
                     "scatter_add: src has shape %s but index has shape %s; they must match",
                     z->shape_str(z->ctx, ns, src, s1, STR), z->shape_str(z->ctx, ni, idx, s2, STR));
@@ -459,9 +470,9 @@ int cai_rule_nll_target(const cai_sizes *z, const char *op, int nx, const int64_
                         const int64_t *t, cai_rule_error *e) {
     bool ok = nx >= 1 && nt == (nx >= 2 ? nx - 1 : 0);
     if (ok && nx >= 2) {
-        ok = t[0] == x[0];
+        ok = eq(z, t[0], x[0]);
         for (int d = 2; d < nx; d++)
-            ok = ok && t[d - 1] == x[d];
+            ok = ok && eq(z, t[d - 1], x[d]);
     }
     if (ok)
         return 0;

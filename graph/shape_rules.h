@@ -9,7 +9,7 @@
  * (graph_sx). Size expressions are hash-consed, so two sizes are provably equal exactly
  * when they are equal as numbers, in both worlds; whatever else a rule needs from a size
  * (is it the constant 1? a new constant; a printed shape) it asks the cai_sizes it is given.
- * A symbolic size is never 1: the compiled-autograd cache guards that.
+ * A symbolic size is never taken to be 1 (it may be 1 at run time: see graph.h).
  *
  * Rules return 0, or -1 with the reason in a cai_rule_error; each layer turns that into its
  * own error (a ca_status and ca_last_error(), or graph_error()).
@@ -31,6 +31,9 @@ typedef struct {
     void *ctx; /* the graph, or NULL for concrete sizes */
     /* the value of size s when it is a constant; false for a symbolic size */
     bool (*value)(const void *ctx, int64_t s, int64_t *v);
+    /* a and b are the same size though their ids differ (NULL: never); a graph that
+     * unifies sizes (cai_graph_unify) says yes for slots of equal values, and records it */
+    bool (*same)(void *ctx, int64_t a, int64_t b);
     /* the size that is the constant v (a new expression in a graph); -1 out of memory */
     int64_t (*constant)(void *ctx, int64_t v);
     /* "[2, s0]" and "s0" into buf */

@@ -1,6 +1,8 @@
 /* simplify.c - algebraic simplification of a traced graph: transposes into GEMM flags,
  * expand followed by sum into a multiply, identities dropped and chains of views folded.
  *
+ * Also a transpose of a product read nowhere else becomes the product, transposed.
+ *
  * One pass in node order. A node's inputs are first followed to their replacements, then
  * the rules run on it until none applies. A rule either replaces the node by an equal
  * value (the node is marked dead with alias set, as CSE does, and the readers follow the
@@ -31,6 +33,8 @@ typedef struct {
     int32_t *order;   /* new id -> old id */
     int32_t *first;   /* per original node: the first new node anchored to it, or -1 */
     int32_t *link;    /* per new node: the next one with the same anchor, or -1 */
+    int32_t *reads;   /* per node: how many inputs read it (counted at the start, kept
+                         up to date by the rules that need it) */
     int changes;
 } simp;
 
@@ -309,10 +313,33 @@ static bool rule_reshape(simp *s, graph_val v, const graph_node *x) {
     return false;
 }
 
+/* (op(A) @ op(B))^T = op(B)^T @ op(A)^T: the transpose of a product that nothing else
+ * reads is the product with its operands swapped and their flags flipped. No copy, and a
+ * .grad accumulation can then fold the GEMM (linear's weight gradient through TBackward0). */
+static bool rule_permute_matmul(simp *s, graph_val v, const graph_node *x) {
+    graph_val m = x->a.in[0];
+    const graph_node *in = node(s, m);
+    if (in->a.op != GOP_MATMUL || !is_last_two_swap(x) || s->reads[m] != 1)
+        return false;
+    graph_op_args a = in->a;
+    a.in[0] = in->a.in[1];
+    a.in[1] = in->a.in[0];
+    a.i[0] = !in->a.i[1];
+    a.i[1] = !in->a.i[0];
+    if (!mutate(s, v, &a))
+        return false;
+    s->reads[m]--;
+    s->reads[a.in[0]]++;
+    s->reads[a.in[1]]++;
+    return true;
+}
+
 static bool rule_permute(simp *s, graph_val v, const graph_node *x) {
     const graph_node *in = input(s, x, 0);
     if (is_identity_perm(x))
         return replace(s, v, x->a.in[0]);
+    if (rule_permute_matmul(s, v, x))
+        return true;
     if (in->a.op != GOP_PERMUTE)
         return false;
     graph_op_args a = x->a; /* out[i] = in[perm[i]] = src[in_perm[perm[i]]] */
@@ -423,7 +450,17 @@ static bool simp_alloc(simp *s, graph *g) {
     s->first = cai_graph_mem_alloc(sizeof(int32_t) * cap);
     s->link = cai_graph_mem_alloc(sizeof(int32_t) * cap);
     s->copy = cai_graph_mem_alloc(sizeof(graph_node) * cap);
-    return s->anchor && s->map && s->order && s->first && s->link && s->copy;
+    s->reads = cai_graph_mem_alloc(sizeof(int32_t) * cap);
+    if (!s->anchor || !s->map || !s->order || !s->first || !s->link || !s->copy || !s->reads)
+        return false;
+    memset(s->reads, 0, sizeof(int32_t) * cap);
+    for (graph_val v = 0; v < n; v++) {
+        const graph_node *x = cai_graph_node_at(g, v);
+        for (int k = 0; !x->dead && k < x->a.n_in; k++)
+            if (x->a.in[k] >= 0)
+                s->reads[cai_graph_resolve(g, x->a.in[k])]++;
+    }
+    return true;
 }
 
 static void simp_free(simp *s) {
@@ -433,6 +470,7 @@ static void simp_free(simp *s) {
     cai_graph_mem_free(s->first);
     cai_graph_mem_free(s->link);
     cai_graph_mem_free(s->copy);
+    cai_graph_mem_free(s->reads);
 }
 
 int cai_graph_simplify(graph *g) {

@@ -705,6 +705,9 @@ ca_status ca_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out)
 /* CA_STATUS_DIM when ndim is not x's number of dims */
 ca_status ca_permute(ca_tensor *x, int ndim, const int64_t *perm, ca_tensor **out);
 ca_status ca_transpose(ca_tensor *x, int64_t dim0, int64_t dim1, ca_tensor **out);
+/* x.t(): the transpose of a 2-D x (node TBackward0); 0-D and 1-D x come back as they are.
+ * CA_STATUS_DIM for more than 2 dims. */
+ca_status ca_t(ca_tensor *x, ca_tensor **out);
 /* -1 keeps a dim; new leading dims may be added. CA_STATUS_SHAPE for fewer dims than x,
  * a new leading dim of -1, or a size that differs from a dim of x that is not 1. */
 ca_status ca_expand(ca_tensor *x, int ndim, const int64_t *shape, ca_tensor **out);
@@ -756,7 +759,13 @@ ca_status ca_index_fill_tensor(ca_tensor *x, int64_t dim, ca_tensor *index, ca_t
 ca_status ca_matmul(ca_tensor *a, ca_tensor *b, ca_tensor **out); /* torch.matmul rules */
 ca_status ca_mm(ca_tensor *a, ca_tensor *b, ca_tensor **out);     /* [n,k] @ [k,m] */
 ca_status ca_bmm(ca_tensor *a, ca_tensor *b, ca_tensor **out);    /* [b,n,k] @ [b,k,m] */
-/* x @ weight^T + bias; weight [out, in]; bias [out] or NULL */
+/* bias + a @ b, a [n,k], b [k,m], bias broadcastable to [n,m] (node AddmmBackward0) */
+ca_status ca_addmm(ca_tensor *bias, ca_tensor *a, ca_tensor *b, ca_tensor **out);
+/* x @ weight^T + bias; weight [out, in]; bias [out] or NULL. Recorded as PyTorch records
+ * it: t(weight) (TBackward0), then addmm (AddmmBackward0) or, without bias, mm
+ * (MmBackward0); an x of other than 2 dims is viewed as 2-D around it (ViewBackward0,
+ * and UnsafeViewBackward0 for the output without bias; a 1-D x without bias is
+ * unsqueezed and squeezed). */
 ca_status ca_linear(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, ca_tensor **out);
 /* 2-D convolution (cross-correlation, as torch.nn.functional.conv2d): x [N, C, H, W] or
  * unbatched [C, H, W], weight [O, C/groups, kH, kW], bias [O] or NULL; stride, padding

@@ -74,6 +74,7 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
     RESHAPE(X, reshape) RESHAPE(X, view) RESHAPE(X, expand)                                     \
     X(permute, "x:t perm:s", ca_permute(T(0), N(1), V(1), out))                                 \
     X(transpose, "x:t d0:i d1:i", ca_transpose(T(0), I(1), I(2), out))                          \
+    X(t, "x:t", ca_t(T(0), out))                                                                \
     X(squeeze, "x:t dims:d", ca_squeeze(T(0), N(1), V(1), out))                                 \
     X(unsqueeze, "x:t d:i", ca_unsqueeze(T(0), I(1), out))                                      \
     X(flatten, "x:t s:i e:i", ca_flatten(T(0), I(1), I(2), out))                                \

@@ -1516,16 +1516,193 @@ Test(compiled, batch_change_is_one_recompile_then_hits) {
     net_free(&n);
 }
 
-/* Sizes 0 and 1 specialise: batch 1 after a dynamic batch dim is one more graph. */
-Test(compiled, batch_of_one_specialises) {
+/* A batch dim that goes 8 -> 16 is dynamic; the batch of 1 that follows hits that graph
+ * (PyTorch: the same, 2 captures). */
+Test(compiled, batch_of_one_hits_the_dynamic_graph) {
     net n = net_new();
     static const int64_t sizes[] = {8, 16, 1, 1, 12};
     static const int64_t expect[][4] = {
-        {1, 0, 1, 0}, {2, 0, 2, 0}, {3, 0, 3, 0}, {3, 1, 3, 0}, {3, 2, 3, 0}};
+        {1, 0, 1, 0}, {2, 0, 2, 0}, {2, 1, 2, 0}, {2, 2, 2, 0}, {2, 3, 2, 0}};
     batches b = batches_new(&n, 5, sizes, LOSS_SUM);
     run_batches(&n, &b, LOSS_SUM, NULL, expect, "batch of one");
     batches_free(&b);
     net_free(&n);
+}
+
+/* A size of 1 that becomes 2 makes its dim dynamic, as PyTorch does: sizes 1, 2, 3 are two
+ * captures (torch 2.13, compiled_autograd._enable(dynamic=False): 1, 2, 2), and 1
+ * afterwards hits the dynamic graph. 0 does not (a symbol's graph is not right for 0: a
+ * mean's 1/N is inf there, and sum(expand(inf)) over an empty dim is 0 in eager but inf * 0
+ * once simplified), so it compiles one graph specialised to 0; 5 hits the dynamic one. */
+Test(compiled, size_one_to_two_turns_dynamic) {
+    net n = net_new();
+    static const int64_t sizes[] = {1, 2, 3, 1, 0, 5};
+    static const int64_t expect[][4] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {2, 1, 2, 0},
+                                        {2, 2, 2, 0}, {3, 2, 3, 0}, {3, 3, 3, 0}};
+    for (int k = LOSS_SUM; k <= LOSS_MEAN; k++) {
+        batches b = batches_new(&n, 6, sizes, (loss_kind)k);
+        run_batches(&n, &b, (loss_kind)k, NULL, expect,
+                    k == LOSS_SUM ? "1, 2, 3: sum" : "1, 2, 3: mean");
+        batches_free(&b);
+    }
+    net_free(&n);
+}
+
+/* A dim that changes to 1 turns dynamic too (PyTorch: 4, 1, 6 are two captures). */
+Test(compiled, four_to_one_turns_dynamic) {
+    net n = net_new();
+    static const int64_t sizes[] = {4, 1, 6, 1};
+    static const int64_t expect[][4] = {{1, 0, 1, 0}, {2, 0, 2, 0}, {2, 1, 2, 0}, {2, 2, 2, 0}};
+    batches b = batches_new(&n, 4, sizes, LOSS_MEAN);
+    run_batches(&n, &b, LOSS_MEAN, NULL, expect, "4, 1, 6");
+    batches_free(&b);
+    net_free(&n);
+}
+
+/* The differential check over a sequence of batch sizes with one cache: the first input's
+ * dim 0 takes each size bs[i] in turn (and the second's bs2[i], when bs2 is given; the
+ * other inputs are fixed), every step's gradients are compared with eager's, and the
+ * sequence must cost `captures` graphs and no fallback. */
+static void diff_sizes2(const char *what, int n, const in_spec *specs, fwd_fn f, void *ctx,
+                        const int64_t *bs, const int64_t *bs2, int nb, int64_t captures) {
+    ca_tensor *in[MAX_IN] = {0};
+    int varied = bs2 ? 2 : 1;
+    ca_compiled_autograd_reset();
+    for (int k = varied; k < n; k++)
+        in[k] = make_input(&specs[k], CA_FLOAT64);
+    for (int i = 0; i < nb; i++) {
+        for (int k = 0; k < varied; k++) {
+            in_spec sk = specs[k];
+            sk.s[0] = k ? bs2[i] : bs[i];
+            in[k] = make_input(&sk, CA_FLOAT64);
+        }
+        char w[128];
+        snprintf(w, sizeof w, "%s, step %d (size %lld)", what, i, (long long)bs[i]);
+        ca_tensor *proj = NULL, *loss = NULL, *eager[MAX_IN] = {0}, *comp[MAX_IN] = {0};
+        clear_grads(n, in);
+        ca_manual_seed(DIFF_SEED);
+        TU_OK(proj_loss(f, in, ctx, &proj, &loss));
+        TU_OK(ca_backward(loss));
+        ca_tensor_release(loss);
+        take_grads(n, in, eager);
+        clear_grads(n, in);
+        ca_manual_seed(DIFF_SEED);
+        TU_OK(proj_loss(f, in, ctx, &proj, &loss));
+        TU_OK(ca_compiled_autograd_enable(NULL));
+        ca_status st = ca_backward(loss);
+        TU_OK(ca_compiled_autograd_disable());
+        cr_assert_eq(st, CA_OK, "%s: compiled backward failed: %s", w, ca_last_error());
+        ca_tensor_release(loss);
+        take_grads(n, in, comp);
+        for (int k = 0; k < n; k++)
+            if (ca_tensor_requires_grad(in[k]))
+                assert_same_grad(w, k, comp[k], eager[k]);
+        tu_release_n(eager, n);
+        tu_release_n(comp, n);
+        clear_grads(n, in);
+        ca_tensor_release(proj);
+        tu_release_n(in, varied);
+    }
+    assert_counters(what, captures, nb - captures, captures, 0);
+    tu_release_n(in + varied, n - varied);
+    ca_compiled_autograd_reset();
+}
+
+static void diff_sizes(const char *what, int n, const in_spec *specs, fwd_fn f, void *ctx,
+                       const int64_t *bs, int nb, int64_t captures) {
+    diff_sizes2(what, n, specs, f, ctx, bs, NULL, nb, captures);
+}
+
+FWD(f_mean_dim0, ca_mean(x[0], 1, (int64_t[]){0}, true, o))
+
+/* After a batch dim turns dynamic, size 1 runs the dynamic graph and size 0 its own, both
+ * with eager's gradients, through broadcasting, means, softmax, layer_norm and attention:
+ * 2, 3 are two captures, 0 a third; 1, 4, 1, 5 hit. */
+Test(compiled, dynamic_dim_at_one_and_zero_gives_eager_gradients) {
+    static const int64_t seq[] = {2, 3, 1, 4, 0, 1, 5};
+    static const in_spec attn[8] = {{'n', 3, {2, 5, 8}}, {'n', 2, {8, 8}}, {'n', 1, {8}},
+                                    {'c', 2, {8, 8}},    {'n', 2, {8, 8}}, {'n', 1, {8}},
+                                    {'n', 2, {8, 8}},    {'n', 1, {8}}};
+    static const in_spec ln[7] = {{'n', 2, {4, 8}},  {'n', 1, {8}},  {'n', 1, {8}},
+                                  {'n', 2, {16, 8}}, {'n', 1, {16}}, {'c', 2, {8, 16}},
+                                  {'n', 1, {8}}};
+    static const in_spec mlp[6] = {{'n', 2, {8, 6}},  {'n', 2, {16, 6}}, {'n', 1, {16}},
+                                   {'n', 2, {4, 16}}, {'n', 1, {4}},     {'c', 2, {1, 4}}};
+    static const in_spec bcast[2] = {{'n', 2, {3, 4}}, {'n', 2, {1, 4}}};
+    static const in_spec mean[1] = {{'n', 3, {3, 4, 2}}};
+    attn_ctx ac = {false};
+    diff_sizes("attention", 8, attn, f_attention, &ac, seq, 7, 3);
+    diff_sizes("layernorm+gelu", 7, ln, f_ln_gelu, NULL, seq, 7, 3);
+    diff_sizes("mlp", 6, mlp, f_mlp, NULL, seq, 7, 3);
+    diff_sizes("broadcast add", 2, bcast, f_add, NULL, seq, 7, 3);
+    diff_sizes("broadcast mul", 2, bcast, f_mul, NULL, seq, 7, 3);
+    diff_sizes("mean over the batch", 1, mean, f_mean_dim0, NULL, seq, 7, 3);
+    diff_sizes("softmax dim 0", 1, mean, f_softmax0, NULL, seq, 7, 3);
+}
+
+FWD(f_sin, ca_sin(x[0], o))
+/* x [B, T] -> softmax(sin(x), 1) @ x^T + mean(x, 1, keepdim): [B, B] */
+static ca_status f_bt(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    (void)ctx;
+    ca_tensor *a = NULL, *p = NULL, *xt = NULL, *g = NULL, *m = NULL;
+    ca_status st = ca_sin(x[0], &a);
+    if (st == CA_OK)
+        st = ca_softmax(a, 1, &p);
+    if (st == CA_OK)
+        st = ca_t(x[0], &xt);
+    if (st == CA_OK)
+        st = ca_matmul(p, xt, &g);
+    if (st == CA_OK)
+        st = ca_mean(x[0], 1, (int64_t[]){1}, true, &m);
+    if (st == CA_OK)
+        st = ca_add(g, m, o);
+    RELEASE(a, p, xt, g, m);
+    return st;
+}
+
+/* Two independent dims, equal when they become dynamic ([2, 2] -> [3, 3]), then only one
+ * changes: the dynamic graph did not tie them together, so [4, 3], [4, 5] and [1, 3] hit it
+ * (PyTorch, torch 2.13 with dynamic=False: (2, 2), (3, 3), (4, 3) are two captures too),
+ * with eager's gradients. */
+Test(compiled, equal_dims_that_never_meet_are_independent_symbols) {
+    static const int64_t shapes[][2] = {{2, 2}, {3, 3}, {4, 3}, {4, 5}, {1, 3}, {6, 6}};
+    fwd_fn fs[] = {f_sin, f_bt};
+    for (int fi = 0; fi < 2; fi++) {
+        ca_compiled_autograd_reset();
+        for (int i = 0; i < 6; i++) {
+            in_spec sp = {'n', 2, {shapes[i][0], shapes[i][1]}};
+            ca_tensor *in[1] = {make_input(&sp, CA_FLOAT64)};
+            char w[96];
+            snprintf(w, sizeof w, "f %d, step %d [%lld, %lld]", fi, i, (long long)shapes[i][0],
+                     (long long)shapes[i][1]);
+            ca_tensor *proj = NULL, *loss = NULL, *eager[1] = {0}, *comp[1] = {0};
+            ca_manual_seed(DIFF_SEED);
+            TU_OK(proj_loss(fs[fi], in, NULL, &proj, &loss));
+            TU_OK(ca_backward(loss));
+            ca_tensor_release(loss);
+            take_grads(1, in, eager);
+            clear_grads(1, in);
+            TU_OK(proj_loss(fs[fi], in, NULL, &proj, &loss));
+            TU_OK(ca_compiled_autograd_enable(NULL));
+            TU_OK(ca_backward(loss));
+            TU_OK(ca_compiled_autograd_disable());
+            ca_tensor_release(loss);
+            take_grads(1, in, comp);
+            assert_same_grad(w, 0, comp[0], eager[0]);
+            RELEASE(proj, in[0], eager[0], comp[0]);
+            assert_counters(w, i == 0 ? 1 : 2, i < 2 ? 0 : i - 1, i == 0 ? 1 : 2, 0);
+        }
+    }
+    ca_compiled_autograd_reset();
+}
+
+/* x [B, 4] + y [C, 4]: B and C both change, B to 1 and C to 3, so x's dim must broadcast:
+ * the graph with B a symbol cannot be traced, and the same capture retraces with B the
+ * constant 1 (no eager fallback). 5, 5 then needs a third graph (B is 1 in the second). */
+Test(compiled, dim_captured_at_one_that_broadcasts_is_specialised) {
+    static const in_spec specs[2] = {{'n', 2, {4, 4}}, {'n', 2, {4, 4}}};
+    static const int64_t b[] = {4, 1, 1, 5, 6}, c[] = {4, 3, 2, 5, 6};
+    diff_sizes2("x [B, 4] + y [C, 4]", 2, specs, f_add, NULL, b, c, 5, 3);
 }
 
 Test(compiled, dynamic_true_is_one_capture_across_sizes) {
@@ -2377,18 +2554,20 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
     ASSERT_HAS(t, "[compiled_autograd] TRACED GRAPH\n===== Compiled autograd graph =====\n");
     ASSERT_HAS(t, "def forward(inputs, sizes, hooks):\n");
     ASSERT_HAS(t, "    # SumBackward0 (NodeCall 1)\n");
-    ASSERT_HAS(t, "    # LinearBackward0 (NodeCall 2)\n");
+    ASSERT_HAS(t, "    # AddmmBackward0 (NodeCall 2)\n");
     ASSERT_HAS(t, "    # ReluBackward0 (NodeCall ");
     ASSERT_HAS(t, "    # AccumulateGrad (NodeCall ");
     ASSERT_HAS(t, "aot0_");
     ASSERT_LACKS(t, "aot1_");
     ASSERT_HAS(t, "= inputs[0]\n");
     ASSERT_HAS(t, "matmul(");
+    ASSERT_LACKS(t, "permute("); /* t(weight)'s transposes cancel: one GEMM per gradient */
+    cr_assert_eq(count_of(t, "matmul("), 3, "dW2, dx2, dW1:\n%s", t);
     cr_assert_eq(count_of(t, "accumulate_grad(leaf="), 4, "4 parameters, 4 accumulations:\n%s", t);
     cr_assert_eq(count_of(t, "TRACED GRAPH"), 1);
     ASSERT_HAS(t, "    return []\n");
     ASSERT_LACKS(t, "changed tensor shapes");
-    char *relu = block_after(t, "ReluBackward0 (NodeCall 5)");
+    char *relu = block_after(t, "ReluBackward0 (NodeCall 6)");
     ASSERT_HAS(relu, "aot0_relu_bw");
     free(relu);
     char *first = t;
@@ -2402,9 +2581,9 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
     t = step_text(all, 3);
     check_changed_shapes(t, 8, 16);
     ASSERT_HAS(t, "] sizes[0]: SumBackward0 (NodeCall 1) input 0 dim 0: 8 -> 16 (now dynamic)\n");
-    ASSERT_HAS(t, "LinearBackward0 (NodeCall 2) grad_output dim 0: 8 -> 16 (now dynamic)\n");
-    ASSERT_HAS(t, "ReluBackward0 (NodeCall 5) input 0 dim 0: 8 -> 16 (now dynamic)\n");
-    ASSERT_HAS(t, "LinearBackward0 (NodeCall 6) saved input dim 0: 8 -> 16 (now dynamic)\n");
+    ASSERT_HAS(t, "AddmmBackward0 (NodeCall 2) grad_output dim 0: 8 -> 16 (now dynamic)\n");
+    ASSERT_HAS(t, "ReluBackward0 (NodeCall 6) input 0 dim 0: 8 -> 16 (now dynamic)\n");
+    ASSERT_HAS(t, "AddmmBackward0 (NodeCall 7) saved mat1 dim 0: 8 -> 16 (now dynamic)\n");
     ASSERT_LACKS(t, "new autograd node");
     ASSERT_HAS(t, "TRACED GRAPH");
     ASSERT_HAS(t, "# sizes: s0=16\n");
@@ -2414,7 +2593,7 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
 
     /* step 4: relu -> tanh: a new node, named, at the NodeCall where relu was */
     t = step_text(all, 4);
-    ASSERT_HAS(t, "Cache miss due to new autograd node: TanhBackward0 (NodeCall 5) with key size ");
+    ASSERT_HAS(t, "Cache miss due to new autograd node: TanhBackward0 (NodeCall 6) with key size ");
     int call = nodecall_after(t, "new autograd node: TanhBackward0");
     cr_assert_eq(call, nodecall_after(first, "    # ReluBackward0"),
                  "the miss names NodeCall %d, relu was at %d", call,
@@ -2424,7 +2603,7 @@ Test(compiled, logs_miss_reasons_and_traced_graph) {
     int prev = -1;
     cr_assert_eq(sscanf(p, "previous key sizes=[%d]", &prev), 1, "previous sizes: %s", p);
     cr_assert_gt(prev, 0);
-    ASSERT_HAS(t, "    # TanhBackward0 (NodeCall 5)\n");
+    ASSERT_HAS(t, "    # TanhBackward0 (NodeCall 6)\n");
     ASSERT_LACKS(t, "ReluBackward0");
     ASSERT_LACKS(t, "changed tensor shapes");
     free(t);
@@ -2500,9 +2679,9 @@ Test(compiled, logs_graph_break_prefixes) {
     ASSERT_LACKS(t, "# sizes:");
     cr_assert_eq(count_of(t, "TRACED GRAPH"), 1, "3 forward graphs, 1 backward graph:\n%s", t);
     char *sum = block_after(t, "SumBackward0 (NodeCall 1)");
-    char *lin2 = block_after(t, "LinearBackward0 (NodeCall 2)");
-    char *relu = block_after(t, "ReluBackward0 (NodeCall 5)");
-    char *lin1 = block_after(t, "LinearBackward0 (NodeCall 6)");
+    char *lin2 = block_after(t, "AddmmBackward0 (NodeCall 2)");
+    char *relu = block_after(t, "ReluBackward0 (NodeCall 6)");
+    char *lin1 = block_after(t, "AddmmBackward0 (NodeCall 7)");
     ASSERT_HAS(sum, "    aot2_");
     ASSERT_HAS(lin2, "    aot2_matmul");
     ASSERT_HAS(relu, "    aot1_relu_bw");
@@ -2617,8 +2796,8 @@ static void check_backward_twice(bool first_compiled) {
 
 /* BUG (compiled_key.c, node_fields): the key checks every saved tensor of a node in field
  * order, while eager checks only those the rule reads, in the rule's order. The second
- * LinearBackward0 (its input needs grad) reads 'weight' first in eager, so eager says
- * "saved 'weight' was freed" and compiled says "saved 'input' was freed". */
+ * AddmmBackward0 (its mat1 needs grad) reads 'mat2' first in eager, so eager says
+ * "saved 'mat2' was freed" and compiled says "saved 'mat1' was freed". */
 Test(compiled, backward_twice_eager_then_compiled_is_the_eager_error) {
     check_backward_twice(false);
 }
@@ -2643,7 +2822,7 @@ Test(compiled, backward_twice_fails_with_second_time_error) {
         ca_status st = backward_as(loss, true, NULL, got, sizeof got);
         cr_assert_eq(st, CA_STATUS_AUTOGRAD, "status %d (%s)", st, got);
         cr_assert(strstr(got, "Trying to backward through the graph a second time") != NULL &&
-                      strstr(got, "LinearBackward0's saved '") != NULL &&
+                      strstr(got, "AddmmBackward0's saved '") != NULL &&
                       strstr(got, "retain_graph=true") != NULL,
                   "message: %s", got);
         /* the failed backward changed no .grad */
@@ -2682,7 +2861,8 @@ Test(compiled, retain_graph_allows_a_second_compiled_backward) {
 }
 
 /* A saved tensor changed in place: the eager error naming the op, word for word. The batch
- * x (no grad) is saved by the first LinearBackward0 and doubled in place after forward. */
+ * x (no grad) is saved (as mat1) by the first AddmmBackward0 and doubled in place after
+ * forward. */
 Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
     net n = net_new();
     char want[512], got[512];
@@ -2691,7 +2871,7 @@ Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
     TU_OK(ca_mul_scalar_(x, 2.0));
     cr_assert_eq(backward_as(loss, false, NULL, want, sizeof want), CA_STATUS_AUTOGRAD);
     cr_assert(strstr(want, "modified by an in-place operation") &&
-                  strstr(want, "saved as 'input' by LinearBackward0"),
+                  strstr(want, "saved as 'mat1' by AddmmBackward0"),
               "eager: %s", want);
     RELEASE(loss, x);
     net_zero_grad(&n);

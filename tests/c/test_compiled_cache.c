@@ -1,5 +1,6 @@
 /* test_compiled_cache.c - the trie cache: hits, "new node" and "changed shapes" misses,
- * slots turning dynamic, duck-sized symbols, dynamic=true, 0/1 specialisation, teardown,
+ * slots turning dynamic (1 -> 2 included), duck-sized symbols and classes that untie them,
+ * dynamic=true, a symbol at 1 and 0, teardown,
  * and allocation failure while inserting. */
 #include "autograd/compiled_cache.h"
 #include "testutil.h"
@@ -133,16 +134,48 @@ Test(compiled_cache, dynamic_option_makes_first_entry_general) {
     free_key(&g16);
 }
 
-Test(compiled_cache, sizes_0_and_1_stay_specialised) {
+Test(compiled_cache, symbol_matches_one_but_not_zero) {
     ca_cache c = {0};
-    graph_key g8, g1;
+    graph_key g8, g1, g0;
     make_key(&g8, 8, 4, 3, false);
     make_key(&g1, 1, 4, 3, false);
-    insert(&c, &g8, true); /* every slot >= 2 is dynamic */
-    cr_assert_eq(cai_cache_find(&c, &g1.key).kind, LOOKUP_SHAPES, "batch 1 needs its own entry");
+    make_key(&g0, 0, 4, 3, false);
+    cache_entry *e = insert(&c, &g8, true); /* every slot >= 2 is dynamic */
+    cache_lookup l = cai_cache_find(&c, &g1.key);
+    cr_assert_eq(l.kind, LOOKUP_HIT, "a batch of 1 runs the dynamic graph");
+    cr_assert_eq(l.entry, e);
+    cr_assert_eq(cai_cache_find(&c, &g0.key).kind, LOOKUP_SHAPES, "a batch of 0 needs its own");
     cai_cache_clear(&c);
     free_key(&g8);
     free_key(&g1);
+    free_key(&g0);
+}
+
+/* PyTorch marks a dim dynamic on its first change, 1 -> 2 included. */
+Test(compiled_cache, one_to_two_turns_dynamic) {
+    ca_cache c = {0};
+    graph_key g1, g2, g3;
+    make_key(&g1, 1, 4, 3, false);
+    make_key(&g2, 2, 4, 3, false);
+    make_key(&g3, 3, 4, 3, false);
+    cache_entry *first = insert(&c, &g1, false);
+    cache_lookup l = cai_cache_find(&c, &g2.key);
+    cr_assert_eq(l.kind, LOOKUP_SHAPES);
+    uint8_t changed[256] = {0};
+    cr_assert_lt(l.leaf->n_slots, 256);
+    cr_assert_gt(cai_cache_mark_changed(l.leaf, &g2.key, changed), 0);
+    for (int s = 0; s < l.leaf->n_slots; s++)
+        cr_assert_eq(l.leaf->dynamic[s], changed[s], "slot %d: a change from 1 is dynamic", s);
+    cache_entry *e;
+    TU_OK(cai_cache_add_entry(l.leaf, &g2.key, &freed, count_free, &e));
+    cr_assert_gt(e->n_symbols, 0, "the batch dim is a symbol");
+    cr_assert_eq(cai_cache_find(&c, &g3.key).entry, e, "batch 3 hits the dynamic entry");
+    cr_assert_eq(cai_cache_find(&c, &g1.key).kind, LOOKUP_HIT, "batch 1 hits");
+    cr_assert(cai_cache_find(&c, &g1.key).entry == e || cai_cache_find(&c, &g1.key).entry == first);
+    cai_cache_clear(&c);
+    free_key(&g1);
+    free_key(&g2);
+    free_key(&g3);
 }
 
 Test(compiled_cache, equal_dims_share_a_symbol) {
@@ -158,6 +191,30 @@ Test(compiled_cache, equal_dims_share_a_symbol) {
     cai_cache_clear(&c);
     free_key(&sq);
     free_key(&g12);
+    free_key(&g16);
+}
+
+/* The compiled backward gives slots that need not be equal symbols of their own
+ * (cai_cache_entry_set_classes): then batch == in at capture no longer ties them. */
+Test(compiled_cache, classes_untie_equal_dims) {
+    ca_cache c = {0};
+    graph_key sq, g16;
+    make_key(&sq, 8, 8, 3, false);
+    make_key(&g16, 16, 12, 3, false);
+    cache_entry *e = insert(&c, &sq, true);
+    int n = sq.key.n_sizes;
+    int32_t cls[256], scratch[256];
+    cr_assert_lt(n, 256);
+    int n_before = e->n_symbols;
+    for (int s = 0; s < n; s++) /* each symbolic slot its own class */
+        cls[s] = e->symbol[s] >= 0 ? s : -1;
+    cai_cache_entry_set_classes(e, &sq.key, cls, scratch);
+    cr_assert_gt(e->n_symbols, n_before, "more symbols than duck sizing gave");
+    for (int s = 0; s < n; s++)
+        cr_assert(cls[s] < 0 || e->first_slot[e->symbol[s]] == s);
+    cr_assert_eq(cai_cache_find(&c, &g16.key).entry, e, "batch 16, in 12: still a hit");
+    cai_cache_clear(&c);
+    free_key(&sq);
     free_key(&g16);
 }
 

@@ -52,7 +52,7 @@ Test(compiled_key, same_graph_same_key) {
     key_run r1, r2;
     collect(&r1, l1);
     collect(&r2, l2);
-    cr_assert_eq(r1.key.n_nodes, 4, "sum, relu, linear, AccumulateGrad");
+    cr_assert_eq(r1.key.n_nodes, 5, "sum, relu, mm, t, AccumulateGrad");
     cr_assert(same_bytes(&r1.key, &r2.key));
     cr_assert_eq(r1.key.n_sizes, r2.key.n_sizes);
     cr_assert_eq(memcmp(r1.key.sizes, r2.key.sizes, sizeof(int64_t) * (size_t)r1.key.n_sizes), 0);
@@ -164,16 +164,17 @@ Test(compiled_key, slot_owners_name_node_field_and_dim) {
     ca_tensor *l = mlp_loss(8, w, k);
     key_run r;
     collect(&r, l);
-    bool found = false; /* linear saves its input x [8, 4]: the slot of dim 0 is owned by it */
+    bool found = false; /* linear's mm saves its input x [8, 4]: the slot of dim 0 is its */
     for (int s = 0; s < r.key.n_sizes && !found; s++) {
         const key_slot_owner *o = &r.key.owners[s];
         char buf[128];
         found = o->node_call == 3 && o->kind == OWN_SAVED && o->dim == 0 && r.key.sizes[s] == 8 &&
                 strcmp(cai_key_owner_str(&r.key, s, buf, sizeof buf),
-                       "LinearBackward0 (NodeCall 3) saved input dim 0") == 0;
+                       "MmBackward0 (NodeCall 3) saved self dim 0") == 0;
     }
-    cr_assert(found, "a slot owned by LinearBackward0 (NodeCall 3) saved input dim 0");
-    cr_assert_str_eq(cai_key_node_name(&r.key, 3), "LinearBackward0");
+    cr_assert(found, "a slot owned by MmBackward0 (NodeCall 3) saved self dim 0");
+    cr_assert_str_eq(cai_key_node_name(&r.key, 3), "MmBackward0");
+    cr_assert_str_eq(cai_key_node_name(&r.key, 4), "TBackward0");
     key_run_free(&r);
     tu_release_n((ca_tensor *[]){w, l, k[0], k[1], k[2]}, 5);
 }

@@ -312,6 +312,41 @@ Test(cai_graph_simplify, batched_transpose_folds) {
     cai_graph_free(g);
 }
 
+/* linear's weight gradient through TBackward0: (x^T g)^T is g^T x, one GEMM, no permute */
+static void build_transposed_product(graph *g) {
+    graph_val x = ts_input(g, 0, KERN_F64, 2, (int64_t[]){6, 4});
+    graph_val y = ts_input(g, 1, KERN_F64, 2, (int64_t[]){6, 3});
+    graph_val m = ts_add(g, ts_matmul(x, y, 1, 0));                 /* [4, 3] */
+    ts_output(g, ts_add(g, ts_permute(m, 2, (int8_t[]){1, 0})), 0); /* [3, 4] */
+    graph_val b = ts_input(g, 2, KERN_F64, 3, (int64_t[]){2, 5, 4});
+    graph_val c = ts_input(g, 3, KERN_F64, 3, (int64_t[]){2, 3, 4});
+    graph_val mb = ts_add(g, ts_matmul(b, c, 0, 1));                    /* [2, 5, 3] */
+    ts_output(g, ts_add(g, ts_permute(mb, 3, (int8_t[]){0, 2, 1})), 1); /* [2, 3, 5] */
+}
+
+Test(cai_graph_simplify, transpose_of_a_product_is_the_swapped_product) {
+    const int64_t shapes[4][4] = {{6, 4}, {6, 3}, {2, 5, 4}, {2, 3, 4}};
+    graph *g = ts_same_values(build_transposed_product, 4, shapes, (int[]){2, 2, 3, 3}, NULL, 0);
+    cai_graph_dce(g);
+    TS_OPS_ARE(g, "getitem getitem matmul output getitem getitem matmul output");
+    ts_printed(g, "matmul(getitem_1, getitem, ta=1, tb=0)", true);
+    ts_printed(g, "matmul(getitem_3, getitem_2, ta=0, tb=1)", true);
+    cai_graph_free(g);
+}
+
+/* ... but not when the product is read elsewhere too: that would be two GEMMs */
+Test(cai_graph_simplify, transpose_of_a_shared_product_stays) {
+    graph *g = cai_graph_new();
+    graph_val x = ts_input(g, 0, KERN_F64, 2, (int64_t[]){6, 4});
+    graph_val y = ts_input(g, 1, KERN_F64, 2, (int64_t[]){6, 3});
+    graph_val m = ts_add(g, ts_matmul(x, y, 1, 0));
+    ts_output(g, ts_add(g, ts_permute(m, 2, (int8_t[]){1, 0})), 0);
+    ts_output(g, m, 1);
+    ts_simplify(g);
+    TS_OPS_ARE(g, "getitem getitem matmul permute output output");
+    cai_graph_free(g);
+}
+
 Test(cai_graph_simplify, permute_that_is_not_a_last_two_swap_stays) {
     graph *g = cai_graph_new();
     graph_val x = ts_input(g, 0, KERN_F64, 3, (int64_t[]){3, 2, 4});

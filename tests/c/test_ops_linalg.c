@@ -1,5 +1,6 @@
 /* test_ops_linalg.c - Criterion suite `linalg`: matmul (every transpose-flag combination,
- * broadcast batches, the 1-D cases of torch.matmul), mm, bmm and linear, against a naive
+ * broadcast batches, the 1-D cases of torch.matmul), mm, bmm, addmm and linear (and the
+ * nodes linear records), against a naive
  * triple loop; their gradients against finite differences; and their error messages.
  */
 #include "testutil.h"
@@ -7,6 +8,7 @@
 #include "autograd/internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,6 +393,87 @@ Test(linalg, matmul_one_d_grad) {
         ca_tensor_release(all[i]);
 }
 
+/* "Name(next, next, ...)" of y's grad_fn, one level down ("-" for an edge to nothing). */
+static void graph_str(ca_tensor *y, char *buf, size_t size) {
+    ca_node *n = y->grad_fn;
+    size_t used = (size_t)snprintf(buf, size, "%s(", cai_node_name(n));
+    for (int i = 0; i < n->n_in && used < size; i++) {
+        ca_node *c = n->next[i].fn;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "",
+                                 c ? cai_node_name(c) : "-");
+    }
+    if (used < size)
+        snprintf(buf + used, size - used, ")");
+}
+
+/* linear records PyTorch's nodes (torch 2.13, x and weight requiring grad):
+ *   x [5, 3]:    AddmmBackward0(bias, x, TBackward0(w))      MmBackward0(x, TBackward0(w))
+ *   x [2, 5, 3]: ViewBackward0(AddmmBackward0(bias, ViewBackward0(x), TBackward0(w)))
+ *                UnsafeViewBackward0(MmBackward0(ViewBackward0(x), TBackward0(w)))
+ *   x [3]:       ViewBackward0(AddmmBackward0(...))   SqueezeBackward4(MmBackward0(
+ *                UnsqueezeBackward0(x), ...)) (cagrad: SqueezeBackward0) */
+Test(linalg, linear_records_pytorchs_nodes) {
+    ca_tensor *w = tu_randn(CA_FLOAT32, TU_SHAPE(4, 3), true);
+    ca_tensor *bias = tu_randn(CA_FLOAT32, TU_SHAPE(4), true);
+    static const struct {
+        int nd;
+        int64_t shape[3];
+        bool bias;
+        const char *top, *inner;
+    } cases[] = {
+        {2, {5, 3}, true, "AddmmBackward0(AccumulateGrad, AccumulateGrad, TBackward0)", NULL},
+        {2, {5, 3}, false, "MmBackward0(AccumulateGrad, TBackward0)", NULL},
+        {3,
+         {2, 5, 3},
+         true,
+         "ViewBackward0(AddmmBackward0)",
+         "AddmmBackward0(AccumulateGrad, ViewBackward0, TBackward0)"},
+        {3,
+         {2, 5, 3},
+         false,
+         "UnsafeViewBackward0(MmBackward0)",
+         "MmBackward0(ViewBackward0, TBackward0)"},
+        {1,
+         {3},
+         true,
+         "ViewBackward0(AddmmBackward0)",
+         "AddmmBackward0(AccumulateGrad, ViewBackward0, TBackward0)"},
+        {1,
+         {3},
+         false,
+         "SqueezeBackward0(MmBackward0)",
+         "MmBackward0(UnsqueezeBackward0, TBackward0)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ca_tensor *x = tu_randn(CA_FLOAT32, cases[i].nd, cases[i].shape, true), *y = NULL;
+        TU_OK(ca_linear(x, w, cases[i].bias ? bias : NULL, &y));
+        char got[256];
+        graph_str(y, got, sizeof got);
+        cr_assert_str_eq(got, cases[i].top, "case %zu", i);
+        if (cases[i].inner) {
+            ca_tensor inner = {.grad_fn = y->grad_fn->next[0].fn};
+            graph_str(&inner, got, sizeof got);
+            cr_assert_str_eq(got, cases[i].inner, "case %zu", i);
+        }
+        ca_node *t = NULL; /* TBackward0 leads to the weight's accumulator */
+        ca_node *mm = cases[i].inner ? y->grad_fn->next[0].fn : y->grad_fn;
+        t = mm->next[mm->n_in - 1].fn;
+        cr_assert_str_eq(cai_node_name(t->next[0].fn), "AccumulateGrad");
+        ca_tensor_release(x);
+        ca_tensor_release(y);
+    }
+    ca_tensor *m = tu_randn(CA_FLOAT32, TU_SHAPE(3, 4), true), *v = NULL;
+    TU_OK(ca_t(m, &v));
+    cr_assert_str_eq(ca_tensor_grad_fn_name(v), "TBackward0");
+    ca_tensor_release(v);
+    TU_OK(ca_transpose(m, 0, 1, &v));
+    cr_assert_str_eq(ca_tensor_grad_fn_name(v), "TransposeBackward0");
+    ca_tensor_release(v);
+    TU_OK(ca_permute(m, 2, (int64_t[]){1, 0}, &v));
+    cr_assert_str_eq(ca_tensor_grad_fn_name(v), "PermuteBackward0");
+    tu_release_n((ca_tensor *[]){v, m, w, bias}, 4);
+}
+
 Test(linalg, linear_grad) {
     ca_tensor *w = tu_randn(CA_FLOAT64, TU_SHAPE(4, 3), true);
     ca_tensor *bias = tu_randn(CA_FLOAT64, TU_SHAPE(4), true);
@@ -410,7 +493,7 @@ Test(linalg, linear_grad) {
     tu_gradcheck(f_linear, 3, in, (void *)1, 1e-7, 1e-6);
     ca_tensor *y = NULL;
     TU_OK(ca_linear(x, wn, bias, &y));
-    cr_assert_str_eq(ca_tensor_grad_fn_name(y), "LinearBackward0");
+    cr_assert_str_eq(ca_tensor_grad_fn_name(y), "AddmmBackward0");
     ca_tensor_release(y);
     ca_tensor_release(x);
     ca_tensor_release(wn);

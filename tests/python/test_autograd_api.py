@@ -59,6 +59,15 @@ GRAD_FN_EXPRS = {
     "log_softmax": lambda L, a, b: L.nn.functional.log_softmax(a, 1),
     "view": lambda L, a, b: a.view(4),
     "permute": lambda L, a, b: a.permute(1, 0),
+    "t": lambda L, a, b: a.t(),
+    "transpose": lambda L, a, b: a.transpose(0, 1),
+    "T": lambda L, a, b: a.T,
+    "mT": lambda L, a, b: a.mT,
+    "linear": lambda L, a, b: L.nn.functional.linear(a, b, b[0]),
+    "linear_no_bias": lambda L, a, b: L.nn.functional.linear(a, b),
+    "linear_3d": lambda L, a, b: L.nn.functional.linear(a.unsqueeze(0), b, b[0]),
+    "linear_3d_no_bias": lambda L, a, b: L.nn.functional.linear(a.unsqueeze(0), b),
+    "nn_linear": lambda L, a, b: L.nn.Linear(2, 3)(a),
     "expand": lambda L, a, b: a[0:1].expand(3, 2),
     "select": lambda L, a, b: a[0],
     "cat": lambda L, a, b: L.cat([a, b], 0),
@@ -110,6 +119,34 @@ def test_grad_fn_names_scalar_forms_match_torch(name):
         x = L.tensor([0.5, 1.5], requires_grad=True)
         names.append(SCALAR_GRAD_FN[name](x).grad_fn.name())
     assert names[0] == names[1], f"cagrad {names[0]} vs torch {names[1]}"
+
+
+def _node_tree(fn, depth):
+    """(name, [children]) of a grad_fn down to depth (torch: next_functions; cagrad has
+    none, so this is for torch only)."""
+    if fn is None:
+        return None
+    kids = [] if depth == 0 else [_node_tree(f, depth - 1) for f, _ in fn.next_functions]
+    return (fn.name().replace("torch::autograd::", ""), kids)
+
+
+def test_linear_records_torchs_nodes():
+    """What torch 2.13 records for F.linear, which cagrad copies (its C test checks the
+    edges: linalg/linear_records_pytorchs_nodes): addmm or mm on t(weight)."""
+    w = torch.randn(3, 2, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    x = torch.randn(4, 2, requires_grad=True)
+    acc = ("AccumulateGrad", [])
+    t = ("TBackward0", [acc])
+    F = torch.nn.functional
+    assert _node_tree(F.linear(x, w, b).grad_fn, 2) == ("AddmmBackward0", [acc, acc, t])
+    assert _node_tree(F.linear(x, w).grad_fn, 2) == ("MmBackward0", [acc, t])
+    x3 = torch.randn(5, 4, 2, requires_grad=True)
+    view_x = ("ViewBackward0", [acc])
+    assert _node_tree(F.linear(x3, w, b).grad_fn, 3) == (
+        "ViewBackward0", [("AddmmBackward0", [acc, view_x, t])])
+    assert _node_tree(F.linear(x3, w).grad_fn, 3) == (
+        "UnsafeViewBackward0", [("MmBackward0", [view_x, t])])
 
 
 def test_grad_fn_examples():

@@ -152,9 +152,9 @@ def test_dynamic_true_one_capture_across_sizes():
     assert c["captures"] == 1 and c["cache_hits"] == 3, c
 
 
-def test_size_one_stays_static():
-    """Sizes 0 and 1 specialise (they change broadcasting): a batch of 1 gets its own graph,
-    and going back to the first batch size hits the first graph."""
+def test_size_one_then_back_hits():
+    """A batch of 4 then 1 marks the batch dim dynamic (PyTorch: 2 captures); going back to
+    4 hits."""
     params = make_params(ca)
     with ca.compiled_autograd.enable():
         for i, b in enumerate([4, 1, 4]):
@@ -162,6 +162,75 @@ def test_size_one_stays_static():
             assert_grads_match(params, torch_grads(b, 30 + i), f"batch {b}")
     c = counters()
     assert c["captures"] == 2 and c["cache_hits"] == 1, c
+
+
+def torch_captures(sizes):
+    """PyTorch's compiled-autograd captures for the MLP stepped over batch sizes, with
+    dynamic=False (sizes start static and turn dynamic on their first change, as in
+    cagrad). torch 2.13 gives [1, 2, 3] -> 2, [4, 1, 6, 1] -> 2, [1, 1, 2, 5, 1] -> 2."""
+    from torch._dynamo import compiled_autograd as tca
+    from torch._dynamo.utils import counters as tcounters
+
+    torch._dynamo.reset()
+    tca.reset()
+    tcounters.clear()
+    try:
+        for i, b in enumerate(sizes):
+            params = make_params(torch)
+            x, y = data(b, 40 + i)
+            loss = mlp_forward(torch, params, torch.tensor(x), torch.tensor(y))
+            with tca._enable(lambda gm: gm, dynamic=False):
+                loss.backward()
+        return tcounters["compiled_autograd"]["captures"]
+    finally:
+        tca.reset()
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("sizes", [[1, 2, 3], [4, 1, 6, 1], [1, 1, 2, 5, 1]])
+def test_first_change_marks_dynamic_like_torch(sizes):
+    """A size that changes is dynamic from its first change, 1 -> 2 and 4 -> 1 included:
+    the same capture count as PyTorch's compiled autograd, and torch's gradients at every
+    size, 1 included once the dim is dynamic."""
+    params = make_params(ca)
+    with ca.compiled_autograd.enable():
+        for i, b in enumerate(sizes):
+            step(params, b, seed=40 + i)
+            assert_grads_match(params, torch_grads(b, 40 + i), f"batch {b}")
+    c = counters()
+    assert c["captures"] == 2 and c["eager_fallbacks"] == 0, c
+    assert c["captures"] == torch_captures(sizes)
+
+
+def test_independent_dims_equal_at_capture_stay_independent_like_torch():
+    """x [B, T] is [2, 2] then [3, 3] (both dims dynamic, equal) then [4, 3] and [4, 5]:
+    B and T never meet in the backward graph, so neither change costs a capture. torch
+    2.13 (compiled_autograd, dynamic=False) gives 2 captures for the same sequence."""
+    from torch._dynamo import compiled_autograd as tca
+    from torch._dynamo.utils import counters as tcounters
+
+    shapes = [(2, 2), (3, 3), (4, 3), (4, 5)]
+    torch._dynamo.reset()
+    tca.reset()
+    tcounters.clear()
+    try:
+        for b, t in shapes:
+            x = torch.randn(b, t, requires_grad=True)
+            with tca._enable(lambda gm: gm, dynamic=False):
+                (x.sin() * 2).sum().backward()
+        torch_count = tcounters["compiled_autograd"]["captures"]
+    finally:
+        tca.reset()
+        torch._dynamo.reset()
+    with ca.compiled_autograd.enable():
+        for i, (b, t) in enumerate(shapes):
+            arr = np.random.default_rng(i).standard_normal((b, t)).astype(np.float32)
+            x = ca.tensor(arr, requires_grad=True)
+            (x.sin() * 2).sum().backward()
+            assert_close(x.grad, torch.tensor(np.cos(arr) * 2), **TOL_SUM["float32"])
+    c = counters()
+    assert c["captures"] == 2 == torch_count, (c, torch_count)
+    assert c["eager_fallbacks"] == 0, c
 
 
 def test_graph_breaks_one_backward_graph():
@@ -493,6 +562,8 @@ CHILD = textwrap.dedent(
         step(4); step(4); step(6); step(7)
     elif mode == "break":
         step(4, brk=True)
+    elif mode == "ones":
+        step(1); step(2); step(3); step(1); step(0); step(5)
     c = dict(torch.compiled_autograd.counters)
     print("COUNTERS", c["captures"], c["cache_hits"])
     """
@@ -543,6 +614,19 @@ def test_logs_verbose_miss_reasons():
     assert any(name == "MmBackward0" for name, _ in dyn), dyn
     assert "# sizes: s0=6" in err, "the dynamic graph names its size symbol"
     assert "4 -> 7" not in err, "batch 7 must hit the dynamic graph"
+
+
+def test_logs_verbose_first_change_and_zero():
+    """1 -> 2 makes the slots dynamic ('now dynamic'); 3 and 1 hit; 0 misses, on slots that
+    are dynamic already ('dynamic; 0 specialises'); 5 hits the symbolic graph."""
+    out, err = run_child("compiled_autograd_verbose", "ones")
+    assert "COUNTERS 3 3" in out, out
+    assert re.search(r"sizes\[\d+\]: \w+ \(NodeCall \d+\) .*: 1 -> 2 \(now dynamic\)\n", err), err
+    assert re.search(r"sizes\[\d+\]: \w+ \(NodeCall \d+\) .*: 2 -> 0 "
+                     r"\(dynamic; 0 specialises\)\n", err), err
+    assert "stays static" not in err
+    for hit in ("2 -> 3", "-> 1 ", "-> 5 "):
+        assert hit not in err, f"{hit!r} must hit"
 
 
 def test_logs_graph_break_aot_prefixes():
