@@ -24,6 +24,9 @@ typedef struct {
     int *cap_nrs; /* which output of cap_nodes[i] (custom functions have several) */
     ca_tensor **cap_grads;
     const int *root_nrs; /* which output of each root node its seed enters */
+    /* a nested backward: the outer run's pending gradients, set aside */
+    struct stashed_grad_s *stash;
+    int n_stash, cap_stash;
 } engine_run;
 
 /* ---------------------------------------------------------------------------------------
@@ -232,6 +235,39 @@ static ca_status run_node(engine_run *r, ca_node *n) {
 /* ---------------------------------------------------------------------------------------
  * Driving a backward
  */
+/* A backward started from inside another (a custom Function's backward that runs one, as
+ * checkpointing does) may walk nodes the outer one holds gradients for: the leaves' shared
+ * AccumulateGrad nodes. Their pending gradients are set aside for the inner run and put
+ * back after it. */
+static _Thread_local int engine_depth;
+
+typedef struct stashed_grad_s {
+    ca_node *n;
+    int k;
+    ca_tensor *g;
+} stashed_grad;
+
+static ca_status stash_outer_grads(engine_run *r) {
+    for (int i = 0; i < r->walk->nodes.n; i++) {
+        ca_node *n = r->walk->nodes.v[i];
+        for (int k = 0; k < n->n_out; k++) {
+            if (!*node_buf(n, k))
+                continue;
+            if (!mem_grow((void **)&r->stash, &r->cap_stash, r->n_stash + 1, sizeof(stashed_grad)))
+                return err_nomem("a nested backward's bookkeeping");
+            r->stash[r->n_stash++] = (stashed_grad){n, k, *node_buf(n, k)};
+            *node_buf(n, k) = NULL;
+        }
+    }
+    return CA_OK;
+}
+
+static void restore_outer_grads(engine_run *r) {
+    for (int i = 0; i < r->n_stash; i++)
+        *node_buf(r->stash[i].n, r->stash[i].k) = r->stash[i].g;
+    cai_mem_free(r->stash);
+}
+
 static void run_cleanup(engine_run *r) {
     for (int i = 0; i < r->walk->nodes.n; i++) {
         ca_node *n = r->walk->nodes.v[i];
@@ -250,6 +286,9 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     r->walk = cai_compiled_active() ? cai_compiled_walk() : &r->own_walk;
     ca_status st = cai_walk_graph(r->walk, roots, n_roots);
     bool ran = false;
+    if (st == CA_OK && engine_depth > 0)
+        st = stash_outer_grads(r);
+    engine_depth++;
     if (st == CA_OK) {
         cai_walk_mark_needed(r->walk, r->mode == RUN_CAPTURE || r->n_cap > 0, r->cap_nodes,
                              r->n_cap);
@@ -272,7 +311,9 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     for (int i = 0; i < r->walk->order.n && st == CA_OK && !ran; i++)
         if (r->walk->order.v[i]->needed)
             st = run_node(r, r->walk->order.v[i]);
+    engine_depth--;
     run_cleanup(r);
+    restore_outer_grads(r);
     return st;
 }
 

@@ -108,6 +108,18 @@ void ca_manual_seed(uint64_t seed) {
     rng_offset = 0;
 }
 
+void ca_rng_get_state(uint64_t *seed, uint64_t *offset) {
+    if (seed)
+        *seed = rng_seed;
+    if (offset)
+        *offset = rng_offset;
+}
+
+void ca_rng_set_state(uint64_t seed, uint64_t offset) {
+    rng_seed = seed;
+    rng_offset = offset;
+}
+
 void cai_random_next(uint64_t *seed, uint64_t **offset) {
     *seed = rng_seed;
     *offset = &rng_offset;

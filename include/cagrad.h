@@ -207,6 +207,10 @@ const char *ca_blas_core(void);
 /* Seed the generator behind ca_randn, ca_rand and ca_dropout: one generator for the
  * process. Thread-safe: no; a random call (see Threads). */
 void ca_manual_seed(uint64_t seed);
+/* The random generator's whole state (seed and how far it has advanced), to replay the
+ * same random numbers later (torch.get_rng_state / set_rng_state; checkpointing uses it). */
+void ca_rng_get_state(uint64_t *seed, uint64_t *offset);
+void ca_rng_set_state(uint64_t seed, uint64_t offset);
 
 /* ---------------------------------------------------------------------------------------
  * Tensors

@@ -11,7 +11,8 @@ from ._dtype import (Size, channels_last, channels_last_3d, contiguous_format, d
                      float32, float64, int64, layout, memory_format, preserve_format, strided)
 from ._tensor import Tensor
 from ._creation import (arange, as_tensor, empty, empty_like, from_dlpack, from_numpy, full,
-                        full_like, get_default_dtype, get_num_threads, manual_seed, ones,
+                        full_like, get_default_dtype, get_num_threads, get_rng_state,
+                        manual_seed, ones, set_rng_state,
                         ones_like, rand, rand_like, randn, randn_like, set_default_dtype,
                         set_num_threads, tensor, zeros, zeros_like)
 from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
@@ -29,7 +30,7 @@ from ._ops import PY_TORCH as _PY_TORCH
 from ._ops import namespace as _namespace
 from ._graph_break import graph_break
 from ._explain import ExplainOutput, explain
-from . import autograd, compiled_autograd, memory, nn, optim
+from . import autograd, compiled_autograd, memory, nn, optim, utils
 
 # the ops of the C registry that PyTorch has as torch.<name> (relu, tanh, ...)
 globals().update(_namespace(_PY_TORCH))

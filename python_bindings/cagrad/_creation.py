@@ -37,6 +37,22 @@ def manual_seed(seed):
     _C.manual_seed(operator.index(seed) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
+def get_rng_state():
+    """The generator's state as an int64 tensor [seed, offset] (torch returns a uint8
+    tensor; the values differ, the use is the same: hand it to set_rng_state)."""
+    seed, offset = _C.rng_get_state()
+    return tensor(np.array([seed, offset], dtype=np.uint64).view(np.int64))
+
+
+def set_rng_state(new_state):
+    """Restore a state get_rng_state() returned."""
+    arr = np.asarray(new_state)
+    if arr.shape != (2,) or arr.dtype != np.int64:
+        raise TypeError("set_rng_state() takes the int64 tensor get_rng_state() returned")
+    seed, offset = arr.view(np.uint64)
+    _C.rng_set_state(int(seed), int(offset))
+
+
 set_num_threads = _C.set_num_threads
 get_num_threads = _C.get_num_threads
 

@@ -27,6 +27,20 @@ static PyObject *py_set_tensor_class(PyObject *module, PyObject *cls) {
 
 /* manual_seed(seed): any int in [-2**63, 2**64); negative ones wrap modulo 2**64, as in
  * PyTorch. */
+static PyObject *py_rng_get_state(PyObject *module, PyObject *unused) {
+    uint64_t seed, offset;
+    GLUE_CALL_QUICK(ca_rng_get_state(&seed, &offset));
+    return Py_BuildValue("(KK)", (unsigned long long)seed, (unsigned long long)offset);
+}
+
+static PyObject *py_rng_set_state(PyObject *module, PyObject *args) {
+    unsigned long long seed, offset;
+    if (!PyArg_ParseTuple(args, "KK:rng_set_state", &seed, &offset))
+        return NULL;
+    GLUE_CALL_QUICK(ca_rng_set_state(seed, offset));
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_manual_seed(PyObject *module, PyObject *arg) {
     PyObject *index = PyNumber_Index(arg);
     if (!index)
@@ -96,6 +110,8 @@ static PyMethodDef module_methods[] = {
     {"_set_tensor_class", py_set_tensor_class, METH_O,
      "_set_tensor_class(cls): the class (a TensorBase subclass) that ops return"},
     {"manual_seed", py_manual_seed, METH_O, "manual_seed(seed): seed randn, rand and dropout"},
+    {"rng_get_state", py_rng_get_state, METH_NOARGS, "rng_get_state() -> (seed, offset)"},
+    {"rng_set_state", py_rng_set_state, METH_VARARGS, "rng_set_state(seed, offset)"},
     {"set_num_threads", py_set_num_threads, METH_O, "set_num_threads(n): threads for kernels"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> int"},
     {"blas_info", py_blas_info, METH_NOARGS,
