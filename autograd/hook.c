@@ -268,7 +268,8 @@ ca_status cai_hook_run_node_post(ca_hook *list, int n_in, ca_tensor **gin, int n
         return err_set(CA_STATUS_INVALID, "node hooks on %s: more than %d inputs", cai_node_name(n),
                        HOOK_MAX_GRADS);
     for (ca_hook *h = list; h; h = h->next) {
-        memcpy(before, gin, sizeof(ca_tensor *) * (size_t)n_in);
+        if (n_in > 0) /* AccumulateGrad has no inputs (gin NULL) */
+            memcpy(before, gin, sizeof(ca_tensor *) * (size_t)n_in);
         uint64_t gen = cai_err_generation();
         ca_status st = h->node_post(n_in, gin, n_out, gout, h->ctx);
         if (st == CA_OK)
