@@ -29,6 +29,9 @@ typedef struct {
     int n_reads;
     trace_callout *callouts; /* its call-outs, by number */
     int n_callouts;
+    /* per lifted leaf: its accumulate_grad reads a call-out result nothing else reads, so
+     * a result no one else holds may become .grad itself (as eager steals it) */
+    uint8_t *steal;
     graph_plan *plan;
     void *arena;
     size_t arena_cap;
@@ -181,6 +184,7 @@ static void compiled_free(void *p) {
     cai_graph_free(cg->g);
     cai_mem_free(cg->reads);
     cai_mem_free(cg->callouts);
+    cai_mem_free(cg->steal);
     cai_mem_data_free(cg->arena);
     cai_mem_free(cg->sym_values);
     cai_mem_free(cg->inputs);
@@ -200,6 +204,32 @@ static ca_status compiled_alloc(const key_collect *k, const cache_entry *e, comp
         return err_nomem("a compiled backward");
     }
     *out = cg;
+    return CA_OK;
+}
+
+/* Mark the leaves whose accumulate_grad is the only reader of a call-out's result. */
+static ca_status find_steals(compiled_graph *cg) {
+    int n = cai_graph_count(cg->g);
+    int *readers = cai_mem_calloc((size_t)n + 1, sizeof(int));
+    cg->steal = cai_mem_calloc((size_t)cg->n_inputs + 1, 1);
+    if (!readers || !cg->steal) {
+        cai_mem_free(readers);
+        return err_nomem("a compiled backward");
+    }
+    for (graph_val v = 0; v < n; v++) {
+        const graph_node *x = cai_graph_node_at(cg->g, v);
+        for (int k = 0; !x->dead && k < x->a.n_in; k++)
+            readers[x->a.in[k]]++;
+    }
+    for (graph_val v = 0; v < n; v++) {
+        const graph_node *x = cai_graph_node_at(cg->g, v);
+        if (x->dead || x->a.op != GOP_ACCUMULATE)
+            continue;
+        const graph_node *in = cai_graph_node_at(cg->g, x->a.in[0]);
+        if (in->a.op == GOP_CALLOUT_RESULT && readers[x->a.in[0]] == 1 && x->a.i[0] < cg->n_inputs)
+            cg->steal[x->a.i[0]] = 1;
+    }
+    cai_mem_free(readers);
     return CA_OK;
 }
 
@@ -241,7 +271,7 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     }
     e->compiled = cg;
     e->free_compiled = compiled_free;
-    return CA_OK;
+    return find_steals(cg);
 }
 
 /* Which of e's symbolic slots the graph needs equal: a trace with a symbol per slot, in
@@ -324,6 +354,7 @@ static ca_status compile_symbols(const compiled_call *c, cache_entry *e, bool *u
  */
 typedef struct {
     const compiled_call *c;
+    const compiled_graph *cg;
     callout_state co; /* call-outs, and what the run still reads (hook replacements) */
     ca_status st;
 } run_ctx;
@@ -375,7 +406,13 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
     case GOP_CALLOUT_ARG: return cai_callout_arg(&r->co, n, in);
     case GOP_CALLOUT: return cai_callout_call(&r->co, n);
     case GOP_CALLOUT_RESULT: return cai_callout_result(&r->co, n, repl);
-    case GOP_ACCUMULATE: return grad_add_view(compiled_autograd.key.lifted[n->a.i[0]].t, in);
+    case GOP_ACCUMULATE: {
+        ca_tensor *leaf = compiled_autograd.key.lifted[n->a.i[0]].t;
+        if (!leaf->grad && r->cg->steal[n->a.i[0]] &&
+            (leaf->grad = cai_callout_take(&r->co, in)) != NULL)
+            return CA_OK; /* the call-out's result, which no one else holds, is .grad */
+        return grad_add_view(leaf, in);
+    }
     case GOP_POST_HOOK: {
         ca_hook one = *compiled_autograd.key.hooks[n->a.i[1]].hook;
         one.next = NULL;
@@ -448,7 +485,8 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
             return err_nomem("a compiled backward's arena");
         cg->arena_cap = bytes;
     }
-    run_ctx r = {.c = c, .co = {.k = &compiled_autograd.key, .table = cg->callouts}, .st = CA_OK};
+    run_ctx r = {
+        .c = c, .cg = cg, .co = {.k = &compiled_autograd.key, .table = cg->callouts}, .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
     int rc = cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     cai_callout_end(&r.co);

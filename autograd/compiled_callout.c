@@ -121,6 +121,23 @@ ca_status cai_callout_result(callout_state *s, const graph_node *x, graph_view *
     return CA_OK;
 }
 
+ca_tensor *cai_callout_take(callout_state *s, const graph_view *v) {
+    ca_tensor *t = NULL;
+    int64_t held = 0;
+    for (int i = 0; i < s->n_keep; i++)
+        if (cai_tensor_ptr(s->keep[i]) == v->data && (!t || s->keep[i] == t)) {
+            t = s->keep[i];
+            held++;
+        }
+    for (int i = 0; t && i < s->n_res; i++)
+        held += s->res[i] == t;
+    if (!t || t->refcnt != held || t->storage->refcnt != 1 || t->storage->external ||
+        !ca_tensor_is_contiguous(t) || kdt(t->dtype) != v->dtype || t->ndim != v->ndim ||
+        memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
+        return NULL;
+    return ca_tensor_retain(t);
+}
+
 void cai_callout_end(callout_state *s) {
     staged_clear(s);
     for (int i = 0; i < s->n_keep; i++)

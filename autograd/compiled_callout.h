@@ -28,6 +28,9 @@ ca_status cai_callout_call(callout_state *s, const graph_node *x);
 /* The result's view: memory kept alive until cai_callout_end. */
 ca_status cai_callout_result(callout_state *s, const graph_node *x, graph_view *out);
 void cai_callout_end(callout_state *s);
+/* The result tensor behind view v, as a new reference, when only this state holds it (no
+ * one else can see it change); else NULL. */
+ca_tensor *cai_callout_take(callout_state *s, const graph_view *v);
 
 /* Graph views of tensors and back (compiled.c uses them too). */
 void cai_view_of(const ca_tensor *t, graph_view *v);

@@ -427,3 +427,32 @@ def test_compiled_log_shows_the_call_out(tmp_path):
     cagrad.compiled_autograd.write_graph(path)
     dot = path.read_text()
     assert "callout (opaque)" in dot and "ExpBackward (NodeCall" in dot
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_returned_gradient_becomes_grad_without_a_copy(compiled):
+    """A gradient the backward returns and no one else holds becomes the leaf's .grad
+    itself, eager and compiled (no copy of a weight-sized gradient)."""
+    seen = {}
+
+    class Scale(cagrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            out = g * 3
+            seen["ptr"] = out.data_ptr()
+            return out
+
+    x = cagrad.randn(64, 32, requires_grad=True)
+    for _ in range(2):  # a capture, then a hit
+        x.grad = None
+        with compiled_ctx(compiled):
+            Scale.apply(x).sum().backward()
+        assert x.grad.data_ptr() == seen["ptr"]
+        np.testing.assert_allclose(x.grad.numpy(), np.full((64, 32), 3.0))
+    with compiled_ctx(compiled):  # accumulating onto a .grad that is there adds
+        Scale.apply(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full((64, 32), 6.0))
