@@ -1,4 +1,5 @@
-"""The six benchmark workloads of issue 5, written once against PyTorch's API.
+"""The benchmark workloads (six from issue 5, a custom-Function MLP from issue 13),
+written once against PyTorch's API.
 
 Each factory receives the library module ``L`` (``cagrad`` or ``torch``) and builds the
 same model with it, so `import cagrad as torch` code is what is measured. Weights and data
