@@ -8,6 +8,7 @@ Mirrors torch._dynamo.compiled_autograd. CAGRAD_LOGS=compiled_autograd (or
 compiled_autograd_verbose) is read by the C engine each time enable() is entered.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -30,8 +31,9 @@ def _open():
     return stack
 
 
-class _Level:
-    """One level of the C library's enable stack, as a context manager (enable / disable)."""
+class _Level(contextlib.ContextDecorator):
+    """One level of the C library's enable stack, as a context manager (enable / disable);
+    also a decorator, as contextlib's managers are."""
 
     def __init__(self, dynamic, cache_size_limit, off):
         self._args = (bool(dynamic), cache_size_limit, bool(off))

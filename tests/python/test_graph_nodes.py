@@ -227,3 +227,17 @@ def test_compiled_disable_inside_enable_and_out_of_order_exit():
         outer.__exit__(None, None, None)
     inner.__exit__(None, None, None)
     assert cagrad._C.compiled_autograd_depth() == 0
+
+
+def test_enable_works_as_a_decorator():
+    x = cagrad.randn(3, requires_grad=True)
+
+    @cagrad.compiled_autograd.enable()
+    def step():
+        (x * 2).sum().backward()
+
+    step()
+    step()
+    assert cagrad.compiled_autograd.counters["captures"] == 1
+    assert cagrad.compiled_autograd.counters["cache_hits"] == 1
+    assert cagrad._C.compiled_autograd_depth() == 0
