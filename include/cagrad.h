@@ -71,8 +71,9 @@
  *   - backward calls: ca_backward, ca_backward_ex, ca_grad, every ca_compiled_autograd_*
  *     call and ca_graph_write_dot, one at a time in the process, even on distinct graphs.
  *     Compiled autograd, once enabled, applies to every thread's backward.
- *   - random calls: ca_manual_seed, ca_randn, ca_rand, and ca_dropout when it drops
- *     (training and p > 0), one at a time: they share one generator.
+ *   - random calls: ca_manual_seed, ca_rng_get_state, ca_rng_set_state, ca_randn, ca_rand,
+ *     and ca_dropout when it drops (training and p > 0), one at a time: they share one
+ *     generator.
  *   - ca_set_allocator, while no other thread is inside cagrad.
  *   - ca_set_num_threads, one call at a time.
  * Hooks, ctx_free functions, blob deleters and the op observer run on the thread whose
@@ -208,7 +209,8 @@ const char *ca_blas_core(void);
  * process. Thread-safe: no; a random call (see Threads). */
 void ca_manual_seed(uint64_t seed);
 /* The random generator's whole state (seed and how far it has advanced), to replay the
- * same random numbers later (torch.get_rng_state / set_rng_state; checkpointing uses it). */
+ * same random numbers later (torch.get_rng_state / set_rng_state; checkpointing uses it).
+ * Thread-safe: no; random calls (see Threads). */
 void ca_rng_get_state(uint64_t *seed, uint64_t *offset);
 void ca_rng_set_state(uint64_t seed, uint64_t offset);
 
