@@ -275,6 +275,7 @@ static void run_cleanup(engine_run *r) {
             ca_tensor_release(*node_buf(n, k));
             *node_buf(n, k) = NULL;
         }
+        cai_saved_drop_unpacked(n);
     }
     cai_walk_free(&r->own_walk);
 }
@@ -288,6 +289,8 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     bool ran = false;
     if (st == CA_OK && engine_depth > 0)
         st = stash_outer_grads(r);
+    for (int i = 0; i < r->walk->nodes.n && st == CA_OK; i++) /* saved-tensor hooks */
+        st = cai_saved_unpack(r->walk->nodes.v[i]);
     engine_depth++;
     if (st == CA_OK) {
         cai_walk_mark_needed(r->walk, r->mode == RUN_CAPTURE || r->n_cap > 0, r->cap_nodes,

@@ -216,11 +216,28 @@ typedef struct {
     const char *name;
 } ca_custom;
 
+typedef struct cai_saved_hooks cai_saved_hooks;
+
 typedef struct {
     ca_tensor *t;     /* a detached alias (no grad_fn, so no reference cycle) */
     uint64_t version; /* storage version when saved */
     int field;        /* index into the op row's fields, for error messages */
+    /* Packed by saved-tensor hooks (saved_hooks.c): t is NULL but while a backward runs,
+     * when it holds what the unpack hook gave back. */
+    void *packed;
+    cai_saved_hooks *hooks; /* strong */
+    ca_meta meta;           /* what the unpack hook must give back */
 } ca_saved;
+
+/* Saved-tensor hooks (saved_hooks.c). */
+/* Pack s->t through this thread's innermost hooks, if any (s->t is then released). */
+ca_status cai_saved_pack(ca_saved *s);
+/* Unpack every packed saved tensor of n into s->t (at the start of a backward), and drop
+ * them again (at its end: the next backward unpacks afresh, as PyTorch does). */
+ca_status cai_saved_unpack(ca_node *n);
+void cai_saved_drop_unpacked(ca_node *n);
+/* Free s's packed value and hooks. */
+void cai_saved_free_packed(ca_saved *s);
 
 #define CA_MAX_SAVED 4
 

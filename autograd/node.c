@@ -18,6 +18,7 @@ void cai_node_release_saved(ca_node *n) {
     for (int i = 0; i < n->n_saved; i++) {
         ca_tensor_release(n->saved[i].t);
         n->saved[i].t = NULL;
+        cai_saved_free_packed(&n->saved[i]);
     }
     n->released = true;
 }
@@ -116,7 +117,7 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
             "they were freed): %s's saved '%s' was freed by an earlier backward. Pass "
             "retain_graph=true to the first backward if you need to backward twice.",
             row->node_name, field);
-    if (s->t && s->t->storage->version != s->version) {
+    if (s->t && !s->hooks && s->t->storage->version != s->version) {
         char d[128];
         return err_set(
             CA_STATUS_AUTOGRAD,

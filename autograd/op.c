@@ -44,6 +44,7 @@ static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const 
             continue;
         CA_CHECK(cai_tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, &s->t));
         s->version = t->storage->version;
+        CA_CHECK(cai_saved_pack(s));
     }
     return CA_OK;
 }

@@ -431,6 +431,26 @@ ca_status ca_node_register_post_hook(ca_node *n, ca_node_post_hook_fn fn, void *
 ca_status ca_node_remove_hook(ca_node *n, ca_hook_handle handle);
 
 /* ---------------------------------------------------------------------------------------
+ * Saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks)
+ *
+ * While pushed (per thread, innermost first), every tensor an op saves for backward is
+ * handed to pack, which stores in *packed whatever it likes (a copy, an offloaded buffer,
+ * the tensor itself as a new reference); the node keeps that instead of the tensor. Each
+ * backward that needs it calls unpack(packed, &out), which must give back a new reference
+ * of the saved tensor's shape and dtype. free_packed (may be NULL) runs when the node lets
+ * go of packed (after a backward without retain_graph, or when the node is freed); ctx_free
+ * when the last node packed by these hooks is gone and they were popped. The version check
+ * of saved tensors changed in place is skipped for packed ones: the hooks own them.
+ * Errors (push): CA_STATUS_INVALID (pack or unpack NULL), CA_STATUS_NOMEM; (pop): nothing
+ * pushed. Thread-safe: per thread. */
+typedef ca_status (*ca_pack_hook_fn)(ca_tensor *t, void **packed, void *ctx);
+typedef ca_status (*ca_unpack_hook_fn)(void *packed, ca_tensor **out, void *ctx);
+ca_status ca_saved_tensors_hooks_push(ca_pack_hook_fn pack, ca_unpack_hook_fn unpack,
+                                      ca_ctx_free_fn free_packed, void *ctx,
+                                      ca_ctx_free_fn ctx_free);
+ca_status ca_saved_tensors_hooks_pop(void);
+
+/* ---------------------------------------------------------------------------------------
  * Custom functions: a node whose backward is your callback (torch.autograd.Function is
  * built on it).
  *

@@ -132,6 +132,9 @@ static void glue_python_message(const char *msg, char *out, size_t size) {
 }
 
 PyObject *glue_raise(ca_status status) {
+    /* a Python callback (a saved-tensor pack hook during an op) failed: its own exception */
+    if (status == CA_STATUS_HOOK && glue_hook_reraise())
+        return NULL;
     PyObject *type = PyExc_RuntimeError;
     if (status == CA_STATUS_DIM || status == CA_STATUS_INDEX)
         type = PyExc_IndexError;

@@ -289,12 +289,79 @@ static PyObject *py_grad_accumulator(PyObject *module, PyObject *const *args, Py
     return o;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Saved-tensor hooks: ctx is the tuple (pack, unpack); packed values are Python objects.
+ */
+static ca_status pack_trampoline(ca_tensor *t, void **packed, void *ctx) {
+    if (!glue_python_alive())
+        return glue_python_gone();
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *arg = glue_wrap(ca_tensor_retain(t));
+    PyObject *res = arg ? PyObject_CallOneArg(PyTuple_GET_ITEM((PyObject *)ctx, 0), arg) : NULL;
+    Py_XDECREF(arg);
+    *packed = res; /* the node owns it now (free_packed drops it) */
+    ca_status st = PyErr_Occurred() ? glue_hook_store() : CA_OK;
+    PyGILState_Release(gil);
+    return st;
+}
+
+static ca_status unpack_trampoline(void *packed, ca_tensor **out, void *ctx) {
+    if (!glue_python_alive())
+        return glue_python_gone();
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *res = PyObject_CallOneArg(PyTuple_GET_ITEM((PyObject *)ctx, 1), (PyObject *)packed);
+    if (res && !glue_tensor_check(res))
+        PyErr_Format(PyExc_TypeError, "an unpack hook must return a Tensor, not %.100s",
+                     Py_TYPE(res)->tp_name);
+    else if (res)
+        *out = ca_tensor_retain(glue_tensor_unwrap(res));
+    Py_XDECREF(res);
+    ca_status st = PyErr_Occurred() ? glue_hook_store() : CA_OK;
+    PyGILState_Release(gil);
+    return st;
+}
+
+/* saved_tensors_hooks_push(pack, unpack) / saved_tensors_hooks_pop() */
+static PyObject *py_saved_tensors_hooks_push(PyObject *module, PyObject *const *args,
+                                             Py_ssize_t nargs, PyObject *kwnames) {
+    glue_args p;
+    if (glue_parse("saved_tensors_hooks_push", "pack:o unpack:o", args, nargs, kwnames, &p) < 0)
+        return NULL;
+    if (!PyCallable_Check(p.a[0].o) || !PyCallable_Check(p.a[1].o)) {
+        PyErr_SetString(PyExc_TypeError, "saved_tensors_hooks: pack_hook and unpack_hook must "
+                                         "be callable");
+        return NULL;
+    }
+    PyObject *ctx = PyTuple_Pack(2, p.a[0].o, p.a[1].o);
+    if (!ctx)
+        return NULL;
+    ca_status st;
+    GLUE_CALL_QUICK(st = ca_saved_tensors_hooks_push(pack_trampoline, unpack_trampoline,
+                                                     glue_ctx_decref, ctx, glue_ctx_decref));
+    if (st) {
+        Py_DECREF(ctx);
+        return glue_raise(st);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_saved_tensors_hooks_pop(PyObject *module, PyObject *const *args,
+                                            Py_ssize_t nargs, PyObject *kwnames) {
+    ca_status st;
+    GLUE_CALL_QUICK(st = ca_saved_tensors_hooks_pop());
+    if (st)
+        return glue_raise(st);
+    Py_RETURN_NONE;
+}
+
 #define FASTCALL(name, doc)                                                                        \
     { #name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL | METH_KEYWORDS, doc }
 
 PyMethodDef glue_node_methods[] = {
     FASTCALL(grad_fn_node, "grad_fn_node(t) -> NodeBase or None"),
     FASTCALL(grad_accumulator, "grad_accumulator(t) -> NodeBase (leaves that require grad)"),
+    FASTCALL(saved_tensors_hooks_push, "saved_tensors_hooks_push(pack, unpack)"),
+    FASTCALL(saved_tensors_hooks_pop, "saved_tensors_hooks_pop()"),
     {NULL, NULL, 0, NULL},
 };
 

@@ -241,3 +241,68 @@ def test_enable_works_as_a_decorator():
     assert cagrad.compiled_autograd.counters["captures"] == 1
     assert cagrad.compiled_autograd.counters["cache_hits"] == 1
     assert cagrad._C.compiled_autograd_depth() == 0
+
+
+def saved_hooks_run(L, compiled, scale):
+    x = L.tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    w = L.tensor(np.full((3, 2), 0.5), requires_grad=True)
+    log = []
+
+    def pack(t):
+        log.append(("pack", tuple(t.shape)))
+        return t * scale  # a hook that changes what backward sees
+
+    def unpack(p):
+        log.append(("unpack", tuple(p.shape)))
+        return p
+
+    with L.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = (x.matmul(w).tanh() * x.sum()).sum()
+    with compiled_ctx(compiled and L is cagrad):
+        y.backward(retain_graph=True)
+        y.backward()
+    return x.grad, w.grad, sorted(log)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("scale", [1.0, 2.0])
+def test_saved_tensors_hooks_match_torch(scale, compiled):
+    got = saved_hooks_run(cagrad, compiled, scale)
+    ref = saved_hooks_run(torch, False, scale)
+    assert_close(got[0], ref[0].double() if got[0].dtype == cagrad.float64 else ref[0])
+    assert_close(got[1], ref[1].double() if got[1].dtype == cagrad.float64 else ref[1])
+    assert got[2] == ref[2]
+
+
+def test_saved_tensors_hooks_on_custom_functions_and_errors():
+    log = []
+    with cagrad.autograd.graph.saved_tensors_hooks(lambda t: log.append("pack") or t,
+                                                   lambda t: log.append("unpack") or t):
+        x = cagrad.randn(3, requires_grad=True)
+        y = TWICE[cagrad].apply(x)
+
+        class Save(cagrad.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                ctx.save_for_backward(a)
+                return a * 3
+
+            @staticmethod
+            def backward(ctx, g):
+                (a,) = ctx.saved_tensors
+                return g * 3
+
+        z = Save.apply(y)
+    z.sum().backward()
+    assert log == ["pack", "unpack"]
+    with cagrad.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t[:1]):
+        bad = (x * x).sum()
+    with pytest.raises(RuntimeError, match="unpack hook gave back"):
+        bad.backward()
+
+    def boom(t):
+        raise KeyError("pack failed")
+
+    with cagrad.autograd.graph.saved_tensors_hooks(boom, lambda t: t):
+        with pytest.raises(KeyError, match="pack failed"):
+            x * x

@@ -26,7 +26,7 @@ import weakref
 
 from .. import _C
 from .._grad_mode import no_grad
-from .graph import Node, _HookMixin
+from .graph import Node, _HookMixin, current_saved_tensors_hooks
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
            "InplaceFunction", "NestedIOFunction"]
@@ -70,6 +70,19 @@ class _Saved:
                 f"instead. Hint: the tensor was saved with ctx.save_for_backward(); change a "
                 f"clone of it instead.")
         return t
+
+
+class _Packed:
+    """A tensor saved through saved_tensors_hooks: what pack gave, and its unpack."""
+
+    __slots__ = ("packed", "unpack_hook")
+
+    def __init__(self, tensor, hooks):
+        pack_hook, self.unpack_hook = hooks
+        self.packed = pack_hook(tensor)
+
+    def unpack(self):
+        return self.unpack_hook(self.packed)
 
 
 class FunctionCtx:
@@ -280,9 +293,12 @@ def _save(ctx, inputs, outputs):
     if to_save is None:
         return
     saved = []
+    hooks = current_saved_tensors_hooks()
     for t in to_save:
         if t is None:
             saved.append(None)
+        elif hooks is not None:
+            saved.append(_Packed(t, hooks))
         elif any(t is o for o in outputs) and not any(t is a for a in inputs):
             k = next(i for i, o in enumerate(outputs) if o is t)
             saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}"))

@@ -9,6 +9,7 @@ are. A custom Function's node is its ctx object (function.BackwardCFunction).
 """
 
 import abc
+import threading
 import weakref
 
 from .. import _C
@@ -206,18 +207,48 @@ def grad_accumulator_of(t):
     return node_object(_C.grad_accumulator(t))
 
 
-# ------------------------------------------------------------------ not built yet
+# ------------------------------------------------------------------ saved-tensor hooks
+_hooks_local = threading.local()  # .stack: this thread's (pack, unpack), innermost last
+
+
+def _hooks_stack():
+    stack = getattr(_hooks_local, "stack", None)
+    if stack is None:
+        stack = _hooks_local.stack = []
+    return stack
+
+
+def current_saved_tensors_hooks():
+    """The innermost (pack, unpack) pushed on this thread, or None (custom Functions use
+    it for ctx.save_for_backward, as the C library does for built-in ops)."""
+    stack = _hooks_stack()
+    return stack[-1] if stack else None
+
+
 class saved_tensors_hooks:
-    """Not supported yet: cagrad keeps saved tensors itself."""
+    """Within the block, every tensor saved for backward goes through pack_hook(tensor) ->
+    any object, and backward gets it back through unpack_hook(object) -> tensor (of the
+    same shape and dtype), as torch.autograd.graph.saved_tensors_hooks."""
 
     def __init__(self, pack_hook, unpack_hook):
-        raise NotImplementedError("cagrad does not support saved_tensors_hooks yet")
+        self.pack_hook = pack_hook
+        self.unpack_hook = unpack_hook
+
+    def __enter__(self):
+        _C.saved_tensors_hooks_push(self.pack_hook, self.unpack_hook)
+        _hooks_stack().append((self.pack_hook, self.unpack_hook))
+        return self
+
+    def __exit__(self, *exc):
+        _hooks_stack().pop()
+        _C.saved_tensors_hooks_pop()
+        return False
 
 
 class save_on_cpu(saved_tensors_hooks):
     def __init__(self, pin_memory=False, device_type="cuda"):
-        raise NotImplementedError("cagrad does not support save_on_cpu (it runs on the CPU "
-                                  "only)")
+        # cagrad's tensors live on the CPU already: keep them as they are
+        super().__init__(lambda t: t, lambda t: t)
 
 
 def disable_saved_tensors_hooks(error_message):
