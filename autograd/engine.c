@@ -150,6 +150,18 @@ static ca_status retain_grad(ca_tensor *t, ca_tensor *g) {
     return accumulate_grad(t, g);
 }
 
+/* Output k's gradient *g through the tensor hooks `hooks` (those of output k), into
+ * retain_grad, and into autograd.grad's captures: the steps every node's outputs take
+ * before its node pre-hooks and its rule. */
+static ca_status output_grad(engine_run *r, ca_node *n, int k, ca_hook *hooks, ca_tensor **g) {
+    ca_status st = cai_hook_run_pre_output(hooks, k, g, node_out_meta(n, k), cai_node_name(n));
+    if (st == CA_OK && r->mode == RUN_ACCUMULATE && node_retained(n, k))
+        st = retain_grad(node_retained(n, k), *g);
+    if (st == CA_OK && r->mode == RUN_CAPTURE)
+        capture(r, n, k, *g);
+    return st;
+}
+
 /* A custom function's node: each output's gradient through its hooks and retain_grad,
  * then the user's backward on all of them at once. */
 static ca_status run_custom(engine_run *r, ca_node *n) {
@@ -167,12 +179,7 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
         if (!grads[k] || st != CA_OK)
             continue;
         any = true;
-        st = cai_hook_run_pre_output(n->pre_hooks, k, &grads[k], node_out_meta(n, k),
-                                     cai_node_name(n));
-        if (st == CA_OK && r->mode == RUN_ACCUMULATE && node_retained(n, k))
-            st = retain_grad(node_retained(n, k), grads[k]);
-        if (st == CA_OK && r->mode == RUN_CAPTURE)
-            capture(r, n, k, grads[k]);
+        st = output_grad(r, n, k, n->pre_hooks, &grads[k]);
     }
     if (st == CA_OK && any && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, n->n_out, grads, n);
@@ -207,11 +214,7 @@ static ca_status run_node(engine_run *r, ca_node *n) {
         return CA_OK;
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     ca_hook *hooks = is_acc ? (n->leaf ? n->leaf->hooks : NULL) : n->pre_hooks;
-    ca_status st = cai_hook_run_pre(hooks, &g, &n->out_meta, cai_node_name(n));
-    if (st == CA_OK && r->mode == RUN_ACCUMULATE && n->retained)
-        st = retain_grad(n->retained, g);
-    if (st == CA_OK && r->mode == RUN_CAPTURE)
-        capture(r, n, 0, g);
+    ca_status st = output_grad(r, n, 0, hooks, &g);
     if (st == CA_OK && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, 1, &g, n);
     bool ran_rule = false;

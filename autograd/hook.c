@@ -167,16 +167,23 @@ ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf) {
 /* ---------------------------------------------------------------------------------------
  * Node hooks
  */
+/* A new hook of `kind` appended to list; the caller sets its function. */
+static ca_status node_hook_add(ca_hook **list, hook_kind kind, void *ctx, ca_ctx_free_fn ctx_free,
+                               ca_hook_handle *handle, ca_hook **out) {
+    CA_CHECK(hook_new(kind, ctx, ctx_free, out));
+    hook_append(list, *out);
+    if (handle)
+        *handle = (*out)->id;
+    return CA_OK;
+}
+
 ca_status ca_node_register_pre_hook(ca_node *n, ca_node_pre_hook_fn fn, void *ctx,
                                     ca_ctx_free_fn ctx_free, ca_hook_handle *handle) {
     CA_ARG_NOT_NULL(n, "ca_node_register_pre_hook");
     CA_ARG_NOT_NULL(fn, "ca_node_register_pre_hook");
-    ca_hook *h = NULL;
-    CA_CHECK(hook_new(HOOK_NODE_PRE, ctx, ctx_free, &h));
+    ca_hook *h;
+    CA_CHECK(node_hook_add(&n->node_pre_hooks, HOOK_NODE_PRE, ctx, ctx_free, handle, &h));
     h->node_pre = fn;
-    hook_append(&n->node_pre_hooks, h);
-    if (handle)
-        *handle = h->id;
     return CA_OK;
 }
 
@@ -184,12 +191,9 @@ ca_status ca_node_register_post_hook(ca_node *n, ca_node_post_hook_fn fn, void *
                                      ca_ctx_free_fn ctx_free, ca_hook_handle *handle) {
     CA_ARG_NOT_NULL(n, "ca_node_register_post_hook");
     CA_ARG_NOT_NULL(fn, "ca_node_register_post_hook");
-    ca_hook *h = NULL;
-    CA_CHECK(hook_new(HOOK_NODE_POST, ctx, ctx_free, &h));
+    ca_hook *h;
+    CA_CHECK(node_hook_add(&n->node_post_hooks, HOOK_NODE_POST, ctx, ctx_free, handle, &h));
     h->node_post = fn;
-    hook_append(&n->node_post_hooks, h);
-    if (handle)
-        *handle = h->id;
     return CA_OK;
 }
 

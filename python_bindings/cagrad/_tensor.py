@@ -176,8 +176,7 @@ class Tensor(_TensorBase):
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's .grad. gradient is needed unless
         self has one element; retain_graph=True keeps the graph for another backward."""
-        if create_graph:
-            _unsupported_backward_args(create_graph, inputs)
+        _autograd._check_create_graph(create_graph)
         if inputs is not None:
             _autograd.backward(self, gradient, retain_graph, inputs=inputs)
             return
@@ -603,11 +602,6 @@ def _rebuild(cls, data, requires_grad, state):
     t.requires_grad = requires_grad
     t.__dict__.update(state)
     return t
-
-
-def _unsupported_backward_args(create_graph, inputs):
-    raise NotImplementedError("cagrad does not support higher-order gradients "
-                              "(create_graph=True)")
 
 
 def _dim_index(t, dim):

@@ -26,6 +26,15 @@ class Identity(Module):
         return input
 
 
+def _default_init(weight, bias, fan_in):
+    """PyTorch's default for Linear and Conv2d: kaiming_uniform with a=sqrt(5), which is
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias uniform in the same bound."""
+    init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        init.uniform_(bias, -bound, bound)
+
+
 class Linear(Module):
     """y = x @ weight.T + bias, with weight [out_features, in_features]."""
 
@@ -42,11 +51,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # kaiming_uniform with a=sqrt(5) is U(-1/sqrt(in), 1/sqrt(in)), PyTorch's default.
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        _default_init(self.weight, self.bias, self.in_features)
 
     def forward(self, input):
         return F.linear(input, self.weight, self.bias)
@@ -109,13 +114,9 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # PyTorch's default: kaiming_uniform with a=sqrt(5) is U(-1/sqrt(fan_in), ...),
-        # the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups * kH * kW.
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.in_channels // self.groups * math.prod(self.kernel_size)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        # fan_in = in/groups * kH * kW
+        _default_init(self.weight, self.bias,
+                      self.in_channels // self.groups * math.prod(self.kernel_size))
 
     def forward(self, input):
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
