@@ -9,6 +9,7 @@
 #include "autograd/builder_trace.h"
 
 #include "autograd/builder.h"
+#include "autograd/custom_trace.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,8 @@ typedef struct {
     int n_reads, cap_reads;
     trace_callout *callouts; /* the graph's call-outs, by number */
     int n_callouts, cap_callouts;
+    trace_custom_note *notes; /* how each custom backward was captured */
+    int n_notes, cap_notes;
     ca_meta *shadow_outs; /* max_out entries: the shadow's output metas, symbolic */
     int max_out;
     int call; /* the NodeCall whose rule is running */
@@ -477,8 +480,87 @@ static graph_val output_grad(trace_builder *tb, ca_node *n, int call, int nr) {
     return g;
 }
 
-/* A custom function's backward is opaque: its output gradients are staged as arguments,
- * the call-out runs the user's callback, and each input's gradient is a result. */
+/* ---------------------------------------------------------------------------------------
+ * Custom functions: traced when they can be, else call-outs
+ */
+static void note_custom(trace_builder *tb, int call, bool traced, int n_ops, const char *why) {
+    if (!mem_grow((void **)&tb->notes, &tb->cap_notes, tb->n_notes + 1,
+                  sizeof(trace_custom_note))) {
+        tb->base.status = err_nomem("the compiled backward's trace");
+        return;
+    }
+    trace_custom_note *c = &tb->notes[tb->n_notes++];
+    *c = (trace_custom_note){.call = call, .traced = traced, .n_ops = n_ops};
+    snprintf(c->why, sizeof c->why, "%s", why);
+}
+
+/* Whether n's backward may be recorded: its function says so for this node, and every size
+ * of the node is static (a recording holds concrete sizes). */
+static bool custom_traceable(trace_builder *tb, const ca_node *n, int call, char *why,
+                             size_t size) {
+    const ca_custom *c = n->custom;
+    const key_collect *k = tb->req->k;
+    if (!c->trace_state) {
+        snprintf(why, size, "%s", c->trace_why[0] ? c->trace_why : "its function is opaque");
+        return false;
+    }
+    for (int s = k->slot0[call]; s < k->slot0[call + 1]; s++)
+        if (tb->req->e->symbol[s] >= 0) {
+            snprintf(why, size, "its sizes are dynamic");
+            return false;
+        }
+    return true;
+}
+
+/* Replay a recorded tape: the gradients g and the node's saved tensors are its inputs. */
+static bool replay_custom(trace_builder *tb, const ca_node *n, const cai_tape *t,
+                          const graph_val *g, graph_val *gin, char *why, size_t size) {
+    const ca_custom *c = n->custom;
+    ca_bval grads[64] = {0}, saved[CA_CUSTOM_MAX_SAVED] = {0}, res[128] = {0};
+    for (int k = 0; k < n->n_out; k++)
+        grads[k] = g[k] >= 0 ? bval_of(g[k]) : NULL;
+    for (int j = 0; j < c->n_trace_saved; j++) {
+        int idx =
+            c->trace_saved[j] ? cai_key_find_lifted(tb->req->k, c->trace_saved[j], LIFT_SAVED) : -1;
+        saved[j] = idx >= 0 ? bval_of(tb->lifted[idx]) : NULL;
+    }
+    if (!cai_tape_replay(t, &tb->base, grads, c->n_trace_saved, c->trace_saved, saved, res, why,
+                         size))
+        return false;
+    for (int i = 0; i < n->n_in; i++)
+        gin[i] = gin[i] >= 0 && res[i] ? val_of(res[i]) : -1;
+    return true;
+}
+
+/* The backward recorded (custom_trace.c) and its ops put into the graph. False when it
+ * cannot be (why says why): a failure to replay is cleared, and the caller makes a
+ * call-out instead. Running out of memory stays an error. */
+static bool trace_custom_ops(trace_builder *tb, ca_node *n, int call, const graph_val *g,
+                             graph_val *gin, char *why, size_t size) {
+    bool has_grad[64];
+    for (int k = 0; k < n->n_out; k++)
+        has_grad[k] = g[k] >= 0;
+    cai_tape t;
+    ca_status st = cai_tape_record(n, has_grad, &t);
+    bool ok = st == CA_OK && !t.why[0];
+    if (st != CA_OK)
+        tb->base.status = st;
+    else if (t.why[0])
+        snprintf(why, size, "%s", t.why);
+    if (ok && !(ok = replay_custom(tb, n, &t, g, gin, why, size)) &&
+        tb->base.status != CA_STATUS_NOMEM && !cai_graph_out_of_memory(tb->g)) {
+        tb->base.status = CA_OK; /* what was added is unreachable: dead-code elimination */
+        cai_graph_clear_error(tb->g);
+    }
+    if (tb->base.status == CA_OK)
+        note_custom(tb, call, ok, t.n_ops, ok ? "" : why);
+    cai_tape_free(&t);
+    return ok && tb->base.status == CA_OK;
+}
+
+/* A custom function's backward: recorded and traced into the graph when it can be; else
+ * opaque, its output gradients staged as arguments, the call-out running the user's
+ * callback, and each input's gradient a result. */
 static void trace_custom(trace_builder *tb, ca_node *n, int call) {
     bool any = false;
     graph_val g[64];
@@ -504,8 +586,17 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
     }
     for (int i = 0; i < n->n_in; i++)
         gin[i] = n->next[i].fn && n->next[i].fn->needed ? 0 : -1; /* >= 0: wanted */
-    emit_callout(tb, (trace_callout){call, CALLOUT_CUSTOM, -1, n->n_out, n->n_in}, g, gin,
-                 tb->shadow_in);
+    char why[160] = "";
+    bool traced = false;
+    if (!custom_traceable(tb, n, call, why, sizeof why))
+        note_custom(tb, call, false, 0, why);
+    else
+        traced = trace_custom_ops(tb, n, call, g, gin, why, sizeof why); /* notes itself */
+    if (tb->base.status != CA_OK)
+        return;
+    if (!traced)
+        emit_callout(tb, (trace_callout){call, CALLOUT_CUSTOM, -1, n->n_out, n->n_in}, g, gin,
+                     tb->shadow_in);
     if (n->node_post_hooks && tb->base.status == CA_OK)
         node_post_hooks(tb, n, call, gin, g, n->n_out);
     pass_on(tb, n, gin);
@@ -607,8 +698,10 @@ ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
         cai_graph_free(tb.g);
         cai_mem_free(tb.reads);
         cai_mem_free(tb.callouts);
+        cai_mem_free(tb.notes);
         return st;
     }
-    *out = (trace_result){tb.g, tb.reads, tb.n_reads, tb.callouts, tb.n_callouts};
+    *out = (trace_result){tb.g,          tb.reads, tb.n_reads, tb.callouts,
+                          tb.n_callouts, tb.notes, tb.n_notes};
     return CA_OK;
 }

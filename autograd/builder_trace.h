@@ -34,12 +34,22 @@ typedef struct {
     int n_res;  /* results (custom, post: one per input; pre: one per output) */
 } trace_callout;
 
+/* How a custom function's backward was captured, for the verbose log and the counters. */
+typedef struct {
+    int call;
+    bool traced;   /* its ops are in the graph; else it is a call-out */
+    int n_ops;     /* traced: the ops it recorded */
+    char why[160]; /* a call-out: why it was not traced */
+} trace_custom_note;
+
 typedef struct {
     graph *g;
     trace_read *reads; /* from the library's allocator; free with cai_mem_free */
     int n_reads;
     trace_callout *callouts; /* the same */
     int n_callouts;
+    trace_custom_note *notes; /* the same */
+    int n_notes;
 } trace_result;
 
 typedef struct {

@@ -173,6 +173,30 @@ static void log_graph(const compiled_graph *cg) {
     cai_graph_free_string(text);
 }
 
+/* How each custom function's backward was captured: counted, and logged when verbose. */
+static void note_customs(const trace_result *res) {
+    for (int i = 0; i < res->n_notes; i++) {
+        const trace_custom_note *c = &res->notes[i];
+        const char *name = cai_key_node_name(&compiled_autograd.key, c->call);
+        if (c->traced)
+            compiled_autograd.counters.custom_traced++;
+        else
+            compiled_autograd.counters.custom_callouts++;
+        if (!compiled_autograd.log_verbose)
+            continue;
+        if (c->traced)
+            fprintf(stderr,
+                    "[compiled_autograd_verbose] %s (NodeCall %d): custom backward traced into "
+                    "the graph (%d ops)\n",
+                    name, c->call, c->n_ops);
+        else
+            fprintf(stderr,
+                    "[compiled_autograd_verbose] %s (NodeCall %d): custom backward is an opaque "
+                    "call-out: %s\n",
+                    name, c->call, c->why);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * Compiling an entry
  */
@@ -251,6 +275,9 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     cg->n_reads = res.n_reads;
     cg->callouts = res.callouts;
     cg->n_callouts = res.n_callouts;
+    if (st == CA_OK)
+        note_customs(&res);
+    cai_mem_free(res.notes);
     if (st == CA_STATUS_INTERNAL)
         *untraceable = true;
     if (st == CA_OK) {
@@ -302,6 +329,8 @@ static ca_status needed_classes(const compiled_call *c, cache_entry *e, int32_t 
         cls[s] = e->symbol[s] < 0 ? -1 : e->first_slot[cai_graph_unify_find(res.g, e->symbol[s])];
     cai_graph_free(res.g);
     cai_mem_free(res.reads);
+    cai_mem_free(res.callouts);
+    cai_mem_free(res.notes);
     return CA_OK;
 }
 

@@ -53,18 +53,6 @@ static ca_status lift_shape(key_collect *k, const ca_meta *m, key_slot_owner o) 
 }
 
 /* ---- lifted tensors ---- */
-static bool same_view(const ca_tensor *a, const ca_tensor *b) {
-    if (a == b)
-        return true;
-    if (a->storage != b->storage || a->offset != b->offset || a->ndim != b->ndim ||
-        a->dtype != b->dtype)
-        return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d])
-            return false;
-    return true;
-}
-
 /* Lifting runs on every compiled backward, hits included, so finding a tensor already
  * lifted is a hash probe, not a scan of all lifted tensors. */
 static uint32_t lift_slot(const key_collect *k, const ca_tensor *t, key_lift_kind kind) {
@@ -80,7 +68,7 @@ int cai_key_find_lifted(const key_collect *k, const ca_tensor *t, key_lift_kind 
         int32_t i = k->lift_hash[s];
         if (i < 0)
             return -1;
-        if (k->lifted[i].kind == kind && same_view(k->lifted[i].t, t))
+        if (k->lifted[i].kind == kind && cai_tensor_same_view(k->lifted[i].t, t))
             return i;
     }
 }
@@ -146,7 +134,43 @@ static ca_status lift_hooks(key_collect *k, ca_hook *list, int call, ca_tensor *
     return put_i32(k, count);
 }
 
-/* A custom function: its identity, and each output's shape and retain_grad. */
+/* What a traced backward depends on, from the function's trace_state: the state number it
+ * gave (0: a call-out) and the tensors it reads, lifted like an op's saved tensors. */
+static ca_status custom_trace_key(key_collect *k, ca_node *n, int call) {
+    ca_custom *c = n->custom;
+    c->trace_state = 0;
+    c->n_trace_saved = 0;
+    c->trace_why[0] = '\0';
+    if (c->fn.trace_state) {
+        uint64_t gen = cai_err_generation();
+        ca_status st = c->fn.trace_state(c->fn.ctx, &c->trace_state, c->trace_saved,
+                                         &c->n_trace_saved, c->trace_why, sizeof c->trace_why);
+        if (st != CA_OK && cai_err_generation() == gen)
+            st = err_set(st, "the trace_state of %s failed with %s and set no message", c->name,
+                         ca_status_name(st));
+        CA_CHECK(st);
+        if (c->n_trace_saved < 0 || c->n_trace_saved > CA_CUSTOM_MAX_SAVED)
+            return err_set(CA_STATUS_INVALID,
+                           "the trace_state of %s gave %d saved tensors; at most %d are allowed",
+                           c->name, c->n_trace_saved, CA_CUSTOM_MAX_SAVED);
+    }
+    CA_CHECK(put_i64(k, (int64_t)c->trace_state));
+    if (!c->trace_state)
+        return CA_OK;
+    CA_CHECK(put_i32(k, c->n_trace_saved));
+    for (int j = 0; j < c->n_trace_saved; j++) {
+        ca_tensor *t = c->trace_saved[j];
+        if (t)
+            CA_CHECK(
+                lift_tensor(k, t, LIFT_SAVED, (key_slot_owner){call, OWN_SAVED, "tensor", j, 0}));
+        else
+            CA_CHECK(put_i32(k, -1));
+    }
+    return CA_OK;
+}
+
+/* A custom function: its identity, each output's shape and retain_grad, and what a traced
+ * backward depends on. */
 static ca_status custom_key(key_collect *k, ca_node *n, int call) {
     CA_CHECK(put_i64(k, (int64_t)n->custom->fn.key));
     CA_CHECK(put_i32(k, n->n_out));
@@ -155,7 +179,7 @@ static ca_status custom_key(key_collect *k, ca_node *n, int call) {
                             (key_slot_owner){call, OWN_GRAD_OUTPUT, "grad", o, 0}));
     for (int o = 1; o < n->n_out; o++)
         CA_CHECK(put_i32(k, node_retained(n, o) != NULL));
-    return CA_OK;
+    return custom_trace_key(k, n, call);
 }
 
 /* ---- per node ---- */

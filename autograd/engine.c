@@ -286,6 +286,11 @@ static void run_cleanup(engine_run *r) {
 /* roots[i] receives grads[i] (borrowed); every root must differ from NULL. */
 static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tensor *const *grads,
                                   int n_roots) {
+    if (cai_recording) { /* the recording is thrown away; the call-out will run this */
+        cai_record_refuse("it runs a backward of its own");
+        return err_set(CA_STATUS_INVALID, "a backward started inside a custom backward that "
+                                          "compiled autograd is tracing");
+    }
     /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
     r->walk = cai_compiled_active() ? cai_compiled_walk() : &r->own_walk;
     ca_status st = cai_walk_graph(r->walk, roots, n_roots);

@@ -176,6 +176,8 @@ ca_status cai_unsafe_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tenso
 void cai_tensor_add_into(ca_tensor *acc, const kern_src *other);
 /* Bump the version counter: call after every in-place write. */
 void cai_tensor_bump_version(ca_tensor *t);
+/* a and b are the same view: one storage, offset, dtype, shape and strides. */
+bool cai_tensor_same_view(const ca_tensor *a, const ca_tensor *b);
 /* Raw, autograd-free fills used by creation functions and the engine. */
 ca_status cai_tensor_full(const ca_meta *m, double value, ca_tensor **out);
 
@@ -214,6 +216,11 @@ typedef struct {
 typedef struct {
     ca_custom_function fn;
     const char *name;
+    /* asked of fn.trace_state by this backward's key (compiled_key.c); 0: a call-out */
+    uint64_t trace_state;
+    int n_trace_saved;
+    ca_tensor *trace_saved[CA_CUSTOM_MAX_SAVED]; /* borrowed (see ca_custom_function) */
+    char trace_why[128];                         /* why not traced, when trace_state is 0 */
 } ca_custom;
 
 typedef struct cai_saved_hooks cai_saved_hooks;
@@ -307,6 +314,17 @@ static inline void node_set_retained(ca_node *n, int k, ca_tensor *t) {
 ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **gin);
 /* Free the node's custom part (its ctx through ctx_free). */
 void cai_custom_free(ca_node *n);
+
+/* Recording a custom backward for compiled autograd (custom_trace.c). While a tape is
+ * active on this thread, cai_op_call appends each op called at depth 0 (not the ops an
+ * op's own forward calls), and whatever makes the recording unfit to replay refuses it:
+ * reading tensor data, changing a tensor in place, starting a backward. */
+typedef struct cai_tape cai_tape;
+extern _Thread_local cai_tape *cai_recording;
+int cai_record_enter(void); /* the depth before this op call */
+void cai_record_leave(void);
+void cai_record_op(int op, int n_in, ca_tensor *const *in, const ca_attrs *a, ca_tensor *out);
+void cai_record_refuse(const char *why);
 
 /* ---------------------------------------------------------------------------------------
  * The walk (walk.c): the nodes reachable from some roots, in the one deterministic

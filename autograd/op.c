@@ -141,7 +141,13 @@ ca_status cai_op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *at
     ca_meta local[8], *metas = local;
     if (n_in > 8 && !(metas = cai_mem_alloc(sizeof(ca_meta) * (size_t)n_in)))
         return err_nomem("input shapes");
+    int depth = cai_recording ? cai_record_enter() : -1;
     ca_status st = op_run(row, n_in, in, &a, metas, out, aux_out);
+    if (depth >= 0) {
+        cai_record_leave();
+        if (st == CA_OK && depth == 0)
+            cai_record_op(op, n_in, in, &a, *out);
+    }
     if (metas != local)
         cai_mem_free(metas);
     if (st == CA_OK)

@@ -154,6 +154,8 @@ void cai_tensor_add_into(ca_tensor *acc, const kern_src *other) {
 }
 
 void cai_tensor_bump_version(ca_tensor *t) {
+    if (cai_recording)
+        cai_record_refuse("it changes a tensor in place");
     t->storage->version++;
 }
 
@@ -437,7 +439,21 @@ const int64_t *ca_tensor_strides(const ca_tensor *t) {
 uint64_t ca_tensor_version(const ca_tensor *t) {
     return t ? t->storage->version : 0;
 }
+bool cai_tensor_same_view(const ca_tensor *a, const ca_tensor *b) {
+    if (a == b)
+        return true;
+    if (a->storage != b->storage || a->offset != b->offset || a->ndim != b->ndim ||
+        a->dtype != b->dtype)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d])
+            return false;
+    return true;
+}
+
 void *ca_tensor_data(const ca_tensor *t) {
+    if (cai_recording)
+        cai_record_refuse("it reads tensor data (.item(), .tolist(), NumPy, printing)");
     return t ? cai_tensor_ptr(t) : NULL;
 }
 
@@ -468,6 +484,8 @@ ca_status ca_tensor_copy_to(const ca_tensor *t, void *dst, size_t nbytes) {
 }
 
 ca_status ca_tensor_item(const ca_tensor *t, double *out) {
+    if (cai_recording)
+        cai_record_refuse("it reads tensor data (.item(), .tolist(), NumPy, printing)");
     CA_ARG_NOT_NULL(t, "ca_tensor_item");
     CA_ARG_NOT_NULL(out, "ca_tensor_item");
     if (ca_tensor_numel(t) != 1) {

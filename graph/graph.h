@@ -223,6 +223,8 @@ int cai_graph_unify_find(const graph *g, int slot);
  * over slots that can be unified, which it unifies. */
 bool cai_graph_sx_same(graph *g, graph_sx a, graph_sx b);
 const char *cai_graph_error(const graph *g);
+/* Forget the last failure (a caller that recovered from it, leaving dead nodes behind). */
+void cai_graph_clear_error(graph *g);
 /* True when the last failure was an allocation (the graph is fine, memory ran out). */
 bool cai_graph_out_of_memory(const graph *g);
 int cai_graph_count(const graph *g); /* nodes, dead ones included */

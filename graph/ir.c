@@ -183,6 +183,13 @@ const char *cai_graph_error(const graph *g) {
     return g ? g->err : "graph is NULL";
 }
 
+void cai_graph_clear_error(graph *g) {
+    if (g) {
+        g->err[0] = '\0';
+        g->oom = false;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * Size expressions: interning
  */

@@ -478,6 +478,24 @@ ca_status ca_saved_tensors_hooks_pop(void);
  * Under compiled autograd the callback is an opaque call-out step of the compiled graph;
  * there a NULL gradient for an input that needs one counts as zeros.
  *
+ * Traced backwards (optional). Set trace_state, and compiled autograd may run the backward
+ * once, at capture, on zero gradients, recording the ops it calls, and put those ops into
+ * its graph instead of a call-out: they are then fused with the rest and the callback no
+ * longer runs on cache hits. trace_state(ctx, &state, saved, &n_saved, why, why_size) is
+ * asked at every compiled backward:
+ *  - set *state to 0 to run the callback as a call-out (write the reason into why), or to a
+ *    nonzero number that is equal for two nodes of this function exactly when their
+ *    backwards, given gradients and saved tensors of the same shapes, call the same ops
+ *    with the same arguments: it goes into the cache key;
+ *  - fill saved[0 .. *n_saved) (at most CA_CUSTOM_MAX_SAVED) with the tensors the backward
+ *    reads besides its gradients, borrowed: valid until release runs or the node is freed.
+ * The recording is refused, and the callback runs as a call-out, when the backward reads
+ * tensor data (ca_tensor_data, ca_tensor_item), changes a tensor in place, starts a
+ * backward, calls an op the compiled graph cannot express, uses a tensor that is neither a
+ * gradient nor one of saved, or fails; also when the node's sizes are dynamic. Anything
+ * else it does (its own side effects) happens at capture only. ca_custom_tracing() is
+ * nonzero while a callback is being recorded.
+ *
  * release (may be NULL) runs when a backward without retain_graph has used the node:
  * free the saved state then, and fail a later backward with PyTorch's "backward through
  * the graph a second time" error. ctx_free (may be NULL) runs when the node is freed.
@@ -488,6 +506,10 @@ ca_status ca_saved_tensors_hooks_pop(void);
 typedef ca_status (*ca_custom_backward_fn)(void *ctx, int n_outputs, ca_tensor *const *grad_outputs,
                                            int n_inputs, ca_tensor **grad_inputs);
 
+#define CA_CUSTOM_MAX_SAVED 32
+typedef ca_status (*ca_custom_trace_state_fn)(void *ctx, uint64_t *state, ca_tensor **saved,
+                                              int *n_saved, char *why, size_t why_size);
+
 typedef struct ca_custom_function_s {
     const char *name;
     uint64_t key;
@@ -495,6 +517,7 @@ typedef struct ca_custom_function_s {
     void (*release)(void *ctx);
     void *ctx;
     ca_ctx_free_fn ctx_free;
+    ca_custom_trace_state_fn trace_state; /* NULL: the backward is always a call-out */
 } ca_custom_function;
 
 enum { CA_CUSTOM_DIRTY = 1u << 0, CA_CUSTOM_NONDIFF = 1u << 1 };
@@ -513,6 +536,9 @@ int ca_tensor_output_nr(const ca_tensor *t);
  * and ctx as given to ca_custom_apply), else NULL. Borrowed: valid while t's grad_fn is.
  * Thread-safe: per group. */
 const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t);
+/* Nonzero while compiled autograd records a custom backward on this thread (see
+ * trace_state): a callback should then report failure through its status alone. */
+int ca_custom_tracing(void);
 
 /* ---------------------------------------------------------------------------------------
  * Backward
@@ -600,6 +626,8 @@ typedef struct {
     int64_t fused_kernels;   /* fused loops in those graphs */
     int64_t eager_fallbacks; /* backwards run eagerly (cache bound reached, or untraceable) */
     int64_t compile_ns;      /* wall time spent compiling on misses: trace, passes, plan */
+    int64_t custom_traced;   /* custom backwards traced into captured graphs (per capture) */
+    int64_t custom_callouts; /* custom backwards captured as opaque call-outs (per capture) */
 } ca_compiled_counters;
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out); /* out may be NULL */

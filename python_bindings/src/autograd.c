@@ -372,7 +372,9 @@ static PyObject *py_compiled_autograd_counters(PyObject *module, PyObject *unuse
         dict_set_int(d, "cache_misses", c.cache_misses) < 0 ||
         dict_set_int(d, "graphs", c.graphs) < 0 ||
         dict_set_int(d, "fused_kernels", c.fused_kernels) < 0 ||
-        dict_set_int(d, "eager_fallbacks", c.eager_fallbacks) < 0)
+        dict_set_int(d, "eager_fallbacks", c.eager_fallbacks) < 0 ||
+        dict_set_int(d, "custom_traced", c.custom_traced) < 0 ||
+        dict_set_int(d, "custom_callouts", c.custom_callouts) < 0)
         Py_CLEAR(d);
     return d;
 }

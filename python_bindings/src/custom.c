@@ -63,6 +63,60 @@ static ca_status backward_trampoline(void *ctx, int n_out, ca_tensor *const *gra
             grad_inputs[i] = NULL;
         }
     Py_XDECREF(res);
+    /* being traced: the library makes a call-out instead, which raises for real */
+    ca_status st = !PyErr_Occurred()     ? CA_OK
+                   : ca_custom_tracing() ? glue_hook_status_only()
+                                         : glue_hook_store();
+    PyGILState_Release(gil);
+    return st;
+}
+
+/* ctx._trace_state() -> (state, saved tensors, why): see ca_custom_function.trace_state.
+ * The tensors are borrowed: ctx keeps them until its _release. */
+static int take_trace_state(PyObject *res, uint64_t *state, ca_tensor **saved, int *n_saved,
+                            char *why, size_t why_size) {
+    PyObject *st_obj, *saved_obj, *why_obj;
+    if (!PyArg_ParseTuple(res, "OO!U", &st_obj, &PyTuple_Type, &saved_obj, &why_obj))
+        return -1;
+    *state = PyLong_AsUnsignedLongLong(st_obj);
+    if (*state == (uint64_t)-1 && PyErr_Occurred())
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(saved_obj);
+    if (n > CA_CUSTOM_MAX_SAVED) {
+        *state = 0;
+        snprintf(why, why_size, "it saves %zd tensors; at most %d can be traced", n,
+                 CA_CUSTOM_MAX_SAVED);
+        n = 0;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *t = PyTuple_GET_ITEM(saved_obj, j);
+        if (t != Py_None && !glue_tensor_check(t)) {
+            PyErr_Format(PyExc_TypeError, "_trace_state: saved tensor %zd is a %.100s", j,
+                         Py_TYPE(t)->tp_name);
+            return -1;
+        }
+        saved[j] = t == Py_None ? NULL : glue_tensor_unwrap(t);
+    }
+    *n_saved = (int)n;
+    const char *text = PyUnicode_AsUTF8(why_obj);
+    if (!text)
+        return -1;
+    if (text[0])
+        snprintf(why, why_size, "%s", text);
+    return 0;
+}
+
+static ca_status trace_state_trampoline(void *ctx, uint64_t *state, ca_tensor **saved, int *n_saved,
+                                        char *why, size_t why_size) {
+    if (!glue_python_alive())
+        return glue_python_gone();
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *res = PyObject_CallMethod((PyObject *)ctx, "_trace_state", NULL);
+    if (res && take_trace_state(res, state, saved, n_saved, why, why_size) < 0) {
+        *state = 0;
+        *n_saved = 0;
+    }
+    Py_XDECREF(res);
     ca_status st = PyErr_Occurred() ? glue_hook_store() : CA_OK;
     PyGILState_Release(gil);
     return st;
@@ -151,7 +205,8 @@ static PyObject *py_custom_apply(PyObject *module, PyObject *const *args, Py_ssi
                                  .backward = backward_trampoline,
                                  .release = release_trampoline,
                                  .ctx = Py_NewRef(p.a[0].o),
-                                 .ctx_free = glue_ctx_decref};
+                                 .ctx_free = glue_ctx_decref,
+                                 .trace_state = trace_state_trampoline};
         ca_status st;
         GLUE_CALL(st = ca_custom_apply(&fn, in.n, in.v, out.n, out.v, flags, res));
         result = st ? glue_raise(st) : wrap_results(res, &out, p.keep[2]);

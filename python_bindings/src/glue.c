@@ -177,8 +177,8 @@ static const char *text_of(PyObject *o, PyObject **owner, const char *fallback) 
     return text ? text : fallback;
 }
 
-ca_status glue_hook_store(void) {
-    PyObject *exc = glue_fetch_exception();
+/* The library's error for exception exc: "hook raised <Type>: <message>". */
+static ca_status hook_status(PyObject *exc) {
     PyObject *name_owner, *msg_owner;
     PyObject *type_name = exc ? PyType_GetName(Py_TYPE(exc)) : NULL;
     const char *name = text_of(type_name, &name_owner, "an exception");
@@ -187,6 +187,19 @@ ca_status glue_hook_store(void) {
     Py_XDECREF(type_name);
     Py_XDECREF(name_owner);
     Py_XDECREF(msg_owner);
+    return st;
+}
+
+ca_status glue_hook_status_only(void) {
+    PyObject *exc = glue_fetch_exception();
+    ca_status st = hook_status(exc);
+    Py_XDECREF(exc);
+    return st;
+}
+
+ca_status glue_hook_store(void) {
+    PyObject *exc = glue_fetch_exception();
+    ca_status st = hook_status(exc);
     /* Keep the first: a later one is a consequence, the first is what the user must see. */
     if (glue_hook_exc)
         Py_XDECREF(exc);

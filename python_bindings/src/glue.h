@@ -77,7 +77,10 @@ PyObject *glue_raise(ca_status status);
  * the call then re-raises that same object (glue_hook_reraise). */
 ca_status glue_hook_store(void); /* GIL held, an exception set; clears it */
 void glue_hook_clear(void);      /* GIL held; drops a stale stored exception */
-bool glue_hook_reraise(void);    /* GIL held; raises the stored exception, if any */
+/* GIL held, an exception set: clears it into the library's error message only, for a
+ * callback whose failure the library handles itself (a custom backward being traced). */
+ca_status glue_hook_status_only(void);
+bool glue_hook_reraise(void); /* GIL held; raises the stored exception, if any */
 
 /* Callbacks into Python (autograd.c): the error a callback returns once Python is shutting
  * down, and a ctx_free that drops the library's reference to a Python object (the ctx),

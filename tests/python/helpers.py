@@ -78,7 +78,8 @@ else:
 needs_cagrad = pytest.mark.skipif(STANDIN, reason="cagrad-only feature (stand-in mode)")
 
 COUNTER_KEYS = frozenset(
-    {"captures", "cache_hits", "cache_misses", "graphs", "fused_kernels", "eager_fallbacks"}
+    {"captures", "cache_hits", "cache_misses", "graphs", "fused_kernels", "eager_fallbacks",
+     "custom_traced", "custom_callouts"}
 )
 
 # Default tolerances per dtype (cagrad vs torch on the same inputs).

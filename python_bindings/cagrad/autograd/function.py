@@ -17,10 +17,12 @@
 apply() runs forward with grad mode off and records one node (the library's
 ca_custom_apply) whose backward calls the class's backward. The ctx object is that node:
 `y.grad_fn is ctx`, an instance of the class `ExpBackward`, as in PyTorch. Under compiled
-autograd the backward is an opaque call-out step of the one compiled graph.
+autograd the backward is recorded once and traced into the one compiled graph when it
+only calls cagrad ops; otherwise it is an opaque call-out step of that graph.
 """
 
 import functools
+import inspect
 import itertools
 import weakref
 
@@ -39,6 +41,52 @@ _FREED_MESSAGE = ("Trying to backward through the graph a second time (or direct
                   "retain_graph=True if you need to backward through the graph a second time or "
                   "if you need to access saved tensors after calling backward.")
 _class_ids = itertools.count(1)
+# ctx attributes the library keeps itself; every other one is the user's, and keys a traced
+# backward (see BackwardCFunction._trace_state)
+_CTX_OWN = frozenset({"needs_input_grad", "_arg_is_tensor", "to_save", "_saved", "dirty_tensors",
+                      "non_differentiable", "saved_for_forward", "materialize_grads",
+                      "_output_metas", "_output_ref", "_metadata", "_released"})
+# distinct ctx states of one Function that get traced backwards; past this, call-outs
+_MAX_TRACE_STATES = 8
+
+
+def _names_state(fn):
+    """The plain immutable values (numbers, strings, tuples of them) of the globals and
+    closure variables fn's own code names: a traced backward bakes them in, so they key it
+    too. Mutable ones (a list a backward appends to) are left out."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    out = []
+    scope = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        if name in scope:
+            try:
+                out.append(("global", name, _freeze(scope[name], mutable=False)))
+            except TypeError:  # modules, functions, classes, lists: not values
+                pass
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            out.append(("free", name, _freeze(cell.cell_contents, mutable=False)))
+        except (TypeError, ValueError):  # not a value, or an empty cell
+            pass
+    return out
+
+
+def _freeze(v, mutable=True):
+    """v as a hashable value equal only for equal values of the same types (floats by their
+    bits, so -0.0 and NaN key exactly); TypeError for what cannot key a trace (and for
+    lists unless mutable)."""
+    if v is None or isinstance(v, (bool, int, str, bytes)):
+        return type(v), v
+    if isinstance(v, float):
+        return float, v.hex()
+    if isinstance(v, tuple) or (mutable and isinstance(v, list)):
+        return type(v), tuple(_freeze(x, mutable) for x in v)
+    if type(v).__module__.startswith("cagrad") and type(v).__name__ == "dtype":
+        return type(v), str(v)
+    raise TypeError(type(v).__name__)
 
 
 def _is_tensor(x):
@@ -154,6 +202,46 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         return meta
 
     # ---- called by the library (python_bindings/src/custom.c) ----
+    def _trace_state(self):
+        """(state, saved tensors, why) for compiled autograd: a nonzero state number lets it
+        record backward once and put its ops into the graph. The number is the same for two
+        nodes exactly when the class, its backward, needs_input_grad, the materialize flag,
+        which saved tensors are None, the user's ctx attributes and the globals and closure
+        variables backward's code names (plain Python values) are equal. 0, with the
+        reason, makes the backward a call-out instead."""
+        cls = self._forward_cls
+        if not cls.traceable_backward:
+            return 0, (), f"{cls.__name__}.traceable_backward is False"
+        saved = getattr(self, "_saved", None)
+        if saved and any(isinstance(s, _Packed) for s in saved):
+            return 0, (), "its saved tensors go through saved_tensors_hooks"
+        try:
+            tensors = tuple(self.saved_tensors or ())
+        except RuntimeError:  # freed or changed in place: the call-out raises it for real
+            return 0, (), "its saved tensors cannot be read"
+        state = [cls.backward, self.materialize_grads, getattr(self, "needs_input_grad", ()),
+                 tuple(t is None for t in tensors)]
+        for name in sorted(self.__dict__):
+            if name in _CTX_OWN:
+                continue
+            value = self.__dict__[name]
+            try:
+                state.append((name, _freeze(value)))
+            except TypeError:
+                hint = (": save it with ctx.save_for_backward() to trace the backward"
+                        if _is_tensor(value) else "")
+                return 0, (), f"ctx.{name} is a {type(value).__name__}{hint}"
+        state.extend(_names_state(cls.backward))
+        states = cls._trace_states
+        key = tuple(state)
+        number = states.get(key)
+        if number is None:
+            if len(states) >= _MAX_TRACE_STATES:
+                return 0, (), (f"its ctx attributes took more than {_MAX_TRACE_STATES} "
+                               f"different values")
+            number = states[key] = len(states) + 1
+        return number, tensors, ""
+
     def _run_backward(self, grads):
         """grads: one Tensor or None per tensor output. Returns one per tensor input."""
         if self.materialize_grads:
@@ -203,12 +291,20 @@ class FunctionMeta(type):
                             {"_forward_cls": cls, "__module__": "cagrad.autograd.function"})
         cls._backward_cls = backward_cls
         cls._key = next(_class_ids)
+        cls._trace_states = {}
         super().__init__(name, bases, attrs)
 
 
 class Function(FunctionCtx, metaclass=FunctionMeta):
     """Base class of custom autograd Functions: define static forward() and backward() (and
-    optionally setup_context()), then call Cls.apply(*args)."""
+    optionally setup_context()), then call Cls.apply(*args).
+
+    Under compiled autograd, backward is traced into the captured graph when it can be (it
+    only calls cagrad ops on its gradients and saved tensors); set traceable_backward =
+    False on a class whose backward must run as Python on every backward, e.g. for its
+    side effects or because it depends on state outside ctx."""
+
+    traceable_backward = True
 
     def __init__(self, *args, **kwargs):
         raise RuntimeError("Legacy autograd function with non-static forward method is "

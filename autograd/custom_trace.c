@@ -1,0 +1,220 @@
+/* custom_trace.c - recording a custom backward as a tape, and replaying it on a builder
+ * (see custom_trace.h).
+ */
+#include "autograd/custom_trace.h"
+
+#include <stdio.h>
+#include <string.h>
+
+_Thread_local cai_tape *cai_recording;
+
+int ca_custom_tracing(void) {
+    return cai_recording != NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Recording
+ */
+int cai_record_enter(void) {
+    return cai_recording->depth++;
+}
+
+void cai_record_leave(void) {
+    cai_recording->depth--;
+}
+
+void cai_record_refuse(const char *why) {
+    cai_tape *t = cai_recording;
+    if (t && !t->why[0])
+        snprintf(t->why, sizeof t->why, "%s", why);
+}
+
+void cai_record_op(int op, int n_in, ca_tensor *const *in, const ca_attrs *a, ca_tensor *out) {
+    cai_tape *t = cai_recording;
+    if (t->nomem || t->why[0])
+        return; /* refused already: the tape will not be replayed */
+    if (!mem_grow((void **)&t->ops, &t->cap_ops, t->n_ops + 1, sizeof(cai_tape_op)) ||
+        !mem_grow((void **)&t->ins, &t->cap_ins, t->n_ins + n_in, sizeof(ca_tensor *))) {
+        t->nomem = true;
+        return;
+    }
+    t->ops[t->n_ops++] = (cai_tape_op){op, n_in, t->n_ins, *a, ca_tensor_retain(out)};
+    for (int i = 0; i < n_in; i++)
+        t->ins[t->n_ins++] = ca_tensor_retain(in[i]);
+}
+
+void cai_tape_free(cai_tape *t) {
+    for (int o = 0; o < t->n_ops; o++)
+        ca_tensor_release(t->ops[o].out);
+    cai_op_release_all(t->ins, t->n_ins);
+    if (t->grads)
+        cai_op_release_all(t->grads, t->n_grads);
+    if (t->gin)
+        cai_op_release_all(t->gin, t->n_gin);
+    cai_mem_free(t->ops);
+    cai_mem_free(t->ins);
+    cai_mem_free(t->grads);
+    cai_mem_free(t->gin);
+    memset(t, 0, sizeof *t);
+}
+
+static ca_status zero_grads(ca_node *n, const bool *has_grad, cai_tape *t) {
+    for (int k = 0; k < n->n_out; k++) {
+        const ca_meta *m = node_out_meta(n, k);
+        if (has_grad[k])
+            CA_CHECK(ca_zeros(m->dtype, m->ndim, m->shape, &t->grads[k]));
+    }
+    return CA_OK;
+}
+
+ca_status cai_tape_record(ca_node *n, const bool *has_grad, cai_tape *t) {
+    memset(t, 0, sizeof *t);
+    t->n_grads = n->n_out;
+    t->n_gin = n->n_in;
+    t->grads = cai_mem_calloc((size_t)n->n_out, sizeof(ca_tensor *));
+    t->gin = cai_mem_calloc((size_t)n->n_in + 1, sizeof(ca_tensor *));
+    if (!t->grads || !t->gin)
+        return err_nomem("recording a custom backward");
+    CA_CHECK(zero_grads(n, has_grad, t));
+    cai_tape *outer = cai_recording; /* NULL: a recording starts no compiled backward */
+    cai_recording = t;
+    ca_status st = cai_custom_backward(n, t->grads, t->gin);
+    cai_recording = outer;
+    if (t->nomem || st == CA_STATUS_NOMEM)
+        return err_nomem("recording a custom backward");
+    if (st != CA_OK && !t->why[0])
+        snprintf(t->why, sizeof t->why, "its backward failed on zero gradients: %.100s",
+                 ca_last_error());
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Replaying
+ */
+typedef struct {
+    const cai_tape *t;
+    const ca_bval *grads;
+    int n_saved;
+    ca_tensor *const *saved;
+    const ca_bval *saved_vals;
+    const ca_bval *vals; /* per op: its output's value */
+    int n_done;          /* ops replayed so far */
+} replay;
+
+/* The value standing for tensor x: the latest op output, a gradient or a saved tensor that
+ * is x, or else one that is the same view of the same storage (a detached alias). */
+static ca_bval value_of_exact(const replay *r, const ca_tensor *x, bool view) {
+    for (int o = r->n_done - 1; o >= 0; o--)
+        if (view ? cai_tensor_same_view(r->t->ops[o].out, x) : r->t->ops[o].out == x)
+            return r->vals[o];
+    for (int k = 0; k < r->t->n_grads; k++)
+        if (r->t->grads[k] && r->grads[k] &&
+            (view ? cai_tensor_same_view(r->t->grads[k], x) : r->t->grads[k] == x))
+            return r->grads[k];
+    for (int j = 0; j < r->n_saved; j++)
+        if (r->saved[j] && r->saved_vals[j] &&
+            (view ? cai_tensor_same_view(r->saved[j], x) : r->saved[j] == x))
+            return r->saved_vals[j];
+    return NULL;
+}
+
+static ca_bval value_of(const replay *r, const ca_tensor *x) {
+    ca_bval v = value_of_exact(r, x, false);
+    return v ? v : value_of_exact(r, x, true);
+}
+
+static bool pointwise_row(const ca_op_def *row) {
+    return row->shape == cai_op_pointwise_shape && row->forward == cai_op_pointwise_forward;
+}
+
+/* Rows without a graph op of their own, as the builder calls derivative rules use. */
+static ca_bval replay_one(ca_builder *b, const cai_tape_op *o, const ca_bval *in,
+                          const ca_meta *out) {
+    const ca_op_def *row = cai_op_def(o->op);
+    if (pointwise_row(row))
+        return bx_pw(b, cai_op_pw_kind(row, &o->a), in[0], o->n_in > 1 ? in[1] : NULL,
+                     o->n_in > 2 ? in[2] : NULL, o->a.s[0], o->a.s[1]);
+    switch (o->op) {
+    case CA_OP_RESHAPE:
+    case CA_OP_VIEW:
+    case CA_OP_UNSAFE_VIEW:
+    case CA_OP_SQUEEZE:
+    case CA_OP_UNSQUEEZE: return bx_reshape(b, in[0], out);
+    case CA_OP_TRANSPOSE:
+    case CA_OP_T: return bx_permute(b, in[0], &o->a.dims); /* their attrs are the permutation */
+    case CA_OP_EXPAND: return bx_expand(b, in[0], out);
+    case CA_OP_MM:
+    case CA_OP_BMM: return bx_matmul(b, in[0], in[1], false, false);
+    case CA_OP_ADDMM: return bx_add(b, in[0], bx_matmul(b, in[1], in[2], false, false));
+    case CA_OP_MEAN: {
+        const ca_meta *m = bx_meta(b, in[0]);
+        double n_in = m ? (double)cai_meta_numel(m) : 1, n_out = (double)cai_meta_numel(out);
+        ca_bval s = bx_sum(b, in[0], o->a.dims.n, o->a.dims.v, o->a.i[0]);
+        return bx_mul_s(b, s, n_in > 0 ? n_out / n_in : 0);
+    }
+    default: return bx_apply(b, o->op, o->n_in, in, &o->a);
+    }
+}
+
+static bool same_meta(const ca_meta *a, const ca_meta *b) {
+    return a && a->dtype == b->dtype && cai_meta_same_shape(a, b);
+}
+
+static bool replay_ops(replay *r, ca_builder *b, ca_bval *vals, char *why, size_t why_size) {
+    const cai_tape *t = r->t;
+    for (int o = 0; o < t->n_ops; o++, r->n_done++) {
+        const cai_tape_op *op = &t->ops[o];
+        ca_bval in[CA_MAX_AUX + 8] = {0};
+        if (op->n_in > (int)(sizeof in / sizeof in[0])) {
+            snprintf(why, why_size, "it calls %s with %d inputs", cai_op_def(op->op)->name,
+                     op->n_in);
+            return false;
+        }
+        for (int i = 0; i < op->n_in; i++)
+            if (!(in[i] = value_of(r, t->ins[op->in0 + i]))) {
+                snprintf(why, why_size,
+                         "its %s uses a tensor that is neither a gradient nor a saved tensor "
+                         "(input %d); save it with save_for_backward to trace it",
+                         cai_op_def(op->op)->name, i);
+                return false;
+            }
+        ca_meta want;
+        cai_tensor_meta(op->out, &want);
+        vals[o] = replay_one(b, op, in, &want);
+        if (b->status != CA_OK) {
+            snprintf(why, why_size, "%.150s", ca_last_error());
+            return false;
+        }
+        if (!same_meta(bx_meta(b, vals[o]), &want)) {
+            snprintf(why, why_size, "its %s does not keep its shape in the graph",
+                     cai_op_def(op->op)->name);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool cai_tape_replay(const cai_tape *t, ca_builder *b, const ca_bval *grads, int n_saved,
+                     ca_tensor *const *saved, const ca_bval *saved_vals, ca_bval *gin, char *why,
+                     size_t why_size) {
+    ca_bval *vals = cai_mem_calloc((size_t)t->n_ops + 1, sizeof(ca_bval));
+    if (!vals) {
+        b->status = err_nomem("replaying a custom backward");
+        snprintf(why, why_size, "out of memory");
+        return false;
+    }
+    replay r = {t, grads, n_saved, saved, saved_vals, vals, 0};
+    bool ok = replay_ops(&r, b, vals, why, why_size);
+    for (int i = 0; i < t->n_gin && ok; i++) {
+        gin[i] = t->gin[i] ? value_of(&r, t->gin[i]) : NULL;
+        if (t->gin[i] && !gin[i]) {
+            snprintf(why, why_size,
+                     "gradient %d is a tensor that is neither computed by its ops nor a "
+                     "gradient or saved tensor",
+                     i);
+            ok = false;
+        }
+    }
+    cai_mem_free(vals);
+    return ok;
+}
