@@ -1,8 +1,11 @@
 """torch.utils.checkpoint's behaviour in cagrad.utils.checkpoint: gradients equal to the
-block run without checkpointing and to torch 2.13's, eager and compiled (the checkpointed
-block is one call-out, no eager fallback), with parameters inside the block, a parameter
-shared across the block's boundary, non-tensor and keyword arguments, several outputs,
-dropout replayed with the same mask, checkpoint_sequential, and the use_reentrant warning."""
+block run without checkpointing and to torch 2.13's, eager and compiled (no eager
+fallback), with parameters inside the block, a parameter shared across the block's
+boundary, non-tensor and keyword arguments, several outputs, dropout replayed with the same
+mask, checkpoint_sequential, and the use_reentrant warning. The non-reentrant variant:
+autograd.grad reaches parameters inside the block, its nodes are part of the compiled
+graph (no call-out; one recomputation per backward), retain_graph recomputes each time,
+and a recomputation that saves fewer tensors or an input changed in place is refused."""
 
 import warnings
 
@@ -124,3 +127,80 @@ def test_parameter_used_before_inside_and_after_the_block(compiled):
         grads.append((x.grad, w.grad))
     assert_close(grads[0][0], grads[1][0], rtol=1e-5, atol=1e-5)
     assert_close(grads[0][1], grads[1][1], rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# use_reentrant=False: the ordinary graph, its saved tensors recomputed on unpack
+# ---------------------------------------------------------------------------------------
+def test_non_reentrant_autograd_grad_reaches_parameters_inside():
+    grads = []
+    for L in (cagrad, torch):
+        lin1, lin2 = model(L)
+        x = L.tensor(X.copy(), requires_grad=True)
+        out = L.utils.checkpoint.checkpoint(lambda a: lin2(lin1(a).tanh()), x,
+                                            use_reentrant=False)
+        grads.append(L.autograd.grad((out * out).sum(), [lin1.weight, x]))
+    for g, r in zip(*grads):
+        assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_non_reentrant_block_is_part_of_the_compiled_graph(tmp_path):
+    lin1, lin2 = model(cagrad)
+    calls = []
+
+    def block(a):
+        calls.append(1)
+        return lin2(lin1(a).tanh())
+
+    for step in range(3):
+        x = cagrad.tensor(X.copy(), requires_grad=True)
+        out = cagrad.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        with cagrad.compiled_autograd.enable():
+            backward_checked((out * out).sum(), True)
+    assert len(calls) == 6, "the forward, then one recomputation per backward"
+    c = dict(cagrad.compiled_autograd.counters)
+    assert (c["captures"], c["cache_hits"], c["custom_callouts"]) == (1, 2, 0)
+    path = tmp_path / "g.dot"
+    cagrad.compiled_autograd.write_graph(path)
+    dot = path.read_text()
+    assert "TanhBackward0 (NodeCall" in dot and "callout" not in dot
+
+
+def test_non_reentrant_retain_graph_recomputes_each_backward():
+    results = []
+    for L in (cagrad, torch):
+        lin1, lin2 = model(L)
+        x = L.tensor(X.copy(), requires_grad=True)
+        out = L.utils.checkpoint.checkpoint(lambda a: lin2(lin1(a).tanh()), x,
+                                            use_reentrant=False)
+        loss = (out * out).sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        results.append((x.grad, lin1.weight.grad))
+    for g, r in zip(*results):
+        assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_non_reentrant_recomputation_that_saves_differently_is_refused():
+    for L in (cagrad, torch):
+        flips = []
+
+        def block(a):
+            flips.append(1)
+            return a.sin().exp() if len(flips) == 1 else a.sin()  # fewer saves the 2nd time
+
+        x = L.tensor(X.copy(), requires_grad=True)
+        out = L.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        with pytest.raises(RuntimeError, match="A different number of tensors was saved") as e:
+            out.sum().backward()
+        assert type(e.value).__name__ == "CheckpointError"
+
+
+def test_non_reentrant_input_changed_in_place_is_refused():
+    x = cagrad.tensor(X.copy(), requires_grad=True)
+    h = x * 1
+    out = cagrad.utils.checkpoint.checkpoint(lambda a: a.sin(), h, use_reentrant=False)
+    with cagrad.no_grad():
+        h.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()

@@ -1,15 +1,20 @@
 """cagrad.utils.checkpoint: activation checkpointing, as torch.utils.checkpoint.
 
-checkpoint(fn, *args, use_reentrant=False) runs fn without recording its graph or keeping
-its intermediates, and runs it again during backward (with the random generator restored,
-so dropout draws the same mask) to get the gradients. It is one custom Function node, so
-under compiled autograd the block is one call-out step of the compiled graph: the
-recomputation and its backward run inside it.
+checkpoint(fn, *args, use_reentrant=...) runs fn without keeping its intermediates and
+runs it again during backward (with the random generator restored, so dropout draws the
+same mask). Two variants, as in PyTorch:
 
-Both use_reentrant=True and False take this path. As with PyTorch's reentrant variant,
-parameters the block uses get their gradient accumulated into .grad during the backward
-directly, so autograd.grad() with respect to a parameter used only inside the block does
-not see it (RuntimeError).
+- use_reentrant=False (recommended): fn's ops record their nodes as usual, but every
+  tensor they save goes through saved-tensor hooks that keep only its place in the
+  order. The first backward that needs one runs fn again on detached inputs and hands
+  out the tensors it saved. The graph is the ordinary one, so autograd.grad() reaches
+  the parameters inside, and compiled autograd captures and fuses the block's backward
+  like any other part of the graph.
+- use_reentrant=True (the default when it is not given, with PyTorch's warning): the
+  block is one custom Function node; its backward recomputes the block and runs a
+  backward through it. Under compiled autograd it is one call-out step. Parameters the
+  block uses get their gradient accumulated into .grad directly, so autograd.grad() with
+  respect to one of them does not see it (RuntimeError).
 """
 
 import warnings
@@ -19,8 +24,13 @@ from .._creation import get_rng_state, set_rng_state
 from .._grad_mode import enable_grad, is_grad_enabled
 from ..autograd import backward as _backward
 from ..autograd.function import Function
+from ..autograd.graph import saved_tensors_hooks
 
-__all__ = ["checkpoint", "checkpoint_sequential"]
+__all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError"]
+
+
+class CheckpointError(RuntimeError):
+    """The recomputation saved other tensors than the original forward (torch's name)."""
 
 
 def _is_tensor(x):
@@ -64,15 +74,92 @@ class CheckpointFunction(Function):
 
 def _recompute(ctx, args):
     """Run the block again with grad mode on and the generator where forward found it."""
-    saved = get_rng_state() if ctx.rng_state is not None else None
-    if saved is not None:
-        set_rng_state(ctx.rng_state)
-    try:
+
+    def run():
         with enable_grad():
             return ctx.run_function(*args, **ctx.kwargs)
+
+    return _rng_restored(ctx.rng_state, run)
+
+
+def _rng_restored(rng_state, run):
+    """run() with the generator where the forward found it, then put back."""
+    saved = get_rng_state() if rng_state is not None else None
+    if saved is not None:
+        set_rng_state(rng_state)
+    try:
+        return run()
     finally:
         if saved is not None:
             set_rng_state(saved)
+
+
+class _Frame:
+    """One non-reentrant checkpointed call: how to run it again, and the metadata of the
+    tensors its ops saved. A backward's first unpack recomputes them all; each unpack then
+    hands one out and lets go of it, so the next backward (retain_graph) recomputes."""
+
+    def __init__(self, function, args, kwargs, rng_state):
+        self.function, self.args, self.kwargs, self.rng_state = function, args, kwargs, rng_state
+        self.versions = [a._version if _is_tensor(a) else None for a in args]
+        self.metas = []
+        self.recomputed = {}
+
+    def pack(self, t):
+        self.metas.append((t._dtype, tuple(t._shape)))
+        return self, len(self.metas) - 1
+
+    def _inputs(self):
+        out = []
+        for i, (a, version) in enumerate(zip(self.args, self.versions)):
+            if not _is_tensor(a):
+                out.append(a)
+                continue
+            if a._version != version:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: input {i} of a checkpointed function is at "
+                    f"version {a._version}; expected version {version} instead")
+            d = a.detach()
+            d.requires_grad = a.requires_grad
+            out.append(d)
+        return out
+
+    def recompute(self):
+        got = []
+        args = self._inputs()
+
+        def run():
+            with enable_grad(), saved_tensors_hooks(lambda t: got.append(t) or t, lambda t: t):
+                self.function(*args, **self.kwargs)
+
+        _rng_restored(self.rng_state, run)
+        if len(got) < len(self.metas):  # more is fine: PyTorch stops early and never sees it
+            raise CheckpointError(
+                f"torch.utils.checkpoint: A different number of tensors was saved during the "
+                f"original forward and recomputation.\nNumber of tensors saved during forward: "
+                f"{len(self.metas)}\nNumber of tensors saved during recomputation: {len(got)}")
+        for i, (t, meta) in enumerate(zip(got, self.metas)):
+            if (t._dtype, tuple(t._shape)) != meta:
+                raise CheckpointError(
+                    f"torch.utils.checkpoint: Recomputed values for the following tensors have "
+                    f"different metadata than during the forward pass.\ntensor at position {i}:"
+                    f"\nsaved metadata: {meta}\nrecomputed metadata: "
+                    f"{(t._dtype, tuple(t._shape))}")
+            self.recomputed[i] = t
+
+
+def _unpack(packed):
+    frame, i = packed
+    if i not in frame.recomputed:
+        frame.recompute()
+    return frame.recomputed.pop(i)
+
+
+def _checkpoint_without_reentrant(function, preserve_rng_state, args, kwargs):
+    frame = _Frame(function, args, kwargs, get_rng_state() if preserve_rng_state else None)
+    with saved_tensors_hooks(frame.pack, _unpack):
+        return function(*args, **kwargs)
 
 
 def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism_check="default",
@@ -87,14 +174,17 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
     if determinism_check not in ("default", "none"):
         raise ValueError(f"determinism_check should be one of ['default', 'none'], but got "
                          f"{determinism_check}")
+    if use_reentrant is None:
+        use_reentrant = True  # PyTorch 2.13's default when it is not given
     if use_reentrant and kwargs:
         raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
-    if not is_grad_enabled() or not any(_is_tensor(a) and a.requires_grad for a in args):
-        # Nothing to recompute for: run it as it is (parameters inside still get their
-        # gradients, as with PyTorch's non-reentrant variant).
-        if use_reentrant and is_grad_enabled():
-            warnings.warn("None of the inputs have requires_grad=True. Gradients will be None",
-                          stacklevel=2)
+    if not is_grad_enabled():
+        return function(*args, **kwargs)
+    if not use_reentrant:
+        return _checkpoint_without_reentrant(function, preserve_rng_state, args, kwargs)
+    if not any(_is_tensor(a) and a.requires_grad for a in args):
+        warnings.warn("None of the inputs have requires_grad=True. Gradients will be None",
+                      stacklevel=2)
         return function(*args, **kwargs)
     return CheckpointFunction.apply(function, bool(preserve_rng_state), kwargs, *args)
 
