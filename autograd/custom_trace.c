@@ -43,9 +43,23 @@ void cai_record_op(int op, int n_in, ca_tensor *const *in, const ca_attrs *a, ca
         t->ins[t->n_ins++] = ca_tensor_retain(in[i]);
 }
 
+void cai_record_fill(ca_tensor *x, double value) {
+    cai_tape *t = cai_recording;
+    if (t->nomem || t->why[0])
+        return;
+    if (!mem_grow((void **)&t->fills, &t->cap_fills, t->n_fills + 1, sizeof(cai_tape_fill))) {
+        t->nomem = true;
+        return;
+    }
+    t->fills[t->n_fills++] = (cai_tape_fill){ca_tensor_retain(x), value};
+}
+
 void cai_tape_free(cai_tape *t) {
     for (int o = 0; o < t->n_ops; o++)
         ca_tensor_release(t->ops[o].out);
+    for (int f = 0; f < t->n_fills; f++)
+        ca_tensor_release(t->fills[f].t);
+    cai_mem_free(t->fills);
     cai_op_release_all(t->ins, t->n_ins);
     if (t->grads)
         cai_op_release_all(t->grads, t->n_grads);
@@ -93,12 +107,14 @@ ca_status cai_tape_record(ca_node *n, const bool *has_grad, cai_tape *t) {
  */
 typedef struct {
     const cai_tape *t;
+    ca_builder *b;
     const ca_bval *grads;
     int n_saved;
     ca_tensor *const *saved;
     const ca_bval *saved_vals;
     const ca_bval *vals; /* per op: its output's value */
     int n_done;          /* ops replayed so far */
+    ca_bval *fill_vals;  /* per fill: its constant, made when first used */
 } replay;
 
 /* The value standing for tensor x: the latest op output, a gradient or a saved tensor that
@@ -118,13 +134,51 @@ static ca_bval value_of_exact(const replay *r, const ca_tensor *x, bool view) {
     return NULL;
 }
 
-static ca_bval value_of(const replay *r, const ca_tensor *x) {
-    ca_bval v = value_of_exact(r, x, false);
-    return v ? v : value_of_exact(r, x, true);
+/* Any value of the graph: a gradient (one always flows in) or a saved tensor. */
+static ca_bval some_value(const replay *r) {
+    for (int k = 0; k < r->t->n_grads; k++)
+        if (r->grads[k])
+            return r->grads[k];
+    for (int j = 0; j < r->n_saved; j++)
+        if (r->saved_vals[j])
+            return r->saved_vals[j];
+    return NULL;
 }
 
+/* A constant tensor of fill f's dtype, shape and value. The graph has no op without
+ * inputs, so it is FILL (which reads only its input's shape) of one element of some value,
+ * viewed as a 0-d tensor, cast and expanded. */
+static ca_bval const_fill(const replay *r, const cai_tape_fill *f) {
+    ca_builder *b = r->b;
+    ca_bval v = some_value(r);
+    const ca_meta *m = bx_meta(b, v);
+    for (int d = 0; m && d < m->ndim; d++)
+        v = bx_slice(b, v, d, 0, 1, 1);
+    ca_ints scalar = {.n = 0};
+    v = bx_pw(b, KPW_FILL, bx_reshape_ints(b, v, &scalar), NULL, NULL, f->value, 0);
+    m = bx_meta(b, v);
+    if (m && m->dtype != f->t->dtype)
+        v = bx_apply(b, CA_OP_TO_DTYPE, 1, &v, &(ca_attrs){.i = {f->t->dtype}});
+    ca_meta want;
+    cai_tensor_meta(f->t, &want);
+    return bx_expand(b, v, &want);
+}
+
+static ca_bval value_of(const replay *r, const ca_tensor *x) {
+    ca_bval v = value_of_exact(r, x, false);
+    if (!v)
+        v = value_of_exact(r, x, true);
+    for (int f = 0; !v && f < r->t->n_fills; f++)
+        if (r->t->fills[f].t == x)
+            v = r->fill_vals[f] ? r->fill_vals[f]
+                                : (r->fill_vals[f] = const_fill(r, &r->t->fills[f]));
+    return v;
+}
+
+/* Rows whose forward is the pointwise kernel cai_op_pw_kind names, with s[0], s[1] as its
+ * parameters (their shape rules may check more, as gelu's and clamp's do). */
 static bool pointwise_row(const ca_op_def *row) {
-    return row->shape == cai_op_pointwise_shape && row->forward == cai_op_pointwise_forward;
+    return row->forward == cai_op_pointwise_forward;
 }
 
 /* Rows without a graph op of their own, as the builder calls derivative rules use. */
@@ -143,6 +197,10 @@ static ca_bval replay_one(ca_builder *b, const cai_tape_op *o, const ca_bval *in
     case CA_OP_TRANSPOSE:
     case CA_OP_T: return bx_permute(b, in[0], &o->a.dims); /* their attrs are the permutation */
     case CA_OP_EXPAND: return bx_expand(b, in[0], out);
+    case CA_OP_SELECT: { /* attrs: the dim and the index, canonical */
+        ca_bval s = bx_slice(b, in[0], (int)o->a.i[0], o->a.i[1], o->a.i[1] + 1, 1);
+        return bx_reshape(b, s, out);
+    }
     case CA_OP_MM:
     case CA_OP_BMM: return bx_matmul(b, in[0], in[1], false, false);
     case CA_OP_ADDMM: return bx_add(b, in[0], bx_matmul(b, in[1], in[2], false, false));
@@ -197,13 +255,13 @@ static bool replay_ops(replay *r, ca_builder *b, ca_bval *vals, char *why, size_
 bool cai_tape_replay(const cai_tape *t, ca_builder *b, const ca_bval *grads, int n_saved,
                      ca_tensor *const *saved, const ca_bval *saved_vals, ca_bval *gin, char *why,
                      size_t why_size) {
-    ca_bval *vals = cai_mem_calloc((size_t)t->n_ops + 1, sizeof(ca_bval));
+    ca_bval *vals = cai_mem_calloc((size_t)t->n_ops + (size_t)t->n_fills + 1, sizeof(ca_bval));
     if (!vals) {
         b->status = err_nomem("replaying a custom backward");
         snprintf(why, why_size, "out of memory");
         return false;
     }
-    replay r = {t, grads, n_saved, saved, saved_vals, vals, 0};
+    replay r = {t, b, grads, n_saved, saved, saved_vals, vals, 0, vals + t->n_ops};
     bool ok = replay_ops(&r, b, vals, why, why_size);
     for (int i = 0; i < t->n_gin && ok; i++) {
         gin[i] = t->gin[i] ? value_of(&r, t->gin[i]) : NULL;

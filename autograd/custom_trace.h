@@ -23,9 +23,18 @@ typedef struct {
     ca_tensor *out; /* held by the tape, so no later tensor reuses its address */
 } cai_tape_op;
 
+/* A tensor the backward created filled with one value (zeros_like, ones, full): a
+ * constant of the graph, made from any value there (see const_fill). */
+typedef struct {
+    ca_tensor *t; /* held */
+    double value;
+} cai_tape_fill;
+
 struct cai_tape {
     cai_tape_op *ops;
     int n_ops, cap_ops;
+    cai_tape_fill *fills;
+    int n_fills, cap_fills;
     ca_tensor **ins; /* held */
     int n_ins, cap_ins;
     int depth;     /* op calls under way (an op's forward may call ops of its own) */

@@ -266,7 +266,10 @@ static ca_status create_filled(ca_dtype dt, int ndim, const int64_t *shape, doub
     *out = NULL;
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, fn));
-    return cai_tensor_full(&m, v, out);
+    CA_CHECK(cai_tensor_full(&m, v, out));
+    if (cai_recording)
+        cai_record_fill(*out, v);
+    return CA_OK;
 }
 
 ca_status ca_empty(ca_dtype dt, int ndim, const int64_t *shape, ca_tensor **out) {

@@ -492,7 +492,8 @@ ca_status ca_saved_tensors_hooks_pop(void);
  * The recording is refused, and the callback runs as a call-out, when the backward reads
  * tensor data (ca_tensor_data, ca_tensor_item), changes a tensor in place, starts a
  * backward, calls an op the compiled graph cannot express, uses a tensor that is neither a
- * gradient nor one of saved, or fails; also when the node's sizes are dynamic. Anything
+ * gradient nor one of saved nor made by it with ca_zeros, ca_ones or ca_full (those become
+ * constants), or fails; also when the node's sizes are dynamic. Anything
  * else it does (its own side effects) happens at capture only. ca_custom_tracing() is
  * nonzero while a callback is being recorded.
  *

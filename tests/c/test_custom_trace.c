@@ -1,7 +1,8 @@
 /* test_custom_trace.c - suite `custom_trace`: custom backwards traced into the compiled graph
  * (ca_custom_function.trace_state).
  *
- * Covered: a cube function whose backward only calls ops is recorded once and traced (its
+ * Covered: a cube function whose backward only calls ops (or multiplies by a tensor it
+ * fills itself, a constant of the graph) is recorded once and traced (its
  * callback does not run on cache hits, ca_custom_tracing() is set while it is recorded,
  * gradients equal the eager ones); a backward that reads tensor data, changes a tensor in
  * place, uses a tensor it was not given, or fails on zero gradients, and a trace_state that
@@ -22,6 +23,7 @@
 
 typedef enum {
     OPS_ONLY,
+    FILLED_CONSTANT,
     READS_DATA,
     IN_PLACE,
     UNSAVED_TENSOR,
@@ -71,7 +73,14 @@ static ca_status cube_backward(void *ctx, int n_out, ca_tensor *const *g, int n_
         RELEASE(x2);
         return ca_error_set(CA_STATUS_INVALID, "cube refuses zeros");
     }
-    TU_OK(ca_mul_scalar(x2, 3.0, &t));
+    if (c->mode == FILLED_CONSTANT) { /* 3 as a tensor it makes: a constant of the graph */
+        ca_tensor *three;
+        TU_OK(ca_full(x2->dtype, x2->ndim, x2->shape, 3.0, &three));
+        TU_OK(ca_mul(x2, three, &t));
+        RELEASE(three);
+    } else {
+        TU_OK(ca_mul_scalar(x2, 3.0, &t));
+    }
     TU_OK(ca_mul(t, g[0], &r));
     RELEASE(x2, t);
     gin[0] = r;
@@ -185,6 +194,17 @@ static void assert_call_out(cube_mode mode, int want_calls) {
     cr_assert_eq(k.custom_traced, 0, "mode %d", (int)mode);
     cr_assert_eq(k.custom_callouts, 1, "mode %d", (int)mode);
     cr_assert_eq(k.eager_fallbacks, 0, "mode %d", (int)mode);
+    RELEASE(x);
+}
+
+Test(custom_trace, tensors_it_fills_itself_are_constants) {
+    ca_compiled_autograd_reset();
+    ca_tensor *x = tu_randn(CA_FLOAT32, TU_SHAPE(2, 3), true);
+    cr_assert_eq(compiled_rounds(x, FILLED_CONSTANT, 1), 1, "recorded once, then hits");
+    ca_compiled_counters k;
+    ca_compiled_autograd_counters(&k);
+    cr_assert_eq(k.custom_traced, 1);
+    cr_assert_eq(k.custom_callouts, 0);
     RELEASE(x);
 }
 

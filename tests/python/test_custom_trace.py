@@ -386,3 +386,62 @@ def test_unused_output_and_fitted_gradients(dtype, rng):
         outs.append(x.grad)
     assert_close(outs[0], outs[1])
     assert counters()["eager_fallbacks"] == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Which ops a traced backward may call: forward-only rows lower to graph ops, fills become
+# constants; each compared with torch in float64
+# ---------------------------------------------------------------------------------------
+BACKWARD_BODIES = {
+    "relu": lambda L, g, x: g * L.relu(x),
+    "gelu": lambda L, g, x: g * L.nn.functional.gelu(x, approximate="tanh"),
+    "silu": lambda L, g, x: g * L.nn.functional.silu(x),
+    "clamp": lambda L, g, x: g * x.clamp(-0.5, 0.5),
+    "where": lambda L, g, x: L.where(x > 0, g, g * 0.1),
+    "mask_float": lambda L, g, x: g * (x > 0).double(),
+    "cast_round_trip": lambda L, g, x: (g.float() * 2).double(),
+    "clone_contiguous": lambda L, g, x: g.clone().t().contiguous().t(),
+    "view_mean": lambda L, g, x: g.view(-1).view(g.shape) - g.mean(dim=1, keepdim=True),
+    "select_slice": lambda L, g, x: g * x[0] + g * x[:, :1],
+    "expand_transpose": lambda L, g, x: g * x.sum(1, keepdim=True).expand_as(x).transpose(0, 1)
+    .transpose(0, 1),
+    "zeros_ones_full": lambda L, g, x: (g + L.zeros_like(g)) * L.ones_like(g)
+    + L.full_like(g, 0.25),
+    "matmul": lambda L, g, x: (g @ x.t()) @ x,
+}
+
+
+def body_function(L, body):
+    class Body(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return body(L, g, x)
+
+    return Body
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_BODIES))
+def test_backward_ops_are_traced_and_match_torch(name, rng):
+    arr = rng.standard_normal((3, 4))
+    cx, tx = both(arr)
+    with cagrad.compiled_autograd.enable():
+        (body_function(cagrad, BACKWARD_BODIES[name]).apply(cx) * 1.5).sum().backward()
+    (body_function(torch, BACKWARD_BODIES[name]).apply(tx) * 1.5).sum().backward()
+    assert_close(cx.grad, tx.grad)
+    c = counters()
+    assert (c["custom_traced"], c["custom_callouts"], c["eager_fallbacks"]) == (1, 0, 0)
+
+
+def test_unused_output_materialised_as_zeros_is_traced():
+    x = cagrad.randn(5, requires_grad=True)
+    with cagrad.compiled_autograd.enable():
+        a, _ = CA_FN["SinCos"].apply(x * 1)
+        a.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(x.detach().numpy()), rtol=1e-6)
+    assert counters()["custom_traced"] == 1
