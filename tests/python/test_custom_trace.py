@@ -445,3 +445,21 @@ def test_unused_output_materialised_as_zeros_is_traced():
         a.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.cos(x.detach().numpy()), rtol=1e-6)
     assert counters()["custom_traced"] == 1
+
+
+def test_unhashable_backward_is_called_out():
+    class Scaler:  # a callable object with __eq__ and no __hash__
+        def __eq__(self, other):
+            return isinstance(other, Scaler)
+
+        def __call__(self, ctx, g):
+            return g * 2
+
+    class ByObject(Doubling):
+        backward = Scaler()
+
+    x = cagrad.randn(3, requires_grad=True)
+    with cagrad.compiled_autograd.enable():
+        ByObject.apply(x * 1).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(3, 2.0, np.float32))
+    assert counters()["custom_callouts"] == 1

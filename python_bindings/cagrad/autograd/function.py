@@ -203,6 +203,13 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
 
     # ---- called by the library (python_bindings/src/custom.c) ----
     def _trace_state(self):
+        """_trace_state_of, where anything that goes wrong makes a call-out instead."""
+        try:
+            return self._trace_state_of()
+        except Exception as e:  # e.g. a backward that is not hashable: just call it out
+            return 0, (), f"its trace state could not be formed ({type(e).__name__}: {e})"
+
+    def _trace_state_of(self):
         """(state, saved tensors, why) for compiled autograd: a nonzero state number lets it
         record backward once and put its ops into the graph. The number is the same for two
         nodes exactly when the class, its backward, needs_input_grad, the materialize flag,
