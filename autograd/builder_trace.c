@@ -500,16 +500,22 @@ static bool custom_traceable(trace_builder *tb, const ca_node *n, int call, char
                              size_t size) {
     const ca_custom *c = n->custom;
     const key_collect *k = tb->req->k;
-    if (!c->trace_state) {
-        snprintf(why, size, "%s", c->trace_why[0] ? c->trace_why : "its function is opaque");
+    if (!c->trace.state) {
+        snprintf(why, size, "%s", c->trace.why[0] ? c->trace.why : "its function is opaque");
         return false;
     }
+    bool dynamic = false;
     for (int s = k->slot0[call]; s < k->slot0[call + 1]; s++)
-        if (tb->req->e->symbol[s] >= 0) {
-            snprintf(why, size, "its sizes are dynamic");
-            return false;
-        }
-    return true;
+        dynamic |= tb->req->e->symbol[s] >= 0;
+    for (int j = 0; j < c->trace.n_saved && !dynamic; j++) { /* lifted by an earlier node */
+        const ca_tensor *t = c->trace.saved[j];
+        int idx = t ? cai_key_find_lifted(k, t, LIFT_SAVED) : -1;
+        for (int d = 0; idx >= 0 && d < t->ndim; d++)
+            dynamic |= tb->req->e->symbol[k->lifted[idx].first_slot + d] >= 0;
+    }
+    if (dynamic)
+        snprintf(why, size, "its sizes are dynamic");
+    return !dynamic;
 }
 
 /* Replay a recorded tape: the gradients g and the node's saved tensors are its inputs. */
@@ -519,12 +525,12 @@ static bool replay_custom(trace_builder *tb, const ca_node *n, const cai_tape *t
     ca_bval grads[64] = {0}, saved[CA_CUSTOM_MAX_SAVED] = {0}, res[128] = {0};
     for (int k = 0; k < n->n_out; k++)
         grads[k] = g[k] >= 0 ? bval_of(g[k]) : NULL;
-    for (int j = 0; j < c->n_trace_saved; j++) {
-        int idx =
-            c->trace_saved[j] ? cai_key_find_lifted(tb->req->k, c->trace_saved[j], LIFT_SAVED) : -1;
+    for (int j = 0; j < c->trace.n_saved; j++) {
+        const ca_tensor *s = c->trace.saved[j];
+        int idx = s ? cai_key_find_lifted(tb->req->k, s, LIFT_SAVED) : -1;
         saved[j] = idx >= 0 ? bval_of(tb->lifted[idx]) : NULL;
     }
-    if (!cai_tape_replay(t, &tb->base, grads, c->n_trace_saved, c->trace_saved, saved, res, why,
+    if (!cai_tape_replay(t, &tb->base, grads, c->trace.n_saved, c->trace.saved, saved, res, why,
                          size))
         return false;
     for (int i = 0; i < n->n_in; i++)

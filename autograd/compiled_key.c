@@ -136,30 +136,41 @@ static ca_status lift_hooks(key_collect *k, ca_hook *list, int call, ca_tensor *
 
 /* What a traced backward depends on, from the function's trace_state: the state number it
  * gave (0: a call-out) and the tensors it reads, lifted like an op's saved tensors. */
-static ca_status custom_trace_key(key_collect *k, ca_node *n, int call) {
-    ca_custom *c = n->custom;
-    c->trace_state = 0;
-    c->n_trace_saved = 0;
-    c->trace_why[0] = '\0';
-    if (c->fn.trace_state) {
-        uint64_t gen = cai_err_generation();
-        ca_status st = c->fn.trace_state(c->fn.ctx, &c->trace_state, c->trace_saved,
-                                         &c->n_trace_saved, c->trace_why, sizeof c->trace_why);
-        if (st != CA_OK && cai_err_generation() == gen)
-            st = err_set(st, "the trace_state of %s failed with %s and set no message", c->name,
-                         ca_status_name(st));
-        CA_CHECK(st);
-        if (c->n_trace_saved < 0 || c->n_trace_saved > CA_CUSTOM_MAX_SAVED)
-            return err_set(CA_STATUS_INVALID,
-                           "the trace_state of %s gave %d saved tensors; at most %d are allowed",
-                           c->name, c->n_trace_saved, CA_CUSTOM_MAX_SAVED);
-    }
-    CA_CHECK(put_i64(k, (int64_t)c->trace_state));
-    if (!c->trace_state)
+static ca_status ask_trace_state(ca_custom *c) {
+    ca_custom_trace_info *info = &c->trace;
+    memset(info, 0, sizeof *info);
+    if (!c->fn.trace_state)
         return CA_OK;
-    CA_CHECK(put_i32(k, c->n_trace_saved));
-    for (int j = 0; j < c->n_trace_saved; j++) {
-        ca_tensor *t = c->trace_saved[j];
+    uint64_t gen = cai_err_generation();
+    ca_status st = c->fn.trace_state(c->fn.ctx, info);
+    if (st != CA_OK && cai_err_generation() == gen)
+        st = err_set(st, "the trace_state of %s failed with %s and set no message", c->name,
+                     ca_status_name(st));
+    CA_CHECK(st);
+    if (info->n_saved < 0 || info->n_saved > CA_CUSTOM_MAX_SAVED || info->n_sizes < 0 ||
+        info->n_sizes > CA_CUSTOM_MAX_SIZES)
+        return err_set(CA_STATUS_INVALID,
+                       "the trace_state of %s gave %d saved tensors and %d sizes; at most %d "
+                       "and %d are allowed",
+                       c->name, info->n_saved, info->n_sizes, CA_CUSTOM_MAX_SAVED,
+                       CA_CUSTOM_MAX_SIZES);
+    info->why[sizeof info->why - 1] = '\0';
+    return CA_OK;
+}
+
+static ca_status custom_trace_key(key_collect *k, ca_node *n, int call) {
+    const ca_custom_trace_info *info = &n->custom->trace;
+    CA_CHECK(ask_trace_state(n->custom));
+    CA_CHECK(put_i64(k, (int64_t)info->state));
+    if (!info->state)
+        return CA_OK;
+    CA_CHECK(put_i32(k, info->n_sizes));
+    for (int j = 0; j < info->n_sizes; j++)
+        CA_CHECK(
+            lift_size(k, info->sizes[j], (key_slot_owner){call, OWN_ATTR, "traced int", 0, j}));
+    CA_CHECK(put_i32(k, info->n_saved));
+    for (int j = 0; j < info->n_saved; j++) {
+        ca_tensor *t = info->saved[j];
         if (t)
             CA_CHECK(
                 lift_tensor(k, t, LIFT_SAVED, (key_slot_owner){call, OWN_SAVED, "tensor", j, 0}));

@@ -216,11 +216,7 @@ typedef struct {
 typedef struct {
     ca_custom_function fn;
     const char *name;
-    /* asked of fn.trace_state by this backward's key (compiled_key.c); 0: a call-out */
-    uint64_t trace_state;
-    int n_trace_saved;
-    ca_tensor *trace_saved[CA_CUSTOM_MAX_SAVED]; /* borrowed (see ca_custom_function) */
-    char trace_why[128];                         /* why not traced, when trace_state is 0 */
+    ca_custom_trace_info trace; /* fn.trace_state's answer at this backward's key */
 } ca_custom;
 
 typedef struct cai_saved_hooks cai_saved_hooks;

@@ -481,14 +481,18 @@ ca_status ca_saved_tensors_hooks_pop(void);
  * Traced backwards (optional). Set trace_state, and compiled autograd may run the backward
  * once, at capture, on zero gradients, recording the ops it calls, and put those ops into
  * its graph instead of a call-out: they are then fused with the rest and the callback no
- * longer runs on cache hits. trace_state(ctx, &state, saved, &n_saved, why, why_size) is
- * asked at every compiled backward:
- *  - set *state to 0 to run the callback as a call-out (write the reason into why), or to a
- *    nonzero number that is equal for two nodes of this function exactly when their
- *    backwards, given gradients and saved tensors of the same shapes, call the same ops
- *    with the same arguments: it goes into the cache key;
- *  - fill saved[0 .. *n_saved) (at most CA_CUSTOM_MAX_SAVED) with the tensors the backward
- *    reads besides its gradients, borrowed: valid until release runs or the node is freed.
+ * longer runs on cache hits. trace_state(ctx, info) is asked at every compiled backward,
+ * with info zeroed, and fills it in (ca_custom_trace_info):
+ *  - state: 0 to run the callback as a call-out (write the reason into why), or a nonzero
+ *    number that is equal for two nodes of this function exactly when their backwards,
+ *    given gradients and saved tensors of the same shapes and the same sizes (below), call
+ *    the same ops with the same arguments: it goes into the cache key;
+ *  - saved[0 .. n_saved): the tensors the backward reads besides its gradients, borrowed:
+ *    valid until release runs or the node is freed;
+ *  - sizes[0 .. n_sizes): integers the backward bakes into its ops (a length it kept, a
+ *    dim): they key the graph like tensor sizes do, so a change of one is a change of
+ *    size, not of graph. When one of them, or any size of the node, has become dynamic the
+ *    node is a call-out.
  * The recording is refused, and the callback runs as a call-out, when the backward reads
  * tensor data (ca_tensor_data, ca_tensor_item), changes a tensor in place, starts a
  * backward, calls an op the compiled graph cannot express, uses a tensor that is neither a
@@ -508,8 +512,16 @@ typedef ca_status (*ca_custom_backward_fn)(void *ctx, int n_outputs, ca_tensor *
                                            int n_inputs, ca_tensor **grad_inputs);
 
 #define CA_CUSTOM_MAX_SAVED 32
-typedef ca_status (*ca_custom_trace_state_fn)(void *ctx, uint64_t *state, ca_tensor **saved,
-                                              int *n_saved, char *why, size_t why_size);
+#define CA_CUSTOM_MAX_SIZES 32
+typedef struct {
+    uint64_t state; /* 0: a call-out */
+    int n_saved;
+    ca_tensor *saved[CA_CUSTOM_MAX_SAVED]; /* borrowed */
+    int n_sizes;
+    int64_t sizes[CA_CUSTOM_MAX_SIZES];
+    char why[128]; /* state 0: why (for the verbose log) */
+} ca_custom_trace_info;
+typedef ca_status (*ca_custom_trace_state_fn)(void *ctx, ca_custom_trace_info *info);
 
 typedef struct ca_custom_function_s {
     const char *name;

@@ -71,51 +71,70 @@ static ca_status backward_trampoline(void *ctx, int n_out, ca_tensor *const *gra
     return st;
 }
 
-/* ctx._trace_state() -> (state, saved tensors, why): see ca_custom_function.trace_state.
- * The tensors are borrowed: ctx keeps them until its _release. */
-static int take_trace_state(PyObject *res, uint64_t *state, ca_tensor **saved, int *n_saved,
-                            char *why, size_t why_size) {
-    PyObject *st_obj, *saved_obj, *why_obj;
-    if (!PyArg_ParseTuple(res, "OO!U", &st_obj, &PyTuple_Type, &saved_obj, &why_obj))
-        return -1;
-    *state = PyLong_AsUnsignedLongLong(st_obj);
-    if (*state == (uint64_t)-1 && PyErr_Occurred())
-        return -1;
-    Py_ssize_t n = PyTuple_GET_SIZE(saved_obj);
+/* ctx._trace_state() -> (state, saved tensors, sizes, why): see ca_custom_trace_info. The
+ * tensors are borrowed: ctx keeps them until its _release. */
+static int take_saved(PyObject *saved, ca_custom_trace_info *info) {
+    Py_ssize_t n = PyTuple_GET_SIZE(saved);
     if (n > CA_CUSTOM_MAX_SAVED) {
-        *state = 0;
-        snprintf(why, why_size, "it saves %zd tensors; at most %d can be traced", n,
+        info->state = 0;
+        snprintf(info->why, sizeof info->why, "it saves %zd tensors; at most %d can be traced", n,
                  CA_CUSTOM_MAX_SAVED);
-        n = 0;
+        return 0;
     }
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *t = PyTuple_GET_ITEM(saved_obj, j);
+        PyObject *t = PyTuple_GET_ITEM(saved, j);
         if (t != Py_None && !glue_tensor_check(t)) {
             PyErr_Format(PyExc_TypeError, "_trace_state: saved tensor %zd is a %.100s", j,
                          Py_TYPE(t)->tp_name);
             return -1;
         }
-        saved[j] = t == Py_None ? NULL : glue_tensor_unwrap(t);
+        info->saved[j] = t == Py_None ? NULL : glue_tensor_unwrap(t);
     }
-    *n_saved = (int)n;
-    const char *text = PyUnicode_AsUTF8(why_obj);
-    if (!text)
-        return -1;
-    if (text[0])
-        snprintf(why, why_size, "%s", text);
+    info->n_saved = (int)n;
     return 0;
 }
 
-static ca_status trace_state_trampoline(void *ctx, uint64_t *state, ca_tensor **saved, int *n_saved,
-                                        char *why, size_t why_size) {
+static int take_sizes(PyObject *sizes, ca_custom_trace_info *info) {
+    Py_ssize_t n = PyTuple_GET_SIZE(sizes);
+    if (n > CA_CUSTOM_MAX_SIZES) {
+        PyErr_Format(PyExc_ValueError, "_trace_state: %zd sizes; at most %d", n,
+                     CA_CUSTOM_MAX_SIZES);
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, j));
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        info->sizes[j] = v;
+    }
+    info->n_sizes = (int)n;
+    return 0;
+}
+
+static int take_trace_state(PyObject *res, ca_custom_trace_info *info) {
+    PyObject *st_obj, *saved, *sizes, *why;
+    if (!PyArg_ParseTuple(res, "OO!O!U", &st_obj, &PyTuple_Type, &saved, &PyTuple_Type, &sizes,
+                          &why))
+        return -1;
+    info->state = PyLong_AsUnsignedLongLong(st_obj);
+    if (info->state == (uint64_t)-1 && PyErr_Occurred())
+        return -1;
+    const char *text = PyUnicode_AsUTF8(why);
+    if (!text)
+        return -1;
+    snprintf(info->why, sizeof info->why, "%s", text);
+    if (take_sizes(sizes, info) < 0 || take_saved(saved, info) < 0)
+        return -1;
+    return 0;
+}
+
+static ca_status trace_state_trampoline(void *ctx, ca_custom_trace_info *info) {
     if (!glue_python_alive())
         return glue_python_gone();
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *res = PyObject_CallMethod((PyObject *)ctx, "_trace_state", NULL);
-    if (res && take_trace_state(res, state, saved, n_saved, why, why_size) < 0) {
-        *state = 0;
-        *n_saved = 0;
-    }
+    if (res && take_trace_state(res, info) < 0)
+        memset(info, 0, sizeof *info);
     Py_XDECREF(res);
     ca_status st = PyErr_Occurred() ? glue_hook_store() : CA_OK;
     PyGILState_Release(gil);

@@ -87,16 +87,15 @@ static ca_status cube_backward(void *ctx, int n_out, ca_tensor *const *g, int n_
     return CA_OK;
 }
 
-static ca_status cube_trace_state(void *ctx, uint64_t *state, ca_tensor **saved, int *n_saved,
-                                  char *why, size_t why_size) {
+static ca_status cube_trace_state(void *ctx, ca_custom_trace_info *info) {
     cube_ctx *c = ctx;
     if (c->mode == STATE_FAILS)
         return ca_error_set(CA_STATUS_INVALID, "cube's trace_state refuses");
-    *state = c->mode == STATE_ZERO ? 0 : c->state;
-    if (!*state)
-        snprintf(why, why_size, "cube says no");
-    saved[0] = c->x;
-    *n_saved = 1;
+    info->state = c->mode == STATE_ZERO ? 0 : c->state;
+    if (!info->state)
+        snprintf(info->why, sizeof info->why, "cube says no");
+    info->saved[0] = c->x;
+    info->n_saved = 1;
     return CA_OK;
 }
 

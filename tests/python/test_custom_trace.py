@@ -463,3 +463,62 @@ def test_unhashable_backward_is_called_out():
         ByObject.apply(x * 1).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full(3, 2.0, np.float32))
     assert counters()["custom_callouts"] == 1
+
+
+class ByLength(cagrad.autograd.Function):
+    """y = x * len(other); its backward reads only the saved tensor's size."""
+
+    @staticmethod
+    def forward(ctx, x, other):
+        ctx.save_for_backward(other)
+        return x * other.shape[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (other,) = ctx.saved_tensors
+        return g * other.shape[0], None
+
+
+@pytest.mark.parametrize("first", ["function", "op"])
+def test_size_of_a_saved_tensor_another_node_lifted_is_not_baked_in(first):
+    """`other` is also saved by a MulBackward0; when only its size changes, the traced
+    constant len(other) must not be reused (its dim is dynamic, so: a call-out)."""
+    x = cagrad.randn(4, requires_grad=True)
+    for m in (3, 5, 7):
+        other, w2 = cagrad.randn(m), cagrad.randn(m, requires_grad=True)
+        x.grad = None
+        with cagrad.compiled_autograd.enable():
+            a = ByLength.apply(x, other).sum()
+            b = (other * w2).sum()
+            (a + b if first == "function" else b + a).backward()
+        np.testing.assert_allclose(x.grad.numpy(), np.full(4, m, np.float32))
+
+
+# ---------------------------------------------------------------------------------------
+# Ints a backward bakes in are sizes: a change marks them dynamic (one recompile, then the
+# node is a call-out), as PyTorch's tests expect of ctx.shape and x.shape[0]
+# ---------------------------------------------------------------------------------------
+class KeepsShape(cagrad.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x * 1
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.shape[0]
+
+
+SavedShape = body_function(cagrad, lambda L, g, x: g * x.shape[0])
+
+
+@pytest.mark.parametrize("fn", [KeepsShape, SavedShape], ids=["ctx_attr", "saved_tensor"])
+def test_baked_sizes_recompile_once_as_sizes(fn):
+    for n in (10, 100, 10, 15, 20, 25):
+        x = cagrad.arange(0.0, n, requires_grad=True)
+        with cagrad.compiled_autograd.enable():
+            fn.apply(x).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.full(n, n, np.float32))
+    c = counters()
+    assert c["captures"] == 2, c
+    assert (c["custom_traced"], c["custom_callouts"]) == (1, 1)

@@ -48,9 +48,12 @@ _CTX_OWN = frozenset({"needs_input_grad", "_arg_is_tensor", "to_save", "_saved",
                       "_output_metas", "_output_ref", "_metadata", "_released"})
 # distinct ctx states of one Function that get traced backwards; past this, call-outs
 _MAX_TRACE_STATES = 8
+# ints a traced backward may bake in as size slots of the key (CA_CUSTOM_MAX_SIZES); past
+# this, ints key the trace by value
+_MAX_TRACED_INTS = 32
 
 
-def _names_state(fn):
+def _names_state(fn, ints):
     """The plain immutable values (numbers, strings, tuples of them) of the globals and
     closure variables fn's own code names: a traced backward bakes them in, so they key it
     too. Mutable ones (a list a backward appends to) are left out."""
@@ -60,30 +63,38 @@ def _names_state(fn):
         return []
     out = []
     scope = getattr(fn, "__globals__", {})
-    for name in code.co_names:
-        if name in scope:
-            try:
-                out.append(("global", name, _freeze(scope[name], mutable=False)))
-            except TypeError:  # modules, functions, classes, lists: not values
-                pass
+    named = [("global", name, scope[name]) for name in code.co_names if name in scope]
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
-            out.append(("free", name, _freeze(cell.cell_contents, mutable=False)))
-        except (TypeError, ValueError):  # not a value, or an empty cell
+            named.append(("free", name, cell.cell_contents))
+        except ValueError:  # an empty cell
+            pass
+    for kind, name, value in named:
+        found = []
+        try:
+            out.append((kind, name, _freeze(value, found, mutable=False)))
+            ints.extend(found)
+        except TypeError:  # modules, functions, classes, lists: not values
             pass
     return out
 
 
-def _freeze(v, mutable=True):
+def _freeze(v, ints, mutable=True):
     """v as a hashable value equal only for equal values of the same types (floats by their
     bits, so -0.0 and NaN key exactly); TypeError for what cannot key a trace (and for
-    lists unless mutable)."""
-    if v is None or isinstance(v, (bool, int, str, bytes)):
+    lists unless mutable). Ints (sizes, usually: ctx.shape = x.shape) are appended to ints
+    instead, to key the trace as size slots, and leave only their place in the value."""
+    if v is None or isinstance(v, (bool, str, bytes)):
+        return type(v), v
+    if isinstance(v, int):
+        if len(ints) < _MAX_TRACED_INTS and -2**63 <= v < 2**63:
+            ints.append(int(v))
+            return (type(v),)
         return type(v), v
     if isinstance(v, float):
         return float, v.hex()
     if isinstance(v, tuple) or (mutable and isinstance(v, list)):
-        return type(v), tuple(_freeze(x, mutable) for x in v)
+        return type(v), tuple(_freeze(x, ints, mutable) for x in v)
     if type(v).__module__.startswith("cagrad") and type(v).__name__ == "dtype":
         return type(v), str(v)
     raise TypeError(type(v).__name__)
@@ -207,25 +218,27 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         try:
             return self._trace_state_of()
         except Exception as e:  # e.g. a backward that is not hashable: just call it out
-            return 0, (), f"its trace state could not be formed ({type(e).__name__}: {e})"
+            return 0, (), (), f"its trace state could not be formed ({type(e).__name__}: {e})"
 
     def _trace_state_of(self):
-        """(state, saved tensors, why) for compiled autograd: a nonzero state number lets it
-        record backward once and put its ops into the graph. The number is the same for two
-        nodes exactly when the class, its backward, needs_input_grad, the materialize flag,
-        which saved tensors are None, the user's ctx attributes and the globals and closure
-        variables backward's code names (plain Python values) are equal. 0, with the
-        reason, makes the backward a call-out instead."""
+        """(state, saved tensors, sizes, why) for compiled autograd: a nonzero state number
+        lets it record backward once and put its ops into the graph. The number is the same
+        for two nodes exactly when the class, its backward, needs_input_grad, the
+        materialize flag, which saved tensors are None, the user's ctx attributes and the
+        globals and closure variables backward's code names (plain Python values) are equal,
+        the ints among them aside: those are the sizes, slots of the key like tensor sizes.
+        0, with the reason, makes the backward a call-out instead."""
         cls = self._forward_cls
         if not cls.traceable_backward:
-            return 0, (), f"{cls.__name__}.traceable_backward is False"
+            return 0, (), (), f"{cls.__name__}.traceable_backward is False"
         saved = getattr(self, "_saved", None)
         if saved and any(isinstance(s, _Packed) for s in saved):
-            return 0, (), "its saved tensors go through saved_tensors_hooks"
+            return 0, (), (), "its saved tensors go through saved_tensors_hooks"
         try:
             tensors = tuple(self.saved_tensors or ())
         except RuntimeError:  # freed or changed in place: the call-out raises it for real
-            return 0, (), "its saved tensors cannot be read"
+            return 0, (), (), "its saved tensors cannot be read"
+        ints = []  # the ints below: size slots of the key, not part of the number
         state = [cls.backward, self.materialize_grads, getattr(self, "needs_input_grad", ()),
                  tuple(t is None for t in tensors)]
         for name in sorted(self.__dict__):
@@ -233,21 +246,21 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
                 continue
             value = self.__dict__[name]
             try:
-                state.append((name, _freeze(value)))
+                state.append((name, _freeze(value, ints)))
             except TypeError:
                 hint = (": save it with ctx.save_for_backward() to trace the backward"
                         if _is_tensor(value) else "")
-                return 0, (), f"ctx.{name} is a {type(value).__name__}{hint}"
-        state.extend(_names_state(cls.backward))
+                return 0, (), (), f"ctx.{name} is a {type(value).__name__}{hint}"
+        state.extend(_names_state(cls.backward, ints))
         states = cls._trace_states
         key = tuple(state)
         number = states.get(key)
         if number is None:
             if len(states) >= _MAX_TRACE_STATES:
-                return 0, (), (f"its ctx attributes took more than {_MAX_TRACE_STATES} "
+                return 0, (), (), (f"its ctx attributes took more than {_MAX_TRACE_STATES} "
                                f"different values")
             number = states[key] = len(states) + 1
-        return number, tensors, ""
+        return number, tensors, tuple(ints), ""
 
     def _run_backward(self, grads):
         """grads: one Tensor or None per tensor output. Returns one per tensor input."""
