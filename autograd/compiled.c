@@ -59,7 +59,9 @@ typedef struct {
     ca_compiled_counters counters;
     const graph *last_graph; /* the latest compiled backward's, for ca_graph_write_dot */
     bool last_eager;         /* the latest backward under compiled autograd ran eagerly */
-    bool running; /* a compiled backward is running: a backward its call-outs start is eager */
+    bool running;   /* a compiled backward is running: a backward its call-outs start is eager */
+    bool profiling; /* time each step of the runs (ca_compiled_autograd_profile) */
+    ca_compiled_profile profile; /* the latest profiled run's; steps 0: none yet */
 } compiled_autograd_state;
 
 static compiled_autograd_state compiled_autograd;
@@ -116,11 +118,26 @@ void ca_compiled_autograd_reset(void) {
     memset(&compiled_autograd.counters, 0, sizeof compiled_autograd.counters);
     compiled_autograd.last_graph = NULL; /* freed with the cache */
     compiled_autograd.last_eager = false;
+    memset(&compiled_autograd.profile, 0, sizeof compiled_autograd.profile);
 }
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out) {
     if (out)
         *out = compiled_autograd.counters;
+}
+
+void ca_compiled_autograd_set_profiling(bool on) {
+    compiled_autograd.profiling = on;
+}
+
+ca_status ca_compiled_autograd_last_profile(ca_compiled_profile *out) {
+    CA_ARG_NOT_NULL(out, "ca_compiled_autograd_last_profile");
+    if (compiled_autograd.profile.steps == 0)
+        return err_set(CA_STATUS_INVALID,
+                       "ca_compiled_autograd_last_profile: no compiled backward has run with "
+                       "profiling on; call ca_compiled_autograd_set_profiling(true) first");
+    *out = compiled_autograd.profile;
+    return CA_OK;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -503,6 +520,20 @@ static void bind(const cache_entry *e) {
         cai_view_of(compiled_autograd.key.lifted[i].t, &cg->inputs[i]);
 }
 
+/* The run with every step timed, and its work and span kept for
+ * ca_compiled_autograd_last_profile. Without memory for the times it runs untimed. */
+static int run_profiled(compiled_graph *cg, graph_callbacks cb) {
+    int n = cai_graph_count(cg->g);
+    int64_t *ns = cai_mem_calloc((size_t)n + 1, sizeof(int64_t));
+    int rc = cai_graph_plan_run_timed(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb, ns);
+    if (ns && rc == 0) {
+        ca_compiled_profile *p = &compiled_autograd.profile;
+        cai_graph_plan_work_span(cg->plan, ns, &p->work_ns, &p->span_ns, &p->steps);
+    }
+    cai_mem_free(ns);
+    return rc;
+}
+
 static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     compiled_graph *cg = e->compiled;
     bind(e);
@@ -517,7 +548,9 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
     run_ctx r = {
         .c = c, .cg = cg, .co = {.k = &compiled_autograd.key, .table = cg->callouts}, .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
-    int rc = cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
+    int rc = compiled_autograd.profiling
+                 ? run_profiled(cg, cb)
+                 : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     cai_callout_end(&r.co);
     if (rc > 0)
         return r.st;

@@ -511,6 +511,27 @@ def miss_cost(lib, reset, reps, internal=None):
 # ---------------------------------------------------------------------------------------
 # The timing child
 # ---------------------------------------------------------------------------------------
+def plan_profile(cagrad, lib, reps):
+    """Work and span of the compiled backward's plan, medians over reps profiled runs at 1
+    thread: work is the steps' times summed, span the longest chain of dependent steps, so
+    work / span bounds what inter-op parallelism (steps run side by side) could gain, and
+    max(work / p, span) is the best time on p cores. A step's own kernel threads are
+    intra-op parallelism, on top of that."""
+    cagrad.compiled_autograd.set_profiling(True)
+    runs = []
+    try:
+        for _ in range(reps):
+            lib.backward_once(True)
+            runs.append(cagrad.compiled_autograd.last_profile())
+    finally:
+        cagrad.compiled_autograd.set_profiling(False)
+    work = float(np.median([r["work_seconds"] for r in runs])) * 1e6
+    span = float(np.median([r["span_seconds"] for r in runs])) * 1e6
+    return {"work_us": work, "span_us": span, "parallelism": work / span if span else 1.0,
+            "steps": runs[-1]["steps"], "reps": reps,
+            "projected_16_us": max(work / 16, span)}
+
+
 def run_timing(threads, reps, big_reps, miss_reps, torch_miss_reps, keys):
     counter = AllocCounter()
     t_start = time.perf_counter()
@@ -674,6 +695,11 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
     t_after = torch_ca_counters(torch)
     out["cagrad_counters_steady"] = {k: c_after[k] - c_before.get(k, 0) for k in c_after}
     out["torch_counters_steady"] = {k: t_after.get(k, 0) - t_before.get(k, 0) for k in t_after}
+
+    # -- the plan's work and span (at 1 thread only: see plan_profile) ---------------------
+    if cagrad.get_num_threads() == 1:
+        out["plan_profile"] = plan_profile(cagrad, cl, 3 if big else 15)
+        mark("plan profile")
 
     # -- PyTorch's miss cost: the same code, after the steady reps (each miss is a cold
     # compile of seconds, whose garbage and caches should not sit under the timed reps) --

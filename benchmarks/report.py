@@ -360,6 +360,36 @@ def workload_section(results):
     return table(["", "workload", "what runs"], rows, ["l", "l", "l"])
 
 
+def plan_section(results):
+    """Work and span of each compiled plan, from the 1-thread run, and what they project
+    for a 16-core machine."""
+    run = results["runs"].get("1") or results["runs"].get(1)
+    if not run:
+        return "No 1-thread run: the plans' work and span are measured at 1 thread."
+    rows = []
+    for k, w in run["workloads"].items():
+        p = w.get("plan_profile")
+        if not p:
+            continue
+        cc = w["backward_us"]["cc"]["median"]
+        rows.append([k, f"{p['steps']}", f"{p['work_us']:,.0f}", f"{p['span_us']:,.0f}",
+                     f"{p['parallelism']:.2f}", f"{p['projected_16_us']:,.0f}",
+                     x(ratio(cc, p["projected_16_us"]))])
+    if not rows:
+        return "This run has no plan profiles (an older harness)."
+    head = ("Each compiled backward's plan, profiled at 1 thread "
+            "(`compiled_autograd.set_profiling`): **work** is its steps' times summed, "
+            "**span** the longest chain of steps that depend on each other through values "
+            "or the order of hooks and call-outs. work / span bounds what running "
+            "independent steps side by side (inter-op parallelism) can gain on any number "
+            "of cores; max(work / 16, span) is the best a 16-core machine could do by that "
+            "alone, before each step's own kernel threads (intra-op parallelism) shorten it "
+            "further. Times in µs, medians over the profiled runs; profiling reads the "
+            "clock around each step, so work is a little above the timed backward.\n")
+    return head + "\n" + table(["workload", "steps", "work", "span", "work / span",
+                                 "16-core bound", "1-thread time / bound"], rows)
+
+
 def perf_tables(results, n, run):
     ws = run["workloads"]
     specs = results["specs"]
@@ -651,6 +681,7 @@ def markdown(results, png_name):
              "### Workloads", "", workload_section(results), ""]
     for n, run in results["runs"].items():
         parts += [f"### {threads_label(n)}", "", perf_tables(results, n, run), ""]
+    parts += ["### Work and span of the compiled plans", "", plan_section(results), ""]
     parts += ["### Notes and caveats", "", notes_section(results), ""]
     return "\n".join(parts)
 

@@ -343,6 +343,17 @@ size_t cai_graph_plan_arena_bytes(graph_plan *p, const int64_t *slots);
 int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
                        graph_callbacks cb);
 const char *cai_graph_plan_error(const graph_plan *p);
+/* The same run, writing each step's wall time in ns into step_ns (one entry per graph node;
+ * NULL: none). (plan_run.c) */
+int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_view *inputs,
+                             void *arena, graph_callbacks cb, int64_t *step_ns);
+/* The work and span of a timed run (plan_profile.c): work sums the steps' times (the
+ * backward's time on one thread); span is the longest chain of steps that depend on each
+ * other through values (a fused group counts at the step where it runs) or through the
+ * order of user-visible side effects (hooks, call-outs, retain_grad): its time on
+ * unlimited threads, buffer reuse aside. *steps: the steps that did work. */
+void cai_graph_plan_work_span(const graph_plan *p, const int64_t *step_ns, int64_t *work,
+                              int64_t *span, int *steps);
 
 /* ---------------------------------------------------------------------------------------
  * Graphviz DOT (dot.c). (Addition.)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* ---------------------------------------------------------------------------------------
  * The run's context, its errors, and views
@@ -766,8 +767,19 @@ static int run_buffer(run_ctx *r, graph_val v) {
     return rc ? kern_fail(r->p, v, rc, x->a.op == GOP_PW ? "pointwise" : "kernel") : 0;
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
                        graph_callbacks cb) {
+    return cai_graph_plan_run_timed(p, slots, inputs, arena, cb, NULL);
+}
+
+int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_view *inputs,
+                             void *arena, graph_callbacks cb, int64_t *step_ns) {
     if (!p)
         return -1;
     p->err[0] = '\0';
@@ -776,6 +788,7 @@ int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *in
     for (graph_val v = 0; v < p->n_nodes; v++) {
         int rc = 0;
         r.step = v;
+        int64_t t0 = step_ns ? now_ns() : 0;
         switch (p->nodes[v].kind) {
         case PK_SKIP: break;
         case PK_INPUT: rc = bind_input(&r, v, inputs); break;
@@ -789,6 +802,12 @@ int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *in
         case PK_FUSED_RUN: rc = run_fused(&r, v); break;
         default: rc = run_buffer(&r, v); break;
         }
+        if (step_ns) /* steps that only bind or skip do no work: 0, so a chain's span is work */
+            step_ns[v] = p->nodes[v].kind == PK_INPUT || p->nodes[v].kind == PK_SKIP ||
+                                 p->nodes[v].kind == PK_FUSED_TMP ||
+                                 p->nodes[v].kind == PK_FUSED_OUT
+                             ? 0
+                             : now_ns() - t0;
         if (rc)
             return rc;
     }

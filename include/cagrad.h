@@ -645,6 +645,25 @@ typedef struct {
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out); /* out may be NULL */
 
+/* Profiling the compiled backward's plan: how much of it could run in parallel. While on
+ * (off by default: it reads the clock around every step), each compiled run times its
+ * steps and keeps:
+ *  - work: the steps' times summed, the backward's time on one thread;
+ *  - span: the longest chain of steps that depend on each other (through values, or the
+ *    order of hooks and call-outs), its time on unlimited threads;
+ * so work / span bounds the speed-up any number of threads could give the plan, and
+ * max(work / p, span) is the best time on p threads. Measure at 1 thread: a step's own
+ * kernel threads shorten it, which is intra-op parallelism, not the plan's.
+ * Errors (last_profile): CA_STATUS_INVALID (out NULL; no profiled run yet). Not
+ * thread-safe, as the rest of compiled autograd. */
+typedef struct {
+    int64_t work_ns;
+    int64_t span_ns;
+    int steps; /* steps that did work */
+} ca_compiled_profile;
+void ca_compiled_autograd_set_profiling(bool on);
+ca_status ca_compiled_autograd_last_profile(ca_compiled_profile *out);
+
 /* Write the graph of the latest compiled backward (the last one run, cache hit or miss) as
  * Graphviz DOT to path, or to stdout for "-". Render it with `dot -Tsvg in.dot -o out.svg`.
  * Nodes are labelled like the CAGRAD_LOGS=compiled_autograd graph (value name, op,

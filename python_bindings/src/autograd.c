@@ -385,6 +385,26 @@ static PyObject *py_compiled_autograd_compile_seconds(PyObject *module, PyObject
     return PyFloat_FromDouble((double)c.compile_ns * 1e-9);
 }
 
+static PyObject *py_compiled_autograd_set_profiling(PyObject *module, PyObject *const *args,
+                                                    Py_ssize_t nargs, PyObject *kwnames) {
+    glue_args p;
+    if (glue_parse("compiled_autograd_set_profiling", "on:b", args, nargs, kwnames, &p) < 0)
+        return NULL;
+    GLUE_CALL_QUICK(ca_compiled_autograd_set_profiling(p.a[0].b));
+    Py_RETURN_NONE;
+}
+
+/* compiled_autograd_last_profile() -> (work_seconds, span_seconds, steps) */
+static PyObject *py_compiled_autograd_last_profile(PyObject *module, PyObject *unused) {
+    ca_compiled_profile prof;
+    ca_status st;
+    GLUE_CALL_QUICK(st = ca_compiled_autograd_last_profile(&prof));
+    if (st)
+        return glue_raise(st);
+    return Py_BuildValue("(ddi)", (double)prof.work_ns * 1e-9, (double)prof.span_ns * 1e-9,
+                         prof.steps);
+}
+
 /* graph_write_dot(path): path is a str, bytes or os.PathLike ("-" for stdout). */
 static PyObject *py_graph_write_dot(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames) {
@@ -428,5 +448,9 @@ PyMethodDef glue_autograd_methods[] = {
     NOARGS(compiled_autograd_compile_seconds,
            "compiled_autograd_compile_seconds() -> float: time spent compiling on misses"),
     FASTCALL(graph_write_dot, "graph_write_dot(path): latest compiled backward as Graphviz DOT"),
+    FASTCALL(compiled_autograd_set_profiling,
+             "compiled_autograd_set_profiling(on): time each step of compiled backwards"),
+    NOARGS(compiled_autograd_last_profile,
+           "compiled_autograd_last_profile() -> (work_seconds, span_seconds, steps)"),
     {NULL, NULL, 0, NULL},
 };

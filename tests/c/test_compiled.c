@@ -13,7 +13,8 @@
  *  - errors like eager's (backward twice, saved tensors changed in place), and the cache
  *    staying usable after them;
  *  - allocation failure at every allocation of a compiled backward, and the allocations of
- *    a steady-state compiled backward.
+ *    a steady-state compiled backward;
+ *  - the plan profile (work and span; off by default, forgotten by reset).
  * Tests pinning engine bugs are disabled (.disabled = true) with a comment naming the bug.
  */
 #include "autograd/internal.h"
@@ -3291,4 +3292,32 @@ Test(compiled, steady_state_fused_backward_allocates_nothing) {
     long live = tu_alloc_live();
     tu_alloc_uninstall();
     cr_assert_eq(live, 0, "%ld allocations leaked", live);
+}
+
+/* Profiling: off by default; on, a run keeps its work and span (a chain: span == work). */
+Test(compiled, plan_profile_work_and_span) {
+    ca_compiled_autograd_reset();
+    ca_compiled_profile prof;
+    cr_assert_eq(ca_compiled_autograd_last_profile(NULL), CA_STATUS_INVALID);
+    cr_assert_eq(ca_compiled_autograd_last_profile(&prof), CA_STATUS_INVALID);
+    cr_assert(strstr(ca_last_error(), "set_profiling"), "%s", ca_last_error());
+    ca_tensor *w = tu_randn(CA_FLOAT32, TU_SHAPE(32, 32), true), *e, *loss;
+    for (int profiled = 0; profiled < 2; profiled++) {
+        ca_compiled_autograd_set_profiling(profiled);
+        TU_OK(ca_exp(w, &e));
+        TU_OK(ca_sum(e, 0, NULL, false, &loss));
+        TU_OK(ca_compiled_autograd_enable(NULL));
+        TU_OK(ca_backward(loss));
+        TU_OK(ca_compiled_autograd_disable());
+        tu_release_n((ca_tensor *[]){e, loss}, 2);
+        ca_status st = ca_compiled_autograd_last_profile(&prof);
+        cr_assert_eq(st, profiled ? CA_OK : CA_STATUS_INVALID, "profiled %d", profiled);
+    }
+    ca_compiled_autograd_set_profiling(false);
+    cr_assert_gt(prof.steps, 1);
+    cr_assert_gt(prof.work_ns, 0);
+    cr_assert_eq(prof.span_ns, prof.work_ns, "expand, mul, accumulate: one chain");
+    ca_compiled_autograd_reset();
+    cr_assert_eq(ca_compiled_autograd_last_profile(&prof), CA_STATUS_INVALID, "reset forgets it");
+    tu_release_n(&w, 1);
 }
