@@ -4,10 +4,12 @@
 
 The training code is plain PyTorch code with `import cagrad as torch`. It runs twice from
 the same initial weights: once with the eager backward, once inside
-`torch.compiled_autograd.enable()`. It prints loss and accuracy per epoch, the backward
-time of both runs, the compiled-autograd counters, and writes the compiled backward graph
-as an SVG. The 8x8 digit images (1797 of them) ship inside scikit-learn, so nothing is
-downloaded; without scikit-learn the demo falls back to generated data.
+`torch.compiled_autograd.enable()`. When PyTorch is installed, the same code trains a third
+time on PyTorch itself, from the same weights. It prints loss and accuracy per epoch, the
+backward time of each run side by side, the compiled-autograd counters, and writes the
+compiled backward graph as an SVG. The 8x8 digit images (1797 of them) ship inside
+scikit-learn, so nothing is downloaded; without scikit-learn the demo falls back to
+generated data.
 """
 
 import argparse
@@ -20,7 +22,6 @@ import numpy as np
 
 import cagrad as torch
 import cagrad.nn as nn
-import cagrad.nn.functional as F
 
 
 def load_data(seed):
@@ -45,11 +46,20 @@ def load_data(seed):
     return x[:split], y[:split], x[split:], y[split:], name
 
 
-def make_model(seed):
+def make_model(seed, L=torch):
+    """The model on library L (cagrad, or PyTorch with cagrad's initial weights)."""
     torch.manual_seed(seed)
-    return nn.Sequential(
+    model = nn.Sequential(
         nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 10)
     )
+    if L is torch:
+        return model
+    twin = L.nn.Sequential(L.nn.Linear(64, 128), L.nn.ReLU(), L.nn.Linear(128, 128),
+                           L.nn.GELU(), L.nn.Linear(128, 10))
+    with L.no_grad():
+        for p, q in zip(twin.parameters(), model.parameters()):
+            p.copy_(L.from_numpy(q.detach().numpy().copy()))
+    return twin
 
 
 class Progress:
@@ -72,27 +82,27 @@ class Progress:
         print(f"\r  {self.label} [{bar}] {self.total}/{self.total} {text}", flush=True)
 
 
-def accuracy(model, x, y):
+def accuracy(model, x, y, L=torch):
     model.eval()
-    with torch.no_grad():
-        pred = model(torch.from_numpy(x)).argmax(dim=1).numpy()
+    with L.no_grad():
+        pred = model(L.from_numpy(x)).argmax(dim=1).numpy()
     model.train()
     return float((pred == y).mean())
 
 
-def train(model, data, epochs, batch, lr):
-    """Train with Adam; returns (per-step backward seconds, final test accuracy)."""
+def train(model, data, epochs, batch, lr, L=torch):
+    """Train with Adam on library L; returns (per-step backward seconds, test accuracy)."""
     x_train, y_train, x_test, y_test = data
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = L.optim.Adam(model.parameters(), lr=lr)
     steps = (len(x_train) + batch - 1) // batch
     backward_s = []
     for epoch in range(1, epochs + 1):
         bar = Progress(steps, f"epoch {epoch:2d}")
         losses = []
         for step in range(steps):
-            xb = torch.from_numpy(x_train[step * batch : (step + 1) * batch])
-            yb = torch.from_numpy(y_train[step * batch : (step + 1) * batch])
-            loss = F.cross_entropy(model(xb), yb)
+            xb = L.from_numpy(x_train[step * batch : (step + 1) * batch])
+            yb = L.from_numpy(y_train[step * batch : (step + 1) * batch])
+            loss = L.nn.functional.cross_entropy(model(xb), yb)
             opt.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
             loss.backward()
@@ -100,9 +110,18 @@ def train(model, data, epochs, batch, lr):
             opt.step()
             losses.append(loss.item())
             bar.update(step + 1, losses[-1])
-        acc = accuracy(model, x_test, y_test)
+        acc = accuracy(model, x_test, y_test, L)
         bar.finish(f"loss {np.mean(losses):.4f}  test accuracy {acc:6.2%}")
     return backward_s, acc
+
+
+def pytorch():
+    """PyTorch itself when it is installed (for the side-by-side figure), else None."""
+    try:
+        import torch as real
+    except ImportError:
+        return None
+    return real
 
 
 def write_graph_svg(path):
@@ -135,12 +154,26 @@ def main():
     with torch.compiled_autograd.enable():
         comp_s, comp_acc = train(make_model(args.seed), data, args.epochs, args.batch, args.lr)
 
+    real = pytorch()
+    if real is not None:
+        print(f"\nPyTorch {real.__version__} eager backward, same weights and data")
+        real.set_num_threads(torch.get_num_threads())
+        torch_s, torch_acc = train(make_model(args.seed, real), data, args.epochs, args.batch,
+                                   args.lr, real)
+
     e_med, c_med = statistics.median(eager_s) * 1e6, statistics.median(comp_s) * 1e6
-    print("\nbackward time per step (median over all steps of a run)")
-    print(f"  eager     {e_med:8.1f} us   total {sum(eager_s) * 1e3:7.1f} ms")
-    print(f"  compiled  {c_med:8.1f} us   total {sum(comp_s) * 1e3:7.1f} ms"
-          f"   ({e_med / c_med:.2f}x eager; the total includes compiling)")
-    print(f"test accuracy: eager {eager_acc:.2%}, compiled {comp_acc:.2%}")
+    print(f"\nbackward time per step (median over all steps of a run, "
+          f"{torch.get_num_threads()} threads)")
+    print(f"  cagrad eager     {e_med:8.1f} us   total {sum(eager_s) * 1e3:7.1f} ms")
+    print(f"  cagrad compiled  {c_med:8.1f} us   total {sum(comp_s) * 1e3:7.1f} ms"
+          f"   ({e_med / c_med:.2f}x cagrad eager; the total includes compiling)")
+    accs = f"test accuracy: cagrad eager {eager_acc:.2%}, compiled {comp_acc:.2%}"
+    if real is not None:
+        t_med = statistics.median(torch_s) * 1e6
+        print(f"  torch eager      {t_med:8.1f} us   total {sum(torch_s) * 1e3:7.1f} ms"
+              f"   (cagrad compiled is {t_med / c_med:.2f}x torch eager)")
+        accs += f", torch eager {torch_acc:.2%}"
+    print(accs)
     counters = dict(torch.compiled_autograd.counters)
     print("\ncompiled-autograd counters:")
     for key, value in counters.items():
