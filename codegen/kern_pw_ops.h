@@ -225,15 +225,20 @@ static inline V F(pows)(V x, T e) {
 #define KS_KAPPA        0.044715
 
 /* Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7): what PyTorch's vectorised float GELU uses,
- * at a sixth of the cost of SLEEF's erff. Only GELU uses it, where absolute error counts. */
-static inline V F(erf_as)(V x) {
+ * at a sixth of the cost of SLEEF's erff. Only GELU uses it, where absolute error counts.
+ * erf_as_e takes e = exp(-x*x) from the caller: GELU's backward has it already. */
+static inline V F(erf_as_e)(V x, V e) {
     V t = VDIV(VONE, VADD(VMUL(VSET((T)0.3275911), VABS(x)), VONE));
     V r = VADD(VMUL(VSET((T)1.061405429), t), VSET((T)-1.453152027));
     r = VADD(VMUL(r, t), VSET((T)1.421413741));
     r = VADD(VMUL(r, t), VSET((T)-0.284496736));
     r = VADD(VMUL(r, t), VSET((T)0.254829592));
-    V y = VSUB(VONE, VMUL(VMUL(r, t), VEXP(VNEG(VMUL(x, x)))));
+    V y = VSUB(VONE, VMUL(VMUL(r, t), e));
     return VSEL(VLT(x, VZERO), VNEG(y), y);
+}
+
+static inline V F(erf_as)(V x) {
+    return F(erf_as_e)(x, VEXP(VNEG(VMUL(x, x))));
 }
 
 #ifndef KS_GELU_ERF
@@ -265,9 +270,19 @@ static inline V F(clamp)(V x, V lo, V hi) {
     return VSEL(VGT(r, hi), hi, r);
 }
 
+/* d/dx x Phi(x) = Phi(x) + x phi(x). With erf_as, Phi's erf and phi share exp(-x*x/2):
+ * one exp per element instead of two. */
 static inline V F(gelu_bw)(V g, V x) {
-    V cdf = VMUL(VSET((T)0.5), VADD(VONE, KS_GELU_ERF(VMUL(x, VSET((T)KS_SQRT1_2)))));
-    V pdf = VMUL(VSET((T)KS_INV_SQRT_2PI), VEXP(VMUL(VMUL(x, x), VSET((T)-0.5))));
+    V z = VMUL(x, VSET((T)KS_SQRT1_2));
+#ifdef KS_GELU_AS
+    V e = VEXP(VNEG(VMUL(z, z)));
+    V erf_z = F(erf_as_e)(z, e);
+#else
+    V e = VEXP(VMUL(VMUL(x, x), VSET((T)-0.5)));
+    V erf_z = KS_GELU_ERF(z);
+#endif
+    V cdf = VMUL(VSET((T)0.5), VADD(VONE, erf_z));
+    V pdf = VMUL(VSET((T)KS_INV_SQRT_2PI), e);
     return VMUL(g, VADD(cdf, VMUL(x, pdf)));
 }
 
@@ -349,5 +364,6 @@ static inline V F(maxmin_bw)(V g, V a, V b) {
 #undef KS_INV_SQRT_2PI
 #undef KS_KAPPA
 #undef KS_GELU_ERF
+#undef KS_GELU_AS
 
 #endif /* KS_NAME */

@@ -68,6 +68,7 @@
     _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
 #define KS_NAME(x)     cai_kern_avx2_f32_##x
 #define KS_GELU_ERF(x) KS_NAME(erf_as)(x)
+#define KS_GELU_AS     1 /* erf_as: gelu_bw shares its exp */
 #include "kern_simd_body.inc"
 #undef SFX
 #undef SLV

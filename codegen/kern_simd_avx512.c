@@ -67,6 +67,7 @@
 #define SLV            f16
 #define KS_NAME(x)     cai_kern_avx512_f32_##x
 #define KS_GELU_ERF(x) KS_NAME(erf_as)(x)
+#define KS_GELU_AS     1 /* erf_as: gelu_bw shares its exp */
 #include "kern_simd_body.inc"
 #undef SFX
 #undef SLV
