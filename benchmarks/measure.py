@@ -337,11 +337,19 @@ def aligned_empty(shape, align=64):
 
 
 class Sgemm:
-    """cblas_sgemm of the same GEMM shapes as workload 6's backward, row-major."""
+    """cblas_sgemm of the same GEMM shapes as workload 6's backward, row-major, with OpenBLAS
+    threaded as it would be on its own: cagrad tells OpenBLAS to use one thread (its own
+    pool runs GEMMs in parallel), so this baseline sets OpenBLAS's threads for its calls
+    and puts cagrad's setting back after them."""
 
     ROW, NOTRANS, TRANS = 101, 111, 112
 
-    def __init__(self, lib, gemms):
+    def __init__(self, lib, gemms, threads):
+        self.threads = threads
+        self.set_threads = getattr(lib, "openblas_set_num_threads", None)
+        self.get_threads = getattr(lib, "openblas_get_num_threads", None)
+        if self.get_threads is not None:
+            self.get_threads.restype = ctypes.c_int
         self.f = lib.cblas_sgemm
         self.f.restype = None
         i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
@@ -363,10 +371,16 @@ class Sgemm:
                                (a, b, c)))
 
     def run(self):
+        before = self.get_threads() if self.get_threads is not None else None
+        if self.set_threads is not None:
+            self.set_threads(self.threads)
         t0 = time.perf_counter()
         for c in self.calls:
             self.f(*c[:-1])
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        if self.set_threads is not None and before is not None:
+            self.set_threads(before)
+        return elapsed
 
 
 # ---------------------------------------------------------------------------------------
@@ -656,7 +670,8 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
         "te": lambda: tl.step(False, counter),
         "tc": lambda: tl.step(True, counter),
     }
-    sg = Sgemm(blas, spec.gemms) if spec.gemms and blas is not None else None
+    sg = (Sgemm(blas, spec.gemms, cagrad.get_num_threads())
+          if spec.gemms and blas is not None else None)
     # w6 takes 0.3-0.6 s per step: no untimed step per rep, and no warm pass either when
     # there are few reps (every configuration already ran above)
     if not big or reps >= 10:

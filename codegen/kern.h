@@ -259,9 +259,9 @@ void cai_kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, 
                                 void *out);
 
 /* ---------------------------------------------------------------------------------------
- * Thread pool: one pool for the process, sized to the cores (or CAGRAD_NUM_THREADS).
- * Work is only ever run while no GEMM is in flight, so the pool and OpenBLAS's own
- * threads never compete for the cores. fn(ctx, begin, end) is called on disjoint ranges
+ * Thread pool: one pool for the process, sized to the cores (or CAGRAD_NUM_THREADS). It
+ * runs the GEMMs too (kern_gemm.c keeps OpenBLAS to one thread), so no other pool competes
+ * for the cores. fn(ctx, begin, end) is called on disjoint ranges
  * covering [0, n); ranges are at least `grain` long. Runs serially when n < 2 * grain,
  * when there is one thread, or when called from inside a pool worker.
  */

@@ -2,16 +2,31 @@
  *
  * Each operand reaches cblas as-is when one of its strides is 1 (flipping the transpose
  * flag when that is the row stride); only an operand with neither is packed, once for the
- * whole batch, into scratch memory. Batches of small GEMMs run in parallel over our pool
- * (OpenBLAS runs those single-threaded anyway); big ones go one by one so that OpenBLAS
- * can thread each of them.
+ * whole batch, into scratch memory.
+ *
+ * One pool: OpenBLAS is told to use one thread (once, at the first GEMM), and cagrad's own
+ * pool runs the GEMMs in parallel instead, so the process never has two pools spinning
+ * against each other. Batches of small GEMMs run side by side, an item each; a big GEMM
+ * is cut into tiles along its longer side of C (rows or columns, multiples of 16), one
+ * single-threaded cblas call each. K is never cut, so every element of C is the same sum
+ * in the same order as in one call.
  */
 #include <cblas.h>
 #include <limits.h>
+#include <pthread.h>
 
 #include "kern_internal.h"
 
-#define KERN_GEMM_SMALL (64.0 * 64.0 * 64.0) /* below this M*N*K OpenBLAS uses one thread */
+#define KERN_GEMM_SMALL      (64.0 * 64.0 * 64.0) /* below this M*N*K a tile is not worth it */
+#define KERN_GEMM_TILE_ALIGN 16                   /* tile edges, in rows or columns of C */
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS's, not in every cblas.h */
+
+static pthread_once_t kern_gemm_once = PTHREAD_ONCE_INIT;
+
+static void kern_gemm_single_blas(void) {
+    openblas_set_num_threads(1);
+}
 
 typedef struct {
     const char *data; /* batch item 0 */
@@ -27,6 +42,11 @@ typedef struct {
     double alpha, beta;
     kern_gemm_opnd a, b;
     char *c;
+    int64_t tiles;   /* per batch item */
+    bool split_rows; /* tiles cut M (else N) */
+    int64_t edge;    /* rows or columns per tile (the last may have fewer) */
+    bool shared_c;   /* bsC 0 with a batch: the items accumulate into one C, in order */
+    int64_t batch;
 } kern_gemm_job;
 
 /* How cblas takes a rows x cols matrix with strides (rs, cs): row-major as it is (0),
@@ -81,25 +101,74 @@ static int kern_gemm_prep(kern_dtype dt, int64_t batch, int64_t rows, int64_t co
     return 0;
 }
 
-static void kern_gemm_one(const kern_gemm_job *j, int64_t i) {
+/* Tile t of batch item i. A tile of rows [lo, lo + len) takes those rows of op(A) and of
+ * C; a tile of columns those columns of op(B) and of C. */
+static void kern_gemm_one(const kern_gemm_job *j, int64_t i, int64_t t) {
     int64_t esz = (int64_t)cai_kern_dtype_size(j->dt);
-    const void *a = j->a.data + i * j->a.bs * esz;
-    const void *b = j->b.data + i * j->b.bs * esz;
-    void *c = j->c + i * j->bsC * esz;
+    int64_t lo = t * j->edge, dim = j->split_rows ? j->M : j->N;
+    int64_t len = dim - lo < j->edge ? dim - lo : j->edge;
+    const char *a = j->a.data + i * j->a.bs * esz;
+    const char *b = j->b.data + i * j->b.bs * esz;
+    char *c = j->c + i * j->bsC * esz;
+    if (j->split_rows) {
+        a += (j->a.trans ? lo : lo * j->a.ld) * esz;
+        c += lo * j->ldc * esz;
+    } else {
+        b += (j->b.trans ? lo * j->b.ld : lo) * esz;
+        c += lo * esz;
+    }
     enum CBLAS_TRANSPOSE ta = j->a.trans ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = j->b.trans ? CblasTrans : CblasNoTrans;
-    int M = (int)j->M, N = (int)j->N, K = (int)j->K;
+    int M = (int)(j->split_rows ? len : j->M), N = (int)(j->split_rows ? j->N : len);
+    int K = (int)j->K;
     int lda = (int)j->a.ld, ldb = (int)j->b.ld, ldc = (int)j->ldc;
     if (j->dt == KERN_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, a, lda, b, ldb, (float)j->beta,
-                    c, ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, (const float *)a, lda,
+                    (const float *)b, ldb, (float)j->beta, (float *)c, ldc);
     else
-        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, j->alpha, a, lda, b, ldb, j->beta, c, ldc);
+        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, j->alpha, (const double *)a, lda,
+                    (const double *)b, ldb, j->beta, (double *)c, ldc);
 }
 
+/* How many tiles each GEMM is cut into: one per thread for a GEMM big enough that each
+ * tile is at least KERN_GEMM_SMALL, along the longer side of C; one when the batch
+ * already gives every thread work, or when the items share C (bsC 0: they accumulate). */
+static void kern_gemm_tiles(kern_gemm_job *j, int64_t batch) {
+    int threads = cai_kern_num_threads();
+    j->batch = batch;
+    j->shared_c = j->bsC == 0 && batch > 1;
+    int64_t side_by_side = j->shared_c ? 1 : batch;   /* items that can run at once */
+    int64_t per_item = side_by_side == 1 ? batch : 1; /* a shared C: its items in turn */
+    double mnk = (double)j->M * (double)j->N * (double)j->K * (double)per_item;
+    j->split_rows = j->M >= j->N;
+    int64_t dim = j->split_rows ? j->M : j->N;
+    int64_t want = threads / (side_by_side < threads ? side_by_side : threads);
+    if (want > (int64_t)(mnk / KERN_GEMM_SMALL))
+        want = (int64_t)(mnk / KERN_GEMM_SMALL);
+    if (want > dim / KERN_GEMM_TILE_ALIGN)
+        want = dim / KERN_GEMM_TILE_ALIGN;
+    if (want < 2) {
+        j->tiles = 1;
+        j->edge = dim;
+        return;
+    }
+    int64_t edge = (dim + want - 1) / want;
+    edge = (edge + KERN_GEMM_TILE_ALIGN - 1) / KERN_GEMM_TILE_ALIGN * KERN_GEMM_TILE_ALIGN;
+    j->edge = edge;
+    j->tiles = (dim + edge - 1) / edge;
+}
+
+/* Work item w: with a shared C, tile w of every item in batch order (a tile's sums stay in
+ * order, tiles run side by side); else tile w % tiles of item w / tiles. */
 static void kern_gemm_range(void *ctx, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++)
-        kern_gemm_one(ctx, i);
+    const kern_gemm_job *j = ctx;
+    for (int64_t w = begin; w < end; w++) {
+        if (j->shared_c)
+            for (int64_t i = 0; i < j->batch; i++)
+                kern_gemm_one(j, i, w);
+        else
+            kern_gemm_one(j, w / j->tiles, w % j->tiles);
+    }
 }
 
 /* K == 0: C = beta * C, where beta == 0 overwrites (even NaN), as BLAS does. */
@@ -149,10 +218,14 @@ int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
     if (rc == 0)
         rc = kern_gemm_prep(dt, batch, K, N, B, transB, &j.b);
     if (rc == 0) {
+        pthread_once(&kern_gemm_once, kern_gemm_single_blas);
+        kern_gemm_tiles(&j, batch);
         double mnk = (double)M * (double)N * (double)K;
-        bool par = batch > 1 && bsC != 0 && mnk < KERN_GEMM_SMALL;
-        int64_t grain = par ? (int64_t)(KERN_GEMM_SMALL / mnk) / 4 + 1 : batch;
-        cai_kern_parallel_for(batch, grain, kern_gemm_range, &j);
+        int64_t items = j.shared_c ? j.tiles : batch * j.tiles;
+        /* small GEMMs: several to an item of work */
+        int64_t grain =
+            !j.shared_c && mnk < KERN_GEMM_SMALL ? (int64_t)(KERN_GEMM_SMALL / mnk) / 4 + 1 : 1;
+        cai_kern_parallel_for(items, grain, kern_gemm_range, &j);
     }
     cai_kern_scratch_free(j.a.packed);
     cai_kern_scratch_free(j.b.packed);

@@ -1,7 +1,9 @@
 /* kern_pool.c - the process-wide thread pool behind cai_kern_parallel_for.
  *
- * Workers are created lazily by the first parallel call and sleep on a condition variable
- * between jobs, so they take no cores from OpenBLAS's threads. The calling thread works
+ * Workers are created lazily by the first parallel call. After a job a worker spins for a
+ * short while (KERN_POOL_SPIN_NS) watching for the next one, since a backward's kernels
+ * come back to back and waking a sleeping thread costs tens of microseconds; then it
+ * sleeps on a condition variable, so an idle process burns no core. The calling thread works
  * too. A job is split into fixed chunks claimed through an atomic counter; kernels make
  * their results independent of which thread ran which chunk. After fork() the child
  * forgets the parent's workers (they do not exist there) and creates its own on demand,
@@ -14,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kern_internal.h"
@@ -32,6 +35,8 @@ static struct {
     void *ctx;
     int64_t n, nchunks;
     atomic_int_fast64_t next;
+    atomic_uint_fast64_t spin_gen; /* gen, for workers that spin without the lock */
+    atomic_bool spin_stop;         /* stop, likewise */
 } kern_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
                .wake = PTHREAD_COND_INITIALIZER,
                .idle = PTHREAD_COND_INITIALIZER};
@@ -71,11 +76,43 @@ static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchu
     }
 }
 
+#define KERN_POOL_SPIN_NS 100000 /* how long a worker watches for the next job */
+
+static int64_t kern_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void kern_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Watch for a job after `seen` (or stop) without the lock, for KERN_POOL_SPIN_NS at most. */
+static void kern_spin_for_job(uint64_t seen) {
+    int64_t t0 = kern_now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&kern_pool.spin_gen, memory_order_acquire) != seen ||
+            atomic_load_explicit(&kern_pool.spin_stop, memory_order_acquire))
+            return;
+        kern_cpu_relax();
+        if (i % 64 == 0 && kern_now_ns() - t0 > KERN_POOL_SPIN_NS)
+            return;
+    }
+}
+
 static void *kern_worker(void *arg) {
     uint64_t seen = (uint64_t)(uintptr_t)arg;
     kern_in_pool = true;
     pthread_mutex_lock(&kern_pool.mu);
     for (;;) {
+        if (kern_pool.gen == seen && !kern_pool.stop) {
+            pthread_mutex_unlock(&kern_pool.mu);
+            kern_spin_for_job(seen);
+            pthread_mutex_lock(&kern_pool.mu);
+        }
         while (kern_pool.gen == seen && !kern_pool.stop)
             pthread_cond_wait(&kern_pool.wake, &kern_pool.mu);
         if (kern_pool.stop)
@@ -106,6 +143,8 @@ static void kern_pool_atfork_child(void) {
     kern_pool.gen = 0;
     kern_pool.stop = kern_pool.busy = false;
     kern_pool.active = 0;
+    atomic_store(&kern_pool.spin_gen, 0);
+    atomic_store(&kern_pool.spin_stop, false);
 }
 
 static void kern_pool_register_atfork(void) {
@@ -135,6 +174,7 @@ static void kern_pool_stop(void) {
     pthread_mutex_lock(&kern_pool.mu);
     int nw = kern_pool.size - 1;
     kern_pool.stop = true;
+    atomic_store_explicit(&kern_pool.spin_stop, true, memory_order_release);
     pthread_cond_broadcast(&kern_pool.wake);
     pthread_mutex_unlock(&kern_pool.mu);
     for (int i = 0; i < nw; i++)
@@ -144,6 +184,7 @@ static void kern_pool_stop(void) {
     kern_pool.tid = NULL;
     kern_pool.size = 0;
     kern_pool.stop = false;
+    atomic_store_explicit(&kern_pool.spin_stop, false, memory_order_release);
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
@@ -174,6 +215,7 @@ void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx
     kern_pool.nchunks = nchunks < most ? nchunks : most;
     atomic_store(&kern_pool.next, 0);
     kern_pool.gen++;
+    atomic_store_explicit(&kern_pool.spin_gen, kern_pool.gen, memory_order_release);
     pthread_cond_broadcast(&kern_pool.wake);
     pthread_mutex_unlock(&kern_pool.mu);
 
