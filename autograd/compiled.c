@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_DEPTH           16
 #define DEFAULT_CACHE_LIMIT 8
@@ -571,13 +570,6 @@ static void release_saved(void) {
     }
 }
 
-/* CLOCK_MONOTONIC in ns, for the compile-time counter. */
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The entry to run for this key, compiling one on a miss; NULL to run eagerly. A backward
  * that fails with the user's error (a saved tensor changed in place or freed) counts
  * neither a hit nor a miss: the counters describe lookups that went somewhere. */
@@ -613,7 +605,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
         return CA_OK;
     }
     cache_entry *e;
-    int64_t t0 = now_ns();
+    int64_t t0 = cai_kern_now_ns();
     CA_CHECK(cai_cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
     bool untraceable = false;
     ca_status st = compile_symbols(c, e, &untraceable);
@@ -624,7 +616,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     }
     if (untraceable && compiled_autograd.log_verbose)
         fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", ca_last_error());
-    compiled_autograd.counters.compile_ns += now_ns() - t0;
+    compiled_autograd.counters.compile_ns += cai_kern_now_ns() - t0;
     if (st != CA_OK) {
         cai_cache_drop_entry(leaf, e); /* no half-built entry: the next backward retries */
         if (untraceable) {

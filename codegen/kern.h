@@ -269,6 +269,9 @@ typedef void (*kern_range_fn)(void *ctx, int64_t begin, int64_t end);
 
 void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx);
 int cai_kern_num_threads(void);
+/* CLOCK_MONOTONIC in ns: the one clock of the library's timers (compile time, plan
+ * profiles, the pool's spin). */
+int64_t cai_kern_now_ns(void);
 /* Set the pool size (1..cores); returns the size now in use. Safe between calls only. */
 int cai_kern_set_num_threads(int n);
 

@@ -78,7 +78,7 @@ static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchu
 
 #define KERN_POOL_SPIN_NS 100000 /* how long a worker watches for the next job */
 
-static int64_t kern_now_ns(void) {
+int64_t cai_kern_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -92,13 +92,13 @@ static inline void kern_cpu_relax(void) {
 
 /* Watch for a job after `seen` (or stop) without the lock, for KERN_POOL_SPIN_NS at most. */
 static void kern_spin_for_job(uint64_t seen) {
-    int64_t t0 = kern_now_ns();
+    int64_t t0 = cai_kern_now_ns();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&kern_pool.spin_gen, memory_order_acquire) != seen ||
             atomic_load_explicit(&kern_pool.spin_stop, memory_order_acquire))
             return;
         kern_cpu_relax();
-        if (i % 64 == 0 && kern_now_ns() - t0 > KERN_POOL_SPIN_NS)
+        if (i % 64 == 0 && cai_kern_now_ns() - t0 > KERN_POOL_SPIN_NS)
             return;
     }
 }

@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 /* ---------------------------------------------------------------------------------------
  * The run's context, its errors, and views
@@ -767,12 +766,6 @@ static int run_buffer(run_ctx *r, graph_val v) {
     return rc ? kern_fail(r->p, v, rc, x->a.op == GOP_PW ? "pointwise" : "kernel") : 0;
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
                        graph_callbacks cb) {
     return cai_graph_plan_run_timed(p, slots, inputs, arena, cb, NULL);
@@ -788,7 +781,7 @@ int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_vi
     for (graph_val v = 0; v < p->n_nodes; v++) {
         int rc = 0;
         r.step = v;
-        int64_t t0 = step_ns ? now_ns() : 0;
+        int64_t t0 = step_ns ? cai_kern_now_ns() : 0;
         switch (p->nodes[v].kind) {
         case PK_SKIP: break;
         case PK_INPUT: rc = bind_input(&r, v, inputs); break;
@@ -807,7 +800,7 @@ int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_vi
                                  p->nodes[v].kind == PK_FUSED_TMP ||
                                  p->nodes[v].kind == PK_FUSED_OUT
                              ? 0
-                             : now_ns() - t0;
+                             : cai_kern_now_ns() - t0;
         if (rc)
             return rc;
     }
