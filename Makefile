@@ -9,6 +9,8 @@
 #   make test-c        only the C suites;  make test-py  only the Python suites
 #   make sanitize      ASan+UBSan build in build-asan/ (CA_ASSERT checked): C tests, every
 #                      example, Python suites
+#   make tsan          ThreadSanitizer build in build-tsan/ and its stress program (the
+#                      thread pool, OpenBLAS on it, compiled steps side by side)
 #   make demo          build, train an MLP on the digits data from Python (examples/digits_mlp.py)
 #   make demo-c        the C example: build/mlp_sgd
 #   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)
@@ -32,6 +34,7 @@ JOBS           ?= 2
 BUILD_TYPE     ?= RelWithDebInfo
 BUILD_DIR      ?= build
 ASAN_DIR       ?= build-asan
+TSAN_DIR       ?= build-tsan
 CMAKE_ARGS     ?=
 CRITERION_ARGS ?=
 PYTEST_ARGS    ?=
@@ -71,7 +74,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py sanitize demo demo-c bench-compiled bench bench-quick format format-check lint clean
+.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
 
 all: build
 
@@ -112,6 +115,17 @@ test-py:
 # the runtimes are preloaded, and leak checking is off there (the interpreter, NumPy and
 # torch keep memory at exit; the C suites check cagrad's own leaks).
 SAN_PRELOAD = $(shell $(CC) -print-file-name=libasan.so):$(shell $(CC) -print-file-name=libubsan.so)
+
+# ThreadSanitizer: the library and tests/tsan/stress.c (Criterion's runner cannot start
+# under TSan). It links the same OpenBLAS wheel as the Python build, so the threads
+# callback path is the one checked.
+tsan: deps pyenv
+	$(CMAKE) -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_C_FLAGS=-fsanitize=thread \
+	    -DCAGRAD_BUILD_TESTS=OFF -DCAGRAD_BUILD_EXAMPLES=OFF -DCAGRAD_BUILD_BENCHMARKS=OFF \
+	    -DCAGRAD_TSAN_STRESS=ON -DCAGRAD_BLAS=scipy-openblas32 \
+	    -DPython3_EXECUTABLE=$(abspath $(VENV_PY)) $(CMAKE_ARGS)
+	$(CMAKE) --build $(TSAN_DIR) -j $(JOBS) --target tsan_stress
+	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 $(TSAN_DIR)/tsan_stress
 
 sanitize: deps pyenv
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_SANITIZE=ON -DCAGRAD_PYTHON=ON \
@@ -174,4 +188,4 @@ lint: dev-deps configure
 	exit $$rc
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)

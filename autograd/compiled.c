@@ -551,6 +551,7 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
                  ? run_profiled(cg, cb)
                  : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     cai_callout_end(&r.co);
+    compiled_autograd.counters.side_by_side_runs += cai_graph_plan_ran_side_by_side(cg->plan);
     if (rc > 0)
         return r.st;
     if (rc < 0)

@@ -317,10 +317,26 @@ def check_grads(spec, names, ref, torch32, candidates):
 # ---------------------------------------------------------------------------------------
 # sgemm reference for workload 6
 # ---------------------------------------------------------------------------------------
+class PrefixedLib:
+    """A ctypes library whose symbols carry a prefix (scipy-openblas32's `scipy_`), looked
+    up by their plain names."""
+
+    def __init__(self, lib, prefix):
+        self._lib, self._prefix = lib, prefix
+
+    def __getattr__(self, name):
+        return getattr(self._lib, self._prefix + name)
+
+
 def find_openblas():
-    """The libopenblas that cagrad._C links (already mapped into this process)."""
+    """The OpenBLAS that cagrad._C links (already mapped into this process): the
+    scipy-openblas32 wheel's libscipy_openblas.so (symbols prefixed scipy_), or a system
+    libopenblas. NumPy's own copy (libscipy_openblas64_) is never it."""
     with open("/proc/self/maps") as f:
         paths = {line.split()[-1] for line in f if "/" in line}
+    wheel = sorted(p for p in paths if os.path.basename(p) == "libscipy_openblas.so")
+    if wheel:
+        return wheel[0], PrefixedLib(ctypes.CDLL(wheel[0]), "scipy_")
     cands = sorted(p for p in paths if re.search(r"/libopenblas[^/]*\.so", p)
                    and "scipy_openblas" not in p and "numpy" not in p)
     if not cands:

@@ -54,6 +54,8 @@ static inline void kern_store(kern_dtype dt, void *p, int64_t i, double v) {
 typedef enum { KERN_ISA_SCALAR = 0, KERN_ISA_AVX2 = 1, KERN_ISA_AVX512 = 2 } kern_isa_level;
 
 kern_isa_level cai_kern_isa(void);
+/* The widest path this CPU (and its OS) supports, before any CAGRAD_ISA cap. */
+kern_isa_level cai_kern_isa_cpu(void);
 /* Force a path (clamped to what the CPU supports); returns the path now in use.
  * (The AVX-512 path needs avx512f, dq, bw and vl; the AVX2 path avx2 and fma.) */
 kern_isa_level cai_kern_isa_set(kern_isa_level want);
@@ -268,6 +270,14 @@ void cai_kern_rand_dropout_mask(kern_dtype dt, uint64_t seed, uint64_t *offset, 
 typedef void (*kern_range_fn)(void *ctx, int64_t begin, int64_t end);
 
 void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx);
+/* fn(ctx, i, i + 1) for every i in [0, n), each on its own thread and all at once, for
+ * jobs that wait on each other (OpenBLAS's threaded GEMM). Waits while another thread's
+ * job holds the pool. Returns false, having run nothing, where that cannot be promised:
+ * n above the pool's size, or a call from inside a pool job. */
+bool cai_kern_gang(int n, kern_range_fn fn, void *ctx);
+/* Whether a parallel call from this thread would get the whole pool now (a hint: another
+ * thread may take it first). */
+bool cai_kern_pool_free(void);
 int cai_kern_num_threads(void);
 /* CLOCK_MONOTONIC in ns: the one clock of the library's timers (compile time, plan
  * profiles, the pool's spin). */
@@ -294,5 +304,20 @@ kern_allocator cai_kern_default_allocator(void);
 
 /* BLAS core name as OpenBLAS reports it (e.g. "Haswell", "SkylakeX"), for reports. */
 const char *cai_kern_blas_core(void);
+
+/* The OpenBLAS this build links, for show_config and the slow-core warning. Strings are
+ * static. core_isa is the widest vector ISA the core's kernels use; below cpu_isa, GEMMs
+ * run at a fraction of the speed the CPU has. */
+typedef struct {
+    const char *name;      /* "scipy-openblas32" (the wheel) or "system" (pkg-config) */
+    const char *version;   /* "0.3.34", or "unknown" */
+    const char *config;    /* openblas_get_config() */
+    const char *core;      /* openblas_get_corename() */
+    bool threads_callback; /* its threading runs on cagrad's pool (OpenBLAS >= 0.3.27) */
+    kern_isa_level core_isa, cpu_isa;
+} kern_blas_info;
+void cai_kern_blas_info(kern_blas_info *out);
+/* How many times OpenBLAS has handed a threaded call to the pool (0 without the callback). */
+uint64_t cai_kern_blas_callbacks(void);
 
 #endif /* CAGRAD_KERN_H */

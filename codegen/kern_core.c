@@ -1,10 +1,9 @@
-/* kern_core.c - run-time ISA choice, dtype sizes, the scratch allocator and BLAS naming.
+/* kern_core.c - run-time ISA choice, dtype sizes and the scratch allocator.
  *
  * The ISA is detected once (lazily) and capped by CAGRAD_ISA; every kernel family asks
  * cai_kern_simd_for() for the table of the path in use, so the AVX files are never entered on
  * a CPU (or under valgrind) that lacks their instructions.
  */
-#include <cblas.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,7 @@ size_t cai_kern_dtype_size(kern_dtype dt) {
 static atomic_int kern_isa_cur = -1;
 
 /* The 512 file is compiled with F, DQ, VL and BW, so the compiler may use any of them. */
-static kern_isa_level kern_isa_cpu(void) {
+kern_isa_level cai_kern_isa_cpu(void) {
     __builtin_cpu_init();
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -47,14 +46,14 @@ static kern_isa_level kern_isa_env_cap(kern_isa_level isa) {
 kern_isa_level cai_kern_isa(void) {
     int v = atomic_load_explicit(&kern_isa_cur, memory_order_relaxed);
     if (v < 0) {
-        v = (int)kern_isa_env_cap(kern_isa_cpu());
+        v = (int)kern_isa_env_cap(cai_kern_isa_cpu());
         atomic_store(&kern_isa_cur, v);
     }
     return (kern_isa_level)v;
 }
 
 kern_isa_level cai_kern_isa_set(kern_isa_level want) {
-    kern_isa_level cpu = kern_isa_cpu();
+    kern_isa_level cpu = cai_kern_isa_cpu();
     if ((int)want < KERN_ISA_SCALAR)
         want = KERN_ISA_SCALAR;
     if (want > cpu)
@@ -107,11 +106,4 @@ void *cai_kern_scratch_alloc(size_t nbytes) {
 void cai_kern_scratch_free(void *p) {
     if (p)
         kern_alloc_cur.free(p);
-}
-
-/* ------------------------------------------------------------------ BLAS */
-
-const char *cai_kern_blas_core(void) {
-    const char *s = openblas_get_corename();
-    return s ? s : "unknown";
 }

@@ -4,29 +4,20 @@
  * flag when that is the row stride); only an operand with neither is packed, once for the
  * whole batch, into scratch memory.
  *
- * One pool: OpenBLAS is told to use one thread (once, at the first GEMM), and cagrad's own
- * pool runs the GEMMs in parallel instead, so the process never has two pools spinning
- * against each other. Batches of small GEMMs run side by side, an item each; a big GEMM
- * is cut into tiles along its longer side of C (rows or columns, multiples of 16), one
- * single-threaded cblas call each. K is never cut, so every element of C is the same sum
- * in the same order as in one call.
+ * One pool (kern_blas.c): OpenBLAS runs single-threaded except for a big lone GEMM when
+ * its threads callback hands its jobs to cagrad's pool. Otherwise cagrad's pool runs the
+ * GEMMs in parallel itself: batches of small GEMMs side by side, an item each; a big GEMM
+ * cut into tiles along its longer side of C (rows or columns, multiples of 16), one
+ * single-threaded cblas call each. Neither OpenBLAS nor the tiles cut K, so every element
+ * of C is the same sum in the same order as in one single-threaded call.
  */
-#include <cblas.h>
 #include <limits.h>
-#include <pthread.h>
 
+#include "kern_blas.h"
 #include "kern_internal.h"
 
 #define KERN_GEMM_SMALL      (64.0 * 64.0 * 64.0) /* below this M*N*K a tile is not worth it */
 #define KERN_GEMM_TILE_ALIGN 16                   /* tile edges, in rows or columns of C */
-
-void openblas_set_num_threads(int num_threads); /* OpenBLAS's, not in every cblas.h */
-
-static pthread_once_t kern_gemm_once = PTHREAD_ONCE_INIT;
-
-static void kern_gemm_single_blas(void) {
-    openblas_set_num_threads(1);
-}
 
 typedef struct {
     const char *data; /* batch item 0 */
@@ -123,11 +114,11 @@ static void kern_gemm_one(const kern_gemm_job *j, int64_t i, int64_t t) {
     int K = (int)j->K;
     int lda = (int)j->a.ld, ldb = (int)j->b.ld, ldc = (int)j->ldc;
     if (j->dt == KERN_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, (const float *)a, lda,
-                    (const float *)b, ldb, (float)j->beta, (float *)c, ldc);
-    else
-        cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, j->alpha, (const double *)a, lda,
-                    (const double *)b, ldb, j->beta, (double *)c, ldc);
+        KERN_BLAS(cblas_sgemm)
+    (CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, (const float *)a, lda, (const float *)b, ldb,
+     (float)j->beta, (float *)c, ldc);
+    else KERN_BLAS(cblas_dgemm)(CblasRowMajor, ta, tb, M, N, K, j->alpha, (const double *)a, lda,
+                                (const double *)b, ldb, j->beta, (double *)c, ldc);
 }
 
 /* How many tiles each GEMM is cut into: one per thread for a GEMM big enough that each
@@ -217,10 +208,19 @@ int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
     int rc = kern_gemm_prep(dt, batch, M, K, A, transA, &j.a);
     if (rc == 0)
         rc = kern_gemm_prep(dt, batch, K, N, B, transB, &j.b);
-    if (rc == 0) {
-        pthread_once(&kern_gemm_once, kern_gemm_single_blas);
+    double mnk = (double)M * (double)N * (double)K;
+    if (rc == 0)
+        cai_kern_blas_init();
+    if (rc == 0 && batch == 1 && cai_kern_blas_threads_gemm(mnk)) {
+        j.batch = 1;
+        j.tiles = 1;
+        j.split_rows = true;
+        j.edge = M;
+        cai_kern_blas_threaded_begin();
+        kern_gemm_one(&j, 0, 0);
+        cai_kern_blas_threaded_end();
+    } else if (rc == 0) {
         kern_gemm_tiles(&j, batch);
-        double mnk = (double)M * (double)N * (double)K;
         int64_t items = j.shared_c ? j.tiles : batch * j.tiles;
         /* small GEMMs: several to an item of work */
         int64_t grain =

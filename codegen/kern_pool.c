@@ -34,6 +34,8 @@ static struct {
     kern_range_fn fn;
     void *ctx;
     int64_t n, nchunks;
+    bool one_each;     /* a gang: each thread runs at most one chunk */
+    int64_t gang_done; /* a gang's chunks finished (under the lock) */
     atomic_int_fast64_t next;
     atomic_uint_fast64_t spin_gen; /* gen, for workers that spin without the lock */
     atomic_bool spin_stop;         /* stop, likewise */
@@ -64,8 +66,10 @@ static int kern_default_threads(void) {
     return n;
 }
 
-/* Chunk c of n split into nchunks near-equal parts, each at least n / nchunks long. */
-static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks) {
+/* Chunk c of n split into nchunks near-equal parts, each at least n / nchunks long. In a
+ * gang (one_each) a thread takes one chunk at most and reports it done. */
+static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks,
+                            bool one_each) {
     int64_t q = n / nchunks, r = n % nchunks;
     for (;;) {
         int64_t c = atomic_fetch_add(&kern_pool.next, 1);
@@ -73,6 +77,13 @@ static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchu
             return;
         int64_t b = c * q + (c < r ? c : r);
         fn(ctx, b, b + q + (c < r ? 1 : 0));
+        if (one_each) {
+            pthread_mutex_lock(&kern_pool.mu);
+            if (++kern_pool.gang_done == nchunks)
+                pthread_cond_broadcast(&kern_pool.idle);
+            pthread_mutex_unlock(&kern_pool.mu);
+            return;
+        }
     }
 }
 
@@ -122,8 +133,9 @@ static void *kern_worker(void *arg) {
         kern_range_fn fn = kern_pool.fn;
         void *ctx = kern_pool.ctx;
         int64_t n = kern_pool.n, nchunks = kern_pool.nchunks;
+        bool one_each = kern_pool.one_each;
         pthread_mutex_unlock(&kern_pool.mu);
-        kern_run_chunks(fn, ctx, n, nchunks);
+        kern_run_chunks(fn, ctx, n, nchunks, one_each);
         pthread_mutex_lock(&kern_pool.mu);
         if (--kern_pool.active == 0)
             pthread_cond_broadcast(&kern_pool.idle);
@@ -143,6 +155,7 @@ static void kern_pool_atfork_child(void) {
     kern_pool.gen = 0;
     kern_pool.stop = kern_pool.busy = false;
     kern_pool.active = 0;
+    kern_pool.gang_done = 0;
     atomic_store(&kern_pool.spin_gen, 0);
     atomic_store(&kern_pool.spin_stop, false);
 }
@@ -188,6 +201,41 @@ static void kern_pool_stop(void) {
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
+/* Called with the lock held and the pool not busy: makes (fn, ctx) the pool's job, wakes
+ * the workers and drops the lock. */
+static void kern_pool_publish(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks,
+                              bool one_each) {
+    while (kern_pool.active > 0) /* a late worker may still hold the previous job */
+        pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
+    kern_pool.busy = true;
+    kern_pool.fn = fn;
+    kern_pool.ctx = ctx;
+    kern_pool.n = n;
+    kern_pool.nchunks = nchunks;
+    kern_pool.one_each = one_each;
+    kern_pool.gang_done = 0;
+    atomic_store(&kern_pool.next, 0);
+    kern_pool.gen++;
+    atomic_store_explicit(&kern_pool.spin_gen, kern_pool.gen, memory_order_release);
+    pthread_cond_broadcast(&kern_pool.wake);
+    pthread_mutex_unlock(&kern_pool.mu);
+}
+
+/* The caller's share of the job just published, then the wait for the rest: every chunk
+ * claimed and finished (a gang also waits for chunks that no thread has claimed yet). */
+static void kern_pool_run_and_release(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks,
+                                      bool one_each) {
+    kern_in_pool = true;
+    kern_run_chunks(fn, ctx, n, nchunks, one_each);
+    kern_in_pool = false;
+    pthread_mutex_lock(&kern_pool.mu);
+    while (kern_pool.active > 0 || (one_each && kern_pool.gang_done < nchunks))
+        pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
+    kern_pool.busy = false;
+    pthread_cond_broadcast(&kern_pool.idle); /* a gang may be waiting for the pool */
+    pthread_mutex_unlock(&kern_pool.mu);
+}
+
 void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx) {
     if (n <= 0)
         return;
@@ -205,29 +253,37 @@ void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx
         fn(ctx, 0, n);
         return;
     }
-    while (kern_pool.active > 0) /* a late worker may still hold the previous job */
-        pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
     int64_t nchunks = n / grain, most = 4 * (int64_t)kern_pool.size;
-    kern_pool.busy = true;
-    kern_pool.fn = fn;
-    kern_pool.ctx = ctx;
-    kern_pool.n = n;
-    kern_pool.nchunks = nchunks < most ? nchunks : most;
-    atomic_store(&kern_pool.next, 0);
-    kern_pool.gen++;
-    atomic_store_explicit(&kern_pool.spin_gen, kern_pool.gen, memory_order_release);
-    pthread_cond_broadcast(&kern_pool.wake);
-    pthread_mutex_unlock(&kern_pool.mu);
+    kern_pool_publish(fn, ctx, n, nchunks < most ? nchunks : most, false);
+    kern_pool_run_and_release(fn, ctx, n, nchunks < most ? nchunks : most, false);
+}
 
-    kern_in_pool = true;
-    kern_run_chunks(fn, ctx, n, nchunks < most ? nchunks : most);
-    kern_in_pool = false;
-
+bool cai_kern_gang(int n, kern_range_fn fn, void *ctx) {
+    if (n <= 0)
+        return true;
+    if (kern_in_pool)
+        return false;
     pthread_mutex_lock(&kern_pool.mu);
-    while (kern_pool.active > 0)
+    if (kern_pool.size == 0)
+        kern_pool_start();
+    if (n > kern_pool.size) {
+        pthread_mutex_unlock(&kern_pool.mu);
+        return false;
+    }
+    while (kern_pool.busy) /* another thread's job: a gang cannot run inline, so wait */
         pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
-    kern_pool.busy = false;
+    kern_pool_publish(fn, ctx, n, n, true);
+    kern_pool_run_and_release(fn, ctx, n, n, true);
+    return true;
+}
+
+bool cai_kern_pool_free(void) {
+    if (kern_in_pool)
+        return false;
+    pthread_mutex_lock(&kern_pool.mu);
+    bool free_now = !kern_pool.busy;
     pthread_mutex_unlock(&kern_pool.mu);
+    return free_now;
 }
 
 int cai_kern_num_threads(void) {

@@ -343,6 +343,9 @@ size_t cai_graph_plan_arena_bytes(graph_plan *p, const int64_t *slots);
 int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,
                        graph_callbacks cb);
 const char *cai_graph_plan_error(const graph_plan *p);
+/* Whether the last run went side by side on the pool (inter-op parallelism, plan_parallel.c)
+ * rather than one step at a time. */
+bool cai_graph_plan_ran_side_by_side(const graph_plan *p);
 /* The same run, writing each step's wall time in ns into step_ns (one entry per graph node;
  * NULL: none). (plan_run.c) */
 int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_view *inputs,

@@ -13,6 +13,8 @@
 #include "codegen/fused.h"
 #include "graph/graph.h"
 
+#include <pthread.h>
+
 /* ---------------------------------------------------------------------------------------
  * Memory, raw access and errors (ir.c)
  */
@@ -101,7 +103,8 @@ enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL, P
  * the reduction it ends in; a buffer). */
 enum { PK_FUSED_TMP = PK_RESULT + 1, PK_FUSED_OUT, PK_FUSED_RUN };
 
-#define PLAN_N_TMP 3 /* temporaries per node: operand copies, scatter_add's block */
+#define PLAN_N_TMP     3 /* temporaries per node: operand copies, scatter_add's block */
+#define PLAN_TUNE_RUNS 5 /* timed runs each way before the chooser picks */
 
 typedef struct {
     int8_t kind;
@@ -129,6 +132,7 @@ typedef struct {
 
 /* A buffer's size: cbytes times the product of the symbolic factors (sorted ids). */
 typedef struct {
+    bool temp; /* a step's temporary: never shares memory with a value */
     int64_t cbytes;
     int nsym;
     graph_sx sym[KERN_MAX_DIMS];
@@ -140,6 +144,57 @@ typedef struct {
     int32_t a, b; /* operand ids */
     int64_t c;    /* constant value or slot number */
 } sx_step;
+
+/* The steps' dependency DAG for running them side by side (plan_dag.c): step v may start
+ * once every step in its predecessors has finished. Steps are the nodes that run
+ * something (not SKIP, INPUT or fused members). A dependency is a value read (a fused
+ * member's readers wait for its group's anchor), a buffer reused (the next value in a
+ * buffer waits for every reader of the previous one), or the order of the steps that must
+ * run on the caller's thread in graph order (hooks, call-outs, a GEMM that writes .grad). */
+typedef struct plan_dag {
+    int n_steps;
+    int32_t *step;     /* the steps, in graph order */
+    int32_t *n_pred;   /* per node: predecessors (steps only) */
+    int32_t *succ_off; /* per node: its successors are succ[succ_off[v] .. succ_off[v + 1]) */
+    int32_t *succ;
+    bool *on_caller; /* per node: must run on the caller's thread */
+    /* run scratch, per node: the longest path from it, predecessors not yet finished, the
+     * ready heap and the caller's queue */
+    int64_t *prio;
+    int32_t *pending, *heap, *caller_q;
+} plan_dag;
+
+/* Build the DAG; NULL when out of memory or when some step would have to wait for a
+ * later one (the plan then always runs in order). Free with cai_graph_plan_dag_free. */
+plan_dag *cai_graph_plan_dag_new(const graph_plan *p);
+void cai_graph_plan_dag_free(plan_dag *d);
+
+/* One thread's view of a run (plan_run.c, plan_parallel.c). */
+typedef struct {
+    graph_plan *p;
+    char *arena;
+    const graph_callbacks *cb;
+    graph_val step;          /* the node being run: every value it reads was made before it */
+    char *scratch;           /* this thread's region for the fused loops' scratch */
+    pthread_mutex_t *tmp_mu; /* steps side by side: the temporaries' lock; NULL in order */
+    bool holds_tmp;          /* this thread's step holds it */
+} plan_run_ctx;
+
+/* Run one step (any plan kind but INPUT); 0 or the failure's code. (plan_run.c) */
+int cai_graph_plan_run_step(plan_run_ctx *r, graph_val v);
+/* Run the steps side by side on the kernel pool (plan_parallel.c), inputs bound already:
+ * 0 or the first failure's code. *ran is false when nothing ran (one thread, the pool
+ * busy, no memory, or a plan without a DAG): run it in order then. */
+int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callbacks *cb, bool *ran);
+/* Whether this run should go side by side: CAGRAD_INTEROP=0/1 forces it; otherwise the
+ * plan times both ways on its first runs and keeps the faster (plan_parallel.c). */
+bool cai_graph_plan_pick_parallel(graph_plan *p);
+/* Report a run's wall time to the chooser. */
+void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns);
+/* The chooser's pick: -1 not yet, 0 in order, 1 side by side. */
+int cai_graph_plan_choice(const graph_plan *p);
+/* Runs made side by side in this process (tests count them). */
+uint64_t cai_graph_plan_parallel_runs(void);
 
 struct graph_plan {
     const graph *g;
@@ -160,6 +215,12 @@ struct graph_plan {
     int64_t *val;      /* run scratch: every expression's value */
     int64_t *offset;   /* run scratch: each buffer's byte offset */
     graph_view *views; /* run scratch: each node's value */
+    plan_dag *dag;     /* built at the first parallel run */
+    /* The side-by-side chooser: runs timed each way, for this thread count */
+    int tune_threads, tune_n[2];
+    int64_t tune_ns[2][PLAN_TUNE_RUNS];
+    int8_t tune_pick;       /* -1 undecided, 0 one step at a time, 1 side by side */
+    bool last_side_by_side; /* how the last run went */
     char err[256];
 };
 

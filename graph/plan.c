@@ -61,6 +61,7 @@ static bool maybe_strided(const graph *g, const plan_node *pn, graph_val v) {
 }
 
 static void key_of(const graph *g, int nd, const graph_sx *shape, kern_dtype dt, plan_buf *k) {
+    k->temp = false;
     k->cbytes = (int64_t)cai_kern_dtype_size(dt);
     k->nsym = 0;
     for (int d = 0; d < nd; d++) {
@@ -77,7 +78,8 @@ static void key_of(const graph *g, int nd, const graph_sx *shape, kern_dtype dt,
 }
 
 static bool same_syms(const plan_buf *a, const plan_buf *b) {
-    return a->nsym == b->nsym && memcmp(a->sym, b->sym, sizeof(graph_sx) * (size_t)a->nsym) == 0;
+    return a->temp == b->temp && a->nsym == b->nsym &&
+           memcmp(a->sym, b->sym, sizeof(graph_sx) * (size_t)a->nsym) == 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -141,6 +143,13 @@ static bool scatter_block_key(const graph *g, const graph_node *x, plan_buf *k) 
     return differs;
 }
 
+/* Temporaries reuse temporaries only, so that no value's buffer is ever written as a
+ * scratch copy: steps run side by side (plan_dag.c) then need no order for them. */
+static int32_t take_temp(planner *pl, plan_buf *k) {
+    k->temp = true;
+    return take_buf(pl, k);
+}
+
 static void take_temps(planner *pl, const graph *g, graph_val v) {
     const graph_node *x = cai_graph_node_at(g, v);
     plan_node *pn = &pl->nodes[v];
@@ -150,14 +159,14 @@ static void take_temps(planner *pl, const graph *g, graph_val v) {
         if (!maybe_strided(g, pl->nodes, x->a.in[i]))
             continue;
         val_key(g, x->a.in[i], &k);
-        pn->tmp[i] = take_buf(pl, &k);
+        pn->tmp[i] = take_temp(pl, &k);
     }
     if (x->a.op == GOP_INDEX_FILL && maybe_strided(g, pl->nodes, x->a.in[1])) {
         val_key(g, x->a.in[1], &k);
-        pn->tmp[1] = take_buf(pl, &k);
+        pn->tmp[1] = take_temp(pl, &k);
     }
     if (x->a.op == GOP_SCATTER_ADD && scatter_block_key(g, x, &k))
-        pn->tmp[2] = take_buf(pl, &k);
+        pn->tmp[2] = take_temp(pl, &k);
 }
 
 /* v is read at step `use`: it, and the bases of the views it may be, stay alive. */
@@ -326,7 +335,12 @@ static graph_plan *plan_alloc(const graph *g, int n, int n_sx, int n_bufs, int n
     if (!m)
         return NULL;
     graph_plan *p = (graph_plan *)carve(&m, s_plan);
-    *p = (graph_plan){.g = g, .n_nodes = n, .n_sx = n_sx, .n_bufs = n_bufs, .n_groups = n_groups};
+    *p = (graph_plan){.g = g,
+                      .n_nodes = n,
+                      .n_sx = n_sx,
+                      .n_bufs = n_bufs,
+                      .n_groups = n_groups,
+                      .tune_pick = -1};
     p->nodes = (plan_node *)carve(&m, s_nodes);
     p->bufs = (plan_buf *)carve(&m, s_bufs);
     p->groups = (plan_group *)carve(&m, s_groups);
@@ -392,13 +406,17 @@ graph_plan *cai_graph_plan_new(const graph *g) {
     liveness(&pl, g, n);
     assign(&pl, g, n);
     graph_plan *p = plan_alloc(g, n, cai_graph_sx_count(g), pl.n_bufs, n_groups);
-    if (p)
+    if (p) {
         plan_fill(p, &pl);
+        p->dag = cai_graph_plan_dag_new(p); /* NULL: the plan runs in order only */
+    }
     cai_graph_mem_free(pl.nodes);
     return p;
 }
 
 void cai_graph_plan_free(graph_plan *p) {
+    if (p)
+        cai_graph_plan_dag_free(p->dag);
     cai_graph_mem_free(p);
 }
 

@@ -50,7 +50,8 @@ static void eval_shape(const graph_plan *p, const graph_node *x, const int64_t *
         shape[d] = vals ? vals[x->shape[d]] : cai_graph_sx_eval(p->g, x->shape[d], slots);
 }
 
-/* Scratch the fused loops need: they run one at a time, so they share one region. */
+/* Scratch one fused loop needs: the largest of the groups'. Steps run side by side get a
+ * region per thread (cai_graph_plan_arena_bytes). */
 static size_t fused_scratch(const graph_plan *p, const int64_t *slots) {
     size_t most = 0;
     for (int k = 0; p && k < p->n_groups; k++) {
@@ -103,7 +104,9 @@ size_t cai_graph_plan_arena_bytes(graph_plan *p, const int64_t *slots) {
     if (!p)
         return 0;
     size_t total = bufs_bytes(p, NULL, slots);
-    return total + align_up((int64_t)fused_scratch_memo(p, slots));
+    /* one scratch region per thread: steps run side by side each need their own */
+    int nth = cai_kern_num_threads();
+    return total + (size_t)(nth > 1 ? nth : 1) * align_up((int64_t)fused_scratch_memo(p, slots));
 }
 
 /* Operands precede users in the table, so one pass in id order evaluates everything. */

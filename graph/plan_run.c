@@ -10,6 +10,7 @@
 #include "codegen/cast.h"
 #include "graph/internal.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,25 +19,27 @@
 /* ---------------------------------------------------------------------------------------
  * The run's context, its errors, and views
  */
-typedef struct {
-    graph_plan *p;
-    char *arena;
-    const graph_callbacks *cb;
-    graph_val step; /* the node being run: every value it reads was made before it */
-} run_ctx;
+typedef plan_run_ctx run_ctx; /* internal.h: one per thread of a run */
 
 static int fail(graph_plan *p, graph_val v, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Record "value v (op): message" for cai_graph_plan_error; returns -1. */
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Record "value v (op): message" for cai_graph_plan_error; returns -1. Steps run side by
+ * side may fail at once: the first message stays. */
 static int fail(graph_plan *p, graph_val v, const char *fmt, ...) {
     const graph_node *x = cai_graph_node_at(p->g, v);
-    int n = snprintf(p->err, sizeof p->err, "value %d (%s): ", v, cai_graph_op_name(x->a.op));
-    va_list ap;
-    va_start(ap, fmt);
-    if (n >= 0 && (size_t)n < sizeof p->err)
-        vsnprintf(p->err + n, sizeof p->err - (size_t)n, fmt, ap);
-    va_end(ap);
+    pthread_mutex_lock(&fail_mu);
+    if (p->err[0] == '\0') {
+        int n = snprintf(p->err, sizeof p->err, "value %d (%s): ", v, cai_graph_op_name(x->a.op));
+        va_list ap;
+        va_start(ap, fmt);
+        if (n >= 0 && (size_t)n < sizeof p->err)
+            vsnprintf(p->err + n, sizeof p->err - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&fail_mu);
     return -1;
 }
 
@@ -90,6 +93,18 @@ static void node_view(const graph_plan *p, const graph_node *x, void *data, grap
 static void *buf_ptr(const run_ctx *r, int32_t b) {
     CA_ASSERT(b >= -1 && b < r->p->n_bufs);
     return b >= 0 ? r->arena + r->p->offset[b] : NULL;
+}
+
+/* A temporary buffer, about to be written. Temporaries never share memory with values,
+ * but steps run side by side may share one: the first step to use one holds the run's
+ * temporaries lock until it finishes (plan_parallel.c lets it go). Copies are rare (an
+ * operand whose strides the kernel cannot take), so the lock is rarely taken. */
+static void *tmp_ptr(run_ctx *r, int32_t tmp) {
+    if (r->tmp_mu && !r->holds_tmp) {
+        pthread_mutex_lock(r->tmp_mu);
+        r->holds_tmp = true;
+    }
+    return buf_ptr(r, tmp);
 }
 
 static const graph_view *in_view(const run_ctx *r, const graph_node *x, int k) {
@@ -387,7 +402,7 @@ static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp,
                                 w.strides[nd - 1])) {
         if (tmp < 0)
             return fail(r->p, v, "an operand needs a copy but the plan has no buffer for it");
-        int rc = copy_contig(buf_ptr(r, tmp), in, &w);
+        int rc = copy_contig(tmp_ptr(r, tmp), in, &w);
         if (rc)
             return kern_fail(r->p, v, rc, "matmul operand copy");
     }
@@ -505,7 +520,7 @@ static int contiguous_input(run_ctx *r, graph_val v, const graph_view *in, int32
         return 0;
     if (tmp < 0)
         return fail(r->p, v, "an input needs a copy but the plan has no buffer for it");
-    int rc = copy_contig(buf_ptr(r, tmp), in, out);
+    int rc = copy_contig(tmp_ptr(r, tmp), in, out);
     return rc ? kern_fail(r->p, v, rc, "input copy") : 0;
 }
 
@@ -560,7 +575,7 @@ static int scatter_corner(run_ctx *r, graph_val v, const graph_node *x, const gr
     int32_t tmp = r->p->nodes[v].tmp[2];
     if (tmp < 0)
         return fail(r->p, v, "scatter_add needs a block but the plan has none");
-    blk->data = buf_ptr(r, tmp);
+    blk->data = tmp_ptr(r, tmp);
     contig_strides(blk->ndim, blk->shape, blk->strides);
     return fill_zero(blk);
 }
@@ -708,7 +723,7 @@ static int run_fused(run_ctx *r, graph_val v) {
         CA_ASSERT(G->in[i] >= 0 && G->in[i] < v);
         bcast_src(&p->views[G->in[i]], &space, &in[i]);
     }
-    void *scratch = r->arena + p->scratch_off;
+    void *scratch = r->scratch;
     int rc;
     if (G->reduce >= 0) {
         const graph_node *x = cai_graph_node_at(p->g, G->reduce);
@@ -771,38 +786,69 @@ int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *in
     return cai_graph_plan_run_timed(p, slots, inputs, arena, cb, NULL);
 }
 
+int cai_graph_plan_run_step(run_ctx *r, graph_val v) {
+    switch (r->p->nodes[v].kind) {
+    case PK_SKIP:
+    case PK_INPUT: /* bound before the steps */
+    case PK_FUSED_TMP:
+    case PK_FUSED_OUT: return 0; /* computed where its group runs */
+    case PK_VIEW: return run_view(r, v);
+    case PK_MAYBE_VIEW: return run_maybe_view(r, v);
+    case PK_HOOK: return run_hook(r, v);
+    case PK_CALL: return run_call(r, v);
+    case PK_RESULT: return run_result(r, v);
+    case PK_FUSED_RUN: return run_fused(r, v);
+    default: return run_buffer(r, v);
+    }
+}
+
+/* One step at a time, in graph order; each step's time into step_ns when given. */
+static int run_in_order(run_ctx *r, int64_t *step_ns) {
+    graph_plan *p = r->p;
+    for (graph_val v = 0; v < p->n_nodes; v++) {
+        int8_t kind = p->nodes[v].kind;
+        r->step = v;
+        int64_t t0 = step_ns ? cai_kern_now_ns() : 0;
+        int rc = cai_graph_plan_run_step(r, v);
+        if (step_ns) /* steps that only bind or skip do no work: 0, so a chain's span is work */
+            step_ns[v] =
+                kind == PK_INPUT || kind == PK_SKIP || kind == PK_FUSED_TMP || kind == PK_FUSED_OUT
+                    ? 0
+                    : cai_kern_now_ns() - t0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_view *inputs,
                              void *arena, graph_callbacks cb, int64_t *step_ns) {
     if (!p)
         return -1;
     p->err[0] = '\0';
     cai_graph_plan_eval_sizes(p, slots);
-    run_ctx r = {p, arena, &cb, 0};
+    run_ctx r = {.p = p, .arena = arena, .cb = &cb, .scratch = (char *)arena + p->scratch_off};
     for (graph_val v = 0; v < p->n_nodes; v++) {
-        int rc = 0;
+        if (p->nodes[v].kind != PK_INPUT)
+            continue;
         r.step = v;
-        int64_t t0 = step_ns ? cai_kern_now_ns() : 0;
-        switch (p->nodes[v].kind) {
-        case PK_SKIP: break;
-        case PK_INPUT: rc = bind_input(&r, v, inputs); break;
-        case PK_VIEW: rc = run_view(&r, v); break;
-        case PK_MAYBE_VIEW: rc = run_maybe_view(&r, v); break;
-        case PK_HOOK: rc = run_hook(&r, v); break;
-        case PK_CALL: rc = run_call(&r, v); break;
-        case PK_RESULT: rc = run_result(&r, v); break;
-        case PK_FUSED_TMP:
-        case PK_FUSED_OUT: break; /* computed where its group runs */
-        case PK_FUSED_RUN: rc = run_fused(&r, v); break;
-        default: rc = run_buffer(&r, v); break;
-        }
-        if (step_ns) /* steps that only bind or skip do no work: 0, so a chain's span is work */
-            step_ns[v] = p->nodes[v].kind == PK_INPUT || p->nodes[v].kind == PK_SKIP ||
-                                 p->nodes[v].kind == PK_FUSED_TMP ||
-                                 p->nodes[v].kind == PK_FUSED_OUT
-                             ? 0
-                             : cai_kern_now_ns() - t0;
+        int rc = bind_input(&r, v, inputs);
         if (rc)
             return rc;
     }
-    return 0;
+    p->last_side_by_side = false;
+    if (step_ns) /* profiles time each step alone */
+        return run_in_order(&r, step_ns);
+    bool side_by_side = cai_graph_plan_pick_parallel(p);
+    int64_t t0 = cai_kern_now_ns();
+    bool ran = false;
+    int rc = side_by_side ? cai_graph_plan_run_parallel(p, arena, &cb, &ran) : 0;
+    if (!ran) { /* not side by side, or the pool or memory could not give it */
+        side_by_side = false;
+        rc = run_in_order(&r, NULL);
+    }
+    p->last_side_by_side = side_by_side;
+    if (rc == 0)
+        cai_graph_plan_note_time(p, side_by_side, cai_kern_now_ns() - t0);
+    return rc;
 }

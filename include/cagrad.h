@@ -191,8 +191,9 @@ void ca_get_cache_info(ca_cache_info *out); /* out may be NULL */
 /* ---------------------------------------------------------------------------------------
  * Threads and random numbers
  */
-/* Threads used by cagrad's kernels: n clamped to 1..cores; returns the count set. The
- * pool is resized at the next kernel. OpenBLAS keeps its own setting.
+/* Threads used by cagrad's kernels and GEMMs: n clamped to 1..cores; returns the count
+ * set. The pool is resized at the next kernel. OpenBLAS's own threads never run: cagrad
+ * keeps it to one thread and runs its threading on this pool (see ca_get_blas_info).
  * Thread-safe: no; one ca_set_num_threads at a time. */
 int ca_set_num_threads(int n);
 /* The pool's size, or the size it will start with. Thread-safe: yes. */
@@ -205,6 +206,29 @@ const char *ca_kernel_isa(void);
  * or "unknown". Static string. Benchmarks report it beside the kernel ISA.
  * Thread-safe: yes. */
 const char *ca_blas_core(void);
+
+/* The BLAS behind the GEMMs. Strings are static. */
+typedef struct {
+    const char *name;      /* "scipy-openblas32" (the wheel NumPy ships) or "system" */
+    const char *version;   /* OpenBLAS's version, "0.3.34"; "unknown" if it does not say */
+    const char *config;    /* openblas_get_config() */
+    const char *core;      /* the kernels in use, as ca_blas_core */
+    const char *threading; /* how its GEMMs are threaded, in words */
+    const char *core_isa;  /* widest vector ISA of those kernels: "avx512", "avx2", "scalar" */
+    const char *cpu_isa;   /* widest this CPU and OS support */
+    /* Non-NULL when the kernels are below what the CPU supports (say Prescott kernels on
+     * an AVX-512 CPU, GEMMs several times slower): what is wrong and how to fix it.
+     * cagrad never sets or overrides OPENBLAS_CORETYPE. The Python package warns with it
+     * once, at import. */
+    const char *warning;
+} ca_blas_info;
+/* Fills *out. Thread-safe: yes. */
+void ca_get_blas_info(ca_blas_info *out);
+/* cagrad's build and run-time configuration as text (version, kernel ISA, threads, the
+ * BLAS and its warning), like torch.__config__.show(). Writes at most cap bytes including
+ * the NUL and returns the length the whole text needs, as snprintf does.
+ * Thread-safe: yes. */
+size_t ca_show_config(char *buf, size_t cap);
 /* Seed the generator behind ca_randn, ca_rand and ca_dropout: one generator for the
  * process. Thread-safe: no; a random call (see Threads). */
 void ca_manual_seed(uint64_t seed);
@@ -641,6 +665,10 @@ typedef struct {
     int64_t compile_ns;      /* wall time spent compiling on misses: trace, passes, plan */
     int64_t custom_traced;   /* custom backwards traced into captured graphs (per capture) */
     int64_t custom_callouts; /* custom backwards captured as opaque call-outs (per capture) */
+    /* compiled runs whose steps ran side by side on the thread pool (inter-op parallelism;
+     * each graph times both ways on its first runs and keeps the faster, see
+     * docs/compiled-autograd.md; CAGRAD_INTEROP=0/1 forces one) */
+    int64_t side_by_side_runs;
 } ca_compiled_counters;
 
 void ca_compiled_autograd_counters(ca_compiled_counters *out); /* out may be NULL */

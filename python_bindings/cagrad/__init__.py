@@ -5,7 +5,9 @@ and gives the same gradients. docs/python-api.md lists the subset and every diff
 """
 
 import types as _types
+import warnings as _warnings
 
+from . import _blas_preload  # noqa: F401  (before _C: maps the OpenBLAS it links)
 from . import _C
 from ._dtype import (Size, channels_last, channels_last_3d, contiguous_format, device, dtype,
                      float32, float64, int64, layout, memory_format, preserve_format, strided)
@@ -45,6 +47,22 @@ long = int64
 cuda = _types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)
 
 __version__ = _C.VERSION  # the linked library's ca_version(); pyproject.toml repeats it
+
+
+def show_config():
+    """cagrad's configuration as text: version, kernel ISA, threads, and the BLAS (which
+    OpenBLAS, its version, core and threading), like ``torch.__config__.show()``."""
+    return _C.show_config()
+
+
+def _warn_if_blas_is_slow():
+    # once per process, at import: OpenBLAS kernels below what the CPU supports
+    warning = _C.blas_info()["warning"]
+    if warning:
+        _warnings.warn("cagrad: " + warning, RuntimeWarning, stacklevel=3)
+
+
+_warn_if_blas_is_slow()
 
 
 def __getattr__(name):

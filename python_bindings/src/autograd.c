@@ -374,7 +374,8 @@ static PyObject *py_compiled_autograd_counters(PyObject *module, PyObject *unuse
         dict_set_int(d, "fused_kernels", c.fused_kernels) < 0 ||
         dict_set_int(d, "eager_fallbacks", c.eager_fallbacks) < 0 ||
         dict_set_int(d, "custom_traced", c.custom_traced) < 0 ||
-        dict_set_int(d, "custom_callouts", c.custom_callouts) < 0)
+        dict_set_int(d, "custom_callouts", c.custom_callouts) < 0 ||
+        dict_set_int(d, "side_by_side_runs", c.side_by_side_runs) < 0)
         Py_CLEAR(d);
     return d;
 }

@@ -8,10 +8,6 @@
 
 #include <limits.h>
 
-/* OpenBLAS's own thread setting, reported as it is (libcagrad links OpenBLAS; its cblas.h
- * is not needed). The core type comes through the C API, ca_blas_core. */
-int openblas_get_num_threads(void);
-
 /* _set_tensor_class(cls): ops return instances of cls, a subclass of TensorBase. */
 static PyObject *py_set_tensor_class(PyObject *module, PyObject *cls) {
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &glue_tensor_type)) {
@@ -76,8 +72,23 @@ static PyObject *py_get_num_threads(PyObject *module, PyObject *unused) {
 }
 
 static PyObject *py_blas_info(PyObject *module, PyObject *unused) {
-    return Py_BuildValue("{s:s,s:i,s:s}", "corename", ca_blas_core(), "num_threads",
-                         openblas_get_num_threads(), "kernel_isa", ca_kernel_isa());
+    ca_blas_info b;
+    ca_get_blas_info(&b);
+    return Py_BuildValue("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:z}", "name", b.name, "version",
+                         b.version, "config", b.config, "corename", b.core, "threading",
+                         b.threading, "core_isa", b.core_isa, "cpu_isa", b.cpu_isa, "kernel_isa",
+                         ca_kernel_isa(), "warning", b.warning);
+}
+
+static PyObject *py_show_config(PyObject *module, PyObject *unused) {
+    size_t need = ca_show_config(NULL, 0);
+    char *buf = PyMem_Malloc(need + 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    ca_show_config(buf, need + 1);
+    PyObject *text = PyUnicode_FromString(buf);
+    PyMem_Free(buf);
+    return text;
 }
 
 static PyObject *py_empty_cache(PyObject *module, PyObject *unused) {
@@ -115,7 +126,9 @@ static PyMethodDef module_methods[] = {
     {"set_num_threads", py_set_num_threads, METH_O, "set_num_threads(n): threads for kernels"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads() -> int"},
     {"blas_info", py_blas_info, METH_NOARGS,
-     "blas_info() -> {'corename': ..., 'num_threads': ..., 'kernel_isa': ...}"},
+     "blas_info() -> {'name', 'version', 'config', 'corename', 'threading', 'core_isa', "
+     "'cpu_isa', 'kernel_isa', 'warning'}"},
+    {"show_config", py_show_config, METH_NOARGS, "show_config() -> str"},
     {"empty_cache", py_empty_cache, METH_NOARGS,
      "empty_cache(): give every cached data block back to the allocator"},
     {"set_cache_limit", py_set_cache_limit, METH_O,

@@ -32,6 +32,7 @@
  * alone.
  */
 #include "autograd/internal.h"
+#include "graph/internal.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -1059,8 +1060,8 @@ static long env_long(const char *name, long dflt) {
     return s && *s ? strtol(s, NULL, 10) : dflt;
 }
 
-Test(compiled_random, differential) {
-    long n_graphs = env_long("CAGRAD_RANDOM_GRAPHS", DEFAULT_GRAPHS);
+static void differential(long default_graphs) {
+    long n_graphs = env_long("CAGRAD_RANDOM_GRAPHS", default_graphs);
     long first = env_long("CAGRAD_RANDOM_FIRST", 0);
     const char *se = getenv("CAGRAD_RANDOM_SEED");
     uint64_t seed = se && *se ? strtoull(se, NULL, 10) : DEFAULT_SEED;
@@ -1126,4 +1127,20 @@ Test(compiled_random, differential) {
                  compared);
     cr_assert_gt(hits, compared / 2, "%lld cache hits for %ld comparisons", (long long)hits,
                  compared);
+}
+
+Test(compiled_random, differential) {
+    differential(DEFAULT_GRAPHS);
+}
+
+/* The same graphs with every compiled run's steps side by side on two threads
+ * (CAGRAD_INTEROP=1): the order plan_dag.c keeps must give eager's results. */
+Test(compiled_random, differential_side_by_side) {
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    setenv("CAGRAD_INTEROP", "1", 1);
+    uint64_t before = cai_graph_plan_parallel_runs();
+    differential(DEFAULT_GRAPHS / 2);
+    cr_assert_gt(cai_graph_plan_parallel_runs(), before + DEFAULT_GRAPHS / 4,
+                 "compiled runs did not go side by side");
 }

@@ -13,6 +13,7 @@
 
 #include "codegen/kern.h"
 #include "graph/graph.h"
+#include "graph/internal.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -809,6 +810,66 @@ static void tg_linear_check(const tg_linear_data *d, const tg_rec *rec) {
     tg_close(rec->acc[0], gw, 12, 1e-5, "dW");
     tg_close(rec->acc[1], gb, 3, 1e-5, "db");
     tg_close(rec->out[0], gx, (int)(4 * d->n), 1e-5, "dx");
+}
+
+/* The chooser times its first runs each way (PLAN_TUNE_RUNS of each, alternating), then
+ * keeps one; every run, side by side or in order, gives the right gradients. */
+static void tg_linear_runs(graph_plan *p, int runs) {
+    int64_t n = 9;
+    tg_linear_data d;
+    tg_linear_inputs(&d, n, NULL);
+    size_t bytes = cai_graph_plan_arena_bytes(p, &n);
+    void *arena = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    for (int i = 0; i < runs; i++) {
+        tg_rec rec = {0};
+        int rc =
+            cai_graph_plan_run(p, &n, d.in, arena, (graph_callbacks){.call = tg_call, .ctx = &rec});
+        cr_assert_eq(rc, 0, "run %d: %s", i, cai_graph_plan_error(p));
+        tg_linear_check(&d, &rec);
+    }
+    free(arena);
+}
+
+Test(graph, chooser_times_both_ways_then_keeps_one) {
+    if (cai_kern_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    unsetenv("CAGRAD_INTEROP");
+    graph *g = tg_linear_graph();
+    graph_plan *p = cai_graph_plan_new(g);
+    uint64_t before = cai_graph_plan_parallel_runs();
+    tg_linear_runs(p, 2 * PLAN_TUNE_RUNS - 1);
+    cr_assert_eq(cai_graph_plan_choice(p), -1, "picked before timing both ways");
+    cr_assert_eq(cai_graph_plan_parallel_runs() - before, PLAN_TUNE_RUNS - 1);
+    tg_linear_runs(p, 1);
+    int pick = cai_graph_plan_choice(p);
+    cr_assert(pick == 0 || pick == 1);
+    before = cai_graph_plan_parallel_runs();
+    tg_linear_runs(p, 4);
+    cr_assert_eq(cai_graph_plan_parallel_runs() - before, pick ? 4u : 0u);
+    cai_kern_set_num_threads(1); /* a new thread count: no side by side at one thread */
+    before = cai_graph_plan_parallel_runs();
+    tg_linear_runs(p, 3);
+    cr_assert_eq(cai_graph_plan_parallel_runs(), before);
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
+}
+
+Test(graph, interop_variable_forces_the_way) {
+    if (cai_kern_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    graph *g = tg_linear_graph();
+    graph_plan *p = cai_graph_plan_new(g);
+    setenv("CAGRAD_INTEROP", "0", 1);
+    uint64_t before = cai_graph_plan_parallel_runs();
+    tg_linear_runs(p, 2 * PLAN_TUNE_RUNS + 2);
+    cr_assert_eq(cai_graph_plan_parallel_runs(), before);
+    setenv("CAGRAD_INTEROP", "1", 1);
+    tg_linear_runs(p, 3);
+    cr_assert_eq(cai_graph_plan_parallel_runs() - before, 3u);
+    cr_assert_eq(cai_graph_plan_choice(p), -1, "a forced way is not a pick");
+    unsetenv("CAGRAD_INTEROP");
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
 }
 
 Test(graph, run_linear_relu_backward_dynamic_batch) {

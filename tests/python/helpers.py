@@ -79,7 +79,7 @@ needs_cagrad = pytest.mark.skipif(STANDIN, reason="cagrad-only feature (stand-in
 
 COUNTER_KEYS = frozenset(
     {"captures", "cache_hits", "cache_misses", "graphs", "fused_kernels", "eager_fallbacks",
-     "custom_traced", "custom_callouts"}
+     "custom_traced", "custom_callouts", "side_by_side_runs"}
 )
 
 # Default tolerances per dtype (cagrad vs torch on the same inputs).

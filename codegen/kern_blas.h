@@ -1,0 +1,41 @@
+/* kern_blas.h - the one place that names OpenBLAS's symbols.
+ *
+ * The scipy-openblas32 wheel (the OpenBLAS that NumPy and SciPy ship) prefixes every
+ * symbol with scipy_, and its pkg-config flags say so: -DBLAS_SYMBOL_PREFIX=scipy_. Its
+ * cblas.h declares the prefixed names; KERN_BLAS(cblas_sgemm) picks whichever this build
+ * links. Included by the kernel files only.
+ */
+#ifndef CAGRAD_KERN_BLAS_H
+#define CAGRAD_KERN_BLAS_H
+
+#include <cblas.h>
+#include <stdbool.h>
+
+#ifdef BLAS_SYMBOL_PREFIX
+#define KERN_BLAS_CAT2(a, b) a##b
+#define KERN_BLAS_CAT(a, b)  KERN_BLAS_CAT2(a, b)
+#define KERN_BLAS(name)      KERN_BLAS_CAT(BLAS_SYMBOL_PREFIX, name)
+#else
+#define KERN_BLAS(name) name
+/* OpenBLAS's own controls; not every system cblas.h declares them. */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char *openblas_get_config(void);
+char *openblas_get_corename(void);
+#endif
+
+/* Make OpenBLAS single-threaded and, where it can (0.3.27 and later), hand its threading
+ * to cagrad's pool. Idempotent and thread-safe; every GEMM calls it first. */
+void cai_kern_blas_init(void);
+
+/* Whether a GEMM of this size, called where the pool is free, should let OpenBLAS thread
+ * it through the callback (it shares its packed panels across threads, which tiles
+ * cannot); false with an OpenBLAS that has no callback. */
+bool cai_kern_blas_threads_gemm(double mnk);
+
+/* Around one cblas call that may thread: OpenBLAS's thread count is global, so it is raised
+ * only under a lock and set back to one after the call. */
+void cai_kern_blas_threaded_begin(void);
+void cai_kern_blas_threaded_end(void);
+
+#endif /* CAGRAD_KERN_BLAS_H */

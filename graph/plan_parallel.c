@@ -1,0 +1,312 @@
+/* plan_parallel.c - a plan's steps side by side on the kernel pool (inter-op parallelism).
+ *
+ * Every thread of the pool runs the same loop: take the ready step on the longest
+ * remaining path, run it, and release the steps that waited only for it (plan_dag.c says
+ * which wait for which). Steps that must run on the caller's thread (hooks, call-outs, a
+ * GEMM writing .grad) are handed to it alone, in graph order. Inside a step the kernels
+ * run on the thread that took it: the pool is busy with the steps themselves.
+ *
+ * Which is faster, one step at a time with each kernel split across the pool, or steps
+ * side by side, depends on the plan and the machine. So the plan times its first runs
+ * both ways, keeps the faster, and times again when the thread count changes.
+ * CAGRAD_INTEROP=0 or 1 forces one way.
+ *
+ * Longest path first: each step's cost is guessed from its sizes (a GEMM's multiply-adds,
+ * any other step's elements), and a step's priority is its cost plus its costliest chain of
+ * successors, worked out per run since sizes may change.
+ */
+#include "graph/internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    graph_plan *p;
+    plan_dag *d;
+    char *arena;
+    const graph_callbacks *cb;
+    size_t scratch_stride;
+    pthread_t caller;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *pending; /* per node: predecessors not finished */
+    int64_t *prio;    /* per node: longest path from it, in guessed cost */
+    int32_t *heap;    /* ready steps any thread may run, highest prio first */
+    int n_heap;
+    int32_t *caller_q; /* ready steps for the caller, a FIFO */
+    int q_head, q_tail;
+    int done, failed_rc;
+    int next_tid;
+    atomic_uint news;       /* bumped under the lock whenever a step is ready or the run ends */
+    pthread_mutex_t tmp_mu; /* the temporaries' lock (plan_run.c, tmp_ptr) */
+} par_run;
+
+static atomic_uint_fast64_t par_runs; /* runs side by side, for tests */
+
+uint64_t cai_graph_plan_parallel_runs(void) {
+    return atomic_load_explicit(&par_runs, memory_order_relaxed);
+}
+
+bool cai_graph_plan_ran_side_by_side(const graph_plan *p) {
+    return p && p->last_side_by_side;
+}
+
+int cai_graph_plan_choice(const graph_plan *p) {
+    return p->tune_pick;
+}
+
+/* ------------------------------------------------------------------ costs and priorities */
+
+static int64_t numel_of(const graph_plan *p, const graph_node *x) {
+    int64_t n = 1;
+    for (int d = 0; d < x->ndim; d++)
+        n *= p->val[x->shape[d]];
+    return n;
+}
+
+static int64_t step_cost(const graph_plan *p, graph_val v) {
+    const graph_node *x = cai_graph_node_at(p->g, v);
+    int64_t n = numel_of(p, x);
+    if (x->a.op == GOP_MATMUL && x->a.n_in >= 2) {
+        const graph_node *a = cai_graph_node_at(p->g, x->a.in[0]);
+        int64_t k = a->ndim >= 2 ? p->val[a->shape[a->ndim - (x->a.i[0] ? 2 : 1)]] : 1;
+        return n * (k > 0 ? k : 1) / 8; /* a multiply-add costs less than a pointwise op */
+    }
+    if (p->nodes[v].kind == PK_FUSED_RUN && p->nodes[v].grp >= 0) {
+        const plan_group *G = &p->groups[p->nodes[v].grp];
+        return numel_of(p, cai_graph_node_at(p->g, G->first)) * G->n_members;
+    }
+    return n + 1;
+}
+
+static void priorities(par_run *r) {
+    const plan_dag *d = r->d;
+    for (int i = d->n_steps - 1; i >= 0; i--) {
+        graph_val v = d->step[i];
+        int64_t most = 0;
+        for (int32_t k = d->succ_off[v]; k < d->succ_off[v + 1]; k++)
+            if (r->prio[d->succ[k]] > most)
+                most = r->prio[d->succ[k]];
+        r->prio[v] = most + step_cost(r->p, v);
+    }
+}
+
+/* ------------------------------------------------------------------ the ready heap */
+
+static void heap_push(par_run *r, int32_t v) {
+    int i = r->n_heap++;
+    while (i > 0) {
+        int up = (i - 1) / 2;
+        if (r->prio[r->heap[up]] >= r->prio[v])
+            break;
+        r->heap[i] = r->heap[up];
+        i = up;
+    }
+    r->heap[i] = v;
+}
+
+static int32_t heap_pop(par_run *r) {
+    int32_t top = r->heap[0], last = r->heap[--r->n_heap];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= r->n_heap)
+            break;
+        if (c + 1 < r->n_heap && r->prio[r->heap[c + 1]] > r->prio[r->heap[c]])
+            c++;
+        if (r->prio[r->heap[c]] <= r->prio[last])
+            break;
+        r->heap[i] = r->heap[c];
+        i = c;
+    }
+    if (r->n_heap > 0)
+        r->heap[i] = last;
+    return top;
+}
+
+static void make_ready(par_run *r, int32_t v) {
+    atomic_fetch_add_explicit(&r->news, 1, memory_order_release);
+    if (r->d->on_caller[v])
+        r->caller_q[r->q_tail++] = v;
+    else
+        heap_push(r, v);
+}
+
+/* ------------------------------------------------------------------ the loop */
+
+/* Under the lock: the next step for this thread, or -1 to wait, or -2 to stop. */
+static int32_t take(par_run *r, bool is_caller) {
+    if (r->failed_rc || r->done == r->d->n_steps)
+        return -2;
+    if (is_caller && r->q_head < r->q_tail)
+        return r->caller_q[r->q_head++];
+    return r->n_heap > 0 ? heap_pop(r) : -1;
+}
+
+static void finish(par_run *r, int32_t v, int rc) {
+    if (rc || r->done + 1 == r->d->n_steps)
+        atomic_fetch_add_explicit(&r->news, 1, memory_order_release);
+    if (rc) {
+        if (!r->failed_rc)
+            r->failed_rc = rc;
+        pthread_cond_broadcast(&r->cv);
+        return;
+    }
+    r->done++;
+    int woken = 0;
+    for (int32_t k = r->d->succ_off[v]; k < r->d->succ_off[v + 1]; k++) {
+        int32_t s = r->d->succ[k];
+        if (--r->pending[s] == 0) {
+            make_ready(r, s);
+            woken++;
+        }
+    }
+    if (woken || r->done == r->d->n_steps) /* all: the caller may be the one to wake */
+        pthread_cond_broadcast(&r->cv);
+}
+
+#define PAR_SPIN_NS 50000 /* how long an idle thread watches for a ready step before sleeping */
+
+/* Called with the lock held and nothing to take: watch `news` without the lock for a
+ * while (a step is often microseconds away, and waking a sleeping thread costs tens of
+ * them), then sleep on the condition variable if nothing came. */
+static void wait_for_news(par_run *r) {
+    unsigned seen = atomic_load_explicit(&r->news, memory_order_acquire);
+    pthread_mutex_unlock(&r->mu);
+    int64_t t0 = cai_kern_now_ns();
+    bool came = false;
+    for (unsigned i = 1; !came; i++) {
+        came = atomic_load_explicit(&r->news, memory_order_acquire) != seen;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (i % 64 == 0 && cai_kern_now_ns() - t0 > PAR_SPIN_NS)
+            break;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (!came && atomic_load_explicit(&r->news, memory_order_acquire) == seen)
+        pthread_cond_wait(&r->cv, &r->mu);
+}
+
+static void par_worker(void *ctx, int64_t begin, int64_t end) {
+    par_run *r = ctx;
+    (void)begin;
+    (void)end;
+    bool is_caller = pthread_equal(pthread_self(), r->caller);
+    pthread_mutex_lock(&r->mu);
+    int tid = r->next_tid++;
+    plan_run_ctx rc = {.p = r->p, .arena = r->arena, .cb = r->cb, .tmp_mu = &r->tmp_mu};
+    rc.scratch = r->arena + r->p->scratch_off + (size_t)tid * r->scratch_stride;
+    for (;;) {
+        int32_t v = take(r, is_caller);
+        if (v == -2)
+            break;
+        if (v == -1) {
+            wait_for_news(r);
+            continue;
+        }
+        pthread_mutex_unlock(&r->mu);
+        rc.step = v;
+        int code = cai_graph_plan_run_step(&rc, v);
+        if (rc.holds_tmp) {
+            rc.holds_tmp = false;
+            pthread_mutex_unlock(&r->tmp_mu);
+        }
+        pthread_mutex_lock(&r->mu);
+        finish(r, v, code);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callbacks *cb, bool *ran) {
+    int nth = cai_kern_num_threads();
+    *ran = false;
+    if (nth < 2 || !cai_kern_pool_free())
+        return 0;
+    if (!p->dag)
+        return 0; /* a plan that must run in order, or no memory for its DAG */
+    plan_dag *d = p->dag;
+    int n = p->n_nodes;
+    par_run r = {.p = p, .d = d, .arena = arena, .cb = cb, .caller = pthread_self()};
+    r.scratch_stride = align64(p->scratch_bytes);
+    r.prio = d->prio;
+    r.pending = d->pending;
+    r.heap = d->heap;
+    r.caller_q = d->caller_q;
+    memcpy(r.pending, d->n_pred, sizeof(int32_t) * (size_t)n);
+    priorities(&r);
+    for (int i = 0; i < d->n_steps; i++)
+        if (r.pending[d->step[i]] == 0)
+            make_ready(&r, d->step[i]);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_mutex_init(&r.tmp_mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    int rc = 0;
+    if ((*ran = cai_kern_gang(nth, par_worker, &r))) {
+        rc = r.failed_rc;
+        atomic_fetch_add_explicit(&par_runs, 1, memory_order_relaxed);
+    }
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.tmp_mu);
+    pthread_mutex_destroy(&r.mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ choosing */
+
+static int interop_env(void) {
+    const char *e = getenv("CAGRAD_INTEROP");
+    if (e && strcmp(e, "0") == 0)
+        return 0;
+    if (e && strcmp(e, "1") == 0)
+        return 1;
+    return -1;
+}
+
+static int64_t median_ns(const int64_t *t, int n) {
+    int64_t s[PLAN_TUNE_RUNS];
+    memcpy(s, t, sizeof(int64_t) * (size_t)n);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+            int64_t x = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = x;
+        }
+    return s[n / 2];
+}
+
+bool cai_graph_plan_pick_parallel(graph_plan *p) {
+    int forced = interop_env();
+    if (forced >= 0)
+        return forced == 1;
+    int nth = cai_kern_num_threads();
+    if (nth < 2)
+        return false;
+    if (p->tune_threads != nth) {
+        p->tune_threads = nth;
+        p->tune_n[0] = p->tune_n[1] = 0;
+        p->tune_pick = -1;
+    }
+    if (p->tune_pick >= 0)
+        return p->tune_pick == 1;
+    return p->tune_n[1] < p->tune_n[0]; /* alternate, one step at a time first */
+}
+
+void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns) {
+    if (p->tune_pick >= 0 || interop_env() >= 0)
+        return;
+    int k = parallel ? 1 : 0;
+    if (p->tune_n[k] < PLAN_TUNE_RUNS)
+        p->tune_ns[k][p->tune_n[k]++] = ns;
+    if (p->tune_n[0] == PLAN_TUNE_RUNS && p->tune_n[1] == PLAN_TUNE_RUNS)
+        p->tune_pick = median_ns(p->tune_ns[1], PLAN_TUNE_RUNS) <
+                               median_ns(p->tune_ns[0], PLAN_TUNE_RUNS) * 95 / 100
+                           ? 1
+                           : 0;
+}

@@ -1,0 +1,140 @@
+/* test_blas.c - the BLAS behind the GEMMs: what it reports (ca_get_blas_info,
+ * ca_show_config), the pool's gang that runs OpenBLAS's threads, and threaded GEMMs that
+ * equal one-thread ones bit for bit.
+ */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cagrad.h"
+#include "codegen/kern.h"
+
+static int tb_isa_rank(const char *isa) {
+    if (strcmp(isa, "avx512") == 0)
+        return 2;
+    if (strcmp(isa, "avx2") == 0)
+        return 1;
+    cr_assert_str_eq(isa, "scalar");
+    return 0;
+}
+
+Test(blas, info_is_consistent) {
+    ca_blas_info b;
+    ca_get_blas_info(&b);
+    cr_assert(strcmp(b.name, "system") == 0 || strcmp(b.name, "scipy-openblas32") == 0, "%s",
+              b.name);
+    cr_assert_str_eq(b.core, ca_blas_core());
+    cr_assert(strstr(b.config, b.version) != NULL, "version %s not in config '%s'", b.version,
+              b.config);
+    int a, c, d;
+    cr_assert_eq(sscanf(b.version, "%d.%d.%d", &a, &c, &d), 3, "version '%s'", b.version);
+    /* the warning is there exactly when the kernels are below the CPU */
+    bool below = tb_isa_rank(b.core_isa) < tb_isa_rank(b.cpu_isa);
+    cr_assert_eq(b.warning != NULL, below, "core %s (%s), cpu %s, warning %s", b.core, b.core_isa,
+                 b.cpu_isa, b.warning ? b.warning : "(none)");
+    ca_get_blas_info(NULL); /* no crash */
+}
+
+Test(blas, show_config_is_snprintf_like) {
+    size_t need = ca_show_config(NULL, 0);
+    cr_assert_gt(need, 40);
+    char *full = malloc(need + 1);
+    cr_assert_eq(ca_show_config(full, need + 1), need);
+    cr_assert_eq(strlen(full), need);
+    cr_assert(strstr(full, "OpenBLAS") && strstr(full, ca_blas_core()) &&
+                  strstr(full, ca_version()),
+              "%s", full);
+    char small[16];
+    cr_assert_eq(ca_show_config(small, sizeof small), need);
+    cr_assert_eq(strlen(small), sizeof small - 1);
+    cr_assert(strncmp(small, full, sizeof small - 1) == 0);
+    free(full);
+}
+
+/* Each job arrives, then waits (bounded) for every other: that finishes only when all
+ * run at once on threads of their own. */
+typedef struct {
+    atomic_int arrived;
+    int n;
+    atomic_int timed_out;
+} tb_gang;
+
+static void tb_gang_job(void *ctx, int64_t begin, int64_t end) {
+    tb_gang *g = ctx;
+    cr_assert_eq(end - begin, 1);
+    atomic_fetch_add(&g->arrived, 1);
+    int64_t t0 = cai_kern_now_ns();
+    while (atomic_load(&g->arrived) < g->n)
+        if (cai_kern_now_ns() - t0 > 5000000000LL) {
+            atomic_store(&g->timed_out, 1);
+            return;
+        }
+}
+
+Test(blas, gang_runs_every_job_at_once) {
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    for (int rep = 0; rep < 50; rep++) {
+        tb_gang g = {.n = 2};
+        cr_assert(cai_kern_gang(2, tb_gang_job, &g));
+        cr_assert_eq(atomic_load(&g.arrived), 2);
+        cr_assert_eq(atomic_load(&g.timed_out), 0, "rep %d: the jobs did not run at once", rep);
+    }
+    tb_gang g = {.n = 3};
+    cr_assert_not(cai_kern_gang(3, tb_gang_job, &g), "3 jobs on a pool of 2 cannot be a gang");
+    cr_assert_eq(atomic_load(&g.arrived), 0);
+}
+
+static void tb_gang_from_worker(void *ctx, int64_t begin, int64_t end) {
+    atomic_int *refused = ctx;
+    tb_gang g = {.n = 2};
+    for (int64_t i = begin; i < end; i++)
+        if (!cai_kern_gang(2, tb_gang_job, &g))
+            atomic_fetch_add(refused, 1);
+}
+
+Test(blas, gang_refuses_inside_a_pool_job) {
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    atomic_int refused = 0;
+    cai_kern_parallel_for(2, 1, tb_gang_from_worker, &refused);
+    cr_assert_eq(atomic_load(&refused), 2);
+}
+
+static void tb_fill(float *p, int64_t n, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+    }
+}
+
+/* A GEMM big enough to thread (through OpenBLAS's callback where this OpenBLAS has it,
+ * else in tiles) gives the same bits as on one thread: neither cuts K. */
+Test(blas, threaded_gemm_equals_one_thread) {
+    const int64_t M = 384, N = 320, K = 300;
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *c1 = malloc(sizeof(float) * M * N), *c2 = malloc(sizeof(float) * M * N);
+    tb_fill(a, M * K, 1);
+    tb_fill(b, K * N, 2);
+    kern_mat A = {(const char *)a, K, 1, 0}, B = {(const char *)b, N, 1, 0};
+    ca_set_num_threads(1);
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, A, false, B, false, 0.0, c1, N, 0), 0);
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    uint64_t before = cai_kern_blas_callbacks();
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, A, false, B, false, 0.0, c2, N, 0), 0);
+    cr_assert(memcmp(c1, c2, sizeof(float) * M * N) == 0);
+    ca_blas_info info;
+    ca_get_blas_info(&info);
+    if (strstr(info.threading, "callback"))
+        cr_assert_gt(cai_kern_blas_callbacks(), before, "OpenBLAS did not thread through the pool");
+    else
+        cr_assert_eq(cai_kern_blas_callbacks(), 0);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}

@@ -1,0 +1,159 @@
+/* stress.c - the threaded paths under ThreadSanitizer (make tsan).
+ *
+ * Criterion's test runner cannot start under TSan (its shared arena collides with TSan's
+ * memory layout: Snaipe/Criterion#274), so the threaded paths get this plain program:
+ *  - GEMMs big enough that OpenBLAS threads them on cagrad's pool through its callback
+ *    (or cagrad cuts them into tiles), against one-thread results, bit for bit;
+ *  - a transformer-like block's compiled backward with a hook, run with its steps side by
+ *    side (CAGRAD_INTEROP=1), in order (0), and chosen by timing, against the first run,
+ *    bit for bit, many times.
+ * It exits 1 on a mismatch; TSan makes any data race exit 66.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cagrad.h"
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        if ((call) != CA_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ca_last_error());        \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum { B = 2, T = 16, D = 32, H = 4, N_PARAMS = 5 };
+
+static ca_tensor *param(int ndim, const int64_t *shape, double scale) {
+    ca_tensor *raw, *out;
+    CHECK(ca_randn(CA_FLOAT32, ndim, shape, &raw));
+    CHECK(ca_mul_scalar(raw, scale, &out));
+    ca_tensor_release(raw);
+    CHECK(ca_tensor_set_requires_grad(out, true));
+    return out;
+}
+
+static ca_status half_hook(ca_tensor *grad, ca_tensor **repl, void *ctx) {
+    (void)ctx;
+    return ca_mul_scalar(grad, 0.5, repl);
+}
+
+/* x + (softmax(q k^T) v) with q = k = v = ln(x) W1 per head, then + gelu(.) W2; mse to 0. */
+static ca_tensor *block_loss(ca_tensor **p) {
+    ca_tensor *h, *a, *q, *kt, *s, *att, *y, *r, *f, *g, *o, *out, *loss;
+    CHECK(ca_layer_norm(p[0], 1, (int64_t[]){D}, p[3], p[4], 1e-5, &h));
+    CHECK(ca_matmul(h, p[1], &a));
+    CHECK(ca_reshape(a, 4, (int64_t[]){B, T, H, D / H}, &q));
+    ca_tensor *qh;
+    CHECK(ca_transpose(q, 1, 2, &qh));
+    CHECK(ca_transpose(qh, 2, 3, &kt));
+    CHECK(ca_matmul(qh, kt, &s));
+    CHECK(ca_softmax(s, -1, &att));
+    CHECK(ca_matmul(att, qh, &y));
+    CHECK(ca_tensor_register_hook(y, half_hook, NULL, NULL, NULL));
+    ca_tensor *yt, *yr;
+    CHECK(ca_transpose(y, 1, 2, &yt));
+    CHECK(ca_reshape(yt, 3, (int64_t[]){B, T, D}, &yr));
+    CHECK(ca_add(p[0], yr, &r));
+    CHECK(ca_gelu(r, CA_GELU_NONE, &f));
+    CHECK(ca_matmul(f, p[2], &g));
+    CHECK(ca_add(r, g, &o));
+    CHECK(ca_mul(o, o, &out));
+    CHECK(ca_mean(out, 0, NULL, false, &loss));
+    ca_tensor *drop[] = {h, a, q, qh, kt, s, att, y, yt, yr, r, f, g, o, out};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+        ca_tensor_release(drop[i]);
+    return loss;
+}
+
+static void grads_of(ca_tensor **p, float *dst, size_t *n) {
+    *n = 0;
+    for (int i = 0; i < N_PARAMS; i++) {
+        ca_tensor *g = ca_tensor_grad(p[i]);
+        int64_t k = ca_tensor_numel(g);
+        memcpy(dst + *n, ca_tensor_data(g), sizeof(float) * (size_t)k);
+        *n += (size_t)k;
+        CHECK(ca_tensor_set_grad(p[i], NULL));
+    }
+}
+
+static int backward_runs(ca_tensor **p, const char *interop, int runs, const float *want,
+                         size_t n_want) {
+    static float got[1 << 16];
+    if (interop)
+        setenv("CAGRAD_INTEROP", interop, 1);
+    else
+        unsetenv("CAGRAD_INTEROP");
+    for (int i = 0; i < runs; i++) {
+        ca_tensor *loss = block_loss(p);
+        CHECK(ca_backward(loss));
+        ca_tensor_release(loss);
+        size_t n;
+        grads_of(p, got, &n);
+        if (n != n_want || memcmp(got, want, sizeof(float) * n) != 0) {
+            fprintf(stderr, "CAGRAD_INTEROP=%s run %d: gradients differ from the first run\n",
+                    interop ? interop : "(unset)", i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int gemms(void) {
+    ca_tensor *a, *b, *c1, *c2;
+    CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){384, 300}, &a));
+    CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){300, 320}, &b));
+    ca_set_num_threads(1);
+    CHECK(ca_matmul(a, b, &c1));
+    ca_set_num_threads(2);
+    int bad = 0;
+    for (int i = 0; i < 20 && !bad; i++) {
+        CHECK(ca_matmul(a, b, &c2));
+        bad = memcmp(ca_tensor_data(c1), ca_tensor_data(c2), sizeof(float) * 384 * 320) != 0;
+        ca_tensor_release(c2);
+    }
+    if (bad)
+        fprintf(stderr, "a threaded GEMM differs from the one-thread result\n");
+    ca_tensor_release(a);
+    ca_tensor_release(b);
+    ca_tensor_release(c1);
+    return bad;
+}
+
+int main(void) {
+    CHECK(ca_init());
+    ca_manual_seed(11);
+    int bad = gemms();
+    ca_tensor *p[N_PARAMS] = {param(3, (int64_t[]){B, T, D}, 1.0), param(2, (int64_t[]){D, D}, 0.2),
+                              param(2, (int64_t[]){D, D}, 0.2), param(1, (int64_t[]){D}, 1.0),
+                              param(1, (int64_t[]){D}, 0.1)};
+    CHECK(ca_compiled_autograd_enable(NULL));
+    static float want[1 << 16];
+    size_t n_want;
+    setenv("CAGRAD_INTEROP", "0", 1);
+    ca_tensor *loss = block_loss(p);
+    CHECK(ca_backward(loss)); /* the miss: captured, compiled, run in order */
+    ca_tensor_release(loss);
+    grads_of(p, want, &n_want);
+    ca_compiled_counters c0, c1, c2;
+    ca_compiled_autograd_counters(&c0);
+    bad |= backward_runs(p, "1", 60, want, n_want);
+    ca_compiled_autograd_counters(&c1);
+    bad |= backward_runs(p, "0", 10, want, n_want);
+    ca_compiled_autograd_counters(&c2);
+    if (c1.side_by_side_runs - c0.side_by_side_runs != 60 ||
+        c2.side_by_side_runs != c1.side_by_side_runs) {
+        fprintf(stderr, "side-by-side runs: %lld forced on (60 expected), %lld forced off\n",
+                (long long)(c1.side_by_side_runs - c0.side_by_side_runs),
+                (long long)(c2.side_by_side_runs - c1.side_by_side_runs));
+        bad = 1;
+    }
+    bad |= backward_runs(p, NULL, 30, want, n_want);
+    ca_compiled_autograd_disable();
+    for (int i = 0; i < N_PARAMS; i++)
+        ca_tensor_release(p[i]);
+    printf("tsan stress: %s\n", bad ? "MISMATCH" : "ok");
+    return bad;
+}
