@@ -353,10 +353,10 @@ def aligned_empty(shape, align=64):
 
 
 class Sgemm:
-    """cblas_sgemm of the same GEMM shapes as workload 6's backward, row-major, with OpenBLAS
-    threaded as it would be on its own: cagrad tells OpenBLAS to use one thread (its own
-    pool runs GEMMs in parallel), so this baseline sets OpenBLAS's threads for its calls
-    and puts cagrad's setting back after them."""
+    """cblas_sgemm of the same GEMM shapes as a workload's backward, row-major, each item of
+    a batched one a call of its own, with OpenBLAS threaded as it would be on its own:
+    cagrad tells OpenBLAS to use one thread (its own pool runs GEMMs in parallel), so this
+    baseline sets OpenBLAS's threads for its calls and puts cagrad's setting back after."""
 
     ROW, NOTRANS, TRANS = 101, 111, 112
 
@@ -372,19 +372,21 @@ class Sgemm:
         self.f.argtypes = [i, i, i, i, i, i, f, p, i, p, i, f, p, i]
         rng = np.random.default_rng(0)
         self.calls = []
-        for m, n, k, ta, tb in gemms:
-            a = aligned_empty((k, m) if ta else (m, k))
-            b = aligned_empty((n, k) if tb else (k, n))
-            c = aligned_empty((m, n))
-            a[...] = rng.standard_normal(a.shape)
-            b[...] = rng.standard_normal(b.shape)
-            c[...] = 0
-            lda = m if ta else k
-            ldb = k if tb else n
-            self.calls.append((self.ROW, self.TRANS if ta else self.NOTRANS,
-                               self.TRANS if tb else self.NOTRANS, m, n, k, 1.0,
-                               a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n,
-                               (a, b, c)))
+        for g in gemms:
+            m, n, k, ta, tb = g[:5]
+            for _ in range(g[5] if len(g) > 5 else 1):
+                a = aligned_empty((k, m) if ta else (m, k))
+                b = aligned_empty((n, k) if tb else (k, n))
+                c = aligned_empty((m, n))
+                a[...] = rng.standard_normal(a.shape)
+                b[...] = rng.standard_normal(b.shape)
+                c[...] = 0
+                lda = m if ta else k
+                ldb = k if tb else n
+                self.calls.append((self.ROW, self.TRANS if ta else self.NOTRANS,
+                                   self.TRANS if tb else self.NOTRANS, m, n, k, 1.0,
+                                   a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data,
+                                   n, (a, b, c)))
 
     def run(self):
         before = self.get_threads() if self.get_threads is not None else None

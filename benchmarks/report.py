@@ -266,8 +266,47 @@ def targets(results):
                          "value": frac, "text": f"{100 * frac:.0f}% ({g['gflops']['cc']:.0f} "
                          f"of {g['sgemm_gflops']:.0f} GFLOP/s)", "reached": frac >= 0.9,
                          "partial": False})
+        rows += scaling_targets(results, n, sp)
         out[n] = rows
     return out
+
+
+def scaling_targets(results, n, sp):
+    """Issue 14's rows: >= 1.5x torch eager on every workload but w6 (w6 >= 1.1x), the
+    self-speed-up from 1 thread on w3, w4 and w6 (>= 1.6x, in the runs above one thread),
+    and w3's share of plain sgemm at one thread (>= 60%)."""
+    ws = results["runs"][n]["workloads"]
+    rows = []
+    rest = [k for k in ws if k != "w6"]
+    if rest:
+        worst = min(rest, key=lambda k: sp[k])
+        rows.append({"id": "each15", "target": "issue 14: every workload but w6 >= 1.5x "
+                     "torch eager", "value": sp[worst], "text": f"worst {worst}: "
+                     f"{sp[worst]:.2f}x", "reached": sp[worst] >= 1.5,
+                     "partial": len(rest) < 6})
+    if "w6" in ws:
+        rows.append({"id": "w6_11", "target": "issue 14: w6 >= 1.1x torch eager",
+                     "value": sp["w6"], "text": f"{sp['w6']:.2f}x",
+                     "reached": sp["w6"] >= 1.1, "partial": False})
+    one = results["runs"].get("1")
+    if n != "1" and one:
+        keys = [k for k in ("w3", "w4", "w6") if k in ws and k in one["workloads"]]
+        su = {k: ratio(bw(one, k, "cc"), bw(results["runs"][n], k, "cc")) for k in keys}
+        if su:
+            worst = min(su, key=lambda k: su[k])
+            rows.append({"id": "self", "target": "issue 14: cagrad's own speed-up from 1 "
+                         "thread >= 1.6x on w3, w4, w6", "value": su[worst],
+                         "text": ", ".join(f"{k} {su[k]:.2f}x" for k in keys),
+                         "reached": su[worst] >= 1.6, "partial": len(keys) < 3})
+    if n == "1" and "w3" in ws and "gemm" in ws["w3"]:
+        g = ws["w3"]["gemm"]
+        frac = g["gflops"]["cc"] / g["sgemm_gflops"]
+        rows.append({"id": "w3_sgemm", "target": "issue 14: w3 reaches >= 60% of plain "
+                     "sgemm's GFLOP/s at 1 thread", "value": frac,
+                     "text": f"{100 * frac:.0f}% ({g['gflops']['cc']:.0f} of "
+                     f"{g['sgemm_gflops']:.0f} GFLOP/s)", "reached": frac >= 0.6,
+                     "partial": False})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------
@@ -479,21 +518,30 @@ def perf_tables(results, n, run):
                + note + "\n")
     out.append(table(head, rows))
     # GEMM
-    if "w6" in ws and "gemm" in ws["w6"]:
-        g = ws["w6"]["gemm"]
-        sg = g["sgemm_gflops"]
-        cells = [f"{sg:.1f} ({tr(g['sgemm_us'])})"]
-        for c in CONFIGS:
-            cells.append(f"{g['gflops'][c]:.1f} ({100 * g['gflops'][c] / sg:.0f}%)")
-        out.append(f"\n**Workload 6 GEMM throughput.** The backward's GEMMs are "
-                   f"{g['flops'] / 1e9:.2f} GFLOP ({len(g['shapes'])} GEMMs: dW = dY^T X for "
-                   "each layer, dX = dY W for the two upper ones). The limit is a plain "
-                   "`cblas_sgemm` of the same shapes and transposes on cagrad's OpenBLAS, "
+    gk = [k for k in ws if "gemm" in ws[k]]
+    if gk:
+        rows = []
+        for k in gk:
+            g = ws[k]["gemm"]
+            sg = g["sgemm_gflops"]
+            rows.append([k, f"{g['flops'] / 1e9:.3f}", str(sum(s[5] if len(s) > 5 else 1
+                                                            for s in g["shapes"])),
+                         f"{sg:.1f} ({tr(g['sgemm_us'])})"]
+                        + [f"{g['gflops'][c]:.1f} ({100 * g['gflops'][c] / sg:.0f}%)"
+                           for c in CONFIGS])
+        out.append("\n**GEMM throughput.** Each workload's backward GEMMs (`gemms` in "
+                   "`benchmarks/workloads.py`: dW = dY^T X and dX = dY W per Linear whose "
+                   "input needs a gradient, and w3's per-head attention products) and their "
+                   "flops. The limit is a plain `cblas_sgemm` of the same shapes and "
+                   "transposes on cagrad's OpenBLAS, one call per GEMM (per batch item), "
                    "called through ctypes in the same process and alternated with the "
-                   "backwards. GFLOP/s = GEMM flops / median backward time (the backward's "
-                   "pointwise work and reductions count as time, not flops).\n")
-        out.append(table(["sgemm limit GFLOP/s"] + [f"{SHORT[c]} GFLOP/s (% of limit)"
-                                                     for c in CONFIGS], [cells]))
+                   "backwards, with OpenBLAS threaded at this thread count. GFLOP/s = GEMM "
+                   "flops / median backward time: everything else the backward does "
+                   "(pointwise work, reductions, softmax, layer_norm) counts as time, not "
+                   "flops, so the share of the limit is the share of the backward that "
+                   "runs at GEMM speed.\n")
+        out.append(table(["workload", "GEMM GFLOP", "GEMMs", "sgemm limit GFLOP/s (time)"]
+                         + [f"{SHORT[c]} GFLOP/s (% of limit)" for c in CONFIGS], rows))
     return "\n".join(out)
 
 
@@ -579,7 +627,7 @@ def targets_section(results):
                        if r["reached"] is None else "**not reached**")
             cells.append(f"{r['text']}: {verdict}" + (" (partial run)" if r["partial"] else ""))
         rows.append(cells)
-    return table(["target (issue 5, cagrad compiled backward on a cache hit)"]
+    return table(["target (issues 5 and 14, cagrad compiled backward on a cache hit)"]
                  + [threads_label(n) for n in ns], rows, ["l"] + ["l"] * len(ns))
 
 
@@ -774,10 +822,11 @@ def console_summary(results):
                          f"{ratio(b['te']['median'], b['cc']['median']):7.2f} "
                          f"{ratio(b['tc']['median'], b['cc']['median']):7.2f} "
                          f"{('>=' if not exact else '') + format(r, ',.0f'):>10}")
-        if "w6" in run["workloads"] and "gemm" in run["workloads"]["w6"]:
-            g = run["workloads"]["w6"]["gemm"]
-            lines.append(f"  w6 GFLOP/s: sgemm {g['sgemm_gflops']:.1f}, "
-                         + ", ".join(f"{SHORT[c]} {g['gflops'][c]:.1f}" for c in CONFIGS))
+        for k, w in run["workloads"].items():
+            if "gemm" in w:
+                g = w["gemm"]
+                lines.append(f"  {k} GFLOP/s: sgemm {g['sgemm_gflops']:.1f}, "
+                             + ", ".join(f"{SHORT[c]} {g['gflops'][c]:.1f}" for c in CONFIGS))
         lines.append("")
     lines.append("Targets:")
     for n, rows in targets(results).items():

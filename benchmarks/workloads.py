@@ -37,7 +37,9 @@ class Spec:
     title: str
     build: Callable  # (L) -> Bound
     detail: str  # what exactly runs, for the report
-    gemms: list = field(default_factory=list)  # backward GEMMs (M, N, K, transA, transB)
+    # backward GEMMs (M, N, K, transA, transB[, batch]): the plain-sgemm limit and the
+    # GEMM flops of docs/benchmarks.md
+    gemms: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------
@@ -103,16 +105,34 @@ def _mlp(L, widths, batch, loss_kind, seed, dtype=np.float32):
     return Bound(params=params, names=names, loss=loss, model=model)
 
 
+def _linear_gemms(fin, fout, rows, input_grad=True):
+    """A Linear's backward GEMMs, row-major: dW = dY^T X (M=out, N=in, K=rows, A
+    transposed) and, when its input needs a gradient, dX = dY W (M=rows, N=in, K=out)."""
+    g = [(fout, fin, rows, True, False)]
+    if input_grad:
+        g.append((rows, fin, fout, False, False))
+    return g
+
+
 def _mlp_gemms(widths, batch):
-    """Backward GEMMs of a Linear stack whose input needs no grad, row-major:
-    dW = dY^T X (M=out, N=in, K=batch, A transposed) and dX = dY W (M=batch, N=in, K=out),
-    the latter for every layer but the first."""
+    """Backward GEMMs of a Linear stack whose input needs no grad: no dX for the first."""
     g = []
     for i in range(len(widths) - 1):
-        fin, fout = widths[i], widths[i + 1]
-        g.append((fout, fin, batch, True, False))  # grad of the weight
-        if i > 0:
-            g.append((batch, fin, fout, False, False))  # grad of the layer's input
+        g += _linear_gemms(widths[i], widths[i + 1], batch, input_grad=i > 0)
+    return g
+
+
+def _gpt_gemms(D=128, H=4, T=64, B=8):
+    """w3's backward GEMMs: four Linears over B*T tokens (every input needs a gradient, as
+    the LayerNorms before them have weights), and per (batch, head) the two attention
+    products: s = q k^T gives dq = ds k and dk = ds^T q; y = a v gives da = dy v^T and
+    dv = a^T dy."""
+    n, dh = B * T, D // H
+    g = (_linear_gemms(D, 3 * D, n) + _linear_gemms(D, D, n) + _linear_gemms(D, 4 * D, n)
+         + _linear_gemms(4 * D, D, n))
+    bh = B * H
+    g += [(T, dh, T, False, False, bh), (T, dh, T, True, False, bh),
+          (T, T, dh, False, True, bh), (T, dh, T, True, False, bh)]
     return g
 
 
@@ -297,17 +317,21 @@ W6 = (1024, 4096, 4096, 1024)
 SPECS = [
     Spec("w1", "MLP 784-256-256-10, batch 64",
          lambda L, dtype=np.float32: _mlp(L, W1, 64, "ce", SEED + 1, dtype),
-         "Linear-ReLU-Linear-ReLU-Linear, cross_entropy over 10 classes, batch 64"),
+         "Linear-ReLU-Linear-ReLU-Linear, cross_entropy over 10 classes, batch 64",
+         gemms=_mlp_gemms(W1, 64)),
     Spec("w2", "Tiny MLP 4x128, batch 16",
          lambda L, dtype=np.float32: _mlp(L, W2, 16, "mse", SEED + 2, dtype),
-         "input 128, four Linear(128, 128) layers with ReLU between them, mse_loss, batch 16"),
+         "input 128, four Linear(128, 128) layers with ReLU between them, mse_loss, batch 16",
+         gemms=_mlp_gemms(W2, 16)),
     Spec("w3", "GPT block d=128, 4 heads, seq 64, batch 8",
          lambda L, dtype=np.float32: _gpt_block(L, SEED + 3, dtype),
          "pre-LN block: x + proj(causal softmax attention(qkv(ln1 x))), then "
-         "x + fc2(GELU(fc1(ln2 x))) with fc1 128->512; masked_fill(-inf) causal mask; mse_loss"),
+         "x + fc2(GELU(fc1(ln2 x))) with fc1 128->512; masked_fill(-inf) causal mask; mse_loss",
+         gemms=_gpt_gemms()),
     Spec("w4", "LayerNorm+GELU MLP, 256 tokens, d=128",
          lambda L, dtype=np.float32: _ln_gelu(L, SEED + 4, dtype),
-         "x + fc2(GELU(fc1(layer_norm(x)))), x [256, 128], fc1 128->512, mse_loss"),
+         "x + fc2(GELU(fc1(layer_norm(x)))), x [256, 128], fc1 128->512, mse_loss",
+         gemms=_linear_gemms(128, 512, 256) + _linear_gemms(512, 128, 256)),
     Spec("w5", "Pointwise chain, 200 ops x 4096",
          lambda L, dtype=np.float32: _chain(L, SEED + 5, dtype),
          "200 ops on 4096-element leaves x, w, v cycling through "
@@ -319,11 +343,12 @@ SPECS = [
     Spec("w7", "Custom-Function MLP 784-256-256-10, batch 64",
          lambda L, dtype=np.float32: _function_mlp(L, W1, 64, SEED + 7, dtype),
          "w1's MLP with each Linear a custom autograd.Function (a fused linear) and a tanh-GELU "
-         "Function between them; cross_entropy over 10 classes, batch 64"),
+         "Function between them; cross_entropy over 10 classes, batch 64",
+         gemms=_mlp_gemms(W1, 64)),
 ]
 
 BY_KEY = {s.key: s for s in SPECS}
 
 
 def gemm_flops(gemms):
-    return sum(2.0 * m * n * k for m, n, k, _, _ in gemms)
+    return sum(2.0 * g[0] * g[1] * g[2] * (g[5] if len(g) > 5 else 1) for g in gemms)

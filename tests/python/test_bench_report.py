@@ -33,3 +33,41 @@ def test_one_sample_at_zero_falls_back_to_the_whole_miss_backward():
     # must come from the miss backward, not be zero (a division by zero before)
     ratio, exact = report.compile_ratio(compile_figures(-3.0, 0.0, 1, miss_median=250.0))
     assert not exact and ratio == pytest.approx(1e6 / 250.0)
+
+
+def run_with(backward_cc, backward_te, gemm=None):
+    ws = {}
+    for k in backward_cc:
+        ws[k] = {"backward_us": {"cc": {"median": backward_cc[k]},
+                                 "te": {"median": backward_te[k]}}}
+        if gemm and k in gemm:
+            ws[k]["gemm"] = gemm[k]
+    return {"workloads": ws}
+
+
+def test_issue14_scaling_targets():
+    one = run_with({"w3": 10.0, "w4": 4.0, "w6": 100.0}, {"w3": 16.0, "w4": 4.0, "w6": 120.0},
+                   gemm={"w3": {"gflops": {"cc": 30.0}, "sgemm_gflops": 50.0}})
+    two = run_with({"w3": 6.0, "w4": 2.0, "w6": 50.0}, {"w3": 9.0, "w4": 4.0, "w6": 50.0})
+    results = {"runs": {"1": one, "2": two}}
+    sp1 = {k: report.ratio(one["workloads"][k]["backward_us"]["te"]["median"],
+                           one["workloads"][k]["backward_us"]["cc"]["median"]) for k in one["workloads"]}
+    rows1 = {r["id"]: r for r in report.scaling_targets(results, "1", sp1)}
+    assert rows1["each15"]["text"] == "worst w4: 1.00x" and not rows1["each15"]["reached"]
+    assert rows1["w6_11"]["reached"]  # 1.2x
+    assert rows1["w3_sgemm"]["value"] == pytest.approx(0.6) and rows1["w3_sgemm"]["reached"]
+    assert "self" not in rows1  # no speed-up of one thread over itself
+    sp2 = {"w3": 1.5, "w4": 2.0, "w6": 1.0}
+    rows2 = {r["id"]: r for r in report.scaling_targets(results, "2", sp2)}
+    assert rows2["self"]["text"] == "w3 1.67x, w4 2.00x, w6 2.00x" and rows2["self"]["reached"]
+    assert not rows2["w6_11"]["reached"] and "w3_sgemm" not in rows2
+
+
+def test_gemm_flops_count_batched_items():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import workloads
+    assert workloads.gemm_flops([(2, 3, 4, False, False)]) == 48.0
+    assert workloads.gemm_flops([(2, 3, 4, False, False, 5)]) == 240.0
+    # w3: four Linears over 512 tokens, both GEMMs each, and 4 attention products x 32
+    w3 = workloads.BY_KEY["w3"].gemms
+    assert len(w3) == 12 and sum(g[5] for g in w3 if len(g) > 5) == 128
