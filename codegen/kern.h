@@ -271,9 +271,9 @@ typedef void (*kern_range_fn)(void *ctx, int64_t begin, int64_t end);
 
 void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx);
 /* fn(ctx, i, i + 1) for every i in [0, n), each on its own thread and all at once, for
- * jobs that wait on each other (OpenBLAS's threaded GEMM). Waits while another thread's
- * job holds the pool. Returns false, having run nothing, where that cannot be promised:
- * n above the pool's size, or a call from inside a pool job. */
+ * jobs that wait on each other (OpenBLAS's threaded GEMM); job 0 runs on the calling
+ * thread. Waits while another thread's job holds the pool. Returns false, having run nothing, where
+ * that cannot be promised: n above the pool's size, or a call from inside a pool job. */
 bool cai_kern_gang(int n, kern_range_fn fn, void *ctx);
 /* Whether a parallel call from this thread would get the whole pool now (a hint: another
  * thread may take it first). */

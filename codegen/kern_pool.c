@@ -214,7 +214,7 @@ static void kern_pool_publish(kern_range_fn fn, void *ctx, int64_t n, int64_t nc
     kern_pool.nchunks = nchunks;
     kern_pool.one_each = one_each;
     kern_pool.gang_done = 0;
-    atomic_store(&kern_pool.next, 0);
+    atomic_store(&kern_pool.next, one_each ? 1 : 0); /* a gang's job 0 is the caller's */
     kern_pool.gen++;
     atomic_store_explicit(&kern_pool.spin_gen, kern_pool.gen, memory_order_release);
     pthread_cond_broadcast(&kern_pool.wake);
@@ -226,7 +226,14 @@ static void kern_pool_publish(kern_range_fn fn, void *ctx, int64_t n, int64_t nc
 static void kern_pool_run_and_release(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks,
                                       bool one_each) {
     kern_in_pool = true;
-    kern_run_chunks(fn, ctx, n, nchunks, one_each);
+    if (one_each) { /* a gang: the caller runs job 0, the workers the rest */
+        fn(ctx, 0, 1);
+        pthread_mutex_lock(&kern_pool.mu);
+        kern_pool.gang_done++;
+        pthread_mutex_unlock(&kern_pool.mu);
+    } else {
+        kern_run_chunks(fn, ctx, n, nchunks, one_each);
+    }
     kern_in_pool = false;
     pthread_mutex_lock(&kern_pool.mu);
     while (kern_pool.active > 0 || (one_each && kern_pool.gang_done < nchunks))

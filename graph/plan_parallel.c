@@ -28,7 +28,6 @@ typedef struct {
     char *arena;
     const graph_callbacks *cb;
     size_t scratch_stride;
-    pthread_t caller;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int32_t *pending; /* per node: predecessors not finished */
@@ -192,9 +191,8 @@ static void wait_for_news(par_run *r) {
 
 static void par_worker(void *ctx, int64_t begin, int64_t end) {
     par_run *r = ctx;
-    (void)begin;
     (void)end;
-    bool is_caller = pthread_equal(pthread_self(), r->caller);
+    bool is_caller = begin == 0; /* a gang's job 0 runs on the calling thread */
     pthread_mutex_lock(&r->mu);
     int tid = r->next_tid++;
     plan_run_ctx rc = {.p = r->p, .arena = r->arena, .cb = r->cb, .tmp_mu = &r->tmp_mu};
@@ -233,7 +231,7 @@ int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callback
         return 0; /* a plan that must run in order, or no memory for its DAG */
     plan_dag *d = p->dag;
     int n = p->n_nodes;
-    par_run r = {.p = p, .d = d, .arena = arena, .cb = cb, .caller = pthread_self()};
+    par_run r = {.p = p, .d = d, .arena = arena, .cb = cb};
     r.scratch_stride = align64(p->scratch_bytes);
     r.prio = d->prio;
     r.pending = d->pending;

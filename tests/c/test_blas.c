@@ -3,6 +3,7 @@
  * equal one-thread ones bit for bit.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,11 +61,14 @@ typedef struct {
     atomic_int arrived;
     int n;
     atomic_int timed_out;
+    pthread_t job0; /* the thread that ran job 0 */
 } tb_gang;
 
 static void tb_gang_job(void *ctx, int64_t begin, int64_t end) {
     tb_gang *g = ctx;
     cr_assert_eq(end - begin, 1);
+    if (begin == 0)
+        g->job0 = pthread_self();
     atomic_fetch_add(&g->arrived, 1);
     int64_t t0 = cai_kern_now_ns();
     while (atomic_load(&g->arrived) < g->n)
@@ -82,6 +86,7 @@ Test(blas, gang_runs_every_job_at_once) {
         cr_assert(cai_kern_gang(2, tb_gang_job, &g));
         cr_assert_eq(atomic_load(&g.arrived), 2);
         cr_assert_eq(atomic_load(&g.timed_out), 0, "rep %d: the jobs did not run at once", rep);
+        cr_assert(pthread_equal(g.job0, pthread_self()), "job 0 ran on another thread");
     }
     tb_gang g = {.n = 3};
     cr_assert_not(cai_kern_gang(3, tb_gang_job, &g), "3 jobs on a pool of 2 cannot be a gang");
