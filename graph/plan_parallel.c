@@ -8,8 +8,9 @@
  *
  * Which is faster, one step at a time with each kernel split across the pool, or steps
  * side by side, depends on the plan and the machine. So the plan times its first runs
- * both ways, keeps the faster, and times again when the thread count changes.
- * CAGRAD_INTEROP=0 or 1 forces one way.
+ * both ways (PLAN_TUNE_RUNS each, alternating), keeps side by side only when it is at
+ * least 5% faster, and times again when the thread count changes. CAGRAD_INTEROP=0 or 1
+ * forces one way.
  *
  * Longest path first: each step's cost is guessed from its sizes (a GEMM's multiply-adds,
  * any other step's elements), and a step's priority is its cost plus its costliest chain of
@@ -267,7 +268,9 @@ static int interop_env(void) {
     return -1;
 }
 
-static int64_t median_ns(const int64_t *t, int n) {
+/* The second fastest of n runs: other tenants of the machine only ever add time, so the
+ * fast end estimates a way's own cost, and the second fastest is not one lucky run. */
+static int64_t fast_end_ns(const int64_t *t, int n) {
     int64_t s[PLAN_TUNE_RUNS];
     memcpy(s, t, sizeof(int64_t) * (size_t)n);
     for (int i = 1; i < n; i++)
@@ -276,7 +279,7 @@ static int64_t median_ns(const int64_t *t, int n) {
             s[j] = s[j - 1];
             s[j - 1] = x;
         }
-    return s[n / 2];
+    return s[n > 1 ? 1 : 0];
 }
 
 bool cai_graph_plan_pick_parallel(graph_plan *p) {
@@ -303,8 +306,8 @@ void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns) {
     if (p->tune_n[k] < PLAN_TUNE_RUNS)
         p->tune_ns[k][p->tune_n[k]++] = ns;
     if (p->tune_n[0] == PLAN_TUNE_RUNS && p->tune_n[1] == PLAN_TUNE_RUNS)
-        p->tune_pick = median_ns(p->tune_ns[1], PLAN_TUNE_RUNS) <
-                               median_ns(p->tune_ns[0], PLAN_TUNE_RUNS) * 95 / 100
+        p->tune_pick = fast_end_ns(p->tune_ns[1], PLAN_TUNE_RUNS) <
+                               fast_end_ns(p->tune_ns[0], PLAN_TUNE_RUNS) * 95 / 100
                            ? 1
                            : 0;
 }
