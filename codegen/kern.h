@@ -278,6 +278,21 @@ bool cai_kern_gang(int n, kern_range_fn fn, void *ctx);
 /* Whether a parallel call from this thread would get the whole pool now (a hint: another
  * thread may take it first). */
 bool cai_kern_pool_free(void);
+/* Helping (kern_help.c): while a gang whose threads run loops of their own is open to it
+ * (between begin and end), a parallel loop started inside it is shared with the gang's
+ * idle threads, which call cai_kern_help. wake(ctx) is called at each new loop, to wake
+ * threads that sleep; cai_kern_help_gen changes then, for threads that spin. */
+void cai_kern_help_begin(void (*wake)(void *ctx), void *ctx);
+void cai_kern_help_end(void);
+/* A spin-wait's pause (x86's PAUSE; nothing elsewhere). */
+static inline void cai_kern_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+/* Join the open loop, if any; true when this thread ran part of one. */
+bool cai_kern_help(void);
+unsigned cai_kern_help_gen(void);
 int cai_kern_num_threads(void);
 /* CLOCK_MONOTONIC in ns: the one clock of the library's timers (compile time, plan
  * profiles, the pool's spin). */

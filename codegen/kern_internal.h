@@ -172,4 +172,16 @@ static inline void kern_seg_range(int64_t R, int64_t nseg, int64_t s, int64_t *r
     *r1 = hi;
 }
 
+/* Chunk c of n split into nchunks near-equal parts, each at least n / nchunks long: its
+ * range [begin, begin + *len). The pool and helpers cut loops the same way. */
+static inline int64_t cai_kern_chunk(int64_t c, int64_t n, int64_t nchunks, int64_t *len) {
+    int64_t q = n / nchunks, r = n % nchunks;
+    *len = q + (c < r ? 1 : 0);
+    return c * q + (c < r ? c : r);
+}
+
+/* kern_help.c: from inside a pool job, hand this loop to the idle threads of a helping
+ * gang; false (nothing ran) when no gang is open to helping or another loop holds it. */
+bool cai_kern_help_try(int64_t n, int64_t grain, kern_range_fn fn, void *ctx);
+
 #endif /* CAGRAD_KERN_INTERNAL_H */

@@ -66,17 +66,16 @@ static int kern_default_threads(void) {
     return n;
 }
 
-/* Chunk c of n split into nchunks near-equal parts, each at least n / nchunks long. In a
- * gang (one_each) a thread takes one chunk at most and reports it done. */
+/* Claim chunks (cai_kern_chunk) until none is left. In a gang (one_each) a thread takes
+ * one chunk at most and reports it done. */
 static void kern_run_chunks(kern_range_fn fn, void *ctx, int64_t n, int64_t nchunks,
                             bool one_each) {
-    int64_t q = n / nchunks, r = n % nchunks;
     for (;;) {
-        int64_t c = atomic_fetch_add(&kern_pool.next, 1);
+        int64_t c = atomic_fetch_add(&kern_pool.next, 1), len;
         if (c >= nchunks)
             return;
-        int64_t b = c * q + (c < r ? c : r);
-        fn(ctx, b, b + q + (c < r ? 1 : 0));
+        int64_t b = cai_kern_chunk(c, n, nchunks, &len);
+        fn(ctx, b, b + len);
         if (one_each) {
             pthread_mutex_lock(&kern_pool.mu);
             if (++kern_pool.gang_done == nchunks)
@@ -95,12 +94,6 @@ int64_t cai_kern_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static inline void kern_cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* Watch for a job after `seen` (or stop) without the lock, for KERN_POOL_SPIN_NS at most. */
 static void kern_spin_for_job(uint64_t seen) {
     int64_t t0 = cai_kern_now_ns();
@@ -108,7 +101,7 @@ static void kern_spin_for_job(uint64_t seen) {
         if (atomic_load_explicit(&kern_pool.spin_gen, memory_order_acquire) != seen ||
             atomic_load_explicit(&kern_pool.spin_stop, memory_order_acquire))
             return;
-        kern_cpu_relax();
+        cai_kern_cpu_relax();
         if (i % 64 == 0 && cai_kern_now_ns() - t0 > KERN_POOL_SPIN_NS)
             return;
     }
@@ -248,8 +241,13 @@ void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx
         return;
     if (grain < 1)
         grain = 1;
-    if (n < 2 * grain || kern_in_pool) {
+    if (n < 2 * grain) {
         fn(ctx, 0, n);
+        return;
+    }
+    if (kern_in_pool) { /* nested: idle threads of a helping gang may join, else serial */
+        if (!cai_kern_help_try(n, grain, fn, ctx))
+            fn(ctx, 0, n);
         return;
     }
     pthread_mutex_lock(&kern_pool.mu);

@@ -171,23 +171,34 @@ static void finish(par_run *r, int32_t v, int rc) {
 
 /* Called with the lock held and nothing to take: watch `news` without the lock for a
  * while (a step is often microseconds away, and waking a sleeping thread costs tens of
- * them), then sleep on the condition variable if nothing came. */
+ * them), helping any parallel loop a running step starts meanwhile (kern_help.c); then
+ * sleep on the condition variable if nothing came. */
 static void wait_for_news(par_run *r) {
     unsigned seen = atomic_load_explicit(&r->news, memory_order_acquire);
+    unsigned help_seen = cai_kern_help_gen();
     pthread_mutex_unlock(&r->mu);
     int64_t t0 = cai_kern_now_ns();
     bool came = false;
     for (unsigned i = 1; !came; i++) {
         came = atomic_load_explicit(&r->news, memory_order_acquire) != seen;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        if (!came && cai_kern_help()) /* helped: the step may be done, look again */
+            t0 = cai_kern_now_ns();
+        cai_kern_cpu_relax();
         if (i % 64 == 0 && cai_kern_now_ns() - t0 > PAR_SPIN_NS)
             break;
     }
     pthread_mutex_lock(&r->mu);
-    if (!came && atomic_load_explicit(&r->news, memory_order_acquire) == seen)
+    if (!came && atomic_load_explicit(&r->news, memory_order_acquire) == seen &&
+        cai_kern_help_gen() == help_seen)
         pthread_cond_wait(&r->cv, &r->mu);
+}
+
+/* kern_help's wake-up: a running step started a parallel loop; sleeping threads join it. */
+static void wake_helpers(void *ctx) {
+    par_run *r = ctx;
+    pthread_mutex_lock(&r->mu);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void par_worker(void *ctx, int64_t begin, int64_t end) {
@@ -247,7 +258,10 @@ int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callback
     pthread_mutex_init(&r.tmp_mu, NULL);
     pthread_cond_init(&r.cv, NULL);
     int rc = 0;
-    if ((*ran = cai_kern_gang(nth, par_worker, &r))) {
+    cai_kern_help_begin(wake_helpers, &r);
+    *ran = cai_kern_gang(nth, par_worker, &r);
+    cai_kern_help_end();
+    if (*ran) {
         rc = r.failed_rc;
         atomic_fetch_add_explicit(&par_runs, 1, memory_order_relaxed);
     }

@@ -143,3 +143,76 @@ Test(blas, threaded_gemm_equals_one_thread) {
     free(c1);
     free(c2);
 }
+
+/* Helping: a gang's job 0 starts a parallel loop inside the gang; job 1, idle, joins it
+ * through cai_kern_help. Every chunk runs once, and both threads take part. */
+typedef struct {
+    atomic_int helper_ready, done_loop;
+    atomic_int chunks_by[2];
+    atomic_int hits[4096];
+    pthread_t job0;
+    atomic_bool expect_help;
+} tb_help;
+
+static void tb_help_range(void *ctx, int64_t begin, int64_t end) {
+    tb_help *h = ctx;
+    int who = pthread_equal(pthread_self(), h->job0) ? 0 : 1;
+    atomic_fetch_add(&h->chunks_by[who], 1);
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add(&h->hits[i], 1);
+    /* the loop's owner waits (at most 5 s) for the helper to take a chunk: with other
+     * test processes on the cores the helper may be scheduled late */
+    int64_t t0 = cai_kern_now_ns();
+    while (who == 0 && atomic_load(&h->chunks_by[1]) == 0 && atomic_load(&h->expect_help))
+        if (cai_kern_now_ns() - t0 > 5000000000LL)
+            atomic_store(&h->expect_help, false); /* once: the assertion reports it */
+}
+
+static void tb_help_job(void *ctx, int64_t begin, int64_t end) {
+    tb_help *h = ctx;
+    (void)end;
+    if (begin == 0) {
+        h->job0 = pthread_self();
+        while (!atomic_load(&h->helper_ready)) /* the other thread is idle and watching */
+            ;
+        cai_kern_parallel_for(4096, 64, tb_help_range, h);
+        atomic_store(&h->done_loop, 1);
+    } else {
+        atomic_store(&h->helper_ready, 1);
+        while (!atomic_load(&h->done_loop))
+            cai_kern_help();
+    }
+}
+
+static void tb_no_wake(void *ctx) {
+    (void)ctx;
+}
+
+Test(blas, idle_gang_threads_help_a_loop) {
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    tb_help *h = calloc(1, sizeof *h);
+    h->expect_help = true;
+    cai_kern_help_begin(tb_no_wake, NULL);
+    cr_assert(cai_kern_gang(2, tb_help_job, h));
+    cai_kern_help_end();
+    for (int i = 0; i < 4096; i++)
+        cr_assert_eq(atomic_load(&h->hits[i]), 1, "element %d ran %d times", i,
+                     atomic_load(&h->hits[i]));
+    cr_assert_gt(atomic_load(&h->chunks_by[0]), 0);
+    cr_assert_gt(atomic_load(&h->chunks_by[1]), 0,
+                 "the idle thread did not help (%d chunks by the other)",
+                 atomic_load(&h->chunks_by[0]));
+    free(h);
+}
+
+Test(blas, no_helping_outside_a_helping_gang) {
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    tb_help *h = calloc(1, sizeof *h);
+    cr_assert(cai_kern_gang(2, tb_help_job, h)); /* no cai_kern_help_begin */
+    for (int i = 0; i < 4096; i++)
+        cr_assert_eq(atomic_load(&h->hits[i]), 1);
+    cr_assert_eq(atomic_load(&h->chunks_by[1]), 0, "a thread helped a gang closed to it");
+    free(h);
+}

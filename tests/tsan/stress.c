@@ -5,8 +5,8 @@
  *  - GEMMs big enough that OpenBLAS threads them on cagrad's pool through its callback
  *    (or cagrad cuts them into tiles), against one-thread results, bit for bit;
  *  - a transformer-like block's compiled backward with a hook, run with its steps side by
- *    side (CAGRAD_INTEROP=1), in order (0), and chosen by timing, against the first run,
- *    bit for bit, many times.
+ *    side (CAGRAD_INTEROP=1; idle threads help the kernels of running steps), in order
+ *    (0), and chosen by timing, against the first run, bit for bit, many times.
  * It exits 1 on a mismatch; TSan makes any data race exit 66.
  */
 #include <math.h>
@@ -24,7 +24,8 @@
         }                                                                                          \
     } while (0)
 
-enum { B = 2, T = 16, D = 32, H = 4, N_PARAMS = 5 };
+/* big enough that kernels split across threads (and idle threads help them) */
+enum { B = 4, T = 64, D = 128, H = 4, N_PARAMS = 5 };
 
 static ca_tensor *param(int ndim, const int64_t *shape, double scale) {
     ca_tensor *raw, *out;
@@ -81,7 +82,7 @@ static void grads_of(ca_tensor **p, float *dst, size_t *n) {
 
 static int backward_runs(ca_tensor **p, const char *interop, int runs, const float *want,
                          size_t n_want) {
-    static float got[1 << 16];
+    static float got[1 << 18];
     if (interop)
         setenv("CAGRAD_INTEROP", interop, 1);
     else
@@ -130,7 +131,7 @@ int main(void) {
                               param(2, (int64_t[]){D, D}, 0.2), param(1, (int64_t[]){D}, 1.0),
                               param(1, (int64_t[]){D}, 0.1)};
     CHECK(ca_compiled_autograd_enable(NULL));
-    static float want[1 << 16];
+    static float want[1 << 18];
     size_t n_want;
     setenv("CAGRAD_INTEROP", "0", 1);
     ca_tensor *loss = block_loss(p);
