@@ -3,8 +3,9 @@
  * Every thread of the pool runs the same loop: take the ready step on the longest
  * remaining path, run it, and release the steps that waited only for it (plan_dag.c says
  * which wait for which). Steps that must run on the caller's thread (hooks, call-outs, a
- * GEMM writing .grad) are handed to it alone, in graph order. Inside a step the kernels
- * run on the thread that took it: the pool is busy with the steps themselves.
+ * GEMM writing .grad) are handed to it alone, in graph order. A step's kernels start their
+ * parallel loops as usual, and threads that find no ready step join them
+ * (codegen/kern_help.c): the pool itself is busy with the steps.
  *
  * Which is faster, one step at a time with each kernel split across the pool, or steps
  * side by side, depends on the plan and the machine. So the plan times its first runs

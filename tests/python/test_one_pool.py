@@ -1,7 +1,8 @@
-"""One thread pool: GEMMs and cagrad's kernels run on cagrad's pool, and OpenBLAS is kept
-to one thread, so a process running a compiled backward at n threads has at most n
-threads that did work (counted from /proc/self/task, in a child process where OpenBLAS
-started its own threads as it does by default)."""
+"""One thread pool: GEMMs and cagrad's kernels run on cagrad's pool (OpenBLAS's threading
+through its threads callback, or big GEMMs in tiles with OpenBLAS at one thread), so a
+process running a compiled backward at n threads has at most n threads that did work
+(counted from /proc/self/task, in a child process where OpenBLAS started its own threads
+as it does by default). The 512x1024x1024 GEMMs are big enough for OpenBLAS to thread."""
 
 import os
 import subprocess

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import cagrad as torch
 import cagrad.nn.functional as F
-torch.set_num_threads(2)
+torch.set_num_threads(int(sys.argv[3]))
 rng = np.random.default_rng(7)
 def t(*shape):
     return torch.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
@@ -49,14 +49,14 @@ print(len(calls), torch.compiled_autograd.counters["side_by_side_runs"])
 """
 
 
-def run(tmp_path, interop, steps):
-    out = tmp_path / f"g{interop}.npy"
+def run(tmp_path, interop, steps, threads=2):
+    out = tmp_path / f"g{interop}_{threads}.npy"
     env = dict(os.environ)
     if interop is None:
         env.pop("CAGRAD_INTEROP", None)
     else:
         env["CAGRAD_INTEROP"] = interop
-    r = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(out)], env=env,
+    r = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(out), str(threads)], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     calls, side_by_side = map(int, r.stdout.split())
@@ -79,3 +79,12 @@ def test_chooser_runs_give_the_same_bits(tmp_path):
     chosen, n = run(tmp_path, None, 20)
     assert n >= 8  # the chooser timed eight runs side by side
     assert np.array_equal(in_order, chosen)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_two_threads_give_the_bits_of_one(tmp_path):
+    # no kernel cuts a sum by the thread count: pointwise and fused loops split elements,
+    # reductions split by shape, GEMMs (tiles or OpenBLAS's own split) never cut K
+    one, _ = run(tmp_path, "0", 2, threads=1)
+    two, _ = run(tmp_path, "0", 2, threads=2)
+    assert np.array_equal(one, two)
