@@ -38,6 +38,7 @@ typedef struct {
     int64_t *sym_values;
     int n_inputs;
     graph_view *inputs;
+    bool verdict_logged; /* the verbose log has said how its plan runs on the pool */
 } compiled_graph;
 
 /* All of compiled autograd's state, one per process. This file owns it: other files see
@@ -153,6 +154,21 @@ static void log_new_node(const cache_lookup *l) {
             "[compiled_autograd_verbose] Cache miss due to new autograd node: %s (NodeCall %d) "
             "with key size %d, previous key sizes=[%s]\n",
             cai_key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
+}
+
+/* Once a compiled graph has timed its runs both ways: which it keeps, and why. */
+static void log_verdict(compiled_graph *cg) {
+    int64_t in_order, side;
+    int v = cai_graph_plan_verdict(cg->plan, &in_order, &side);
+    if (v < 0)
+        return;
+    cg->verdict_logged = true;
+    fprintf(stderr,
+            "[compiled_autograd_verbose] graph runs %s on %d threads: steps side by side "
+            "took %.1f us, in order %.1f us (second fastest of the timed runs each way; side "
+            "by side must win by 5%%)\n",
+            v ? "its steps side by side" : "in order", ca_get_num_threads(), (double)side / 1e3,
+            (double)in_order / 1e3);
 }
 
 /* Called before the leaf records the new sizes: leaf->last_sizes and leaf->dynamic still
@@ -552,6 +568,8 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
                  : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     cai_callout_end(&r.co);
     compiled_autograd.counters.side_by_side_runs += cai_graph_plan_ran_side_by_side(cg->plan);
+    if (compiled_autograd.log_verbose && !cg->verdict_logged)
+        log_verdict(cg);
     if (rc > 0)
         return r.st;
     if (rc < 0)

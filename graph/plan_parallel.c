@@ -326,3 +326,13 @@ void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns) {
                            ? 1
                            : 0;
 }
+
+int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns) {
+    if (!p || p->tune_pick < 0)
+        return -1;
+    if (in_order_ns)
+        *in_order_ns = fast_end_ns(p->tune_ns[0], PLAN_TUNE_RUNS);
+    if (side_ns)
+        *side_ns = fast_end_ns(p->tune_ns[1], PLAN_TUNE_RUNS);
+    return p->tune_pick;
+}

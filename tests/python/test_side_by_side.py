@@ -88,3 +88,18 @@ def test_two_threads_give_the_bits_of_one(tmp_path):
     one, _ = run(tmp_path, "0", 2, threads=1)
     two, _ = run(tmp_path, "0", 2, threads=2)
     assert np.array_equal(one, two)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_verbose_log_says_which_way_and_why(tmp_path):
+    env = dict(os.environ, CAGRAD_LOGS="compiled_autograd_verbose")
+    env.pop("CAGRAD_INTEROP", None)
+    r = subprocess.run([sys.executable, "-c", CHILD, "20", str(tmp_path / "g.npy"), "2"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "graph runs" in ln]
+    assert len(lines) == 1, r.stderr  # once, when the chooser has timed both ways
+    side_by_side = int(r.stdout.split()[1])
+    way = "its steps side by side" if side_by_side > 8 else "in order"
+    assert f"graph runs {way} on 2 threads" in lines[0]
+    assert "steps side by side took" in lines[0] and "in order" in lines[0]
