@@ -12,6 +12,11 @@
  * itself in before it looks at the slot and out when it leaves, and reads the slot only
  * while it is open, so the publisher never reuses the slot under a helper. The chunks are
  * the ones cai_kern_parallel_for would make, so results are the same bits.
+ *
+ * One gang at a time is open to helping: the pool runs one gang at a time, and begin/end
+ * bracket it. Two threads of a process each starting a side-by-side run would share the
+ * slot's wake-up and lose some help (never a result); compiled autograd runs one
+ * backward at a time today.
  */
 #include <stdatomic.h>
 
