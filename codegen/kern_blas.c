@@ -58,9 +58,8 @@ static void *kern_blas_job_thread(void *arg) {
 }
 
 /* Fallback: the jobs on threads of their own (job 0 on the caller). A thread that cannot
- * be made leaves its job to the caller after the others, which is safe only because
- * OpenBLAS is given at most the pool's size and such a failure means the process is out
- * of threads; it is the best that can be done there. */
+ * be made leaves its job to the caller after job 0, which hangs if job 0 waits on that
+ * job's panel; the process is out of threads then, and there is nothing better to do. */
 static void kern_blas_jobs_on_threads(const kern_blas_jobs *j, int n) {
     pthread_t tid[64];
     kern_blas_one_job one[64];

@@ -24,6 +24,10 @@ char *openblas_get_config(void);
 char *openblas_get_corename(void);
 #endif
 
+/* The GEMMs by plain names, which formatters and readers take for calls. */
+#define kern_cblas_sgemm KERN_BLAS(cblas_sgemm)
+#define kern_cblas_dgemm KERN_BLAS(cblas_dgemm)
+
 /* Make OpenBLAS single-threaded and, where it can (0.3.27 and later), hand its threading
  * to cagrad's pool. Idempotent and thread-safe; every GEMM calls it first. */
 void cai_kern_blas_init(void);

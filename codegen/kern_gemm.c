@@ -114,18 +114,18 @@ static void kern_gemm_one(const kern_gemm_job *j, int64_t i, int64_t t) {
     int K = (int)j->K;
     int lda = (int)j->a.ld, ldb = (int)j->b.ld, ldc = (int)j->ldc;
     if (j->dt == KERN_F32)
-        KERN_BLAS(cblas_sgemm)
-    (CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, (const float *)a, lda, (const float *)b, ldb,
-     (float)j->beta, (float *)c, ldc);
-    else KERN_BLAS(cblas_dgemm)(CblasRowMajor, ta, tb, M, N, K, j->alpha, (const double *)a, lda,
-                                (const double *)b, ldb, j->beta, (double *)c, ldc);
+        kern_cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, (float)j->alpha, (const float *)a, lda,
+                         (const float *)b, ldb, (float)j->beta, (float *)c, ldc);
+    else
+        kern_cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, j->alpha, (const double *)a, lda,
+                         (const double *)b, ldb, j->beta, (double *)c, ldc);
 }
 
-/* How many tiles each GEMM is cut into: one per thread for a GEMM big enough that each
- * tile is at least KERN_GEMM_SMALL, along the longer side of C; one when the batch
- * already gives every thread work, or when the items share C (bsC 0: they accumulate). */
-static void kern_gemm_tiles(kern_gemm_job *j, int64_t batch) {
-    int threads = cai_kern_num_threads();
+/* How many tiles each GEMM is cut into for this many threads: one per thread for a GEMM
+ * big enough that each tile is at least KERN_GEMM_SMALL, along the longer side of C; one
+ * when the batch already gives every thread work, or when the items share C (bsC 0: they
+ * accumulate). */
+static void kern_gemm_tiles(kern_gemm_job *j, int64_t batch, int threads) {
     j->batch = batch;
     j->shared_c = j->bsC == 0 && batch > 1;
     int64_t side_by_side = j->shared_c ? 1 : batch;   /* items that can run at once */
@@ -212,15 +212,12 @@ int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
     if (rc == 0)
         cai_kern_blas_init();
     if (rc == 0 && batch == 1 && cai_kern_blas_threads_gemm(mnk)) {
-        j.batch = 1;
-        j.tiles = 1;
-        j.split_rows = true;
-        j.edge = M;
+        kern_gemm_tiles(&j, batch, 1); /* whole: OpenBLAS splits it on the pool */
         cai_kern_blas_threaded_begin();
-        kern_gemm_one(&j, 0, 0);
+        kern_gemm_range(&j, 0, 1);
         cai_kern_blas_threaded_end();
     } else if (rc == 0) {
-        kern_gemm_tiles(&j, batch);
+        kern_gemm_tiles(&j, batch, cai_kern_num_threads());
         int64_t items = j.shared_c ? j.tiles : batch * j.tiles;
         /* small GEMMs: several to an item of work */
         int64_t grain =
