@@ -159,16 +159,19 @@ static void log_new_node(const cache_lookup *l) {
 /* Once a compiled graph has timed its runs both ways: which it keeps, and why. */
 static void log_verdict(compiled_graph *cg) {
     int64_t in_order, side;
-    int v = cai_graph_plan_verdict(cg->plan, &in_order, &side);
+    int runs;
+    int v = cai_graph_plan_verdict(cg->plan, &in_order, &side, &runs);
     if (v < 0)
         return;
     cg->verdict_logged = true;
     fprintf(stderr,
             "[compiled_autograd_verbose] graph runs %s on %d threads: steps side by side "
-            "took %.1f us, in order %.1f us (second fastest of the timed runs each way; side "
-            "by side must win by 5%%)\n",
+            "took %.1f us, in order %.1f us (second fastest of %d timed runs each way; %s%d%%)\n",
             v ? "its steps side by side" : "in order", ca_get_num_threads(), (double)side / 1e3,
-            (double)in_order / 1e3);
+            (double)in_order / 1e3, runs,
+            runs < PLAN_TUNE_RUNS ? "given up early: side by side's best run was behind by over "
+                                  : "side by side must win by ",
+            runs < PLAN_TUNE_RUNS ? PLAN_TUNE_GIVE_UP_PCT - 100 : 5);
 }
 
 /* Called before the leaf records the new sizes: leaf->last_sizes and leaf->dynamic still

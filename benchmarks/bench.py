@@ -184,6 +184,13 @@ def print_environment(env):
     log(f"  numpy {p['numpy']}")
 
 
+def save_json(path, results):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+        f.write("\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer reps; under 2 minutes")
@@ -240,8 +247,18 @@ def main(argv=None):
     mode = "quick" if a.quick else "full"
     log(f"\nMode {mode}: {cfg['reps']} reps ({cfg['big_reps']} for w6), threads {threads}, "
         f"workloads {','.join(keys)}\n")
+    runs, rss = {}, {}
+    results = {
+        "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                 "mode": mode, "config": cfg, "threads": threads, "workloads": keys,
+                 "argv": sys.argv[1:], "wall_s": None,
+                 "command": "make bench-quick" if a.quick else "make bench"},
+        "environment": env,
+        "specs": {k: {"title": W.BY_KEY[k].title, "detail": W.BY_KEY[k].detail} for k in keys},
+        "runs": runs,
+        "rss": rss,
+    }
     try:
-        runs, rss = {}, {}
         for i, n in enumerate(threads):
             # The process's inductor cache: a fresh one per thread count in full mode, one
             # for the run in quick mode. It serves the gradient check's first compile, the
@@ -289,25 +306,18 @@ def main(argv=None):
                 rr.pop("_stdout", None)
                 rss[str(n)][rr["lib"]] = rr
             log(f"   {time.perf_counter() - tt:.0f} s")
+            # Written after each thread count, so a run cut short keeps what it measured
+            # (meta.partial lists the thread counts still to come).
+            results["meta"]["partial"] = threads[i + 1:] or None
+            results["meta"]["wall_s"] = time.perf_counter() - t_start
+            save_json(a.json, results)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     wall = time.perf_counter() - t_start
-    results = {
-        "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                 "mode": mode, "config": cfg, "threads": threads, "workloads": keys,
-                 "argv": sys.argv[1:], "wall_s": wall,
-                 "command": "make bench-quick" if a.quick else "make bench"},
-        "environment": env,
-        "specs": {k: {"title": W.BY_KEY[k].title, "detail": W.BY_KEY[k].detail} for k in keys},
-        "runs": runs,
-        "rss": rss,
-    }
+    results["meta"]["wall_s"] = wall
     results["targets"] = report.targets(results)
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(results, f, indent=1, default=str)
-        f.write("\n")
+    save_json(a.json, results)
     report.write(results, a.md, a.png)
     log("")
     log(report.console_summary(results))

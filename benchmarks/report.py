@@ -429,6 +429,57 @@ def plan_section(results):
                                  "16-core bound", "1-thread time / bound"], rows)
 
 
+MANY_CORES_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                               "results_16_cores.json")
+
+
+def many_cores_section(path=MANY_CORES_JSON):
+    """The figures measured on a 16-core server (scripts/bench-scaling.sh), kept in their
+    own file because `make bench` runs on this machine: each cell from the latest run that
+    measured it (a dagger marks the second run)."""
+    if not os.path.exists(path):
+        return None
+    import json
+
+    with open(path) as f:
+        m = json.load(f)
+    runs = m["runs"]
+    counts = sorted({int(n) for r in runs for n in r["threads"]})
+    keys = sorted({k for r in runs for d in r["threads"].values() for k in d})
+
+    def cell(n, k):
+        for i in range(len(runs) - 1, -1, -1):
+            d = runs[i]["threads"].get(str(n), {}).get(k)
+            if d:
+                return d, i
+        return None, None
+
+    rows = []
+    for k in keys:
+        row = [k]
+        for n in counts:
+            d, i = cell(n, k)
+            mark = "†" if i else ""
+            row.append("—" if d is None else
+                       f"{t(d['cc'])} / {t(d['te'])} ({x(ratio(d['te'], d['cc']))}){mark}")
+        one, _ = cell(counts[0], k)
+        top, _ = cell(counts[-1], k)
+        row.append("—" if not (one and top) else
+                   f"{x(ratio(one['cc'], top['cc']))} / {x(ratio(one['te'], top['te']))}")
+        rows.append(row)
+    head = [f"{m['machine']}.", "",
+            f"Command: `{m['command']}`.", ""]
+    for r in runs:
+        head.append(f"- {r['label']}: code {r['code']}, {r['date']}, {r['mode']} mode.")
+    head += ["", "Each cell: cagrad compiled backward / torch eager backward, median µs "
+             "(torch eager / cagrad compiled). † marks a figure from the second run. The last "
+             f"column is each library's own speed-up from {counts[0]} to {counts[-1]} "
+             "threads (cagrad compiled / torch eager).", ""]
+    return "\n".join(head) + "\n" + table(
+        ["workload"] + [threads_label(n) for n in counts] +
+        [f"speed-up {counts[0]} -> {counts[-1]}"], rows)
+
+
 def perf_tables(results, n, run):
     ws = run["workloads"]
     specs = results["specs"]
@@ -733,6 +784,9 @@ def markdown(results, png_name):
     for n, run in results["runs"].items():
         parts += [f"### {threads_label(n)}", "", perf_tables(results, n, run), ""]
     parts += ["### Work and span of the compiled plans", "", plan_section(results), ""]
+    many = many_cores_section()
+    if many:
+        parts += ["### On 16 cores", "", many, ""]
     parts += ["### Notes and caveats", "", notes_section(results), ""]
     return "\n".join(parts)
 

@@ -346,9 +346,16 @@ const char *cai_graph_plan_error(const graph_plan *p);
 /* Whether the last run went side by side on the pool (inter-op parallelism, plan_parallel.c)
  * rather than one step at a time. */
 bool cai_graph_plan_ran_side_by_side(const graph_plan *p);
+#define PLAN_TUNE_RUNS 8 /* timed runs each way before the chooser picks */
+/* ...unless, after this many runs each way, side by side's best run is over this many
+ * percent of in order's best: then in order, at once (plan_parallel.c) */
+#define PLAN_TUNE_GIVE_UP_RUNS 2
+#define PLAN_TUNE_GIVE_UP_PCT  125
 /* The chooser's verdict (plan_parallel.c): 1 side by side, 0 in order, -1 not made yet;
- * with the second-fastest of its timed runs each way, in ns (NULL: not wanted). */
-int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns);
+ * with the second-fastest of its timed runs each way, in ns, and how many runs it timed
+ * each way (fewer than the usual when it gave side by side up early) (NULL: not wanted). */
+int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns,
+                           int *runs_each);
 /* The same run, writing each step's wall time in ns into step_ns (one entry per graph node;
  * NULL: none). (plan_run.c) */
 int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_view *inputs,

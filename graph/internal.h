@@ -103,8 +103,7 @@ enum { PK_SKIP, PK_INPUT, PK_VIEW, PK_MAYBE_VIEW, PK_BUFFER, PK_HOOK, PK_CALL, P
  * the reduction it ends in; a buffer). */
 enum { PK_FUSED_TMP = PK_RESULT + 1, PK_FUSED_OUT, PK_FUSED_RUN };
 
-#define PLAN_N_TMP     3 /* temporaries per node: operand copies, scatter_add's block */
-#define PLAN_TUNE_RUNS 8 /* timed runs each way before the chooser picks */
+#define PLAN_N_TMP 3 /* temporaries per node: operand copies, scatter_add's block */
 
 typedef struct {
     int8_t kind;

@@ -10,7 +10,8 @@
  * Which is faster, one step at a time with each kernel split across the pool, or steps
  * side by side, depends on the plan and the machine. So the plan times its first runs
  * both ways (PLAN_TUNE_RUNS each, alternating), keeps side by side only when it is at
- * least 5% faster, and times again when the thread count changes. CAGRAD_INTEROP=0 or 1
+ * least 5% faster, and times again when the thread count changes. It stops early, in
+ * order, when side by side's best runs are far behind (PLAN_TUNE_GIVE_UP_*). CAGRAD_INTEROP=0 or 1
  * forces one way.
  *
  * Longest path first: each step's cost is guessed from its sizes (a GEMM's multiply-adds,
@@ -314,25 +315,44 @@ bool cai_graph_plan_pick_parallel(graph_plan *p) {
     return p->tune_n[1] < p->tune_n[0]; /* alternate, one step at a time first */
 }
 
+/* The fastest of n runs. */
+static int64_t fastest_ns(const int64_t *t, int n) {
+    int64_t m = t[0];
+    for (int i = 1; i < n; i++)
+        m = t[i] < m ? t[i] : m;
+    return m;
+}
+
 void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns) {
     if (p->tune_pick >= 0 || interop_env() >= 0)
         return;
     int k = parallel ? 1 : 0;
     if (p->tune_n[k] < PLAN_TUNE_RUNS)
         p->tune_ns[k][p->tune_n[k]++] = ns;
-    if (p->tune_n[0] == PLAN_TUNE_RUNS && p->tune_n[1] == PLAN_TUNE_RUNS)
+    int n0 = p->tune_n[0], n1 = p->tune_n[1];
+    /* Give up on side by side early when even its best run so far is far behind: steps
+     * side by side can take whole-pool kernels (a big GEMM that OpenBLAS would thread) down
+     * to a few threads each, and on 16 cores such a run costs 4x (w6), too dear to repeat
+     * PLAN_TUNE_RUNS times. Noise only adds time, so two slow best runs are a verdict. */
+    if (n0 >= PLAN_TUNE_GIVE_UP_RUNS && n1 >= PLAN_TUNE_GIVE_UP_RUNS &&
+        fastest_ns(p->tune_ns[1], n1) * 100 > fastest_ns(p->tune_ns[0], n0) * PLAN_TUNE_GIVE_UP_PCT)
+        p->tune_pick = 0;
+    else if (n0 == PLAN_TUNE_RUNS && n1 == PLAN_TUNE_RUNS)
         p->tune_pick = fast_end_ns(p->tune_ns[1], PLAN_TUNE_RUNS) <
                                fast_end_ns(p->tune_ns[0], PLAN_TUNE_RUNS) * 95 / 100
                            ? 1
                            : 0;
 }
 
-int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns) {
+int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns,
+                           int *runs_each) {
     if (!p || p->tune_pick < 0)
         return -1;
     if (in_order_ns)
-        *in_order_ns = fast_end_ns(p->tune_ns[0], PLAN_TUNE_RUNS);
+        *in_order_ns = fast_end_ns(p->tune_ns[0], p->tune_n[0]);
     if (side_ns)
-        *side_ns = fast_end_ns(p->tune_ns[1], PLAN_TUNE_RUNS);
+        *side_ns = fast_end_ns(p->tune_ns[1], p->tune_n[1]);
+    if (runs_each)
+        *runs_each = p->tune_n[1] < p->tune_n[0] ? p->tune_n[1] : p->tune_n[0];
     return p->tune_pick;
 }

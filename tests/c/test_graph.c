@@ -812,8 +812,9 @@ static void tg_linear_check(const tg_linear_data *d, const tg_rec *rec) {
     tg_close(rec->out[0], gx, (int)(4 * d->n), 1e-5, "dx");
 }
 
-/* The chooser times its first runs each way (PLAN_TUNE_RUNS of each, alternating), then
- * keeps one; every run, side by side or in order, gives the right gradients. */
+/* The chooser times its first runs each way (PLAN_TUNE_RUNS of each, alternating, or
+ * fewer when side by side is far behind), then keeps one; every run, side by side or in
+ * order, gives the right gradients. */
 static void tg_linear_runs(graph_plan *p, int runs) {
     int64_t n = 9;
     tg_linear_data d;
@@ -837,12 +838,16 @@ Test(graph, chooser_times_both_ways_then_keeps_one) {
     graph *g = tg_linear_graph();
     graph_plan *p = cai_graph_plan_new(g);
     uint64_t before = cai_graph_plan_parallel_runs();
-    tg_linear_runs(p, 2 * PLAN_TUNE_RUNS - 1);
-    cr_assert_eq(cai_graph_plan_choice(p), -1, "picked before timing both ways");
-    cr_assert_eq(cai_graph_plan_parallel_runs() - before, PLAN_TUNE_RUNS - 1);
-    tg_linear_runs(p, 1);
+    int runs = 0;
+    while (cai_graph_plan_choice(p) < 0 && runs < 2 * PLAN_TUNE_RUNS + 1) {
+        tg_linear_runs(p, 1);
+        runs++;
+    }
     int pick = cai_graph_plan_choice(p);
-    cr_assert(pick == 0 || pick == 1);
+    cr_assert(pick == 0 || pick == 1, "no pick after %d runs", runs);
+    cr_assert(runs == 2 * PLAN_TUNE_RUNS || (pick == 0 && runs >= 2 * PLAN_TUNE_GIVE_UP_RUNS),
+              "picked %d after %d runs", pick, runs);
+    cr_assert_eq(cai_graph_plan_parallel_runs() - before, (uint64_t)runs / 2, "alternating");
     before = cai_graph_plan_parallel_runs();
     tg_linear_runs(p, 4);
     cr_assert_eq(cai_graph_plan_parallel_runs() - before, pick ? 4u : 0u);
@@ -850,6 +855,50 @@ Test(graph, chooser_times_both_ways_then_keeps_one) {
     before = cai_graph_plan_parallel_runs();
     tg_linear_runs(p, 3);
     cr_assert_eq(cai_graph_plan_parallel_runs(), before);
+    cai_graph_plan_free(p);
+    cai_graph_free(g);
+}
+
+/* Feeds the chooser run times (ms) the way plan_run.c does: ask which way, run, report. */
+static int tg_tune(graph_plan *p, const int *ms_in_order, const int *ms_side, int n) {
+    for (int i = 0; i < 2 * n && cai_graph_plan_choice(p) < 0; i++) {
+        bool side = cai_graph_plan_pick_parallel(p);
+        cr_assert_eq(side, i % 2 == 1, "run %d: the ways alternate, in order first", i);
+        cai_graph_plan_note_time(p, side, (int64_t)(side ? ms_side : ms_in_order)[i / 2] * 1000000);
+    }
+    return cai_graph_plan_choice(p);
+}
+
+Test(graph, chooser_gives_up_early_only_when_side_by_side_is_far_behind) {
+    if (cai_kern_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    unsetenv("CAGRAD_INTEROP");
+    graph *g = tg_linear_graph();
+    int in_order[PLAN_TUNE_RUNS], far[PLAN_TUNE_RUNS], near[PLAN_TUNE_RUNS], win[PLAN_TUNE_RUNS];
+    for (int i = 0; i < PLAN_TUNE_RUNS; i++) {
+        in_order[i] = 100 + i;
+        far[i] = i == 0 ? 500 : 130; /* best 130: over 125% of 100 */
+        near[i] = 120 + i;           /* 20% behind: not given up, loses at the end */
+        win[i] = 80 + i;
+    }
+    graph_plan *p = cai_graph_plan_new(g);
+    cr_assert_eq(tg_tune(p, in_order, far, PLAN_TUNE_RUNS), 0);
+    cr_assert_eq(p->tune_n[0] + p->tune_n[1], 2 * PLAN_TUNE_GIVE_UP_RUNS, "stopped early");
+    int64_t a = 0, b = 0;
+    int runs = 0;
+    cr_assert_eq(cai_graph_plan_verdict(p, &a, &b, &runs), 0);
+    cr_assert_eq(runs, PLAN_TUNE_GIVE_UP_RUNS);
+    cr_assert(a == 101000000 && b == 500000000, "second fastest of the runs taken: %lld %lld",
+              (long long)a, (long long)b);
+    cai_graph_plan_free(p);
+
+    p = cai_graph_plan_new(g);
+    cr_assert_eq(tg_tune(p, in_order, near, PLAN_TUNE_RUNS), 0);
+    cr_assert_eq(p->tune_n[0] + p->tune_n[1], 2 * PLAN_TUNE_RUNS, "timed every run");
+    cai_graph_plan_free(p);
+
+    p = cai_graph_plan_new(g);
+    cr_assert_eq(tg_tune(p, in_order, win, PLAN_TUNE_RUNS), 1);
     cai_graph_plan_free(p);
     cai_graph_free(g);
 }

@@ -1,5 +1,6 @@
 """The benchmark report's arithmetic (benchmarks/report.py), on hand-made figures."""
 
+import json
 import os
 import sys
 
@@ -71,3 +72,26 @@ def test_gemm_flops_count_batched_items():
     # w3: four Linears over 512 tokens, both GEMMs each, and 4 attention products x 32
     w3 = workloads.BY_KEY["w3"].gemms
     assert len(w3) == 12 and sum(g[5] for g in w3 if len(g) > 5) == 128
+
+
+def test_many_cores_table_takes_each_cell_from_the_latest_run(tmp_path):
+    def fig(cc, te):
+        return {"ce": cc, "cc": cc, "te": te, "tc": te}
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({
+        "machine": "a test machine", "command": "scripts/bench-scaling.sh",
+        "runs": [
+            {"label": "first", "code": "a", "date": "d", "mode": "quick",
+             "threads": {"1": {"w6": fig(1000.0, 1200.0)},
+                         "16": {"w6": fig(400.0, 100.0)}}},
+            {"label": "second", "code": "b", "date": "d", "mode": "quick",
+             "threads": {"16": {"w6": fig(100.0, 120.0)}}},
+        ]}))
+    text = report.many_cores_section(str(path))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| w6"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "1 ms / 1.2 ms (1.20x)"
+    assert cells[2] == "100 µs / 120 µs (1.20x)†"  # the second run's, marked
+    assert cells[3] == "10.00x / 10.00x"  # each library's own speed-up from 1 to 16
+    assert report.many_cores_section(str(tmp_path / "absent.json")) is None

@@ -77,7 +77,7 @@ def test_chooser_runs_give_the_same_bits(tmp_path):
     # unforced: the first runs alternate between the two ways, then one is kept
     in_order, _ = run(tmp_path, "0", 20)
     chosen, n = run(tmp_path, None, 20)
-    assert n >= 8  # the chooser timed eight runs side by side
+    assert n >= 2  # the chooser timed side by side (eight runs, or two if far behind)
     assert np.array_equal(in_order, chosen)
 
 
