@@ -1,5 +1,5 @@
-"""The benchmark workloads (six from issue 5, a custom-Function MLP from issue 13),
-written once against PyTorch's API.
+"""The benchmark workloads (six from issue 5, a custom-Function MLP from issue 13, two
+convolutional training steps from issue 15), written once against PyTorch's API.
 
 Each factory receives the library module ``L`` (``cagrad`` or ``torch``) and builds the
 same model with it, so `import cagrad as torch` code is what is measured. Weights and data
@@ -60,12 +60,13 @@ def _init_params(L, model, seed, dtype):
     with L.no_grad():
         for name, p in named:
             shape = tuple(p.shape)
-            if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name.endswith("ln.weight"):
+            norm = name.split(".")[-2][:2] in ("ln", "bn") if "." in name else False
+            if norm and name.endswith(".weight"):
                 v = 1.0 + 0.1 * rng.standard_normal(shape)
-            elif name.endswith("ln1.bias") or name.endswith("ln2.bias") or name.endswith("ln.bias"):
+            elif norm and name.endswith(".bias"):
                 v = 0.1 * rng.standard_normal(shape)
-            else:
-                fan_in = shape[1] if len(shape) == 2 else shape[0]
+            else:  # Linear (out, in), conv (out, in / groups, kh, kw), bias (out,)
+                fan_in = int(np.prod(shape[1:])) if len(shape) >= 2 else shape[0]
                 bound = 1.0 / math.sqrt(fan_in)
                 v = rng.uniform(-bound, bound, shape)
             p.copy_(L.tensor(np.ascontiguousarray(v, dtype=dtype)))
@@ -310,6 +311,78 @@ def _function_mlp(L, widths, batch, seed, dtype=np.float32):
 
 
 # ---------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------
+# 8, 9: convolutional training steps (issue 15)
+# ---------------------------------------------------------------------------------------
+def _lenet(L, seed, dtype=np.float32, B=32):
+    nn, F = L.nn, L.nn.functional
+
+    class LeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+            self.conv2 = nn.Conv2d(6, 16, 5)
+            self.fc1 = nn.Linear(16 * 5 * 5, 120)
+            self.fc2 = nn.Linear(120, 84)
+            self.fc3 = nn.Linear(84, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+            x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+            x = L.flatten(x, 1)
+            return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+    model = LeNet()
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    x = _tensor(L, rng.standard_normal((B, 1, 28, 28)).astype(np.float32), dtype)
+    y = _tensor(L, rng.integers(0, 10, (B,)).astype(np.int64))
+
+    def loss():
+        return F.cross_entropy(model(x), y)
+
+    return Bound(params=params, names=names, loss=loss, model=model)
+
+
+def _resnet_block(L, seed, dtype=np.float32, B=16, C=64, S=16):
+    nn, F = L.nn, L.nn.functional
+
+    class BasicBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(C, C, 3, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(C)
+            self.conv2 = nn.Conv2d(C, C, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(C)
+            self.fc = nn.Linear(C, 10)
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = F.relu(self.bn2(self.conv2(out)) + x)
+            return self.fc(L.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+    model = BasicBlock()
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    x = _tensor(L, rng.standard_normal((B, C, S, S)).astype(np.float32), dtype)
+    y = _tensor(L, rng.integers(0, 10, (B,)).astype(np.int64))
+
+    def loss():
+        return F.cross_entropy(model(x), y)
+
+    return Bound(params=params, names=names, loss=loss, model=model)
+
+
+def _conv_gemms(cin, cout, k, out_hw, batch, input_grad=True):
+    """The backward GEMMs of a convolution computed as im2col + GEMM: dW = dY^T cols and
+    dcols = dY W, each batched over the images."""
+    rows, inner = out_hw * out_hw, cin * k * k
+    g = [(cout, inner, rows, False, True, batch)]
+    if input_grad:
+        g.append((inner, rows, cout, True, False, batch))
+    return g
+
+
 W1 = (784, 256, 256, 10)
 W2 = (128, 128, 128, 128, 128)
 W6 = (1024, 4096, 4096, 1024)
@@ -345,6 +418,18 @@ SPECS = [
          "w1's MLP with each Linear a custom autograd.Function (a fused linear) and a tanh-GELU "
          "Function between them; cross_entropy over 10 classes, batch 64",
          gemms=_mlp_gemms(W1, 64)),
+    Spec("w8", "LeNet-5 training step, batch 32",
+         lambda L, dtype=np.float32: _lenet(L, SEED + 8, dtype),
+         "conv 1->6 5x5 pad 2, ReLU, max_pool2d 2, conv 6->16 5x5, ReLU, max_pool2d 2, "
+         "Linear 400-120-84-10 with ReLU, cross_entropy; 28x28 images, batch 32",
+         gemms=_conv_gemms(1, 6, 5, 28, 32, input_grad=False) + _conv_gemms(6, 16, 5, 10, 32)
+         + _mlp_gemms((400, 120, 84, 10), 32)),
+    Spec("w9", "ResNet basic block with BatchNorm, 64 channels 16x16, batch 16",
+         lambda L, dtype=np.float32: _resnet_block(L, SEED + 9, dtype),
+         "relu(bn2(conv2(relu(bn1(conv1 x)))) + x), 3x3 convs without bias, BatchNorm2d in "
+         "training mode, adaptive_avg_pool2d(1), Linear 64-10, cross_entropy",
+         gemms=_conv_gemms(64, 64, 3, 16, 16, input_grad=False) + _conv_gemms(64, 64, 3, 16, 16)
+         + _linear_gemms(64, 10, 16)),
 ]
 
 BY_KEY = {s.key: s for s in SPECS}

@@ -4,7 +4,6 @@ Code that stays inside the supported subset runs unchanged with `import cagrad a
 and gives the same gradients. docs/python-api.md lists the subset and every difference.
 """
 
-import types as _types
 import warnings as _warnings
 
 from . import _blas_preload  # noqa: F401  (before _C: maps the OpenBLAS it links)
@@ -17,6 +16,8 @@ from ._creation import (arange, as_tensor, empty, empty_like, from_dlpack, from_
                         manual_seed, ones, set_rng_state,
                         ones_like, rand, rand_like, randn, randn_like, set_default_dtype,
                         set_num_threads, tensor, zeros, zeros_like)
+from ._random import (Generator, default_generator, initial_seed, multinomial, randint,
+                      randperm, seed)
 from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
                          chunk, clamp, clip, clone, concat, concatenate, detach, div,
@@ -33,18 +34,26 @@ from ._ops import namespace as _namespace
 from ._graph_break import graph_break
 from ._explain import ExplainOutput, explain
 from . import autograd, compiled_autograd, memory, nn, optim, utils
+# checkpoints in PyTorch's zip format (after nn: they rebuild nn.Parameters), and the names
+# of what a CPU library lacks (CUDA, accelerators, mixed precision, distributed, compile)
+from . import serialization
+from .serialization import load, save
+from . import accelerator, amp, backends, cpu, cuda, distributed
+from ._dtype import bfloat16, float16
+from .amp import autocast
+from ._compile import compile  # noqa: A004 (torch.compile, as in PyTorch)
 
 # the ops of the C registry that PyTorch has as torch.<name> (relu, tanh, ...)
 globals().update(_namespace(_PY_TORCH))
 conv2d = nn.functional.conv2d  # torch.conv2d, as in PyTorch
+conv1d = nn.functional.conv1d  # torch.conv1d
+from ._einsum import einsum  # noqa: E402
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)
 double = float64
 long = int64
-
-# cagrad computes on the CPU only; code that asks for CUDA is told there is none.
-cuda = _types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)
+half = float16  # a name only: cagrad computes in float32, float64 and int64
 
 __version__ = _C.VERSION  # the linked library's ca_version(); pyproject.toml repeats it
 

@@ -11,6 +11,7 @@ import numpy as np
 from . import _C
 from ._dtype import (check_device, check_dtype, check_layout, check_memory_format,
                      check_pin_memory, dtype_from_numpy, float32, float64, int64)
+from ._random import _draw_floats, default_generator
 
 _TensorBase = _C.TensorBase
 
@@ -32,9 +33,11 @@ def set_default_dtype(d):
 
 
 def manual_seed(seed):
-    """Seed the generator behind randn, rand and dropout. Returns None (torch returns a
-    Generator; cagrad has one global generator and no Generator objects)."""
-    _C.manual_seed(operator.index(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    """Seed the C RNG behind randn, rand and dropout, and the default Generator behind
+    randperm, randint, multinomial and the data samplers. Returns the default Generator."""
+    generator = default_generator.manual_seed(int(seed))  # torch also takes int(seed)
+    _C.manual_seed(generator.initial_seed())
+    return generator
 
 
 def get_rng_state():
@@ -207,21 +210,22 @@ def empty(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad
 def randn(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
           pin_memory=False, generator=None):
     _check_options("randn", device, layout, pin_memory)
-    _no_generator(generator)
-    return _finish(_C.randn(_float_dtype(dtype), _size("randn", sizes, size)), requires_grad)
+    return _finish(_random_floats("randn", generator, _float_dtype(dtype),
+                                  _size("randn", sizes, size)), requires_grad)
 
 
 def rand(*sizes, size=None, dtype=None, layout=None, device=None, requires_grad=False,
          pin_memory=False, generator=None):
     _check_options("rand", device, layout, pin_memory)
-    _no_generator(generator)
-    return _finish(_C.rand(_float_dtype(dtype), _size("rand", sizes, size)), requires_grad)
+    return _finish(_random_floats("rand", generator, _float_dtype(dtype),
+                                  _size("rand", sizes, size)), requires_grad)
 
 
-def _no_generator(generator):
-    if generator is not None:
-        raise NotImplementedError("cagrad has one global generator and no Generator objects; "
-                                  "seed it with cagrad.manual_seed() instead of generator=")
+def _random_floats(fname, generator, dtype_code, shape):
+    """rand/randn values: from the C RNG, or from a cagrad.Generator when one is given."""
+    if generator is None:
+        return getattr(_C, fname)(dtype_code, shape)
+    return _draw_floats(fname, generator, dtype_code, shape)
 
 
 def _scalar_dtype(value):

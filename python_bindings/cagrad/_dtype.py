@@ -5,16 +5,34 @@ import numpy as np
 
 
 class dtype:
-    """A tensor element type, like torch.dtype. cagrad has exactly three of them."""
+    """A tensor element type, like torch.dtype. cagrad computes in three of them (float32,
+    float64, int64); float16 and bfloat16 exist as names only, so that code and checkpoints
+    that mention them load, and using one to make or convert a tensor raises TypeError."""
 
-    __slots__ = ("_code", "_name", "is_floating_point", "itemsize", "_numpy")
+    __slots__ = ("_code_or_none", "_name", "is_floating_point", "itemsize", "_numpy")
 
-    def __init__(self, code, name, is_floating_point, numpy_type):
-        self._code = code  # the _C dtype code (= ca_dtype)
+    def __init__(self, code, name, is_floating_point, numpy_type, itemsize=None):
+        self._code_or_none = code  # the _C dtype code (= ca_dtype); None: not computed
         self._name = name
         self.is_floating_point = is_floating_point
-        self._numpy = np.dtype(numpy_type)
-        self.itemsize = self._numpy.itemsize
+        self._numpy = None if numpy_type is None else np.dtype(numpy_type)
+        self.itemsize = itemsize or self._numpy.itemsize
+
+    @property
+    def _code(self):
+        # every path that makes or converts a tensor reads the code: a name-only dtype stops
+        # there with the error that says which dtypes cagrad has
+        if self._code_or_none is None:
+            raise unsupported_dtype_error(self)
+        return self._code_or_none
+
+    @property
+    def is_complex(self):
+        return False
+
+    @property
+    def is_signed(self):
+        return True
 
     def __repr__(self):
         return "cagrad." + self._name
@@ -26,9 +44,18 @@ class dtype:
 float32 = dtype(0, "float32", True, np.float32)
 float64 = dtype(1, "float64", True, np.float64)
 int64 = dtype(2, "int64", False, np.int64)
+# dtypes that cagrad names but does not compute in (see unsupported_dtype_error)
+float16 = dtype(None, "float16", True, np.float16)
+bfloat16 = dtype(None, "bfloat16", True, None, itemsize=2)  # numpy has no bfloat16
 
 # index = _C dtype code
 DTYPES = (float32, float64, int64)
+
+
+def unsupported_dtype_error(value):
+    return TypeError(f"cagrad does not compute in {value!r}: its tensors are cagrad.float32, "
+                     f"cagrad.float64 or cagrad.int64 (see docs/python-api.md); use one of "
+                     f"those, e.g. cagrad.float32 where PyTorch code asks for half precision")
 
 # numpy dtypes that map onto a cagrad dtype without losing values
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
@@ -43,6 +70,8 @@ def dtype_from_numpy(np_dtype):
 def check_dtype(value, what="dtype"):
     """Return value if it is a cagrad dtype, else raise TypeError saying which ones exist."""
     if type(value) is dtype:
+        if value._code_or_none is None:
+            raise unsupported_dtype_error(value)
         return value
     raise TypeError(f"{what} must be cagrad.float32, cagrad.float64 or cagrad.int64, not "
                     f"{value!r} (cagrad has no other dtypes)")

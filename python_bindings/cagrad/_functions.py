@@ -69,10 +69,11 @@ def _arith(name, tensor_fn, scalar_fn):
 
 
 def _mask(out):
-    """Tag a 0/1 result as a mask, so that indexing with it selects (Tensor.__getitem__).
-    Float tensors index as masks anyway; only int64 ones need the tag."""
-    if out._dtype == _INT64:
-        out._is_mask = True
+    """Tag a 0/1 result as a mask: cagrad has no bool dtype, and the tag stands in for it.
+    Indexing with a tagged int64 tensor selects (Tensor.__getitem__; float tensors index as
+    masks anyway), and scaled_dot_product_attention reads a tagged attn_mask as PyTorch
+    reads a bool one (True attends), an untagged float one as additive."""
+    out._is_mask = True
     return out
 
 
@@ -87,8 +88,7 @@ def _compare(name, tensor_fn, scalar_fn):
         else:
             other = _coerce(other)
             return NotImplemented if other is None else op(input, other)
-        if out._dtype == _INT64:  # _mask() inlined: comparisons are hot
-            out._is_mask = True
+        out._is_mask = True  # _mask() inlined: comparisons are hot
         return out
 
     op.__name__ = op.__qualname__ = name

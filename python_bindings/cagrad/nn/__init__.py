@@ -1,15 +1,32 @@
 """cagrad.nn: Module, Parameter and a set of layers, with torch.nn's names and behaviour."""
 
-from . import activation, functional, init
+from . import activation, functional, init, utils
 from .activation import *  # noqa: F403 (every activation module: activation.__all__)
-from .container import ModuleList, Sequential
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .layers import Conv2d, Dropout, Embedding, Flatten, Identity, LayerNorm, Linear
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module
 from .parameter import Parameter
+# composite layers and losses (h4)
+from .conv import Conv1d
+from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
+from .loss import (BCELoss, BCEWithLogitsLoss, CosineSimilarity, HuberLoss, KLDivLoss, L1Loss,
+                   PairwiseDistance, SmoothL1Loss, SoftMarginLoss)
+from .multihead import MultiheadAttention
+from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d,
+                            InstanceNorm2d, InstanceNorm3d, RMSNorm)
+# data parallelism on a CPU-only library (h2)
+from . import parallel
+from .parallel import DataParallel
 
 __all__ = [
     "functional", "init", "Module", "Parameter", "Sequential", "ModuleList", "Identity",
     "Linear", "Conv2d", "LayerNorm", "Embedding", "Dropout", "Flatten", "CrossEntropyLoss",
     "NLLLoss", "MSELoss", *activation.__all__,
+    "utils", "ModuleDict", "ParameterList", "ParameterDict",
+    "Conv1d", "AlphaDropout", "Dropout1d", "Dropout2d", "Dropout3d", "FeatureAlphaDropout",
+    "BCELoss", "BCEWithLogitsLoss", "CosineSimilarity", "HuberLoss", "KLDivLoss", "L1Loss",
+    "PairwiseDistance", "SmoothL1Loss", "SoftMarginLoss", "BatchNorm1d", "BatchNorm2d",
+    "BatchNorm3d", "GroupNorm", "RMSNorm",
+    "parallel", "DataParallel",
 ]

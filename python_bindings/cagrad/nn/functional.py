@@ -222,3 +222,17 @@ def dropout(input, p=0.5, training=True, inplace=False):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     _no_inplace("dropout", inplace)
     return _C.dropout(_tensor("dropout", "input", input), float(p), bool(training))
+
+
+# --- composites (losses, normalization, dropout family, attention, conv1d, pad) ------------
+# Written with the differentiable ops above in their own modules; imported last because
+# they use this module's helpers.
+from . import _attention, _conv_pad, _dropout, _losses, _norm  # noqa: E402
+from ._attention import *  # noqa: E402,F403
+from ._conv_pad import *  # noqa: E402,F403
+from ._dropout import *  # noqa: E402,F403
+from ._losses import *  # noqa: E402,F403
+from ._norm import *  # noqa: E402,F403
+
+__all__ += (_losses.__all__ + _norm.__all__ + _dropout.__all__ + _attention.__all__
+            + _conv_pad.__all__)

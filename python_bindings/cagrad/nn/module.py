@@ -26,7 +26,9 @@ def _check_member_name(module, kind, name, registry):
     if not isinstance(name, str):
         raise TypeError(f"{kind} name should be a string. Got {_typename(name)}")
     if "." in name:
-        raise KeyError(f'{kind} name can\'t contain "."')
+        # torch's add_module (only) also names the offending key
+        got = f", got: {name}" if kind == "module" else ""
+        raise KeyError(f'{kind} name can\'t contain "."{got}')
     if name == "":
         raise KeyError(f'{kind} name can\'t be empty string ""')
     if hasattr(module, name) and name not in registry:

@@ -1,7 +1,15 @@
-"""cagrad.optim: SGD, Adam and AdamW with torch.optim's hyperparameters and update math."""
+"""cagrad.optim: SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam and RMSprop with
+torch.optim's hyperparameters and update math, and the lr_scheduler module."""
 
+from . import lr_scheduler
+from .adadelta import Adadelta
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .adamax import Adamax
+from .nadam import NAdam, RAdam
 from .optimizer import Optimizer
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "NAdam",
+           "RAdam", "RMSprop", "lr_scheduler"]

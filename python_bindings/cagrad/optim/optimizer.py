@@ -155,7 +155,8 @@ def _check_single_tensor(**flags):
     changes nothing); differentiable, fused and capturable updates do not exist."""
     for name, value in flags.items():
         if value:
-            raise NotImplementedError(f"cagrad's optimizers do not support {name}=True")
+            raise NotImplementedError(f"cagrad's optimizers do not support {name}=True "
+                                      "(see docs/python-api.md)")
 
 
 def _split_names(param_group, params):

@@ -1,5 +1,5 @@
-"""cagrad.utils: checkpoint (torch.utils.checkpoint)."""
+"""cagrad.utils: checkpoint (torch.utils.checkpoint) and data (torch.utils.data)."""
 
-from . import checkpoint
+from . import checkpoint, data
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "data"]

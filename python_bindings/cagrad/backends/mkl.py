@@ -1,0 +1,5 @@
+"""torch.backends.mkl: cagrad links OpenBLAS, not MKL."""
+
+
+def is_available():
+    return False

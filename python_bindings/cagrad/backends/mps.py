@@ -1,0 +1,9 @@
+"""torch.backends.mps: cagrad has no Metal backend."""
+
+
+def is_available():
+    return False
+
+
+def is_built():
+    return False
