@@ -217,6 +217,24 @@ int cai_kern_index_fill(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, 
                         int64_t *bad_val);
 
 /* ---------------------------------------------------------------------------------------
+ * Order and position (kern_order.c); contiguous operands, results the same bits at every
+ * thread count.
+ * tri:    x as [batch, rows, cols]; out keeps x where j - i <= diag (tril) or j - i >= diag
+ *         (upper: triu) and is 0 elsewhere. out may be x. Returns 0, or -1 for bad sizes.
+ * cumsum: out[o, k, i] = sum of x[o, 0..k, i] (reverse: of x[o, k..n-1, i]); floats
+ *         accumulate in double, as PyTorch's CPU kernel. out may be x. 0 or -1.
+ * sort:   values/indices [outer, k, inner] = the first k of each line of x [outer, n, inner]
+ *         in ascending (or descending) order, stably, NaN above every number, with the
+ *         positions they came from. 0, -1 (bad sizes, k > n) or -2 (out of memory).
+ */
+int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64_t diag,
+                 bool upper, const void *x, void *out);
+int cai_kern_cumsum(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                    void *out, bool reverse);
+int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x, int64_t k,
+                  bool descending, void *values, int64_t *indices);
+
+/* ---------------------------------------------------------------------------------------
  * Convolution as a GEMM: im2col (unfold) and col2im (fold, its adjoint). The geometry of
  * conv2d over an image batch [n, c, h, w] with a kh x kw kernel, strides sh, sw, zero
  * padding ph, pw at the start (top, left) and ph_end, pw_end at the end, dilations dh, dw:

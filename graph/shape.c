@@ -640,6 +640,17 @@ static int infer_index_fill(graph *g, graph_node *n) {
     return 0;
 }
 
+/* cumsum(x) along i[0]: x's dtype and shape */
+static int infer_cumsum(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    cai_rule_error e;
+    if (cai_rule_dim(&n->a.i[0], x->ndim, "cumsum", &e))
+        return rule_fail(g, &e);
+    n->a.i[1] = n->a.i[1] != 0;
+    copy_out(n, x);
+    return 0;
+}
+
 _Static_assert(GRAPH_CONV_NPARAMS == CAI_CONV_NPARAMS, "conv2d's parameter counts differ");
 
 /* im2col(x) and col2im(cols) into the shape attribute: conv2d's unfold and fold */
@@ -756,6 +767,7 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_CALLOUT:
     case GOP_CALLOUT_RESULT: return infer_opaque(g, n);
     case GOP_INDEX_FILL: return infer_index_fill(g, n);
+    case GOP_CUMSUM: return infer_cumsum(g, n);
     case GOP_IM2COL:
     case GOP_COL2IM: return infer_conv(g, n);
     default: return infer_callout(g, n);

@@ -92,6 +92,8 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
     X(index_fill, "x:t d:i idx:t value:f", ca_index_fill(T(0), I(1), T(2), F(3), out))           \
     X(index_fill_tensor, "x:t d:i idx:t value:t",                                               \
       ca_index_fill_tensor(T(0), I(1), T(2), T(3), out))                                        \
+    /* position and order */                                                                    \
+    X(cumsum, "x:t dim:i", ca_cumsum(T(0), I(1), out))                                          \
     /* linear algebra */                                                                        \
     BINARY(X, matmul) BINARY(X, mm) BINARY(X, bmm)                                              \
     X(linear, "x:t w:t b:T", ca_linear(T(0), T(1), T(2), out))                                  \
@@ -114,7 +116,10 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
 /* Ops that return (values, indices). */
 #define OPS_PAIR(X)                                                                             \
     X(max, "x:t dims:d keepdim:b", ca_max(T(0), N(1), V(1), B(2), out, out2))                   \
-    X(min, "x:t dims:d keepdim:b", ca_min(T(0), N(1), V(1), B(2), out, out2))
+    X(min, "x:t dims:d keepdim:b", ca_min(T(0), N(1), V(1), B(2), out, out2))                   \
+    X(sort, "x:t dim:i descending:b stable:b", ca_sort(T(0), I(1), B(2), B(3), out, out2))       \
+    X(topk, "x:t k:i dim:i largest:b sorted:b",                                                 \
+      ca_topk(T(0), I(1), I(2), B(3), B(4), out, out2))
 
 /* Ops that return None: in-place ops and autograd flags. */
 #define OPS_NONE(X)                                                                             \
