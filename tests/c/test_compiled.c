@@ -536,6 +536,39 @@ Test(compiled, pointwise_unary) {
         run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
 }
 
+/* Position and order ops (ops_order.c, ops_sort.c) that are not in the registry: cumsum
+ * (its derivative is the graph's CUMSUM from the end), sort and topk (a scatter_add
+ * through the saved positions). */
+static ca_status u_cumsum0(ca_tensor *x, ca_tensor **o) {
+    return ca_cumsum(x, 0, o);
+}
+static ca_status u_cumsum_last(ca_tensor *x, ca_tensor **o) {
+    return ca_cumsum(x, -1, o);
+}
+static ca_status u_sort_values(ca_tensor *x, ca_tensor **o) {
+    ca_tensor *idx = NULL;
+    ca_status st = ca_sort(x, -1, true, false, o, &idx);
+    ca_tensor_release(idx);
+    return st;
+}
+static ca_status u_topk_values(ca_tensor *x, ca_tensor **o) {
+    ca_tensor *idx = NULL;
+    ca_status st = ca_topk(x, 2, 0, false, true, o, &idx);
+    ca_tensor_release(idx);
+    return st;
+}
+
+Test(compiled, order_ops) {
+    static const un_case cases[] = {
+        {"cumsum dim 0", u_cumsum0, false},
+        {"cumsum dim -1", u_cumsum_last, false},
+        {"sort descending", u_sort_values, false},
+        {"topk smallest", u_topk_values, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
+}
+
 /* Every op of the op registry with one tensor input, at its default arguments: a new
  * activation is covered here without an edit. */
 static ca_status f_registry(ca_tensor *const *x, ca_tensor **o, void *ctx) {
