@@ -235,6 +235,27 @@ int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const 
                   bool descending, void *values, int64_t *indices);
 
 /* ---------------------------------------------------------------------------------------
+ * 2-d pooling (kern_pooling.c) over contiguous planes [planes, h, w] into [planes, oh, ow],
+ * kernel kh x kw, strides, zero padding ph, pw at both sides, dilations; split over planes.
+ * max:  out = the first largest value of each window (NaN wins), indices = its position
+ *       y * w + x in the plane; mask (may be NULL) [planes, kh*kw, oh*ow] = 1 at the winner's
+ *       window slot, 0 elsewhere (the derivative's columns). 0, or -1 (int64, bad sizes).
+ * avg:  divisors [oh*ow] first (the window size with padding, without it, or the override;
+ *       1 for a window that misses the input), then out = window sum / divisor, summed in
+ *       the element type as PyTorch's CPU kernel. 0 or -1.
+ */
+typedef struct {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+} kern_pool_geom;
+
+int cai_kern_max_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out,
+                        int64_t *indices, void *mask);
+void cai_kern_avg_pool2d_divisors(kern_dtype dt, const kern_pool_geom *g, bool count_include_pad,
+                                  int64_t divisor_override, void *div);
+int cai_kern_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, const void *div,
+                        void *out);
+
+/* ---------------------------------------------------------------------------------------
  * Convolution as a GEMM: im2col (unfold) and col2im (fold, its adjoint). The geometry of
  * conv2d over an image batch [n, c, h, w] with a kh x kw kernel, strides sh, sw, zero
  * padding ph, pw at the start (top, left) and ph_end, pw_end at the end, dilations dh, dw:

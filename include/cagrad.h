@@ -884,6 +884,18 @@ ca_status ca_sort(ca_tensor *x, int64_t dim, bool descending, bool stable, ca_te
 ca_status ca_topk(ca_tensor *x, int64_t k, int64_t dim, bool largest, bool sorted,
                   ca_tensor **values, ca_tensor **indices);
 
+/* 2-d pooling of x [N, C, H, W] or [C, H, W] (float32/float64), as torch's max_pool2d and
+ * avg_pool2d: kernel, stride, padding (both sides) and dilation are (height, width) pairs.
+ * indices (may be NULL) receives max_pool2d's int64 positions y * W + x of each window's
+ * winner. divisor_override 0 means none.
+ * Errors: CA_STATUS_SHAPE (rank, a parameter out of range, an output smaller than 1). */
+ca_status ca_max_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stride,
+                        const int64_t *padding, const int64_t *dilation, bool ceil_mode,
+                        ca_tensor **out, ca_tensor **indices);
+ca_status ca_avg_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stride,
+                        const int64_t *padding, bool ceil_mode, bool count_include_pad,
+                        int64_t divisor_override, ca_tensor **out);
+
 /* linear algebra.
  * Errors: CA_STATUS_SHAPE (ranks, inner dims, batch dims or a bias that do not fit),
  * CA_STATUS_DTYPE (int64, or dtypes that differ). */

@@ -1,0 +1,122 @@
+/* kern_pooling.c - 2-d max and average pooling over planes [planes, h, w] (planes = the
+ * image batch times its channels), split over the planes on the thread pool.
+ *
+ * Windows follow PyTorch's CPU kernels: a max window skips padding and takes the first
+ * largest value (NaN wins); an average window sums in the element type, row by row, and
+ * divides by the window's size counted with or without padding, or by an override.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+typedef struct {
+    kern_dtype dt;
+    const kern_pool_geom *g;
+    const void *x;
+    void *out;
+    int64_t *indices; /* max: position h * w + x in the plane */
+    void *mask;       /* max: one-hot [planes, kh * kw, oh * ow] of the winner, or NULL */
+    const void *div;  /* avg: the divisor of each output position, [oh * ow] */
+} kern_pool_job;
+
+static void kern_max_pool_planes(void *ctx, int64_t begin, int64_t end) {
+    const kern_pool_job *j = ctx;
+    const kern_pool_geom *g = j->g;
+    int64_t L = g->oh * g->ow, K = g->kh * g->kw;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t base = p * g->h * g->w;
+        for (int64_t o = 0; o < L; o++) {
+            int64_t oy = o / g->ow, ox = o % g->ow, best = -1, best_k = 0;
+            double bv = -INFINITY;
+            for (int64_t ki = 0; ki < g->kh; ki++) {
+                int64_t y = oy * g->sh - g->ph + ki * g->dh;
+                if (y < 0 || y >= g->h)
+                    continue;
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    int64_t x = ox * g->sw - g->pw + kj * g->dw;
+                    if (x < 0 || x >= g->w)
+                        continue;
+                    double v = kern_load(j->dt, j->x, base + y * g->w + x);
+                    if (best < 0 || v > bv || (isnan(v) && !isnan(bv))) {
+                        bv = v;
+                        best = y * g->w + x;
+                        best_k = ki * g->kw + kj;
+                    }
+                }
+            }
+            int64_t at = p * L + o;
+            kern_store(j->dt, j->out, at, bv);
+            j->indices[at] = best;
+            if (!j->mask)
+                continue;
+            for (int64_t k = 0; k < K; k++)
+                kern_store(j->dt, j->mask, (p * K + k) * L + o, k == best_k && best >= 0);
+        }
+    }
+}
+
+static void kern_avg_pool_planes(void *ctx, int64_t begin, int64_t end) {
+    const kern_pool_job *j = ctx;
+    const kern_pool_geom *g = j->g;
+    int64_t L = g->oh * g->ow;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t base = p * g->h * g->w;
+        for (int64_t o = 0; o < L; o++) {
+            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;
+            int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h;
+            int64_t x1 = x0 + g->kw < g->w ? x0 + g->kw : g->w;
+            double sum = 0;
+            float sum32 = 0;
+            for (int64_t y = y0 < 0 ? 0 : y0; y < y1; y++)
+                for (int64_t x = x0 < 0 ? 0 : x0; x < x1; x++) {
+                    double v = kern_load(j->dt, j->x, base + y * g->w + x);
+                    sum += v;
+                    sum32 += (float)v;
+                }
+            double d = kern_load(j->dt, j->div, o);
+            double r = j->dt == KERN_F32 ? (double)(sum32 / (float)d) : sum / d;
+            kern_store(j->dt, j->out, p * L + o, r);
+        }
+    }
+}
+
+static int64_t kern_pool_grain(const kern_pool_geom *g) {
+    int64_t per = g->oh * g->ow * g->kh * g->kw;
+    return per >= KERN_GRAIN ? 1 : KERN_GRAIN / (per > 0 ? per : 1);
+}
+
+int cai_kern_max_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out,
+                        int64_t *indices, void *mask) {
+    if (dt == KERN_I64 || g->planes < 0 || g->oh < 0 || g->ow < 0)
+        return -1;
+    kern_pool_job j = {dt, g, x, out, indices, mask, NULL};
+    cai_kern_parallel_for(g->planes, kern_pool_grain(g), kern_max_pool_planes, &j);
+    return 0;
+}
+
+void cai_kern_avg_pool2d_divisors(kern_dtype dt, const kern_pool_geom *g, bool count_include_pad,
+                                  int64_t divisor_override, void *div) {
+    for (int64_t o = 0; o < g->oh * g->ow; o++) {
+        int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;
+        int64_t y1 = y0 + g->kh < g->h + g->ph ? y0 + g->kh : g->h + g->ph;
+        int64_t x1 = x0 + g->kw < g->w + g->pw ? x0 + g->kw : g->w + g->pw;
+        int64_t padded = (y1 - y0) * (x1 - x0);
+        y0 = y0 < 0 ? 0 : y0;
+        x0 = x0 < 0 ? 0 : x0;
+        y1 = y1 < g->h ? y1 : g->h;
+        x1 = x1 < g->w ? x1 : g->w;
+        int64_t inside = y0 < y1 && x0 < x1 ? (y1 - y0) * (x1 - x0) : 0;
+        int64_t d = divisor_override ? divisor_override : count_include_pad ? padded : inside;
+        kern_store(dt, div, o, inside > 0 ? (double)d : 1.0); /* empty: the sum is 0 */
+    }
+}
+
+int cai_kern_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, const void *div,
+                        void *out) {
+    if (dt == KERN_I64 || g->planes < 0 || g->oh < 0 || g->ow < 0)
+        return -1;
+    kern_pool_job j = {dt, g, x, out, NULL, NULL, div};
+    cai_kern_parallel_for(g->planes, kern_pool_grain(g), kern_avg_pool_planes, &j);
+    return 0;
+}
