@@ -606,6 +606,7 @@ typedef enum {
     /* pooling (ops_pool.c): dims = kh, kw, sh, sw, ph, pw, dh, dw; i[0] = ceil_mode */
     CA_OP_MAX_POOL2D,
     CA_OP_AVG_POOL2D, /* i[1] = count_include_pad, i[2] = divisor_override (0: none) */
+    CA_OP_ADAPTIVE_AVG_POOL2D, /* i[0], i[1] = output height and width */
 /* the activations (ops_activation.h) */
 #define CA_OP_ENUM_ACTIVATION(ID, ...) CA_OP_##ID,
     CA_ACTIVATIONS(CA_OP_ENUM_ACTIVATION)

@@ -229,6 +229,80 @@ static void avg_pool_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bva
 }
 
 /* ---------------------------------------------------------------------------------------
+ * adaptive_avg_pool2d: attrs.i[0], i[1] = the output's height and width. Its windows vary
+ * in size, so the derivative is two products with the averaging matrices Ph [oh, h] and
+ * Pw [ow, w] (aux 0 and 1): out = Ph x Pw^T, so dx = Ph^T g Pw.
+ */
+static ca_status adaptive_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                ca_meta *out) {
+    const ca_meta *x = &in[0];
+    char b1[META_STR_SIZE];
+    if (x->ndim != 3 && x->ndim != 4)
+        return err_set(CA_STATUS_SHAPE, "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got %s",
+                       cai_meta_str(x, b1, sizeof b1));
+    for (int d = x->ndim - 3; d < x->ndim; d++)
+        if (x->shape[d] == 0)
+            return err_set(CA_STATUS_SHAPE,
+                           "adaptive_avg_pool2d(): Expected input to have non-zero size for "
+                           "non-batch dimensions, but input has sizes %s with dimension %d being "
+                           "empty",
+                           cai_meta_str(x, b1, sizeof b1), d);
+    if (x->dtype == CA_INT64)
+        return err_set(CA_STATUS_DTYPE, "adaptive_avg_pool2d: the input must be float32 or "
+                                        "float64, got int64");
+    if (a->i[0] < 0 || a->i[1] < 0)
+        return err_set(CA_STATUS_SHAPE,
+                       "adaptive_avg_pool2d: elements of output_size must be greater than or equal "
+                       "to 0 but received {%lld, %lld}",
+                       (long long)a->i[0], (long long)a->i[1]);
+    *out = *x;
+    out->shape[x->ndim - 2] = a->i[0];
+    out->shape[x->ndim - 1] = a->i[1];
+    return CA_OK;
+}
+
+static ca_status weights_new(ca_dtype dt, int64_t in, int64_t out, ca_tensor **mat) {
+    ca_meta m = {.dtype = dt, .ndim = 2, .shape = {out, in}};
+    CA_CHECK(cai_tensor_new(&m, mat));
+    cai_kern_adaptive_weights(kdt(dt), in, out, cai_tensor_ptr(*mat));
+    return CA_OK;
+}
+
+static ca_status adaptive_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                  const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                  ca_tensor **aux) {
+    ca_tensor *xc = NULL, *r = NULL;
+    ca_meta xm;
+    cai_tensor_meta(in[0], &xm);
+    ca_attrs unit = {.dims = {.n = CAI_CONV_IN_DIMS, .v = {1, 1, 1, 1, 0, 0, 1, 1}}};
+    kern_pool_geom g = pool_geom(&unit, &xm, m);
+    ca_status st = cai_tensor_contiguous(in[0], &xc);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = weights_new(m->dtype, g.h, g.oh, &aux[0]);
+    if (st == CA_OK)
+        st = weights_new(m->dtype, g.w, g.ow, &aux[1]);
+    if (st == CA_OK && cai_meta_numel(m) > 0)
+        st = cai_op_kern_status(
+            cai_kern_adaptive_avg_pool2d(kdt(m->dtype), &g, cai_tensor_ptr(xc), cai_tensor_ptr(r)),
+            row->name);
+    ca_tensor_release(xc);
+    if (st != CA_OK) {
+        cai_op_release_all((ca_tensor *[]){r, aux[0], aux[1]}, 3);
+        aux[0] = aux[1] = NULL;
+        return st;
+    }
+    *out = r;
+    return CA_OK;
+}
+
+static void adaptive_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_bval rows = bx_matmul(b, g, bx_saved(b, n, 1), false, false);
+    gin[0] = bx_matmul(b, bx_saved(b, n, 0), rows, true, false);
+}
+
+/* ---------------------------------------------------------------------------------------
  * The public functions
  */
 static ca_attrs pool_attrs(const int64_t *kernel, const int64_t *stride, const int64_t *padding,
@@ -278,6 +352,14 @@ ca_status ca_avg_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stri
     return cai_op_call1(CA_OP_AVG_POOL2D, x, &a, out);
 }
 
+ca_status ca_adaptive_avg_pool2d(ca_tensor *x, int64_t out_h, int64_t out_w, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_adaptive_avg_pool2d");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_adaptive_avg_pool2d");
+    ca_attrs a = {.i = {out_h, out_w}};
+    return cai_op_call1(CA_OP_ADAPTIVE_AVG_POOL2D, x, &a, out);
+}
+
 /* ---------------------------------------------------------------------------------------
  * The rows
  */
@@ -308,6 +390,17 @@ static const ca_op_def rows[] = {
      .shape = pool_shape,
      .forward = avg_pool_forward,
      .backward = avg_pool_backward},
+    {.id = CA_OP_ADAPTIVE_AVG_POOL2D,
+     .name = "adaptive_avg_pool2d",
+     .node_name = "AdaptiveAvgPool2DBackward0",
+     .fusion = CA_FUSE_OPAQUE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 2,
+     .fields = {{"rows", FIELD_TENSOR, FROM_AUX, 0}, {"cols", FIELD_TENSOR, FROM_AUX, 1}},
+     .shape = adaptive_shape,
+     .forward = adaptive_forward,
+     .backward = adaptive_backward},
 };
 
 const ca_op_group cai_ops_pool = {rows, sizeof rows / sizeof rows[0]};

@@ -254,6 +254,12 @@ void cai_kern_avg_pool2d_divisors(kern_dtype dt, const kern_pool_geom *g, bool c
                                   int64_t divisor_override, void *div);
 int cai_kern_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, const void *div,
                         void *out);
+/* adaptive avg: output row o averages input rows [floor(o*h/oh), ceil((o+1)*h/oh)), and
+ * columns likewise (kh, kw, strides and the rest of g unused): sum / rows / cols, summed in
+ * the element type as PyTorch's CPU kernel. 0 or -1. The weights: mat [out, in] = 1/len at
+ * the inputs each output averages, 0 elsewhere (the derivative's matrices). */
+int cai_kern_adaptive_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out);
+void cai_kern_adaptive_weights(kern_dtype dt, int64_t in, int64_t out, void *mat);
 
 /* ---------------------------------------------------------------------------------------
  * Convolution as a GEMM: im2col (unfold) and col2im (fold, its adjoint). The geometry of

@@ -120,3 +120,60 @@ int cai_kern_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, c
     cai_kern_parallel_for(g->planes, kern_pool_grain(g), kern_avg_pool_planes, &j);
     return 0;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * adaptive average pooling: output row o averages input rows [floor(o*h/oh),
+ * ceil((o+1)*h/oh)), as PyTorch's adaptive kernels
+ */
+static int64_t kern_adaptive_start(int64_t o, int64_t in, int64_t out) {
+    return o * in / out;
+}
+
+static int64_t kern_adaptive_end(int64_t o, int64_t in, int64_t out) {
+    return ((o + 1) * in + out - 1) / out;
+}
+
+static void kern_adaptive_planes(void *ctx, int64_t begin, int64_t end) {
+    const kern_pool_job *j = ctx;
+    const kern_pool_geom *g = j->g;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t base = p * g->h * g->w;
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            int64_t y0 = kern_adaptive_start(oy, g->h, g->oh), y1 = kern_adaptive_end(oy, g->h, g->oh);
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                int64_t x0 = kern_adaptive_start(ox, g->w, g->ow);
+                int64_t x1 = kern_adaptive_end(ox, g->w, g->ow);
+                double sum = 0;
+                float sum32 = 0;
+                for (int64_t y = y0; y < y1; y++)
+                    for (int64_t x = x0; x < x1; x++) {
+                        double v = kern_load(j->dt, j->x, base + y * g->w + x);
+                        sum += v;
+                        sum32 += (float)v;
+                    }
+                double r = j->dt == KERN_F32
+                               ? (double)(sum32 / (float)(y1 - y0) / (float)(x1 - x0))
+                               : sum / (double)(y1 - y0) / (double)(x1 - x0);
+                kern_store(j->dt, j->out, (p * g->oh + oy) * g->ow + ox, r);
+            }
+        }
+    }
+}
+
+int cai_kern_adaptive_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out) {
+    if (dt == KERN_I64 || g->planes < 0 || g->oh < 1 || g->ow < 1 || g->h < 1 || g->w < 1)
+        return -1;
+    kern_pool_job j = {dt, g, x, out, NULL, NULL, NULL};
+    int64_t per = g->h * g->w;
+    cai_kern_parallel_for(g->planes, per >= KERN_GRAIN ? 1 : KERN_GRAIN / per,
+                          kern_adaptive_planes, &j);
+    return 0;
+}
+
+void cai_kern_adaptive_weights(kern_dtype dt, int64_t in, int64_t out, void *mat) {
+    for (int64_t o = 0; o < out; o++) {
+        int64_t lo = kern_adaptive_start(o, in, out), hi = kern_adaptive_end(o, in, out);
+        for (int64_t i = 0; i < in; i++)
+            kern_store(dt, mat, o * in + i, i >= lo && i < hi ? 1.0 / (double)(hi - lo) : 0.0);
+    }
+}

@@ -895,6 +895,9 @@ ca_status ca_max_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stri
 ca_status ca_avg_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stride,
                         const int64_t *padding, bool ceil_mode, bool count_include_pad,
                         int64_t divisor_override, ca_tensor **out);
+/* adaptive_avg_pool2d: output [.., out_h, out_w]; row o averages input rows
+ * [floor(o*H/out_h), ceil((o+1)*H/out_h)), columns likewise. */
+ca_status ca_adaptive_avg_pool2d(ca_tensor *x, int64_t out_h, int64_t out_w, ca_tensor **out);
 
 /* linear algebra.
  * Errors: CA_STATUS_SHAPE (ranks, inner dims, batch dims or a bias that do not fit),

@@ -128,6 +128,8 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
     X(conv2d, "x:t w:t b:T stride:s padding:s padding_end:s dilation:s groups:i",               \
       conv2d_call(T(0), T(1), T(2), &a[3].ints, &a[4].ints, &a[5].ints, &a[6].ints, I(7), out)) \
     /* neural-network ops */                                                                    \
+    X(adaptive_avg_pool2d, "x:t out_h:i out_w:i",                                              \
+      ca_adaptive_avg_pool2d(T(0), I(1), I(2), out))                                            \
     X(avg_pool2d, "x:t kernel:s stride:s padding:s ceil_mode:b count_include_pad:b divisor:i",  \
       avg_pool2d_call(T(0), &a[1].ints, &a[2].ints, &a[3].ints, B(4), B(5), I(6), out))         \
     X(softmax, "x:t d:i", ca_softmax(T(0), I(1), out))                                          \

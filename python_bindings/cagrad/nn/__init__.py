@@ -7,9 +7,11 @@ from .layers import Conv2d, Dropout, Embedding, Flatten, Identity, LayerNorm, Li
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module
 from .parameter import Parameter
+from .pooling import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
 
 __all__ = [
     "functional", "init", "Module", "Parameter", "Sequential", "ModuleList", "Identity",
     "Linear", "Conv2d", "LayerNorm", "Embedding", "Dropout", "Flatten", "CrossEntropyLoss",
-    "NLLLoss", "MSELoss", *activation.__all__,
+    "NLLLoss", "MSELoss", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MaxPool1d",
+    "AvgPool1d", *activation.__all__,
 ]
