@@ -237,7 +237,7 @@ int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const 
 /* ---------------------------------------------------------------------------------------
  * 2-d pooling (kern_pooling.c) over contiguous planes [planes, h, w] into [planes, oh, ow],
  * kernel kh x kw, strides, zero padding ph, pw at both sides, dilations; split over planes.
- * max:  out = the first largest value of each window (NaN wins), indices = its position
+ * max:  out = the first largest value of each window (or its last NaN), indices = its position
  *       y * w + x in the plane; mask (may be NULL) [planes, kh*kw, oh*ow] = 1 at the winner's
  *       window slot, 0 elsewhere (the derivative's columns). 0, or -1 (int64, bad sizes).
  * avg:  divisors [oh*ow] first (the window size with padding, without it, or the override;

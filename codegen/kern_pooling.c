@@ -2,7 +2,7 @@
  * image batch times its channels), split over the planes on the thread pool.
  *
  * Windows follow PyTorch's CPU kernels: a max window skips padding and takes the first
- * largest value (NaN wins); an average window sums in the element type, row by row, and
+ * largest value, or the last NaN (PyTorch's `val > max || isnan(val)`); an average window sums in the element type, row by row, and
  * divides by the window's size counted with or without padding, or by an override.
  */
 #include <math.h>
@@ -38,7 +38,7 @@ static void kern_max_pool_planes(void *ctx, int64_t begin, int64_t end) {
                     if (x < 0 || x >= g->w)
                         continue;
                     double v = kern_load(j->dt, j->x, base + y * g->w + x);
-                    if (best < 0 || v > bv || (isnan(v) && !isnan(bv))) {
+                    if (best < 0 || v > bv || isnan(v)) {
                         bv = v;
                         best = y * g->w + x;
                         best_k = ki * g->kw + kj;

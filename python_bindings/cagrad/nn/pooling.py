@@ -84,6 +84,9 @@ def adaptive_avg_pool2d(input, output_size):
     shape = input.shape
     if len(shape) >= 2:
         size = tuple(shape[len(shape) - 2 + k] if s is None else s for k, s in enumerate(size))
+    if size == (1, 1) and len(shape) in (3, 4) and all(shape[1:]):
+        # a global average is a mean, as in PyTorch (MeanBackward1, the mean's own sums)
+        return _C.mean(input, (-2, -1), True)
     return _C.adaptive_avg_pool2d(input, size[0], size[1])
 
 
