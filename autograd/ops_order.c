@@ -48,8 +48,8 @@ static ca_status tri_apply(const ca_op_def *row, ca_tensor *x, int64_t diag, con
     if (st == CA_OK)
         st = cai_tensor_new(m, &r);
     if (st == CA_OK)
-        st = cai_op_kern_status(cai_kern_tri(kdt(m->dtype), batch, rows, cols, diag,
-                                             tri_upper(row), cai_tensor_ptr(xc), cai_tensor_ptr(r)),
+        st = cai_op_kern_status(cai_kern_tri(kdt(m->dtype), batch, rows, cols, diag, tri_upper(row),
+                                             cai_tensor_ptr(xc), cai_tensor_ptr(r)),
                                 row->name);
     ca_tensor_release(xc);
     return finish(st, r, out);
@@ -143,19 +143,14 @@ ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out) {
  * The rows
  */
 #define TRI_ROW(ID, NAME, NODE)                                                                    \
-    {.id = (ID),                                                                                   \
-     .name = NAME,                                                                                 \
-     .node_name = NODE,                                                                            \
-     .fusion = CA_FUSE_OPAQUE,                                                                     \
-     .n_in_min = 1,                                                                                \
-     .n_in_max = 1,                                                                                \
-     .n_fields = 2,                                                                                \
-     .fields = {{"mask", FIELD_TENSOR, FROM_AUX, 0}, F_INT("diagonal", 0)},                        \
-     .shape = tri_shape,                                                                           \
-     .forward = tri_forward,                                                                       \
-     .backward = tri_backward,                                                                     \
-     .schema = NAME "(Tensor input, int diagonal=0)",                                              \
-     .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT}
+    {                                                                                              \
+        .id = (ID), .name = NAME, .node_name = NODE, .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,      \
+        .n_in_max = 1, .n_fields = 2,                                                              \
+        .fields = {{"mask", FIELD_TENSOR, FROM_AUX, 0}, F_INT("diagonal", 0)}, .shape = tri_shape, \
+        .forward = tri_forward, .backward = tri_backward,                                          \
+        .schema = NAME "(Tensor input, int diagonal=0)",                                           \
+        .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT                                      \
+    }
 
 static const ca_op_def rows[] = {
     TRI_ROW(CA_OP_TRIL, "tril", "TrilBackward0"),

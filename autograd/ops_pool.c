@@ -69,8 +69,7 @@ static ca_status pool_shape(const ca_op_def *row, const ca_meta *in, int n_in, c
         empty = empty || x->shape[d] == 0;
     if ((x->ndim != 3 && x->ndim != 4) || empty)
         return err_set(CA_STATUS_SHAPE,
-                       "%s: non-empty 3D or 4D (batch mode) tensor expected for input",
-                       row->name);
+                       "%s: non-empty 3D or 4D (batch mode) tensor expected for input", row->name);
     if (x->dtype == CA_INT64)
         return err_set(CA_STATUS_DTYPE, "%s: the input must be float32 or float64, got int64",
                        row->name);
@@ -197,10 +196,10 @@ static ca_bval pool_fold(ca_builder *b, const ca_node *n, ca_bval cols5) {
     ca_ints cols_shape = {.n = 4, .v = {cm->shape[0], 1, cm->shape[2], -1}};
     ca_bval cols = bx_reshape_ints(b, cols5, &cols_shape);
     int64_t ends = n->attrs.i[3];
-    ca_attrs a = {.dims = n->attrs.dims,
-                  .i = {1, ends & 0xffffffff, ends >> 32},
-                  .shape = {.n = 4, .v = {cm->shape[0], 1, x->shape[x->ndim - 2],
-                                          x->shape[x->ndim - 1]}}};
+    ca_attrs a = {
+        .dims = n->attrs.dims,
+        .i = {1, ends & 0xffffffff, ends >> 32},
+        .shape = {.n = 4, .v = {cm->shape[0], 1, x->shape[x->ndim - 2], x->shape[x->ndim - 1]}}};
     ca_bval img = bx_apply(b, CA_OP_COL2IM, 1, &cols, &a);
     return bx_reshape(b, img, x);
 }
@@ -238,7 +237,8 @@ static ca_status adaptive_shape(const ca_op_def *row, const ca_meta *in, int n_i
     const ca_meta *x = &in[0];
     char b1[META_STR_SIZE];
     if (x->ndim != 3 && x->ndim != 4)
-        return err_set(CA_STATUS_SHAPE, "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got %s",
+        return err_set(CA_STATUS_SHAPE,
+                       "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got %s",
                        cai_meta_str(x, b1, sizeof b1));
     for (int d = x->ndim - 3; d < x->ndim; d++)
         if (x->shape[d] == 0)

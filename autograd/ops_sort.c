@@ -49,8 +49,8 @@ static ca_status sort_forward(const ca_op_def *row, ca_tensor *const *in, int n_
     if (st == CA_OK)
         st = cai_tensor_new(&im, &indices);
     if (st == CA_OK)
-        st = cai_op_kern_status(cai_kern_sort(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc),
-                                              k, a->i[1] != 0, cai_tensor_ptr(values),
+        st = cai_op_kern_status(cai_kern_sort(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc), k,
+                                              a->i[1] != 0, cai_tensor_ptr(values),
                                               cai_tensor_ptr(indices)),
                                 row->name);
     ca_tensor_release(xc);
@@ -111,17 +111,12 @@ ca_status ca_topk(ca_tensor *x, int64_t k, int64_t dim, bool largest, bool sorte
  * The rows: sort under PyTorch's two node names (SortBackward1 for stable=True), and topk
  */
 #define SORT_ROW(ID, NAME, NODE)                                                                   \
-    {.id = (ID),                                                                                   \
-     .name = NAME,                                                                                 \
-     .node_name = NODE,                                                                            \
-     .fusion = CA_FUSE_OPAQUE,                                                                     \
-     .n_in_min = 1,                                                                                \
-     .n_in_max = 1,                                                                                \
-     .n_fields = 2,                                                                                \
-     .fields = {{"indices", FIELD_TENSOR, FROM_AUX, 0}, F_INT("dim", 0)},                          \
-     .shape = sort_shape,                                                                          \
-     .forward = sort_forward,                                                                      \
-     .backward = sort_backward}
+    {                                                                                              \
+        .id = (ID), .name = NAME, .node_name = NODE, .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,      \
+        .n_in_max = 1, .n_fields = 2,                                                              \
+        .fields = {{"indices", FIELD_TENSOR, FROM_AUX, 0}, F_INT("dim", 0)}, .shape = sort_shape,  \
+        .forward = sort_forward, .backward = sort_backward                                         \
+    }
 
 static const ca_op_def rows[] = {
     SORT_ROW(CA_OP_SORT, "sort", "SortBackward0"),

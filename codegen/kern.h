@@ -227,8 +227,8 @@ int cai_kern_index_fill(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, 
  *         in ascending (or descending) order, stably, NaN above every number, with the
  *         positions they came from. 0, -1 (bad sizes, k > n) or -2 (out of memory).
  */
-int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64_t diag,
-                 bool upper, const void *x, void *out);
+int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64_t diag, bool upper,
+                 const void *x, void *out);
 int cai_kern_cumsum(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
                     void *out, bool reverse);
 int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x, int64_t k,

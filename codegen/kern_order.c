@@ -49,8 +49,8 @@ static void kern_tri_rows(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64_t diag,
-                 bool upper, const void *x, void *out) {
+int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64_t diag, bool upper,
+                 const void *x, void *out) {
     if (batch < 0 || rows < 0 || cols < 0)
         return -1;
     kern_tri_job j = {cai_kern_dtype_size(dt), rows, cols, diag, upper, x, out};
@@ -131,7 +131,8 @@ typedef struct {
 /* Element a of the line comes strictly before element b. */
 static bool kern_sort_before(const kern_sort_job *j, const void *line, int64_t a, int64_t b) {
     if (j->dt == KERN_I64) {
-        int64_t va = ((const int64_t *)line)[a * j->inner], vb = ((const int64_t *)line)[b * j->inner];
+        int64_t va = ((const int64_t *)line)[a * j->inner],
+                vb = ((const int64_t *)line)[b * j->inner];
         return j->descending ? va > vb : va < vb;
     }
     double va = kern_load(j->dt, line, a * j->inner), vb = kern_load(j->dt, line, b * j->inner);
@@ -176,7 +177,8 @@ static void kern_sort_lines(void *ctx, int64_t begin, int64_t end) {
         int64_t out0 = o * j->k * j->inner + i;
         for (int64_t p = 0; p < j->k; p++) {
             int64_t at = out0 + p * j->inner;
-            memcpy((char *)j->values + (size_t)at * es, line + (size_t)(pos[p] * j->inner) * es, es);
+            memcpy((char *)j->values + (size_t)at * es, line + (size_t)(pos[p] * j->inner) * es,
+                   es);
             j->indices[at] = pos[p];
         }
     }

@@ -2,8 +2,9 @@
  * image batch times its channels), split over the planes on the thread pool.
  *
  * Windows follow PyTorch's CPU kernels: a max window skips padding and takes the first
- * largest value, or the last NaN (PyTorch's `val > max || isnan(val)`); an average window sums in the element type, row by row, and
- * divides by the window's size counted with or without padding, or by an override.
+ * largest value, or the last NaN (PyTorch's `val > max || isnan(val)`); an average window sums in
+ * the element type, row by row, and divides by the window's size counted with or without padding,
+ * or by an override.
  */
 #include <math.h>
 #include <string.h>
@@ -139,7 +140,8 @@ static void kern_adaptive_planes(void *ctx, int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; p++) {
         int64_t base = p * g->h * g->w;
         for (int64_t oy = 0; oy < g->oh; oy++) {
-            int64_t y0 = kern_adaptive_start(oy, g->h, g->oh), y1 = kern_adaptive_end(oy, g->h, g->oh);
+            int64_t y0 = kern_adaptive_start(oy, g->h, g->oh),
+                    y1 = kern_adaptive_end(oy, g->h, g->oh);
             for (int64_t ox = 0; ox < g->ow; ox++) {
                 int64_t x0 = kern_adaptive_start(ox, g->w, g->ow);
                 int64_t x1 = kern_adaptive_end(ox, g->w, g->ow);
@@ -151,9 +153,8 @@ static void kern_adaptive_planes(void *ctx, int64_t begin, int64_t end) {
                         sum += v;
                         sum32 += (float)v;
                     }
-                double r = j->dt == KERN_F32
-                               ? (double)(sum32 / (float)(y1 - y0) / (float)(x1 - x0))
-                               : sum / (double)(y1 - y0) / (double)(x1 - x0);
+                double r = j->dt == KERN_F32 ? (double)(sum32 / (float)(y1 - y0) / (float)(x1 - x0))
+                                             : sum / (double)(y1 - y0) / (double)(x1 - x0);
                 kern_store(j->dt, j->out, (p * g->oh + oy) * g->ow + ox, r);
             }
         }
@@ -165,8 +166,8 @@ int cai_kern_adaptive_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const v
         return -1;
     kern_pool_job j = {dt, g, x, out, NULL, NULL, NULL};
     int64_t per = g->h * g->w;
-    cai_kern_parallel_for(g->planes, per >= KERN_GRAIN ? 1 : KERN_GRAIN / per,
-                          kern_adaptive_planes, &j);
+    cai_kern_parallel_for(g->planes, per >= KERN_GRAIN ? 1 : KERN_GRAIN / per, kern_adaptive_planes,
+                          &j);
     return 0;
 }
 

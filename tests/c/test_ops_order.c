@@ -104,8 +104,8 @@ static ca_status g_max_pool(ca_tensor *x, ca_tensor **o) {
                          (int64_t[]){1, 2}, true, o, NULL);
 }
 static ca_status g_avg_pool(ca_tensor *x, ca_tensor **o) {
-    return ca_avg_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){2, 2}, (int64_t[]){1, 1}, true, false,
-                         0, o);
+    return ca_avg_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){2, 2}, (int64_t[]){1, 1}, true, false, 0,
+                         o);
 }
 static ca_status g_adaptive(ca_tensor *x, ca_tensor **o) {
     return ca_adaptive_avg_pool2d(x, 3, 2, o);
@@ -117,9 +117,9 @@ Test(ops_order, gradients_match_finite_differences) {
         int nd;
         int64_t shape[4];
     } cases[] = {
-        {g_tril, 3, {2, 3, 4}},       {g_triu, 2, {4, 3}},         {g_cumsum, 3, {2, 5, 3}},
-        {g_sort, 2, {5, 3}},          {g_topk, 2, {3, 6}},         {g_max_pool, 4, {2, 2, 5, 4}},
-        {g_avg_pool, 3, {2, 5, 6}},   {g_adaptive, 4, {1, 2, 7, 5}},
+        {g_tril, 3, {2, 3, 4}},     {g_triu, 2, {4, 3}},           {g_cumsum, 3, {2, 5, 3}},
+        {g_sort, 2, {5, 3}},        {g_topk, 2, {3, 6}},           {g_max_pool, 4, {2, 2, 5, 4}},
+        {g_avg_pool, 3, {2, 5, 6}}, {g_adaptive, 4, {1, 2, 7, 5}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ca_tensor *x = tu_randn(CA_FLOAT64, cases[k].nd, cases[k].shape, true);
