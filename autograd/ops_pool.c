@@ -116,17 +116,20 @@ static kern_pool_geom pool_geom(const ca_attrs *a, const ca_meta *x, const ca_me
 
 /* ---------------------------------------------------------------------------------------
  * max_pool2d: the result, its int64 indices (aux 0), and when a node will be recorded the
- * one-hot mask [planes, 1, kh*kw, oh, ow] of each window's winner (aux 1)
+ * one-hot mask [batch..., kh*kw, oh, ow] of each window's winner (aux 1)
  */
 static ca_status max_pool_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
                                   const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                                   ca_tensor **aux) {
     ca_tensor *xc = NULL, *r = NULL;
-    ca_meta xm, im = *m, mm = {.dtype = m->dtype, .ndim = 5};
+    ca_meta xm, im = *m, mm = *m;
     cai_tensor_meta(in[0], &xm);
     kern_pool_geom g = pool_geom(a, &xm, m);
-    int64_t mshape[5] = {g.planes, 1, g.kh * g.kw, g.oh, g.ow};
-    memcpy(mm.shape, mshape, sizeof mshape);
+    /* the mask [batch..., kh*kw, oh, ow]: the kernel's [planes, kh*kw, oh*ow] */
+    mm.ndim = m->ndim + 1;
+    mm.shape[m->ndim - 2] = g.kh * g.kw;
+    mm.shape[m->ndim - 1] = g.oh;
+    mm.shape[m->ndim] = g.ow;
     im.dtype = CA_INT64;
     bool want_mask = cai_grad_mode_enabled() && in[0]->requires_grad;
     ca_status st = cai_tensor_contiguous(in[0], &xc);
@@ -186,44 +189,51 @@ static ca_status avg_pool_forward(const ca_op_def *row, ca_tensor *const *in, in
 }
 
 /* ---------------------------------------------------------------------------------------
- * The derivatives: columns [planes, 1, kh*kw, oh*ow] folded back by col2im. Every size
- * comes from a meta (planes from a value reshaped with -1), so sizes stay symbolic.
+ * The derivatives: per-window columns [batch..., kh*kw, oh, ow] (the output's batch dims),
+ * folded back by col2im over planes [planes, 1, kh*kw, oh*ow]. Every size comes from a
+ * meta (planes from a reshape with -1), so sizes stay symbolic; the saved mask and
+ * divisors share the gradient's batch dims, so a dynamic batch size unifies with theirs.
  */
-static ca_bval pool_fold(ca_builder *b, const ca_node *n, ca_bval cols5) {
-    const ca_meta *cm = bx_meta(b, cols5), *x = &n->in_meta[0];
-    if (!cm)
+static int64_t pool_window(const ca_node *n) {
+    return n->attrs.dims.v[POOL_KH] * n->attrs.dims.v[POOL_KW];
+}
+
+static ca_bval pool_fold(ca_builder *b, const ca_node *n, ca_bval cols) {
+    const ca_meta *o = &n->out_meta, *x = &n->in_meta[0];
+    ca_ints flat = {.n = 4,
+                    .v = {-1, pool_window(n), o->shape[o->ndim - 2], o->shape[o->ndim - 1]}};
+    ca_bval planes = bx_unsqueeze(b, bx_reshape_ints(b, cols, &flat), 1);
+    const ca_meta *pm = bx_meta(b, planes);
+    if (!pm)
         return NULL;
-    ca_ints cols_shape = {.n = 4, .v = {cm->shape[0], 1, cm->shape[2], -1}};
-    ca_bval cols = bx_reshape_ints(b, cols5, &cols_shape);
+    ca_ints cols_shape = {.n = 4, .v = {pm->shape[0], 1, pool_window(n), -1}};
     int64_t ends = n->attrs.i[3];
     ca_attrs a = {
         .dims = n->attrs.dims,
         .i = {1, ends & 0xffffffff, ends >> 32},
-        .shape = {.n = 4, .v = {cm->shape[0], 1, x->shape[x->ndim - 2], x->shape[x->ndim - 1]}}};
-    ca_bval img = bx_apply(b, CA_OP_COL2IM, 1, &cols, &a);
-    return bx_reshape(b, img, x);
+        .shape = {.n = 4, .v = {pm->shape[0], 1, x->shape[x->ndim - 2], x->shape[x->ndim - 1]}}};
+    ca_bval folded = bx_reshape_ints(b, planes, &cols_shape);
+    return bx_reshape(b, bx_apply(b, CA_OP_COL2IM, 1, &folded, &a), x);
 }
 
-/* g as [planes, 1, 1, oh, ow] */
-static ca_bval pool_grad5(ca_builder *b, const ca_node *n, ca_bval g) {
-    const ca_meta *o = &n->out_meta;
-    ca_ints s = {.n = 5, .v = {-1, 1, 1, o->shape[o->ndim - 2], o->shape[o->ndim - 1]}};
-    return bx_reshape_ints(b, g, &s);
+/* g as [batch..., 1, oh, ow] */
+static ca_bval pool_grad_cols(ca_builder *b, const ca_node *n, ca_bval g) {
+    return bx_unsqueeze(b, g, n->out_meta.ndim - 2);
 }
 
 /* each window's gradient goes to its winner: g times the one-hot mask, folded */
 static void max_pool_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = pool_fold(b, n, bx_mul(b, pool_grad5(b, n, g), bx_saved(b, n, 0)));
+    gin[0] = pool_fold(b, n, bx_mul(b, pool_grad_cols(b, n, g), bx_saved(b, n, 0)));
 }
 
 /* each window's gradient over its divisor, spread over the window, folded */
 static void avg_pool_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    ca_bval q = bx_div(b, pool_grad5(b, n, g), bx_saved(b, n, 0));
+    ca_bval q = bx_div(b, pool_grad_cols(b, n, g), bx_saved(b, n, 0));
     const ca_meta *qm = bx_meta(b, q);
     if (!qm)
         return;
     ca_meta wide = *qm;
-    wide.shape[2] = n->attrs.dims.v[POOL_KH] * n->attrs.dims.v[POOL_KW];
+    wide.shape[wide.ndim - 3] = pool_window(n);
     gin[0] = pool_fold(b, n, bx_expand(b, q, &wide));
 }
 
