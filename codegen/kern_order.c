@@ -72,29 +72,60 @@ typedef struct {
     void *out;
 } kern_scan_job;
 
+/* One line or block of lines: acc[i] += x, y = acc, for every step along n. T is the
+ * element type, A the accumulator's (double for floats, as PyTorch; wrapping uint64_t for
+ * int64). */
+#define KERN_SCAN_BODY(T, A)                                                                       \
+    do {                                                                                           \
+        const T *x = (const T *)j->x;                                                              \
+        T *y = (T *)j->out;                                                                        \
+        A acc[KERN_SCAN_CHUNK];                                                                    \
+        for (int64_t i = 0; i < w; i++)                                                            \
+            acc[i] = 0;                                                                            \
+        for (int64_t s = 0; s < j->n; s++) {                                                       \
+            int64_t k = j->reverse ? j->n - 1 - s : s;                                             \
+            int64_t base = (o * j->n + k) * j->inner + i0;                                         \
+            for (int64_t i = 0; i < w; i++) {                                                      \
+                acc[i] += (A)x[base + i];                                                          \
+                y[base + i] = (T)acc[i];                                                           \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* The same for contiguous lines (inner == 1): one accumulator, unit stride. */
+#define KERN_SCAN_LINE(T, A)                                                                       \
+    do {                                                                                           \
+        const T *x = (const T *)j->x + u * j->n;                                                   \
+        T *y = (T *)j->out + u * j->n;                                                             \
+        A acc = 0;                                                                                 \
+        if (j->reverse)                                                                            \
+            for (int64_t k = j->n - 1; k >= 0; k--)                                                \
+                y[k] = (T)(acc += (A)x[k]);                                                        \
+        else                                                                                       \
+            for (int64_t k = 0; k < j->n; k++)                                                     \
+                y[k] = (T)(acc += (A)x[k]);                                                        \
+    } while (0)
+
+static void kern_scan_lines(void *ctx, int64_t begin, int64_t end) {
+    const kern_scan_job *j = ctx;
+    for (int64_t u = begin; u < end; u++) {
+        switch (j->dt) {
+        case KERN_F32: KERN_SCAN_LINE(float, double); break;
+        case KERN_F64: KERN_SCAN_LINE(double, double); break;
+        default: KERN_SCAN_LINE(int64_t, uint64_t); break;
+        }
+    }
+}
+
 static void kern_scan_units(void *ctx, int64_t begin, int64_t end) {
     const kern_scan_job *j = ctx;
-    double acc[KERN_SCAN_CHUNK];
-    int64_t iacc[KERN_SCAN_CHUNK];
     for (int64_t u = begin; u < end; u++) {
         int64_t o = u / j->n_chunks, i0 = (u % j->n_chunks) * KERN_SCAN_CHUNK;
         int64_t w = j->inner - i0 < KERN_SCAN_CHUNK ? j->inner - i0 : KERN_SCAN_CHUNK;
-        memset(acc, 0, sizeof acc);
-        memset(iacc, 0, sizeof iacc);
-        for (int64_t s = 0; s < j->n; s++) {
-            int64_t k = j->reverse ? j->n - 1 - s : s;
-            int64_t base = (o * j->n + k) * j->inner + i0;
-            if (j->dt == KERN_I64) {
-                const int64_t *x = (const int64_t *)j->x + base;
-                int64_t *y = (int64_t *)j->out + base;
-                for (int64_t i = 0; i < w; i++)
-                    y[i] = iacc[i] = (int64_t)((uint64_t)iacc[i] + (uint64_t)x[i]);
-                continue;
-            }
-            for (int64_t i = 0; i < w; i++) {
-                acc[i] += kern_load(j->dt, j->x, base + i);
-                kern_store(j->dt, j->out, base + i, acc[i]);
-            }
+        switch (j->dt) {
+        case KERN_F32: KERN_SCAN_BODY(float, double); break;
+        case KERN_F64: KERN_SCAN_BODY(double, double); break;
+        default: KERN_SCAN_BODY(int64_t, uint64_t); break;
         }
     }
 }
@@ -109,7 +140,7 @@ int cai_kern_cumsum(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, cons
     kern_scan_job j = {dt, n, inner, n_chunks, reverse, x, out};
     int64_t per = n * (inner < KERN_SCAN_CHUNK ? inner : KERN_SCAN_CHUNK);
     cai_kern_parallel_for(outer * n_chunks, per >= KERN_GRAIN ? 1 : KERN_GRAIN / per,
-                          kern_scan_units, &j);
+                          inner == 1 ? kern_scan_lines : kern_scan_units, &j);
     return 0;
 }
 

@@ -21,64 +21,86 @@ typedef struct {
     const void *div;  /* avg: the divisor of each output position, [oh * ow] */
 } kern_pool_job;
 
+/* The first window row or column at or after 0 that the window starting at `start` with
+ * dilation d reads: the number of taps to skip. */
+static int64_t kern_pool_skip(int64_t start, int64_t d) {
+    return start < 0 ? (-start + d - 1) / d : 0;
+}
+
+/* One plane of max pooling with element type T: the first largest value of each window,
+ * or its last NaN (PyTorch's `val > max || isnan(val)`). */
+#define KERN_MAX_POOL_PLANE(T)                                                                     \
+    do {                                                                                           \
+        const T *x = (const T *)j->x + p * g->h * g->w;                                            \
+        T *out = (T *)j->out + p * L, *mask = j->mask ? (T *)j->mask + p * K * L : NULL;           \
+        if (mask)                                                                                  \
+            memset(mask, 0, sizeof(T) * (size_t)(K * L));                                          \
+        for (int64_t o = 0; o < L; o++) {                                                          \
+            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
+            int64_t best = -1, best_k = 0;                                                         \
+            T bv = 0;                                                                              \
+            for (int64_t ki = kern_pool_skip(y0, g->dh); ki < g->kh; ki++) {                       \
+                int64_t y = y0 + ki * g->dh;                                                       \
+                if (y >= g->h)                                                                     \
+                    break;                                                                         \
+                for (int64_t kj = kern_pool_skip(x0, g->dw); kj < g->kw; kj++) {                   \
+                    int64_t xx = x0 + kj * g->dw;                                                  \
+                    if (xx >= g->w)                                                                \
+                        break;                                                                     \
+                    T v = x[y * g->w + xx];                                                        \
+                    if (best < 0 || v > bv || v != v) {                                            \
+                        bv = v;                                                                    \
+                        best = y * g->w + xx;                                                      \
+                        best_k = ki * g->kw + kj;                                                  \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            out[o] = best >= 0 ? bv : (T)-INFINITY;                                                \
+            j->indices[p * L + o] = best;                                                          \
+            if (mask && best >= 0)                                                                 \
+                mask[best_k * L + o] = 1;                                                          \
+        }                                                                                          \
+    } while (0)
+
 static void kern_max_pool_planes(void *ctx, int64_t begin, int64_t end) {
     const kern_pool_job *j = ctx;
     const kern_pool_geom *g = j->g;
     int64_t L = g->oh * g->ow, K = g->kh * g->kw;
     for (int64_t p = begin; p < end; p++) {
-        int64_t base = p * g->h * g->w;
-        for (int64_t o = 0; o < L; o++) {
-            int64_t oy = o / g->ow, ox = o % g->ow, best = -1, best_k = 0;
-            double bv = -INFINITY;
-            for (int64_t ki = 0; ki < g->kh; ki++) {
-                int64_t y = oy * g->sh - g->ph + ki * g->dh;
-                if (y < 0 || y >= g->h)
-                    continue;
-                for (int64_t kj = 0; kj < g->kw; kj++) {
-                    int64_t x = ox * g->sw - g->pw + kj * g->dw;
-                    if (x < 0 || x >= g->w)
-                        continue;
-                    double v = kern_load(j->dt, j->x, base + y * g->w + x);
-                    if (best < 0 || v > bv || isnan(v)) {
-                        bv = v;
-                        best = y * g->w + x;
-                        best_k = ki * g->kw + kj;
-                    }
-                }
-            }
-            int64_t at = p * L + o;
-            kern_store(j->dt, j->out, at, bv);
-            j->indices[at] = best;
-            if (!j->mask)
-                continue;
-            for (int64_t k = 0; k < K; k++)
-                kern_store(j->dt, j->mask, (p * K + k) * L + o, k == best_k && best >= 0);
-        }
+        if (j->dt == KERN_F32)
+            KERN_MAX_POOL_PLANE(float);
+        else
+            KERN_MAX_POOL_PLANE(double);
     }
 }
+
+/* One plane of average pooling with element type T, summed in T (PyTorch's opmath type on
+ * the CPU is the element type for float32 and float64). */
+#define KERN_AVG_POOL_PLANE(T)                                                                     \
+    do {                                                                                           \
+        const T *x = (const T *)j->x + p * g->h * g->w, *div = (const T *)j->div;                  \
+        T *out = (T *)j->out + p * L;                                                              \
+        for (int64_t o = 0; o < L; o++) {                                                          \
+            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
+            int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h;                                    \
+            int64_t x1 = x0 + g->kw < g->w ? x0 + g->kw : g->w;                                    \
+            T sum = 0;                                                                             \
+            for (int64_t y = y0 < 0 ? 0 : y0; y < y1; y++)                                         \
+                for (int64_t xx = x0 < 0 ? 0 : x0; xx < x1; xx++)                                  \
+                    sum += x[y * g->w + xx];                                                       \
+            out[o] = sum / div[o];                                                                 \
+        }                                                                                          \
+    } while (0)
 
 static void kern_avg_pool_planes(void *ctx, int64_t begin, int64_t end) {
     const kern_pool_job *j = ctx;
     const kern_pool_geom *g = j->g;
     int64_t L = g->oh * g->ow;
     for (int64_t p = begin; p < end; p++) {
-        int64_t base = p * g->h * g->w;
-        for (int64_t o = 0; o < L; o++) {
-            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;
-            int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h;
-            int64_t x1 = x0 + g->kw < g->w ? x0 + g->kw : g->w;
-            double sum = 0;
-            float sum32 = 0;
-            for (int64_t y = y0 < 0 ? 0 : y0; y < y1; y++)
-                for (int64_t x = x0 < 0 ? 0 : x0; x < x1; x++) {
-                    double v = kern_load(j->dt, j->x, base + y * g->w + x);
-                    sum += v;
-                    sum32 += (float)v;
-                }
-            double d = kern_load(j->dt, j->div, o);
-            double r = j->dt == KERN_F32 ? (double)(sum32 / (float)d) : sum / d;
-            kern_store(j->dt, j->out, p * L + o, r);
-        }
+        if (j->dt == KERN_F32)
+            KERN_AVG_POOL_PLANE(float);
+        else
+            KERN_AVG_POOL_PLANE(double);
     }
 }
 
