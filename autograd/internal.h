@@ -599,10 +599,12 @@ typedef enum {
     /* position and order (ops_order.c, ops_sort.c) */
     CA_OP_TRIL, /* attrs.i[0] = diagonal */
     CA_OP_TRIU,
-    CA_OP_CUMSUM,      /* i[0] = dim, i[1] = 1: summed from the end (the derivative) */
-    CA_OP_SORT,        /* i[0] = dim, i[1] = descending, i[2] = stable; aux 0: indices */
-    CA_OP_SORT_STABLE, /* the same, under SortBackward1 (stable=True) */
-    CA_OP_TOPK,        /* i[0] = dim, i[1] = largest, i[2] = sorted, i[3] = k */
+    CA_OP_CUMSUM,           /* i[0] = dim, i[1] = 1: summed from the end (the derivative) */
+    CA_OP_CUMPROD,          /* i[0] = dim */
+    CA_OP_CUMPROD_BACKWARD, /* internal: (x, cumprod(x), g) -> cumprod's derivative */
+    CA_OP_SORT,             /* i[0] = dim, i[1] = descending, i[2] = stable; aux 0: indices */
+    CA_OP_SORT_STABLE,      /* the same, under SortBackward1 (stable=True) */
+    CA_OP_TOPK,             /* i[0] = dim, i[1] = largest, i[2] = sorted, i[3] = k */
     /* pooling (ops_pool.c): dims = kh, kw, sh, sw, ph, pw, dh, dw; i[0] = ceil_mode */
     CA_OP_MAX_POOL2D,
     CA_OP_AVG_POOL2D,          /* i[1] = count_include_pad, i[2] = divisor_override (0: none) */

@@ -1,5 +1,6 @@
 /* ops_order.c - ops whose result depends on element positions: tril and triu (keep one side
- * of a diagonal of the last two dims), and cumsum (running sums along a dim).
+ * of a diagonal of the last two dims), cumsum and cumprod (running sums and products along
+ * a dim).
  *
  * tril and triu save the kept/zeroed pattern of one matrix as a mask (aux output 0, of the
  * last two dims only), so their derivative is a pointwise where(mask, g, 0) that the
@@ -140,6 +141,75 @@ ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * cumprod(x, dim): attrs.i[0] = dim. Its derivative is an internal row of its own,
+ * cumprod_backward(x, result, g), exact where x has zeros.
+ */
+static ca_status cumprod_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                 const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                 ca_tensor **aux) {
+    ca_tensor *xc = NULL, *r = NULL;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
+    ca_status st = cai_tensor_contiguous(in[0], &xc);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_kern_status(
+            cai_kern_cumprod(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc), cai_tensor_ptr(r)),
+            "cumprod");
+    ca_tensor_release(xc);
+    return finish(st, r, out);
+}
+
+static void cumprod_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_attrs a = {.i = {n->attrs.i[0]}};
+    ca_bval in[3] = {bx_saved(b, n, 0), bx_saved(b, n, 1), g};
+    gin[0] = bx_apply(b, CA_OP_CUMPROD_BACKWARD, 3, in, &a);
+}
+
+static ca_status cumprod_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                  ca_meta *out) {
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
+    for (int k = 1; k < 3; k++)
+        if (in[k].dtype != in[0].dtype || !cai_meta_same_shape(&in[k], &in[0]))
+            return err_set(CA_STATUS_SHAPE,
+                           "cumprod_backward: input %d is %s %s, expected %s %s like the input", k,
+                           ca_dtype_name(in[k].dtype), cai_meta_str(&in[k], b1, sizeof b1),
+                           ca_dtype_name(in[0].dtype), cai_meta_str(&in[0], b2, sizeof b2));
+    CA_CHECK(cai_dim_normalize(&a->i[0], in[0].ndim, "cumprod_backward"));
+    *out = in[0];
+    return CA_OK;
+}
+
+static ca_status cumprod_bw_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                    const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                    ca_tensor **aux) {
+    ca_tensor *c[3] = {0}, *r = NULL;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
+    ca_status st = CA_OK;
+    for (int k = 0; k < 3 && st == CA_OK; k++)
+        st = cai_tensor_contiguous(in[k], &c[k]);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_kern_status(cai_kern_cumprod_backward(
+                                    kdt(m->dtype), outer, n, inner, cai_tensor_ptr(c[0]),
+                                    cai_tensor_ptr(c[1]), cai_tensor_ptr(c[2]), cai_tensor_ptr(r)),
+                                "cumprod_backward");
+    cai_op_release_all(c, 3);
+    return finish(st, r, out);
+}
+
+ca_status ca_cumprod(ca_tensor *x, int64_t dim, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_cumprod");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_cumprod");
+    ca_attrs a = {.i = {dim}};
+    return cai_op_call1(CA_OP_CUMPROD, x, &a, out);
+}
+
+/* ---------------------------------------------------------------------------------------
  * The rows
  */
 #define TRI_ROW(ID, NAME, NODE)                                                                    \
@@ -166,6 +236,26 @@ static const ca_op_def rows[] = {
      .shape = cumsum_shape,
      .forward = cumsum_forward,
      .backward = cumsum_backward},
+    {.id = CA_OP_CUMPROD,
+     .name = "cumprod",
+     .node_name = "CumprodBackward0",
+     .fusion = CA_FUSE_OPAQUE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 3,
+     .fields = {F_IN("self", 0), F_RESULT, F_INT("dim", 0)},
+     .shape = cumsum_shape,
+     .forward = cumprod_forward,
+     .backward = cumprod_backward},
+    {.id = CA_OP_CUMPROD_BACKWARD,
+     .name = "cumprod_backward",
+     .node_name = "CumprodBackwardBackward0",
+     .fusion = CA_FUSE_OPAQUE,
+     .flags = CA_OPF_NONDIFF,
+     .n_in_min = 3,
+     .n_in_max = 3,
+     .shape = cumprod_bw_shape,
+     .forward = cumprod_bw_forward},
 };
 
 const ca_op_group cai_ops_order = {rows, sizeof rows / sizeof rows[0]};

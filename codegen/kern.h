@@ -231,6 +231,13 @@ int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64
                  const void *x, void *out);
 int cai_kern_cumsum(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
                     void *out, bool reverse);
+/* cumprod: out[o, k, i] = product of x[o, 0..k, i]. cumprod_backward: the gradient of
+ * sum(g * cumprod(x)) for x, y = cumprod(x), exact where x has zeros (f32/f64). All
+ * contiguous; 0 or -1. */
+int cai_kern_cumprod(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                     void *out);
+int cai_kern_cumprod_backward(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                              const void *y, const void *g, void *out);
 int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x, int64_t k,
                   bool descending, void *values, int64_t *indices);
 

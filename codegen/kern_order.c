@@ -228,3 +228,87 @@ int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const 
                           &j);
     return j.failed ? -2 : 0;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * cumprod and its derivative. Floats accumulate in double, as PyTorch's CPU kernel.
+ */
+typedef struct {
+    kern_dtype dt;
+    int64_t n, inner;
+    const void *x, *y, *g;
+    void *out;
+} kern_prod_job;
+
+static void kern_cumprod_lines(void *ctx, int64_t begin, int64_t end) {
+    const kern_prod_job *j = ctx;
+    for (int64_t u = begin; u < end; u++) {
+        int64_t at = (u / j->inner) * j->n * j->inner + u % j->inner;
+        if (j->dt == KERN_I64) {
+            uint64_t acc = 1;
+            for (int64_t k = 0; k < j->n; k++, at += j->inner) {
+                acc *= (uint64_t)((const int64_t *)j->x)[at];
+                ((int64_t *)j->out)[at] = (int64_t)acc;
+            }
+            continue;
+        }
+        double acc = 1;
+        for (int64_t k = 0; k < j->n; k++, at += j->inner) {
+            acc *= kern_load(j->dt, j->x, at);
+            kern_store(j->dt, j->out, at, acc);
+        }
+    }
+}
+
+/* One line of the derivative: before the first zero z of x, dx_k = (sum over i >= k of
+ * g_i y_i) / x_k; at z, y_{z-1} times (g_z + sum over i > z of g_i x_{z+1} ... x_i); after
+ * it, 0 (every product through them holds x_z = 0). */
+static void kern_cumprod_bw_lines(void *ctx, int64_t begin, int64_t end) {
+    const kern_prod_job *j = ctx;
+    int64_t s = j->inner;
+    for (int64_t u = begin; u < end; u++) {
+        int64_t at0 = (u / s) * j->n * s + u % s, z = 0;
+        while (z < j->n && kern_load(j->dt, j->x, at0 + z * s) != 0)
+            z++;
+        double acc = 0;
+        for (int64_t k = z - 1; k >= 0; k--) {
+            int64_t at = at0 + k * s;
+            acc += kern_load(j->dt, j->g, at) * kern_load(j->dt, j->y, at);
+            kern_store(j->dt, j->out, at, acc / kern_load(j->dt, j->x, at));
+        }
+        if (z == j->n)
+            continue;
+        double total = kern_load(j->dt, j->g, at0 + z * s), run = 1;
+        for (int64_t k = z + 1; k < j->n; k++) {
+            run *= kern_load(j->dt, j->x, at0 + k * s);
+            total += kern_load(j->dt, j->g, at0 + k * s) * run;
+            kern_store(j->dt, j->out, at0 + k * s, 0.0);
+        }
+        double before = z > 0 ? kern_load(j->dt, j->y, at0 + (z - 1) * s) : 1.0;
+        kern_store(j->dt, j->out, at0 + z * s, before * total);
+    }
+}
+
+static int kern_prod_run(const kern_prod_job *j, int64_t outer, kern_range_fn fn) {
+    if (outer < 0 || j->n < 0 || j->inner < 0)
+        return -1;
+    if (outer == 0 || j->n == 0 || j->inner == 0)
+        return 0;
+    int64_t per = j->n * 4;
+    cai_kern_parallel_for(outer * j->inner, per >= KERN_GRAIN ? 1 : KERN_GRAIN / per, fn,
+                          (void *)j);
+    return 0;
+}
+
+int cai_kern_cumprod(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                     void *out) {
+    kern_prod_job j = {dt, n, inner, x, NULL, NULL, out};
+    return kern_prod_run(&j, outer, kern_cumprod_lines);
+}
+
+int cai_kern_cumprod_backward(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                              const void *y, const void *g, void *out) {
+    if (dt == KERN_I64)
+        return -1;
+    kern_prod_job j = {dt, n, inner, x, y, g, out};
+    return kern_prod_run(&j, outer, kern_cumprod_bw_lines);
+}

@@ -879,6 +879,9 @@ ca_status ca_index_fill_tensor(ca_tensor *x, int64_t dim, ca_tensor *index, ca_t
 ca_status ca_tril(ca_tensor *x, int64_t diagonal, ca_tensor **out);
 ca_status ca_triu(ca_tensor *x, int64_t diagonal, ca_tensor **out);
 ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out);
+/* cumprod: running products along dim (floats in double); the gradient is exact where x
+ * has zeros. */
+ca_status ca_cumprod(ca_tensor *x, int64_t dim, ca_tensor **out);
 ca_status ca_sort(ca_tensor *x, int64_t dim, bool descending, bool stable, ca_tensor **values,
                   ca_tensor **indices);
 ca_status ca_topk(ca_tensor *x, int64_t k, int64_t dim, bool largest, bool sorted,

@@ -1,5 +1,5 @@
 """Ops whose result depends on element order or position, with PyTorch's signatures:
-cumsum, sort, argsort and topk (tril and triu come from the op registry, cagrad/_ops.py).
+cumsum, cumprod, sort, argsort and topk (tril and triu come from the op registry, cagrad/_ops.py).
 
 sort and topk return torch.return_types-like named pairs (values, indices); the C ops
 (ops_sort.c) always sort stably, which PyTorch allows for stable=False too.
@@ -48,6 +48,14 @@ def cumsum(input, dim, *, dtype=None, out=None):
     if out is not None:
         _no_out("cumsum")
     return _C.cumsum(_cast(input, dtype), _dim(dim, "cumsum"))
+
+
+def cumprod(input, dim, *, dtype=None, out=None):
+    """Running products along dim; dtype= converts the input first, as PyTorch."""
+    _input("cumprod", input)
+    if out is not None:
+        _no_out("cumprod")
+    return _C.cumprod(_cast(input, dtype), _dim(dim, "cumprod"))
 
 
 def sort(input, dim=-1, descending=False, *, stable=False, out=None):

@@ -599,7 +599,7 @@ for _name in (
 ).split():
     setattr(Tensor, _name, getattr(F, _name))
 del _name
-for _name in ("cumsum", "sort", "argsort", "topk"):  # position and order (_order.py)
+for _name in ("cumsum", "cumprod", "sort", "argsort", "topk"):  # position and order (_order.py)
     setattr(Tensor, _name, getattr(_order, _name))
 del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)

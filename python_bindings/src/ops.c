@@ -122,6 +122,7 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
       ca_index_fill_tensor(T(0), I(1), T(2), T(3), out))                                        \
     /* position and order */                                                                    \
     X(cumsum, "x:t dim:i", ca_cumsum(T(0), I(1), out))                                          \
+    X(cumprod, "x:t dim:i", ca_cumprod(T(0), I(1), out))                                        \
     /* linear algebra */                                                                        \
     BINARY(X, matmul) BINARY(X, mm) BINARY(X, bmm)                                              \
     X(linear, "x:t w:t b:T", ca_linear(T(0), T(1), T(2), out))                                  \

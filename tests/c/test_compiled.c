@@ -545,6 +545,9 @@ static ca_status u_cumsum0(ca_tensor *x, ca_tensor **o) {
 static ca_status u_cumsum_last(ca_tensor *x, ca_tensor **o) {
     return ca_cumsum(x, -1, o);
 }
+static ca_status u_cumprod(ca_tensor *x, ca_tensor **o) {
+    return ca_cumprod(x, 1, o);
+}
 static ca_status u_sort_values(ca_tensor *x, ca_tensor **o) {
     ca_tensor *idx = NULL;
     ca_status st = ca_sort(x, -1, true, false, o, &idx);
@@ -560,9 +563,8 @@ static ca_status u_topk_values(ca_tensor *x, ca_tensor **o) {
 
 Test(compiled, order_ops) {
     static const un_case cases[] = {
-        {"cumsum dim 0", u_cumsum0, false},
-        {"cumsum dim -1", u_cumsum_last, false},
-        {"sort descending", u_sort_values, false},
+        {"cumsum dim 0", u_cumsum0, false},      {"cumsum dim -1", u_cumsum_last, false},
+        {"cumprod", u_cumprod, false},           {"sort descending", u_sort_values, false},
         {"topk smallest", u_topk_values, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -87,6 +87,12 @@ static ca_status g_triu(ca_tensor *x, ca_tensor **o) {
 static ca_status g_cumsum(ca_tensor *x, ca_tensor **o) {
     return ca_cumsum(x, 1, o);
 }
+static ca_status g_cumprod(ca_tensor *x, ca_tensor **o) {
+    return ca_cumprod(x, 0, o);
+}
+static ca_status g_cumprod_last(ca_tensor *x, ca_tensor **o) {
+    return ca_cumprod(x, -1, o);
+}
 static ca_status g_sort(ca_tensor *x, ca_tensor **o) {
     ca_tensor *i = NULL;
     ca_status st = ca_sort(x, 0, true, false, o, &i);
@@ -117,15 +123,24 @@ Test(ops_order, gradients_match_finite_differences) {
         int nd;
         int64_t shape[4];
     } cases[] = {
-        {g_tril, 3, {2, 3, 4}},     {g_triu, 2, {4, 3}},           {g_cumsum, 3, {2, 5, 3}},
-        {g_sort, 2, {5, 3}},        {g_topk, 2, {3, 6}},           {g_max_pool, 4, {2, 2, 5, 4}},
-        {g_avg_pool, 3, {2, 5, 6}}, {g_adaptive, 4, {1, 2, 7, 5}},
+        {g_tril, 3, {2, 3, 4}},        {g_triu, 2, {4, 3}},        {g_cumsum, 3, {2, 5, 3}},
+        {g_sort, 2, {5, 3}},           {g_cumprod, 2, {4, 3}},     {g_topk, 2, {3, 6}},
+        {g_max_pool, 4, {2, 2, 5, 4}}, {g_avg_pool, 3, {2, 5, 6}}, {g_adaptive, 4, {1, 2, 7, 5}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ca_tensor *x = tu_randn(CA_FLOAT64, cases[k].nd, cases[k].shape, true);
         tu_gradcheck(call_unary, 1, &x, (void *)cases[k].f, 1e-7, 1e-5);
         ca_tensor_release(x);
     }
+}
+
+/* Zeros: the gradient at the first zero is the product of the others along the way, and
+ * after it 0; central differences agree. */
+Test(ops_order, cumprod_gradient_through_zeros) {
+    ca_tensor *x =
+        tu_from(CA_FLOAT64, TU_SHAPE(2, 4), (double[]){1.5, 0, 2, -0.5, 0, 3, 0, 2}, true);
+    tu_gradcheck(call_unary, 1, &x, (void *)g_cumprod_last, 1e-7, 1e-5);
+    ca_tensor_release(x);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ CASES = [
     ("cumsum0", lambda L, x: L.cumsum(x, 0)),
     ("cumsum-1", lambda L, x: x.cumsum(-1)),
     ("cumsum_dtype", lambda L, x: L.cumsum(x, 1, dtype=L.float64)),
+    ("cumprod1", lambda L, x: L.cumprod(x * 0.5, 1)),
+    ("cumprod0_dtype", lambda L, x: x.cumprod(0, dtype=L.float64)),
     ("sort", lambda L, x: L.sort(x).values),
     ("sort_desc_dim0", lambda L, x: L.sort(x, dim=0, descending=True)[0]),
     ("sort_stable", lambda L, x: x.sort(dim=1, stable=True).values),
@@ -78,6 +80,21 @@ def test_gradcheck_float64(name, fn, compiled, rng):
                                atol=1e-7, err_msg=name)
 
 
+@MODES
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cumprod_gradient_through_zeros_like_torch(dtype, compiled):
+    """One zero, two zeros and a zero first in a line: the gradient at and after the first
+    zero is exact, as PyTorch's (not a division by zero)."""
+    x = np.array([[1.5, 0.0, 2.0, -0.5], [0.0, 3.0, 0.0, 2.0], [2.0, -1.5, 0.5, 0.0],
+                  [0.5, 2.0, -3.0, 1.5]], dtype=dtype)
+    g = np.arange(1.0, 17.0).reshape(4, 4).astype(dtype)
+    cx, tx = ca.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    with compiled_ctx(compiled):
+        backward_checked((ca.cumprod(cx, 1) * ca.tensor(g)).sum(), compiled)
+    (torch.cumprod(tx, 1) * torch.tensor(g)).sum().backward()
+    assert_close(cx.grad, tx.grad)
+
+
 def test_sort_ties_keep_their_order_like_torch_stable_sort():
     x = [2.0, 1.0, 2.0, 0.0, 1.0, 2.0, 1.0]
     for descending in (False, True):
@@ -129,7 +146,8 @@ def test_results_are_named_pairs():
 def test_int64_inputs_like_torch():
     x = [[5, -3, 7], [2, 2, -9]]
     ci, ti = ca.tensor(x), torch.tensor(x)
-    for fn in (lambda L, t: L.cumsum(t, 1), lambda L, t: L.sort(t, 1).values,
+    for fn in (lambda L, t: L.cumsum(t, 1), lambda L, t: L.cumprod(t, 0),
+               lambda L, t: L.sort(t, 1).values,
                lambda L, t: L.sort(t, 0, descending=True).indices,
                lambda L, t: L.topk(t, 2).indices, lambda L, t: L.tril(t),
                lambda L, t: L.triu(t, 1)):
@@ -181,7 +199,7 @@ def test_bad_arguments_fail_like_torch(call, needle):
 
 
 def test_out_is_refused_by_name():
-    for fname in ("cumsum", "sort", "topk"):
+    for fname in ("cumsum", "cumprod", "sort", "topk"):
         args = (ca.ones(3), 1) if fname == "topk" else (ca.ones(3), 0)
         with pytest.raises(NotImplementedError, match=f"{fname}.*out="):
             getattr(ca, fname)(*args, out=ca.ones(3))
