@@ -212,19 +212,18 @@ ca_status ca_cumprod(ca_tensor *x, int64_t dim, ca_tensor **out) {
 /* ---------------------------------------------------------------------------------------
  * The rows
  */
-#define TRI_ROW(ID, NAME, NODE)                                                                    \
+#define TRI_ROW(ID, NAME, NODE, SCHEMA)                                                            \
     {                                                                                              \
-        .id = (ID), .name = NAME, .node_name = NODE, .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,      \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,  \
         .n_in_max = 1, .n_fields = 2,                                                              \
         .fields = {{"mask", FIELD_TENSOR, FROM_AUX, 0}, F_INT("diagonal", 0)}, .shape = tri_shape, \
-        .forward = tri_forward, .backward = tri_backward,                                          \
-        .schema = NAME "(Tensor input, int diagonal=0)",                                           \
+        .forward = tri_forward, .backward = tri_backward, .schema = (SCHEMA),                      \
         .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT                                      \
     }
 
 static const ca_op_def rows[] = {
-    TRI_ROW(CA_OP_TRIL, "tril", "TrilBackward0"),
-    TRI_ROW(CA_OP_TRIU, "triu", "TriuBackward0"),
+    TRI_ROW(CA_OP_TRIL, "tril", "TrilBackward0", "tril(Tensor input, int diagonal=0)"),
+    TRI_ROW(CA_OP_TRIU, "triu", "TriuBackward0", "triu(Tensor input, int diagonal=0)"),
     {.id = CA_OP_CUMSUM,
      .name = "cumsum",
      .node_name = "CumsumBackward0",

@@ -112,7 +112,7 @@ ca_status ca_topk(ca_tensor *x, int64_t k, int64_t dim, bool largest, bool sorte
  */
 #define SORT_ROW(ID, NAME, NODE)                                                                   \
     {                                                                                              \
-        .id = (ID), .name = NAME, .node_name = NODE, .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,      \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,  \
         .n_in_max = 1, .n_fields = 2,                                                              \
         .fields = {{"indices", FIELD_TENSOR, FROM_AUX, 0}, F_INT("dim", 0)}, .shape = sort_shape,  \
         .forward = sort_forward, .backward = sort_backward                                         \

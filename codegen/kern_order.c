@@ -77,17 +77,19 @@ typedef struct {
  * int64). */
 #define KERN_SCAN_BODY(T, A)                                                                       \
     do {                                                                                           \
-        const T *x = (const T *)j->x;                                                              \
-        T *y = (T *)j->out;                                                                        \
-        A acc[KERN_SCAN_CHUNK];                                                                    \
+        typedef T elem_t;                                                                          \
+        typedef A acc_t;                                                                           \
+        const elem_t *x = (const elem_t *)j->x;                                                    \
+        elem_t *y = (elem_t *)j->out;                                                              \
+        acc_t acc[KERN_SCAN_CHUNK];                                                                \
         for (int64_t i = 0; i < w; i++)                                                            \
             acc[i] = 0;                                                                            \
         for (int64_t s = 0; s < j->n; s++) {                                                       \
             int64_t k = j->reverse ? j->n - 1 - s : s;                                             \
             int64_t base = (o * j->n + k) * j->inner + i0;                                         \
             for (int64_t i = 0; i < w; i++) {                                                      \
-                acc[i] += (A)x[base + i];                                                          \
-                y[base + i] = (T)acc[i];                                                           \
+                acc[i] += (acc_t)x[base + i];                                                      \
+                y[base + i] = (elem_t)acc[i];                                                      \
             }                                                                                      \
         }                                                                                          \
     } while (0)
@@ -95,15 +97,17 @@ typedef struct {
 /* The same for contiguous lines (inner == 1): one accumulator, unit stride. */
 #define KERN_SCAN_LINE(T, A)                                                                       \
     do {                                                                                           \
-        const T *x = (const T *)j->x + u * j->n;                                                   \
-        T *y = (T *)j->out + u * j->n;                                                             \
-        A acc = 0;                                                                                 \
+        typedef T elem_t;                                                                          \
+        typedef A acc_t;                                                                           \
+        const elem_t *x = (const elem_t *)j->x + u * j->n;                                         \
+        elem_t *y = (elem_t *)j->out + u * j->n;                                                   \
+        acc_t acc = 0;                                                                             \
         if (j->reverse)                                                                            \
             for (int64_t k = j->n - 1; k >= 0; k--)                                                \
-                y[k] = (T)(acc += (A)x[k]);                                                        \
+                y[k] = (elem_t)(acc += (acc_t)x[k]);                                               \
         else                                                                                       \
             for (int64_t k = 0; k < j->n; k++)                                                     \
-                y[k] = (T)(acc += (A)x[k]);                                                        \
+                y[k] = (elem_t)(acc += (acc_t)x[k]);                                               \
     } while (0)
 
 static void kern_scan_lines(void *ctx, int64_t begin, int64_t end) {

@@ -31,14 +31,16 @@ static int64_t kern_pool_skip(int64_t start, int64_t d) {
  * or its last NaN (PyTorch's `val > max || isnan(val)`). */
 #define KERN_MAX_POOL_PLANE(T)                                                                     \
     do {                                                                                           \
-        const T *x = (const T *)j->x + p * g->h * g->w;                                            \
-        T *out = (T *)j->out + p * L, *mask = j->mask ? (T *)j->mask + p * K * L : NULL;           \
+        typedef T elem_t;                                                                          \
+        const elem_t *x = (const elem_t *)j->x + p * g->h * g->w;                                  \
+        elem_t *out = (elem_t *)j->out + p * L,                                                    \
+               *mask = j->mask ? (elem_t *)j->mask + p * K * L : NULL;                             \
         if (mask)                                                                                  \
-            memset(mask, 0, sizeof(T) * (size_t)(K * L));                                          \
+            memset(mask, 0, sizeof(elem_t) * (size_t)(K * L));                                     \
         for (int64_t o = 0; o < L; o++) {                                                          \
             int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
             int64_t best = -1, best_k = 0;                                                         \
-            T bv = 0;                                                                              \
+            elem_t bv = 0;                                                                         \
             for (int64_t ki = kern_pool_skip(y0, g->dh); ki < g->kh; ki++) {                       \
                 int64_t y = y0 + ki * g->dh;                                                       \
                 if (y >= g->h)                                                                     \
@@ -47,7 +49,7 @@ static int64_t kern_pool_skip(int64_t start, int64_t d) {
                     int64_t xx = x0 + kj * g->dw;                                                  \
                     if (xx >= g->w)                                                                \
                         break;                                                                     \
-                    T v = x[y * g->w + xx];                                                        \
+                    elem_t v = x[y * g->w + xx];                                                   \
                     if (best < 0 || v > bv || v != v) {                                            \
                         bv = v;                                                                    \
                         best = y * g->w + xx;                                                      \
@@ -55,7 +57,7 @@ static int64_t kern_pool_skip(int64_t start, int64_t d) {
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
-            out[o] = best >= 0 ? bv : (T)-INFINITY;                                                \
+            out[o] = best >= 0 ? bv : (elem_t)-INFINITY;                                           \
             j->indices[p * L + o] = best;                                                          \
             if (mask && best >= 0)                                                                 \
                 mask[best_k * L + o] = 1;                                                          \
@@ -78,13 +80,14 @@ static void kern_max_pool_planes(void *ctx, int64_t begin, int64_t end) {
  * the CPU is the element type for float32 and float64). */
 #define KERN_AVG_POOL_PLANE(T)                                                                     \
     do {                                                                                           \
-        const T *x = (const T *)j->x + p * g->h * g->w, *div = (const T *)j->div;                  \
-        T *out = (T *)j->out + p * L;                                                              \
+        typedef T elem_t;                                                                          \
+        const elem_t *x = (const elem_t *)j->x + p * g->h * g->w, *div = (const elem_t *)j->div;   \
+        elem_t *out = (elem_t *)j->out + p * L;                                                    \
         for (int64_t o = 0; o < L; o++) {                                                          \
             int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
             int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h;                                    \
             int64_t x1 = x0 + g->kw < g->w ? x0 + g->kw : g->w;                                    \
-            T sum = 0;                                                                             \
+            elem_t sum = 0;                                                                        \
             for (int64_t y = y0 < 0 ? 0 : y0; y < y1; y++)                                         \
                 for (int64_t xx = x0 < 0 ? 0 : x0; xx < x1; xx++)                                  \
                     sum += x[y * g->w + xx];                                                       \
