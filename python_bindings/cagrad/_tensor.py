@@ -468,6 +468,14 @@ class Tensor(_TensorBase):
         _C.copy_(self, _REGISTRY["triu"](self, diagonal))
         return self
 
+    def cumsum_(self, dim, *, dtype=None):
+        _C.copy_(self, _to_code(_order.cumsum(self, dim, dtype=dtype), self._dtype))
+        return self
+
+    def cumprod_(self, dim, *, dtype=None):
+        _C.copy_(self, _to_code(_order.cumprod(self, dim, dtype=dtype), self._dtype))
+        return self
+
     def zero_(self):
         _C.zero_(self)
         return self
