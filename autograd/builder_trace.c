@@ -153,6 +153,8 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
         return true;
     case CA_OP_NLL_LOSS_BACKWARD: a->op = GOP_NLL_BW; return decode_shape(tb, &at->shape, a);
     case CA_OP_INDEX_FILL: a->op = GOP_INDEX_FILL; return true;
+    case CA_OP_CUMSUM: a->op = GOP_CUMSUM; return true;
+    case CA_OP_CUMPROD_BACKWARD: a->op = GOP_CUMPROD_BW; return true;
     case CA_OP_IM2COL:
     case CA_OP_COL2IM: {
         int64_t p[CAI_CONV_NPARAMS]; /* ops_conv.c's attrs: dims, and the end paddings in i */

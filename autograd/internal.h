@@ -596,6 +596,19 @@ typedef enum {
     CA_OP_CONV2D,
     CA_OP_IM2COL, /* internal: conv2d's unfold */
     CA_OP_COL2IM, /* internal: its adjoint, into attrs.shape */
+    /* position and order (ops_order.c, ops_sort.c) */
+    CA_OP_TRIL, /* attrs.i[0] = diagonal */
+    CA_OP_TRIU,
+    CA_OP_CUMSUM,           /* i[0] = dim, i[1] = 1: summed from the end (the derivative) */
+    CA_OP_CUMPROD,          /* i[0] = dim */
+    CA_OP_CUMPROD_BACKWARD, /* internal: (x, cumprod(x), g) -> cumprod's derivative */
+    CA_OP_SORT,             /* i[0] = dim, i[1] = descending, i[2] = stable; aux 0: indices */
+    CA_OP_SORT_STABLE,      /* the same, under SortBackward1 (stable=True) */
+    CA_OP_TOPK,             /* i[0] = dim, i[1] = largest, i[2] = sorted, i[3] = k */
+    /* pooling (ops_pool.c): dims = kh, kw, sh, sw, ph, pw, dh, dw; i[0] = ceil_mode */
+    CA_OP_MAX_POOL2D,
+    CA_OP_AVG_POOL2D,          /* i[1] = count_include_pad, i[2] = divisor_override (0: none) */
+    CA_OP_ADAPTIVE_AVG_POOL2D, /* i[0], i[1] = output height and width */
 /* the activations (ops_activation.h) */
 #define CA_OP_ENUM_ACTIVATION(ID, ...) CA_OP_##ID,
     CA_ACTIVATIONS(CA_OP_ENUM_ACTIVATION)
@@ -613,7 +626,8 @@ typedef struct {
 } ca_op_group;
 
 extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
-    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_conv, cai_ops_autograd;
+    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_conv, cai_ops_order,
+    cai_ops_sort, cai_ops_pool, cai_ops_autograd;
 /* Every group, as cai_op_table_check gathers them. */
 extern const ca_op_group *const cai_op_groups[];
 extern const int cai_op_n_groups;

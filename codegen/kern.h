@@ -217,6 +217,58 @@ int cai_kern_index_fill(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, 
                         int64_t *bad_val);
 
 /* ---------------------------------------------------------------------------------------
+ * Order and position (kern_order.c); contiguous operands, results the same bits at every
+ * thread count.
+ * tri:    x as [batch, rows, cols]; out keeps x where j - i <= diag (tril) or j - i >= diag
+ *         (upper: triu) and is 0 elsewhere. out may be x. Returns 0, or -1 for bad sizes.
+ * cumsum: out[o, k, i] = sum of x[o, 0..k, i] (reverse: of x[o, k..n-1, i]); floats
+ *         accumulate in double, as PyTorch's CPU kernel. out may be x. 0 or -1.
+ * sort:   values/indices [outer, k, inner] = the first k of each line of x [outer, n, inner]
+ *         in ascending (or descending) order, stably, NaN above every number, with the
+ *         positions they came from. 0, -1 (bad sizes, k > n) or -2 (out of memory).
+ */
+int cai_kern_tri(kern_dtype dt, int64_t batch, int64_t rows, int64_t cols, int64_t diag, bool upper,
+                 const void *x, void *out);
+int cai_kern_cumsum(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                    void *out, bool reverse);
+/* cumprod: out[o, k, i] = product of x[o, 0..k, i]. cumprod_backward: the gradient of
+ * sum(g * cumprod(x)) for x, y = cumprod(x), exact where x has zeros (f32/f64). All
+ * contiguous; 0 or -1. */
+int cai_kern_cumprod(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                     void *out);
+int cai_kern_cumprod_backward(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
+                              const void *y, const void *g, void *out);
+int cai_kern_sort(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x, int64_t k,
+                  bool descending, void *values, int64_t *indices);
+
+/* ---------------------------------------------------------------------------------------
+ * 2-d pooling (kern_pooling.c) over contiguous planes [planes, h, w] into [planes, oh, ow],
+ * kernel kh x kw, strides, zero padding ph, pw at both sides, dilations; split over planes.
+ * max:  out = the first largest value of each window (or its last NaN), indices = its position
+ *       y * w + x in the plane; mask (may be NULL) [planes, kh*kw, oh*ow] = 1 at the winner's
+ *       window slot, 0 elsewhere (the derivative's columns). 0, or -1 (int64, bad sizes).
+ * avg:  divisors [oh*ow] first (the window size with padding, without it, or the override;
+ *       1 for a window that misses the input), then out = window sum / divisor, summed in
+ *       the element type as PyTorch's CPU kernel. 0 or -1.
+ */
+typedef struct {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+} kern_pool_geom;
+
+int cai_kern_max_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out,
+                        int64_t *indices, void *mask);
+void cai_kern_avg_pool2d_divisors(kern_dtype dt, const kern_pool_geom *g, bool count_include_pad,
+                                  int64_t divisor_override, void *div);
+int cai_kern_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, const void *div,
+                        void *out);
+/* adaptive avg: output row o averages input rows [floor(o*h/oh), ceil((o+1)*h/oh)), and
+ * columns likewise (kh, kw, strides and the rest of g unused): sum / rows / cols, summed in
+ * the element type as PyTorch's CPU kernel. 0 or -1. The weights: mat [out, in] = 1/len at
+ * the inputs each output averages, 0 elsewhere (the derivative's matrices). */
+int cai_kern_adaptive_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out);
+void cai_kern_adaptive_weights(kern_dtype dt, int64_t in, int64_t out, void *mat);
+
+/* ---------------------------------------------------------------------------------------
  * Convolution as a GEMM: im2col (unfold) and col2im (fold, its adjoint). The geometry of
  * conv2d over an image batch [n, c, h, w] with a kh x kw kernel, strides sh, sw, zero
  * padding ph, pw at the start (top, left) and ph_end, pw_end at the end, dilations dh, dw:

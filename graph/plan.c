@@ -161,6 +161,12 @@ static void take_temps(planner *pl, const graph *g, graph_val v) {
         val_key(g, x->a.in[i], &k);
         pn->tmp[i] = take_temp(pl, &k);
     }
+    for (int i = 0; x->a.op == GOP_CUMPROD_BW && i < 3; i++) {
+        if (!maybe_strided(g, pl->nodes, x->a.in[i]))
+            continue;
+        val_key(g, x->a.in[i], &k);
+        pn->tmp[i] = take_temp(pl, &k);
+    }
     if (x->a.op == GOP_INDEX_FILL && maybe_strided(g, pl->nodes, x->a.in[1])) {
         val_key(g, x->a.in[1], &k);
         pn->tmp[1] = take_temp(pl, &k);

@@ -625,6 +625,31 @@ static int run_index_fill(run_ctx *r, graph_val v, const graph_node *x, const gr
     return rc ? kern_fail(r->p, v, rc, "index_fill") : 0;
 }
 
+/* running sums along i[0] (from the end when i[1]): a copy of x, then the sums in place */
+static int run_cumsum(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    int rc = copy_strided(out->data, out->strides, in_view(r, x, 0));
+    if (rc)
+        return kern_fail(r->p, v, rc, "copy");
+    int64_t outer, n, inner;
+    cai_kern_split_dim(out->ndim, out->shape, (int)x->a.i[0], &outer, &n, &inner);
+    rc = cai_kern_cumsum(out->dtype, outer, n, inner, out->data, out->data, x->a.i[1] != 0);
+    return rc ? kern_fail(r->p, v, rc, "cumsum") : 0;
+}
+
+/* cumprod's derivative from x, cumprod(x) and g, each made contiguous when it is not */
+static int run_cumprod_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    const plan_node *pn = &r->p->nodes[v];
+    graph_view in[3];
+    for (int k = 0; k < 3; k++)
+        if (contiguous_input(r, v, in_view(r, x, k), pn->tmp[k], &in[k]))
+            return -1;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(out->ndim, out->shape, (int)x->a.i[0], &outer, &n, &inner);
+    int rc = cai_kern_cumprod_backward(out->dtype, outer, n, inner, in[0].data, in[1].data,
+                                       in[2].data, out->data);
+    return rc ? kern_fail(r->p, v, rc, "cumprod_backward") : 0;
+}
+
 /* im2col and col2im: the geometry from the image side's shape and the packed params. */
 static void conv_geom(const graph_node *x, const int64_t *img, kern_conv_geom *cg) {
     int64_t p[GRAPH_CONV_NPARAMS];
@@ -772,6 +797,8 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_SCATTER_ADD: return run_scatter_add(r, v, x, out);
     case GOP_NLL_BW: return run_nll_bw(r, v, x, out);
     case GOP_INDEX_FILL: return run_index_fill(r, v, x, out);
+    case GOP_CUMSUM: return run_cumsum(r, v, x, out);
+    case GOP_CUMPROD_BW: return run_cumprod_bw(r, v, x, out);
     case GOP_IM2COL:
     case GOP_COL2IM: return run_conv(r, v, x, out);
     default: return fail(r->p, v, "no kernel for this op");

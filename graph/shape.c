@@ -640,6 +640,39 @@ static int infer_index_fill(graph *g, graph_node *n) {
     return 0;
 }
 
+/* cumsum(x) along i[0]: x's dtype and shape */
+static int infer_cumsum(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    cai_rule_error e;
+    if (cai_rule_dim(&n->a.i[0], x->ndim, "cumsum", &e))
+        return rule_fail(g, &e);
+    n->a.i[1] = n->a.i[1] != 0;
+    copy_out(n, x);
+    return 0;
+}
+
+/* cumprod_backward(x, y, g) along i[0]: three values of one dtype and shape */
+static int infer_cumprod_bw(graph *g, graph_node *n) {
+    const graph_node *x = in_node(g, n, 0);
+    cai_sizes z = sizes_of(g);
+    char s1[SHAPE_STR], s2[SHAPE_STR];
+    for (int k = 1; k < 3; k++) {
+        const graph_node *o = in_node(g, n, k);
+        bool same = o->dtype == x->dtype && o->ndim == x->ndim;
+        for (int d = 0; same && d < x->ndim; d++)
+            same =
+                o->shape[d] == x->shape[d] || (z.same && z.same(z.ctx, o->shape[d], x->shape[d]));
+        if (!same)
+            return cai_graph_fail(g, "cumprod_backward: input %d %s does not match the input %s", k,
+                                  shape_of(g, o, s1), shape_of(g, x, s2));
+    }
+    cai_rule_error e;
+    if (cai_rule_dim(&n->a.i[0], x->ndim, "cumprod_backward", &e))
+        return rule_fail(g, &e);
+    copy_out(n, x);
+    return 0;
+}
+
 _Static_assert(GRAPH_CONV_NPARAMS == CAI_CONV_NPARAMS, "conv2d's parameter counts differ");
 
 /* im2col(x) and col2im(cols) into the shape attribute: conv2d's unfold and fold */
@@ -756,6 +789,8 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_CALLOUT:
     case GOP_CALLOUT_RESULT: return infer_opaque(g, n);
     case GOP_INDEX_FILL: return infer_index_fill(g, n);
+    case GOP_CUMSUM: return infer_cumsum(g, n);
+    case GOP_CUMPROD_BW: return infer_cumprod_bw(g, n);
     case GOP_IM2COL:
     case GOP_COL2IM: return infer_conv(g, n);
     default: return infer_callout(g, n);

@@ -867,6 +867,41 @@ ca_status ca_index_fill(ca_tensor *x, int64_t dim, ca_tensor *index, double valu
 ca_status ca_index_fill_tensor(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor *value,
                                ca_tensor **out);
 
+/* position and order.
+ * tril/triu: x (at least 2-D; the last two dims are the matrices) with the elements above
+ * (tril) or below (triu) the diagonal `diagonal` set to 0, as torch.tril/triu.
+ * cumsum: running sums along dim; floats accumulate in double, as PyTorch on the CPU.
+ * sort: values along dim in ascending (descending) order and their int64 positions;
+ * always stable (equal values keep their order; NaN sorts above every number). stable
+ * only picks the node name (SortBackward1), as in PyTorch.
+ * topk: the k largest (smallest) values along dim and their positions, in order.
+ * Errors: CA_STATUS_SHAPE (tril/triu of fewer than 2 dims, k out of range), CA_STATUS_DIM. */
+ca_status ca_tril(ca_tensor *x, int64_t diagonal, ca_tensor **out);
+ca_status ca_triu(ca_tensor *x, int64_t diagonal, ca_tensor **out);
+ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out);
+/* cumprod: running products along dim (floats in double); the gradient is exact where x
+ * has zeros. */
+ca_status ca_cumprod(ca_tensor *x, int64_t dim, ca_tensor **out);
+ca_status ca_sort(ca_tensor *x, int64_t dim, bool descending, bool stable, ca_tensor **values,
+                  ca_tensor **indices);
+ca_status ca_topk(ca_tensor *x, int64_t k, int64_t dim, bool largest, bool sorted,
+                  ca_tensor **values, ca_tensor **indices);
+
+/* 2-d pooling of x [N, C, H, W] or [C, H, W] (float32/float64), as torch's max_pool2d and
+ * avg_pool2d: kernel, stride, padding (both sides) and dilation are (height, width) pairs.
+ * indices (may be NULL) receives max_pool2d's int64 positions y * W + x of each window's
+ * winner. divisor_override 0 means none.
+ * Errors: CA_STATUS_SHAPE (rank, a parameter out of range, an output smaller than 1). */
+ca_status ca_max_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stride,
+                        const int64_t *padding, const int64_t *dilation, bool ceil_mode,
+                        ca_tensor **out, ca_tensor **indices);
+ca_status ca_avg_pool2d(ca_tensor *x, const int64_t *kernel, const int64_t *stride,
+                        const int64_t *padding, bool ceil_mode, bool count_include_pad,
+                        int64_t divisor_override, ca_tensor **out);
+/* adaptive_avg_pool2d: output [.., out_h, out_w]; row o averages input rows
+ * [floor(o*H/out_h), ceil((o+1)*H/out_h)), columns likewise. */
+ca_status ca_adaptive_avg_pool2d(ca_tensor *x, int64_t out_h, int64_t out_w, ca_tensor **out);
+
 /* linear algebra.
  * Errors: CA_STATUS_SHAPE (ranks, inner dims, batch dims or a bias that do not fit),
  * CA_STATUS_DTYPE (int64, or dtypes that differ). */

@@ -29,6 +29,7 @@ from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bm
                          numel, permute, pow, reshape, select, softmax, split, squeeze,
                          stack, sub, subtract, sum, swapaxes, swapdims, t, transpose,
                          true_divide, unbind, unsqueeze, where)
+from ._order import argsort, cumprod, cumsum, sort, topk
 from ._ops import PY_TORCH as _PY_TORCH
 from ._ops import namespace as _namespace
 from ._graph_break import graph_break

@@ -16,6 +16,7 @@ from . import _creation
 from . import _ops
 from ._ops import FUNCTIONS as _REGISTRY
 from . import _functions as F
+from . import _order
 from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
                      float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
@@ -458,6 +459,23 @@ class Tensor(_TensorBase):
         _C.copy_(self, F.index_fill(self, dim, index, value))
         return self
 
+    def tril_(self, diagonal=0):
+        # computed out of place, then copied in (like div_)
+        _C.copy_(self, _REGISTRY["tril"](self, diagonal))
+        return self
+
+    def triu_(self, diagonal=0):
+        _C.copy_(self, _REGISTRY["triu"](self, diagonal))
+        return self
+
+    def cumsum_(self, dim, *, dtype=None):
+        _C.copy_(self, _to_code(_order.cumsum(self, dim, dtype=dtype), self._dtype))
+        return self
+
+    def cumprod_(self, dim, *, dtype=None):
+        _C.copy_(self, _to_code(_order.cumprod(self, dim, dtype=dtype), self._dtype))
+        return self
+
     def zero_(self):
         _C.zero_(self)
         return self
@@ -588,6 +606,9 @@ for _name in (
         "clone"
 ).split():
     setattr(Tensor, _name, getattr(F, _name))
+del _name
+for _name in ("cumsum", "cumprod", "sort", "argsort", "topk"):  # position and order (_order.py)
+    setattr(Tensor, _name, getattr(_order, _name))
 del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():

@@ -38,6 +38,34 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
                             out);
 }
 
+/* Pooling's kernel, stride, padding and dilation are (height, width) pairs;
+ * cagrad.nn.functional expands a single int. */
+static ca_status pool_pairs(const char *op, const glue_ints *const *pairs, int n) {
+    for (int k = 0; k < n; k++)
+        if (pairs[k]->n != 2)
+            return ca_error_set(CA_STATUS_INVALID,
+                                "%s: kernel_size, stride, padding and dilation must each have 2 "
+                                "values, got %d",
+                                op, pairs[k]->n);
+    return CA_OK;
+}
+
+static ca_status max_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_ints *s,
+                                 const glue_ints *p, const glue_ints *d, bool ceil_mode,
+                                 ca_tensor **out, ca_tensor **indices) {
+    ca_status st = pool_pairs("max_pool2d", (const glue_ints *const[]){k, s, p, d}, 4);
+    return st ? st : ca_max_pool2d(x, k->v, s->v, p->v, d->v, ceil_mode, out, indices);
+}
+
+static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_ints *s,
+                                 const glue_ints *p, bool ceil_mode, bool count_include_pad,
+                                 int64_t divisor_override, ca_tensor **out) {
+    ca_status st = pool_pairs("avg_pool2d", (const glue_ints *const[]){k, s, p}, 3);
+    return st ? st
+              : ca_avg_pool2d(x, k->v, s->v, p->v, ceil_mode, count_include_pad, divisor_override,
+                              out);
+}
+
 /* The tables are laid out by hand, one op per row: clang-format would reflow them. */
 /* clang-format off */
 #define BINARY(X, op)  X(op, "a:t b:t", ca_##op(T(0), T(1), out))
@@ -92,12 +120,19 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
     X(index_fill, "x:t d:i idx:t value:f", ca_index_fill(T(0), I(1), T(2), F(3), out))           \
     X(index_fill_tensor, "x:t d:i idx:t value:t",                                               \
       ca_index_fill_tensor(T(0), I(1), T(2), T(3), out))                                        \
+    /* position and order */                                                                    \
+    X(cumsum, "x:t dim:i", ca_cumsum(T(0), I(1), out))                                          \
+    X(cumprod, "x:t dim:i", ca_cumprod(T(0), I(1), out))                                        \
     /* linear algebra */                                                                        \
     BINARY(X, matmul) BINARY(X, mm) BINARY(X, bmm)                                              \
     X(linear, "x:t w:t b:T", ca_linear(T(0), T(1), T(2), out))                                  \
     X(conv2d, "x:t w:t b:T stride:s padding:s padding_end:s dilation:s groups:i",               \
       conv2d_call(T(0), T(1), T(2), &a[3].ints, &a[4].ints, &a[5].ints, &a[6].ints, I(7), out)) \
     /* neural-network ops */                                                                    \
+    X(adaptive_avg_pool2d, "x:t out_h:i out_w:i",                                              \
+      ca_adaptive_avg_pool2d(T(0), I(1), I(2), out))                                            \
+    X(avg_pool2d, "x:t kernel:s stride:s padding:s ceil_mode:b count_include_pad:b divisor:i",  \
+      avg_pool2d_call(T(0), &a[1].ints, &a[2].ints, &a[3].ints, B(4), B(5), I(6), out))         \
     X(softmax, "x:t d:i", ca_softmax(T(0), I(1), out))                                          \
     X(log_softmax, "x:t d:i", ca_log_softmax(T(0), I(1), out))                                  \
     X(cross_entropy, "x:t t:t red:i ignore_index:i",                                            \
@@ -114,7 +149,12 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
 /* Ops that return (values, indices). */
 #define OPS_PAIR(X)                                                                             \
     X(max, "x:t dims:d keepdim:b", ca_max(T(0), N(1), V(1), B(2), out, out2))                   \
-    X(min, "x:t dims:d keepdim:b", ca_min(T(0), N(1), V(1), B(2), out, out2))
+    X(min, "x:t dims:d keepdim:b", ca_min(T(0), N(1), V(1), B(2), out, out2))                   \
+    X(max_pool2d, "x:t kernel:s stride:s padding:s dilation:s ceil_mode:b",                    \
+      max_pool2d_call(T(0), &a[1].ints, &a[2].ints, &a[3].ints, &a[4].ints, B(5), out, out2))   \
+    X(sort, "x:t dim:i descending:b stable:b", ca_sort(T(0), I(1), B(2), B(3), out, out2))       \
+    X(topk, "x:t k:i dim:i largest:b sorted:b",                                                 \
+      ca_topk(T(0), I(1), I(2), B(3), B(4), out, out2))
 
 /* Ops that return None: in-place ops and autograd flags. */
 #define OPS_NONE(X)                                                                             \

@@ -536,6 +536,72 @@ Test(compiled, pointwise_unary) {
         run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
 }
 
+/* Position and order ops (ops_order.c, ops_sort.c) that are not in the registry: cumsum
+ * (its derivative is the graph's CUMSUM from the end), sort and topk (a scatter_add
+ * through the saved positions). */
+static ca_status u_cumsum0(ca_tensor *x, ca_tensor **o) {
+    return ca_cumsum(x, 0, o);
+}
+static ca_status u_cumsum_last(ca_tensor *x, ca_tensor **o) {
+    return ca_cumsum(x, -1, o);
+}
+static ca_status u_cumprod(ca_tensor *x, ca_tensor **o) {
+    return ca_cumprod(x, 1, o);
+}
+static ca_status u_sort_values(ca_tensor *x, ca_tensor **o) {
+    ca_tensor *idx = NULL;
+    ca_status st = ca_sort(x, -1, true, false, o, &idx);
+    ca_tensor_release(idx);
+    return st;
+}
+static ca_status u_topk_values(ca_tensor *x, ca_tensor **o) {
+    ca_tensor *idx = NULL;
+    ca_status st = ca_topk(x, 2, 0, false, true, o, &idx);
+    ca_tensor_release(idx);
+    return st;
+}
+
+Test(compiled, order_ops) {
+    static const un_case cases[] = {
+        {"cumsum dim 0", u_cumsum0, false},      {"cumsum dim -1", u_cumsum_last, false},
+        {"cumprod", u_cumprod, false},           {"sort descending", u_sort_values, false},
+        {"topk smallest", u_topk_values, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
+}
+
+/* Pooling (ops_pool.c): max and avg fold their gradient columns with col2im, adaptive
+ * avg multiplies by its averaging matrices; each at overlapping, padded and ceil_mode
+ * windows, batched and unbatched. */
+static ca_status p_max(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    const int64_t *p = ctx; /* kernel, stride, padding, dilation pairs, ceil_mode */
+    return ca_max_pool2d(x[0], p, p + 2, p + 4, p + 6, p[8] != 0, o, NULL);
+}
+static ca_status p_avg(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    const int64_t *p = ctx; /* kernel, stride, padding pairs, ceil_mode, include pad, divisor */
+    return ca_avg_pool2d(x[0], p, p + 2, p + 4, p[6] != 0, p[7] != 0, p[8], o);
+}
+static ca_status p_adaptive(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    const int64_t *p = ctx;
+    return ca_adaptive_avg_pool2d(x[0], p[0], p[1], o);
+}
+
+Test(compiled, pooling) {
+    static int64_t max_a[] = {2, 2, 2, 2, 0, 0, 1, 1, 0}, max_b[] = {3, 2, 2, 1, 1, 1, 1, 2, 1};
+    static int64_t avg_a[] = {2, 2, 2, 2, 0, 0, 0, 1, 0}, avg_b[] = {3, 3, 2, 2, 1, 1, 1, 0, 0};
+    static int64_t avg_c[] = {3, 2, 1, 2, 1, 1, 1, 1, 5}, ada[] = {3, 4};
+    op_case cases[] = {
+        {"max_pool2d", p_max, 1, {{'n', 4, {2, 3, 6, 5}}}, max_a},
+        {"max_pool2d padded dilated ceil", p_max, 1, {{'c', 3, {3, 7, 6}}}, max_b},
+        {"avg_pool2d", p_avg, 1, {{'n', 4, {2, 3, 6, 5}}}, avg_a},
+        {"avg_pool2d padded ceil no pad count", p_avg, 1, {{'n', 3, {3, 7, 6}}}, avg_b},
+        {"avg_pool2d divisor", p_avg, 1, {{'e', 4, {2, 2, 5, 6}}}, avg_c},
+        {"adaptive_avg_pool2d", p_adaptive, 1, {{'n', 4, {2, 3, 7, 6}}}, ada},
+    };
+    RUN_CASES(cases);
+}
+
 /* Every op of the op registry with one tensor input, at its default arguments: a new
  * activation is covered here without an edit. */
 static ca_status f_registry(ca_tensor *const *x, ca_tensor **o, void *ctx) {

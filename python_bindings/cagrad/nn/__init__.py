@@ -18,6 +18,8 @@ from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, In
 # data parallelism on a CPU-only library (h2)
 from . import parallel
 from .parallel import DataParallel
+# pooling (op-table rows)
+from .pooling import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
 
 __all__ = [
     "functional", "init", "Module", "Parameter", "Sequential", "ModuleList", "Identity",
@@ -26,7 +28,9 @@ __all__ = [
     "utils", "ModuleDict", "ParameterList", "ParameterDict",
     "Conv1d", "AlphaDropout", "Dropout1d", "Dropout2d", "Dropout3d", "FeatureAlphaDropout",
     "BCELoss", "BCEWithLogitsLoss", "CosineSimilarity", "HuberLoss", "KLDivLoss", "L1Loss",
-    "PairwiseDistance", "SmoothL1Loss", "SoftMarginLoss", "BatchNorm1d", "BatchNorm2d",
-    "BatchNorm3d", "GroupNorm", "RMSNorm",
+    "PairwiseDistance", "SmoothL1Loss", "SoftMarginLoss", "MultiheadAttention",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "InstanceNorm1d",
+    "InstanceNorm2d", "InstanceNorm3d", "RMSNorm",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MaxPool1d", "AvgPool1d",
     "parallel", "DataParallel",
 ]

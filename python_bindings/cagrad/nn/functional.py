@@ -20,6 +20,12 @@ __all__ = [
 globals().update(_ops.namespace(_ops.PY_NN))
 __all__ += sorted(_ops.namespace(_ops.PY_NN))
 
+# pooling (pooling.py, with its modules)
+from .pooling import (adaptive_avg_pool2d, avg_pool1d, avg_pool2d, max_pool1d,  # noqa: E402
+                      max_pool2d)
+
+__all__ += ["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool1d", "avg_pool1d"]
+
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # = ca_reduction
 _INT64 = 2  # the _C dtype code of int64 class indices
 

@@ -1,0 +1,260 @@
+/* ops_order.c - ops whose result depends on element positions: tril and triu (keep one side
+ * of a diagonal of the last two dims), cumsum and cumprod (running sums and products along
+ * a dim).
+ *
+ * tril and triu save the kept/zeroed pattern of one matrix as a mask (aux output 0, of the
+ * last two dims only), so their derivative is a pointwise where(mask, g, 0) that the
+ * compiled backward fuses with its neighbours. cumsum's derivative is the running sum of
+ * the gradient taken from the end (attrs.i[1] = 1), the same row run backwards, which the
+ * compiled graph runs as its CUMSUM op.
+ */
+#include "autograd/builder.h"
+#include "autograd/internal.h"
+
+#include <string.h>
+
+/* Hand r to *out on success, release it otherwise. */
+static ca_status finish(ca_status st, ca_tensor *r, ca_tensor **out) {
+    if (st != CA_OK) {
+        ca_tensor_release(r);
+        return st;
+    }
+    *out = r;
+    return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * tril(x, diagonal) / triu(x, diagonal): attrs.i[0] = diagonal
+ */
+static bool tri_upper(const ca_op_def *row) {
+    return row->id == CA_OP_TRIU;
+}
+
+static ca_status tri_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                           ca_meta *out) {
+    if (in[0].ndim < 2)
+        return err_set(CA_STATUS_SHAPE, "%s: input tensor must have at least 2 dimensions",
+                       row->name);
+    *out = in[0];
+    return CA_OK;
+}
+
+/* out = tri(x) over contiguous data, into a new tensor of meta m */
+static ca_status tri_apply(const ca_op_def *row, ca_tensor *x, int64_t diag, const ca_meta *m,
+                           ca_tensor **out) {
+    ca_tensor *xc = NULL, *r = NULL;
+    int64_t rows = m->shape[m->ndim - 2], cols = m->shape[m->ndim - 1];
+    int64_t numel = cai_meta_numel(m), batch = rows * cols > 0 ? numel / (rows * cols) : 0;
+    ca_status st = cai_tensor_contiguous(x, &xc);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_kern_status(cai_kern_tri(kdt(m->dtype), batch, rows, cols, diag, tri_upper(row),
+                                             cai_tensor_ptr(xc), cai_tensor_ptr(r)),
+                                row->name);
+    ca_tensor_release(xc);
+    return finish(st, r, out);
+}
+
+/* The result, and the mask [rows, cols] (1 where kept) the derivative reads. */
+static ca_status tri_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                             const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                             ca_tensor **aux) {
+    ca_meta mm = {.dtype = m->dtype, .ndim = 2};
+    mm.shape[0] = m->shape[m->ndim - 2];
+    mm.shape[1] = m->shape[m->ndim - 1];
+    ca_tensor *ones = NULL;
+    CA_CHECK(tri_apply(row, in[0], a->i[0], m, out));
+    ca_status st = cai_tensor_full(&mm, 1.0, &ones);
+    if (st == CA_OK)
+        st = tri_apply(row, ones, a->i[0], &mm, &aux[0]);
+    ca_tensor_release(ones);
+    if (st != CA_OK) {
+        ca_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* g where the mask kept x, 0 elsewhere: exact, and pointwise, so it fuses */
+static void tri_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    gin[0] = bx_where(b, bx_saved(b, n, 0), g, bx_zeros_like(b, g));
+}
+
+ca_status ca_tril(ca_tensor *x, int64_t diagonal, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_tril");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_tril");
+    ca_attrs a = {.i = {diagonal}};
+    return cai_op_call1(CA_OP_TRIL, x, &a, out);
+}
+
+ca_status ca_triu(ca_tensor *x, int64_t diagonal, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_triu");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_triu");
+    ca_attrs a = {.i = {diagonal}};
+    return cai_op_call1(CA_OP_TRIU, x, &a, out);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * cumsum(x, dim): attrs.i[0] = dim, i[1] = 1 for the sums taken from the end (internal:
+ * the derivative)
+ */
+static ca_status cumsum_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                              ca_meta *out) {
+    CA_CHECK(cai_dim_normalize(&a->i[0], in[0].ndim, "cumsum"));
+    a->i[1] = a->i[1] != 0;
+    *out = in[0];
+    return CA_OK;
+}
+
+static ca_status cumsum_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                ca_tensor **aux) {
+    ca_tensor *xc = NULL, *r = NULL;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
+    ca_status st = cai_tensor_contiguous(in[0], &xc);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_kern_status(cai_kern_cumsum(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc),
+                                                cai_tensor_ptr(r), a->i[1] != 0),
+                                "cumsum");
+    ca_tensor_release(xc);
+    return finish(st, r, out);
+}
+
+/* the running sums of g taken from the other end */
+static void cumsum_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_attrs a = {.i = {n->attrs.i[0], !n->attrs.i[1]}};
+    gin[0] = bx_apply(b, CA_OP_CUMSUM, 1, &g, &a);
+}
+
+ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_cumsum");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_cumsum");
+    ca_attrs a = {.i = {dim, 0}};
+    return cai_op_call1(CA_OP_CUMSUM, x, &a, out);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * cumprod(x, dim): attrs.i[0] = dim. Its derivative is an internal row of its own,
+ * cumprod_backward(x, result, g), exact where x has zeros.
+ */
+static ca_status cumprod_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                 const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                 ca_tensor **aux) {
+    ca_tensor *xc = NULL, *r = NULL;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
+    ca_status st = cai_tensor_contiguous(in[0], &xc);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_kern_status(
+            cai_kern_cumprod(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc), cai_tensor_ptr(r)),
+            "cumprod");
+    ca_tensor_release(xc);
+    return finish(st, r, out);
+}
+
+static void cumprod_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_attrs a = {.i = {n->attrs.i[0]}};
+    ca_bval in[3] = {bx_saved(b, n, 0), bx_saved(b, n, 1), g};
+    gin[0] = bx_apply(b, CA_OP_CUMPROD_BACKWARD, 3, in, &a);
+}
+
+static ca_status cumprod_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                                  ca_meta *out) {
+    char b1[META_STR_SIZE], b2[META_STR_SIZE];
+    for (int k = 1; k < 3; k++)
+        if (in[k].dtype != in[0].dtype || !cai_meta_same_shape(&in[k], &in[0]))
+            return err_set(CA_STATUS_SHAPE,
+                           "cumprod_backward: input %d is %s %s, expected %s %s like the input", k,
+                           ca_dtype_name(in[k].dtype), cai_meta_str(&in[k], b1, sizeof b1),
+                           ca_dtype_name(in[0].dtype), cai_meta_str(&in[0], b2, sizeof b2));
+    CA_CHECK(cai_dim_normalize(&a->i[0], in[0].ndim, "cumprod_backward"));
+    *out = in[0];
+    return CA_OK;
+}
+
+static ca_status cumprod_bw_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                                    const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                                    ca_tensor **aux) {
+    ca_tensor *c[3] = {0}, *r = NULL;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
+    ca_status st = CA_OK;
+    for (int k = 0; k < 3 && st == CA_OK; k++)
+        st = cai_tensor_contiguous(in[k], &c[k]);
+    if (st == CA_OK)
+        st = cai_tensor_new(m, &r);
+    if (st == CA_OK)
+        st = cai_op_kern_status(cai_kern_cumprod_backward(
+                                    kdt(m->dtype), outer, n, inner, cai_tensor_ptr(c[0]),
+                                    cai_tensor_ptr(c[1]), cai_tensor_ptr(c[2]), cai_tensor_ptr(r)),
+                                "cumprod_backward");
+    cai_op_release_all(c, 3);
+    return finish(st, r, out);
+}
+
+ca_status ca_cumprod(ca_tensor *x, int64_t dim, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_cumprod");
+    *out = NULL;
+    CA_ARG_NOT_NULL(x, "ca_cumprod");
+    ca_attrs a = {.i = {dim}};
+    return cai_op_call1(CA_OP_CUMPROD, x, &a, out);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The rows
+ */
+#define TRI_ROW(ID, NAME, NODE, SCHEMA)                                                            \
+    {                                                                                              \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_OPAQUE, .n_in_min = 1,  \
+        .n_in_max = 1, .n_fields = 2,                                                              \
+        .fields = {{"mask", FIELD_TENSOR, FROM_AUX, 0}, F_INT("diagonal", 0)}, .shape = tri_shape, \
+        .forward = tri_forward, .backward = tri_backward, .schema = (SCHEMA),                      \
+        .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT                                      \
+    }
+
+static const ca_op_def rows[] = {
+    TRI_ROW(CA_OP_TRIL, "tril", "TrilBackward0", "tril(Tensor input, int diagonal=0)"),
+    TRI_ROW(CA_OP_TRIU, "triu", "TriuBackward0", "triu(Tensor input, int diagonal=0)"),
+    {.id = CA_OP_CUMSUM,
+     .name = "cumsum",
+     .node_name = "CumsumBackward0",
+     .fusion = CA_FUSE_OPAQUE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 2,
+     .fields = {F_INT("dim", 0), F_INT("reverse", 1)},
+     .shape = cumsum_shape,
+     .forward = cumsum_forward,
+     .backward = cumsum_backward},
+    {.id = CA_OP_CUMPROD,
+     .name = "cumprod",
+     .node_name = "CumprodBackward0",
+     .fusion = CA_FUSE_OPAQUE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 3,
+     .fields = {F_IN("self", 0), F_RESULT, F_INT("dim", 0)},
+     .shape = cumsum_shape,
+     .forward = cumprod_forward,
+     .backward = cumprod_backward},
+    {.id = CA_OP_CUMPROD_BACKWARD,
+     .name = "cumprod_backward",
+     .node_name = "CumprodBackwardBackward0",
+     .fusion = CA_FUSE_OPAQUE,
+     .flags = CA_OPF_NONDIFF,
+     .n_in_min = 3,
+     .n_in_max = 3,
+     .shape = cumprod_bw_shape,
+     .forward = cumprod_bw_forward},
+};
+
+const ca_op_group cai_ops_order = {rows, sizeof rows / sizeof rows[0]};

@@ -1,0 +1,205 @@
+/* kern_pooling.c - 2-d max and average pooling over planes [planes, h, w] (planes = the
+ * image batch times its channels), split over the planes on the thread pool.
+ *
+ * Windows follow PyTorch's CPU kernels: a max window skips padding and takes the first
+ * largest value, or the last NaN (PyTorch's `val > max || isnan(val)`); an average window sums in
+ * the element type, row by row, and divides by the window's size counted with or without padding,
+ * or by an override.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+typedef struct {
+    kern_dtype dt;
+    const kern_pool_geom *g;
+    const void *x;
+    void *out;
+    int64_t *indices; /* max: position h * w + x in the plane */
+    void *mask;       /* max: one-hot [planes, kh * kw, oh * ow] of the winner, or NULL */
+    const void *div;  /* avg: the divisor of each output position, [oh * ow] */
+} kern_pool_job;
+
+/* The first window row or column at or after 0 that the window starting at `start` with
+ * dilation d reads: the number of taps to skip. */
+static int64_t kern_pool_skip(int64_t start, int64_t d) {
+    return start < 0 ? (-start + d - 1) / d : 0;
+}
+
+/* One plane of max pooling with element type T: the first largest value of each window,
+ * or its last NaN (PyTorch's `val > max || isnan(val)`). */
+#define KERN_MAX_POOL_PLANE(T)                                                                     \
+    do {                                                                                           \
+        typedef T elem_t;                                                                          \
+        const elem_t *x = (const elem_t *)j->x + p * g->h * g->w;                                  \
+        elem_t *out = (elem_t *)j->out + p * L,                                                    \
+               *mask = j->mask ? (elem_t *)j->mask + p * K * L : NULL;                             \
+        if (mask)                                                                                  \
+            memset(mask, 0, sizeof(elem_t) * (size_t)(K * L));                                     \
+        for (int64_t o = 0; o < L; o++) {                                                          \
+            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
+            int64_t best = -1, best_k = 0;                                                         \
+            elem_t bv = 0;                                                                         \
+            for (int64_t ki = kern_pool_skip(y0, g->dh); ki < g->kh; ki++) {                       \
+                int64_t y = y0 + ki * g->dh;                                                       \
+                if (y >= g->h)                                                                     \
+                    break;                                                                         \
+                for (int64_t kj = kern_pool_skip(x0, g->dw); kj < g->kw; kj++) {                   \
+                    int64_t xx = x0 + kj * g->dw;                                                  \
+                    if (xx >= g->w)                                                                \
+                        break;                                                                     \
+                    elem_t v = x[y * g->w + xx];                                                   \
+                    if (best < 0 || v > bv || v != v) {                                            \
+                        bv = v;                                                                    \
+                        best = y * g->w + xx;                                                      \
+                        best_k = ki * g->kw + kj;                                                  \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            out[o] = best >= 0 ? bv : (elem_t)-INFINITY;                                           \
+            j->indices[p * L + o] = best;                                                          \
+            if (mask && best >= 0)                                                                 \
+                mask[best_k * L + o] = 1;                                                          \
+        }                                                                                          \
+    } while (0)
+
+static void kern_max_pool_planes(void *ctx, int64_t begin, int64_t end) {
+    const kern_pool_job *j = ctx;
+    const kern_pool_geom *g = j->g;
+    int64_t L = g->oh * g->ow, K = g->kh * g->kw;
+    for (int64_t p = begin; p < end; p++) {
+        if (j->dt == KERN_F32)
+            KERN_MAX_POOL_PLANE(float);
+        else
+            KERN_MAX_POOL_PLANE(double);
+    }
+}
+
+/* One plane of average pooling with element type T, summed in T (PyTorch's opmath type on
+ * the CPU is the element type for float32 and float64). */
+#define KERN_AVG_POOL_PLANE(T)                                                                     \
+    do {                                                                                           \
+        typedef T elem_t;                                                                          \
+        const elem_t *x = (const elem_t *)j->x + p * g->h * g->w, *div = (const elem_t *)j->div;   \
+        elem_t *out = (elem_t *)j->out + p * L;                                                    \
+        for (int64_t o = 0; o < L; o++) {                                                          \
+            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
+            int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h;                                    \
+            int64_t x1 = x0 + g->kw < g->w ? x0 + g->kw : g->w;                                    \
+            elem_t sum = 0;                                                                        \
+            for (int64_t y = y0 < 0 ? 0 : y0; y < y1; y++)                                         \
+                for (int64_t xx = x0 < 0 ? 0 : x0; xx < x1; xx++)                                  \
+                    sum += x[y * g->w + xx];                                                       \
+            out[o] = sum / div[o];                                                                 \
+        }                                                                                          \
+    } while (0)
+
+static void kern_avg_pool_planes(void *ctx, int64_t begin, int64_t end) {
+    const kern_pool_job *j = ctx;
+    const kern_pool_geom *g = j->g;
+    int64_t L = g->oh * g->ow;
+    for (int64_t p = begin; p < end; p++) {
+        if (j->dt == KERN_F32)
+            KERN_AVG_POOL_PLANE(float);
+        else
+            KERN_AVG_POOL_PLANE(double);
+    }
+}
+
+static int64_t kern_pool_grain(const kern_pool_geom *g) {
+    int64_t per = g->oh * g->ow * g->kh * g->kw;
+    return per >= KERN_GRAIN ? 1 : KERN_GRAIN / (per > 0 ? per : 1);
+}
+
+int cai_kern_max_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out,
+                        int64_t *indices, void *mask) {
+    if (dt == KERN_I64 || g->planes < 0 || g->oh < 0 || g->ow < 0)
+        return -1;
+    kern_pool_job j = {dt, g, x, out, indices, mask, NULL};
+    cai_kern_parallel_for(g->planes, kern_pool_grain(g), kern_max_pool_planes, &j);
+    return 0;
+}
+
+void cai_kern_avg_pool2d_divisors(kern_dtype dt, const kern_pool_geom *g, bool count_include_pad,
+                                  int64_t divisor_override, void *div) {
+    for (int64_t o = 0; o < g->oh * g->ow; o++) {
+        int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;
+        int64_t y1 = y0 + g->kh < g->h + g->ph ? y0 + g->kh : g->h + g->ph;
+        int64_t x1 = x0 + g->kw < g->w + g->pw ? x0 + g->kw : g->w + g->pw;
+        int64_t padded = (y1 - y0) * (x1 - x0);
+        y0 = y0 < 0 ? 0 : y0;
+        x0 = x0 < 0 ? 0 : x0;
+        y1 = y1 < g->h ? y1 : g->h;
+        x1 = x1 < g->w ? x1 : g->w;
+        int64_t inside = y0 < y1 && x0 < x1 ? (y1 - y0) * (x1 - x0) : 0;
+        int64_t d = divisor_override ? divisor_override : count_include_pad ? padded : inside;
+        kern_store(dt, div, o, inside > 0 ? (double)d : 1.0); /* empty: the sum is 0 */
+    }
+}
+
+int cai_kern_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, const void *div,
+                        void *out) {
+    if (dt == KERN_I64 || g->planes < 0 || g->oh < 0 || g->ow < 0)
+        return -1;
+    kern_pool_job j = {dt, g, x, out, NULL, NULL, div};
+    cai_kern_parallel_for(g->planes, kern_pool_grain(g), kern_avg_pool_planes, &j);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * adaptive average pooling: output row o averages input rows [floor(o*h/oh),
+ * ceil((o+1)*h/oh)), as PyTorch's adaptive kernels
+ */
+static int64_t kern_adaptive_start(int64_t o, int64_t in, int64_t out) {
+    return o * in / out;
+}
+
+static int64_t kern_adaptive_end(int64_t o, int64_t in, int64_t out) {
+    return ((o + 1) * in + out - 1) / out;
+}
+
+static void kern_adaptive_planes(void *ctx, int64_t begin, int64_t end) {
+    const kern_pool_job *j = ctx;
+    const kern_pool_geom *g = j->g;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t base = p * g->h * g->w;
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            int64_t y0 = kern_adaptive_start(oy, g->h, g->oh),
+                    y1 = kern_adaptive_end(oy, g->h, g->oh);
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                int64_t x0 = kern_adaptive_start(ox, g->w, g->ow);
+                int64_t x1 = kern_adaptive_end(ox, g->w, g->ow);
+                double sum = 0;
+                float sum32 = 0;
+                for (int64_t y = y0; y < y1; y++)
+                    for (int64_t x = x0; x < x1; x++) {
+                        double v = kern_load(j->dt, j->x, base + y * g->w + x);
+                        sum += v;
+                        sum32 += (float)v;
+                    }
+                double r = j->dt == KERN_F32 ? (double)(sum32 / (float)(y1 - y0) / (float)(x1 - x0))
+                                             : sum / (double)(y1 - y0) / (double)(x1 - x0);
+                kern_store(j->dt, j->out, (p * g->oh + oy) * g->ow + ox, r);
+            }
+        }
+    }
+}
+
+int cai_kern_adaptive_avg_pool2d(kern_dtype dt, const kern_pool_geom *g, const void *x, void *out) {
+    if (dt == KERN_I64 || g->planes < 0 || g->oh < 1 || g->ow < 1 || g->h < 1 || g->w < 1)
+        return -1;
+    kern_pool_job j = {dt, g, x, out, NULL, NULL, NULL};
+    int64_t per = g->h * g->w;
+    cai_kern_parallel_for(g->planes, per >= KERN_GRAIN ? 1 : KERN_GRAIN / per, kern_adaptive_planes,
+                          &j);
+    return 0;
+}
+
+void cai_kern_adaptive_weights(kern_dtype dt, int64_t in, int64_t out, void *mat) {
+    for (int64_t o = 0; o < out; o++) {
+        int64_t lo = kern_adaptive_start(o, in, out), hi = kern_adaptive_end(o, in, out);
+        for (int64_t i = 0; i < in; i++)
+            kern_store(dt, mat, o * in + i, i >= lo && i < hi ? 1.0 / (double)(hi - lo) : 0.0);
+    }
+}
