@@ -9,6 +9,8 @@
  */
 #include "kern_internal.h"
 
+#include <string.h>
+
 int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, int64_t d) {
     if (s <= 0)
         return -1;
@@ -29,6 +31,7 @@ typedef struct {
     const char *src;
     const int64_t *ss; /* the source's 4 element strides */
     char *dst;
+    kern_pw_fn add; /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
 } conv_job;
 
 /* The element offset of cols row (n, c, ki, kj) in a strided [n, groups, c/groups*kh*kw, l]. */
@@ -36,6 +39,18 @@ static int64_t cols_row(const kern_conv_geom *g, const int64_t *cs, int64_t n, i
                         int64_t ki, int64_t kj) {
     int64_t cg = g->c / g->groups, k = ((c % cg) * g->kh + ki) * g->kw + kj;
     return n * cs[0] + (c / cg) * cs[1] + k * cs[2];
+}
+
+/* The output columns [*lo, *hi) whose input column ox * sw + first lies in [0, w): the
+ * others read padding. */
+static void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64_t *lo, int64_t *hi) {
+    int64_t s = g->sw;
+    int64_t l = first >= 0 ? 0 : (-first + s - 1) / s;              /* first ox with ix >= 0 */
+    int64_t h = g->w - first <= 0 ? 0 : (g->w - first + s - 1) / s; /* first ox with ix >= w */
+    *lo = l < g->ow ? l : g->ow;
+    *hi = h < g->ow ? h : g->ow;
+    if (*hi < *lo)
+        *hi = *lo;
 }
 
 /* The typed loops, once per float dtype. */
@@ -62,7 +77,7 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
         return -1;
     if (g->n * g->c * g->oh * g->ow == 0)
         return 0;
-    conv_job j = {g, x, xs, cols};
+    conv_job j = {g, x, xs, cols, NULL};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
                           dt == KERN_F32 ? im2col_range_f32 : im2col_range_f64, &j);
     return 0;
@@ -74,7 +89,7 @@ int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, co
         return -1;
     if (g->n * g->c * g->h * g->w == 0)
         return 0;
-    conv_job j = {g, cols, cs, out};
+    conv_job j = {g, cols, cs, out, cai_kern_pw_kernel(KPW_ADD, dt)};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
                           dt == KERN_F32 ? col2im_range_f32 : col2im_range_f64, &j);
     return 0;
