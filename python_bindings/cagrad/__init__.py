@@ -30,6 +30,7 @@ from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bm
                          stack, sub, subtract, sum, swapaxes, swapdims, t, transpose,
                          true_divide, unbind, unsqueeze, where)
 from ._order import argsort, cumprod, cumsum, sort, topk
+from ._scatter import index_add, scatter, scatter_add
 from ._ops import PY_TORCH as _PY_TORCH
 from ._ops import namespace as _namespace
 from ._graph_break import graph_break
@@ -41,6 +42,7 @@ from . import serialization
 from .serialization import load, save
 from . import accelerator, amp, backends, cpu, cuda, distributed
 from ._dtype import bfloat16, float16
+from ._dtype import bool  # noqa: A004 (torch.bool: a name only, see _dtype.py)
 from .amp import autocast
 from ._compile import compile  # noqa: A004 (torch.compile, as in PyTorch)
 

@@ -40,19 +40,37 @@ def manual_seed(seed):
     return generator
 
 
+# get_rng_state()'s layout: the C RNG's (seed, offset), then the default Generator's words
+_C_RNG_WORDS = 2
+_RNG_STATE_WORDS = _C_RNG_WORDS + 7  # Generator.get_state() has 7
+
+
 def get_rng_state():
-    """The generator's state as an int64 tensor [seed, offset] (torch returns a uint8
-    tensor; the values differ, the use is the same: hand it to set_rng_state)."""
+    """The whole default random state as one int64 tensor of 9 words, as torch's one
+    ByteTensor covers all its CPU draws: [0:2] the C RNG behind randn, rand and dropout
+    (seed, offset), [2:9] cagrad.default_generator's state (Generator.get_state(): the
+    initial seed, then numpy PCG64's state) behind randperm, randint, multinomial and the
+    data samplers. Words are 64-bit, stored as int64. Hand it to set_rng_state()."""
     seed, offset = _C.rng_get_state()
-    return tensor(np.array([seed, offset], dtype=np.uint64).view(np.int64))
+    c_words = np.array([seed, offset], dtype=np.uint64).view(np.int64)
+    words = np.concatenate([c_words, default_generator.get_state().numpy()])
+    return _C.copy_from_buffer(words)
 
 
 def set_rng_state(new_state):
-    """Restore a state get_rng_state() returned."""
-    arr = np.asarray(new_state)
-    if arr.shape != (2,) or arr.dtype != np.int64:
-        raise TypeError("set_rng_state() takes the int64 tensor get_rng_state() returned")
-    seed, offset = arr.view(np.uint64)
+    """Restore both RNGs to a state get_rng_state() returned."""
+    if not isinstance(new_state, _TensorBase):
+        raise TypeError(f"expected the int64 tensor get_rng_state() returned, but got "
+                        f"{type(new_state).__name__}")
+    if new_state._dtype != int64._code:
+        raise TypeError("RNG state must be the int64 tensor get_rng_state() returned "
+                        "(cagrad has no ByteTensor; see docs/python-api.md)")
+    if new_state.numel() != _RNG_STATE_WORDS or new_state.ndim != 1:
+        raise RuntimeError(f"Expected an RNG state of size {_RNG_STATE_WORDS} but found the "
+                           f"input RNG state size to be {new_state.numel()}")
+    words = np.asarray(new_state.tolist(), dtype=np.int64)
+    default_generator.set_state(_C.copy_from_buffer(words[_C_RNG_WORDS:]))
+    seed, offset = words[:_C_RNG_WORDS].view(np.uint64)
     _C.rng_set_state(int(seed), int(offset))
 
 

@@ -6,8 +6,9 @@ import numpy as np
 
 class dtype:
     """A tensor element type, like torch.dtype. cagrad computes in three of them (float32,
-    float64, int64); float16 and bfloat16 exist as names only, so that code and checkpoints
-    that mention them load, and using one to make or convert a tensor raises TypeError."""
+    float64, int64); float16, bfloat16 and bool exist as names only, so that code and
+    checkpoints that mention them load, and using one to make or convert a tensor raises
+    TypeError."""
 
     __slots__ = ("_code_or_none", "_name", "is_floating_point", "itemsize", "_numpy")
 
@@ -32,7 +33,7 @@ class dtype:
 
     @property
     def is_signed(self):
-        return True
+        return self._name != "bool"
 
     def __repr__(self):
         return "cagrad." + self._name
@@ -47,12 +48,20 @@ int64 = dtype(2, "int64", False, np.int64)
 # dtypes that cagrad names but does not compute in (see unsupported_dtype_error)
 float16 = dtype(None, "float16", True, np.float16)
 bfloat16 = dtype(None, "bfloat16", True, None, itemsize=2)  # numpy has no bfloat16
+# torch.bool: comparisons return 0/1 tensors of their input's dtype, tagged as masks
+bool = dtype(None, "bool", False, np.bool_)  # noqa: A001 (torch.bool, as in PyTorch)
 
 # index = _C dtype code
 DTYPES = (float32, float64, int64)
 
 
 def unsupported_dtype_error(value):
+    if value is bool:
+        return TypeError("cagrad does not compute in cagrad.bool: its tensors are "
+                         "cagrad.float32, cagrad.float64 or cagrad.int64; comparisons and "
+                         "logical ops return 0/1 tensors of their input's dtype tagged as "
+                         "masks instead, which index and mask as bool tensors do (see "
+                         "docs/python-api.md, 'Where cagrad differs from PyTorch')")
     return TypeError(f"cagrad does not compute in {value!r}: its tensors are cagrad.float32, "
                      f"cagrad.float64 or cagrad.int64 (see docs/python-api.md); use one of "
                      f"those, e.g. cagrad.float32 where PyTorch code asks for half precision")

@@ -17,10 +17,12 @@ from . import _ops
 from ._ops import FUNCTIONS as _REGISTRY
 from . import _functions as F
 from . import _order
+from . import _scatter
 from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
                      float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
+from ._dtype import bool as _bool_dtype
 from ._graph_break import break_graph
 from . import autograd as _autograd
 from .autograd import graph as _graph
@@ -318,6 +320,10 @@ class Tensor(_TensorBase):
     def long(self, memory_format=None):
         return self._convert("long", int64, False, memory_format)
 
+    def bool(self, memory_format=None):
+        # cagrad.bool is a name only: this raises the TypeError that says what to use
+        return self._convert("bool", _bool_dtype, False, memory_format)
+
     def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
            memory_format=None):
         """to(dtype), to(device), to(other_tensor) or to(device, dtype), then optionally
@@ -609,6 +615,10 @@ for _name in (
 del _name
 for _name in ("cumsum", "cumprod", "sort", "argsort", "topk"):  # position and order (_order.py)
     setattr(Tensor, _name, getattr(_order, _name))
+del _name
+for _name in ("scatter", "scatter_", "scatter_add", "scatter_add_", "index_add",
+              "index_add_"):  # the scatter family (_scatter.py)
+    setattr(Tensor, _name, getattr(_scatter, _name))
 del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():

@@ -141,16 +141,21 @@ static ca_status trace_state_trampoline(void *ctx, ca_custom_trace_info *info) {
     return st;
 }
 
-/* After a backward without retain_graph: ctx._release() frees the saved tensors. */
+/* After a backward without retain_graph: ctx._release() frees the saved tensors. The node
+ * can also go when a failed call frees its temporaries, with that call's error pending:
+ * the error is set aside, so that _release runs clean and the caller still raises it. */
 static void release_trampoline(void *ctx) {
     if (!glue_python_alive())
         return;
     PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
     PyObject *res = PyObject_CallMethod((PyObject *)ctx, "_release", NULL);
     if (res)
         Py_DECREF(res);
     else
         PyErr_WriteUnraisable((PyObject *)ctx);
+    PyErr_Restore(type, value, tb);
     PyGILState_Release(gil);
 }
 

@@ -459,3 +459,20 @@ def test_returned_gradient_becomes_grad_without_a_copy(compiled):
     with compiled_ctx(compiled):  # accumulating onto a .grad that is there adds
         Scale.apply(x).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full((64, 32), 6.0))
+
+
+def test_a_failing_call_that_frees_a_function_node_keeps_its_error():
+    # The temporary's FBackward node goes while copy_'s error is pending; its release
+    # must neither swallow that error (SystemError before) nor fail itself.
+    class Twice(cagrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    target = cagrad.zeros(3)
+    with pytest.raises(RuntimeError, match="copy_"):
+        cagrad._C.copy_(target, Twice.apply(cagrad.ones(4, requires_grad=True)))
