@@ -2,7 +2,8 @@
 
 The op methods are the functions of _functions.py bound into the class (x.exp() is
 cagrad.exp(x)); this module adds what only a tensor object has: properties, autograd
-methods, conversions, operators, indexing and repr.
+methods, conversions, operators, and indexing and repr, whose work is in _indexing.py and
+_tensor_repr.py.
 """
 
 import copy as _copy
@@ -24,6 +25,9 @@ from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
 from ._dtype import bool as _bool_dtype
 from ._graph_break import break_graph
+from ._indexing import (_assign_masked, _index, _is_mask_item, _scalar_value, _slice,
+                        _to_code)
+from ._tensor_repr import _repr
 from . import autograd as _autograd
 from .autograd import graph as _graph
 
@@ -61,26 +65,6 @@ class RemovableHandle:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _scalar_value(self, value, fname):
-    """value (a number) checked against self's dtype: an int64 tensor takes no float."""
-    if type(value) is not float and type(value) is not int and type(value) is not bool:
-        value = F._number(value, fname)
-    if type(value) is float and self._dtype == _INT64:
-        raise F._int_float_error(fname, value)
-    return value
-
-
-def _to_code(t, code):
-    """t converted to the dtype with _C code `code` (t itself if it has it already)."""
-    if t._dtype == code:
-        return t
-    if code == _INT64:
-        # _C converts int64 -> float only; float -> int64 truncates toward zero like torch
-        # and carries no gradient, so numpy may do it.
-        return _creation.tensor(np.trunc(np.asarray(t)).astype(np.int64))
-    return _C.to_dtype(t, code)
-
-
 def _shape_args(shape):
     """reshape(2, 3) / reshape((2, 3)) / reshape([2, 3]) -> (2, 3)."""
     if len(shape) == 1 and type(shape[0]) is not int:
@@ -106,11 +90,6 @@ _GRAPH_BREAK_REASONS = {
 
 
 # ------------------------------------------------------------------------------ the class
-def _node_name(t):
-    name = t._grad_fn_name
-    return None if name is None else _graph.python_name(name)
-
-
 class Tensor(_TensorBase):
     """A multi-dimensional array that records the ops run on it for backward(), like
     torch.Tensor. Create tensors with cagrad.tensor(), zeros(), randn(), from_numpy()..."""
@@ -650,304 +629,3 @@ def _check_mask(t, op):
         raise TypeError(f"cagrad has no bitwise `{op}` on int64 tensors; `{op}` works on masks "
                         f"(results of comparisons, float 0/1 tensors). For integer bit "
                         f"operations use numpy.")
-
-
-# ------------------------------------------------------------------------------ indexing
-def _slice(x, d, s):
-    step = s.step
-    if step is None:
-        step = 1
-    elif step <= 0:
-        raise ValueError("step must be greater than zero (cagrad, like torch, has no negative "
-                         "slice steps; use flip via index_select with a reversed arange)")
-    start = 0 if s.start is None else s.start
-    stop = _NO_STOP if s.stop is None else s.stop
-    return _C.slice(x, d, start, stop, step)
-
-
-# kinds of index items
-_INT, _SLICE, _NONE, _ELLIPSIS, _MASK, _INDEX = range(6)
-
-
-def _is_mask_item(item):
-    if isinstance(item, _TensorBase):
-        return item._dtype != _INT64 or item.__dict__.get("_is_mask", False)
-    if isinstance(item, np.ndarray):
-        return item.dtype.kind == "b"
-    return type(item) is bool or (isinstance(item, list) and item
-                                  and np.asarray(item).dtype.kind == "b")
-
-
-def _classify(item):
-    """(kind, value) for one index item; masks and index lists become numpy arrays or
-    tensors here."""
-    t = type(item)
-    if t is int:
-        return _INT, item
-    if t is slice:
-        return _SLICE, item
-    if item is None:
-        return _NONE, None
-    if item is Ellipsis:
-        return _ELLIPSIS, None
-    if isinstance(item, _TensorBase):
-        if item._dtype != _INT64 or item.__dict__.get("_is_mask", False):
-            break_graph("indexing with a mask tensor needs the mask's values (graph break)")
-            return _MASK, np.asarray(item) != 0
-        return _INDEX, item
-    if t is bool:
-        return _MASK, np.array(item)
-    if isinstance(item, (list, tuple, np.ndarray)):
-        arr = np.asarray(item)
-        if arr.dtype.kind == "b":
-            return _MASK, arr
-        if arr.dtype.kind in "iu" or arr.size == 0:
-            return _INDEX, arr.astype(np.int64)
-    elif hasattr(item, "__index__"):
-        return _INT, operator.index(item)
-    raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None, int64 index "
-                     f"tensors or lists, and boolean masks are valid indices (got "
-                     f"{type(item).__name__})")
-
-
-_BASIC = frozenset((int, slice, type(None), type(Ellipsis)))
-
-
-def _index(x, items, writable=False):
-    """x[items] for a tuple of index items, following torch's rules for one advanced
-    index (an index tensor/list or a mask). writable=True (for __setitem__) allows only
-    basic items, whose result is a view."""
-    for it in items:
-        if type(it) not in _BASIC:
-            return _index_advanced(x, items, writable)
-    # the common case, only ints, slices, None and Ellipsis: no classification needed
-    n_none = n_ellipsis = 0
-    for it in items:
-        if it is None:
-            n_none += 1
-        elif it is Ellipsis:
-            n_ellipsis += 1
-    consumed = len(items) - n_none - n_ellipsis
-    ndim = x.ndim
-    if consumed > ndim:
-        raise IndexError(f"too many indices for tensor of dimension {ndim}")
-    if n_ellipsis > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    d = 0
-    for it in items:
-        t = type(it)
-        if t is int:
-            x = _C.select(x, d, it)
-        elif t is slice:
-            if it.start is not None or it.stop is not None or it.step is not None:
-                x = _slice(x, d, it)
-            d += 1
-        elif it is None:
-            x = _C.unsqueeze(x, d)
-            d += 1
-        else:
-            d += ndim - consumed
-    return x
-
-
-def _index_advanced(x, items, writable):
-    """_index() for items that include an index tensor/list, a mask or a numpy int."""
-    parsed = [_classify(it) for it in items]
-    if sum(k == _ELLIPSIS for k, _ in parsed) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(v.ndim if k == _MASK else 1 for k, v in parsed if k not in (_NONE, _ELLIPSIS))
-    ndim = x.ndim
-    if consumed > ndim:
-        raise IndexError(f"too many indices for tensor of dimension {ndim}")
-    advanced = [i for i, (k, _) in enumerate(parsed) if k in (_MASK, _INDEX)]
-    if writable and advanced:
-        raise NotImplementedError("cagrad can assign through ints, slices, None, ... and a "
-                                  "single boolean mask; not through an index tensor. Build "
-                                  "the result out of place instead.")
-    if len(advanced) > 1:
-        raise IndexError("cagrad supports one index tensor or mask per indexing expression "
-                         "(torch would pair several up elementwise); use gather(), or index "
-                         "one dim at a time")
-    # Ints select first, as in torch (numpy's rule of moving the indexed dims to the front
-    # when an int and an index tensor are apart does not apply).
-    d = 0  # the dim of the result the next item applies to
-    for k, v in parsed:
-        if k == _INT:
-            x = _C.select(x, d, v)
-        elif k == _SLICE:
-            if v.start is not None or v.stop is not None or v.step is not None:
-                x = _slice(x, d, v)
-            d += 1
-        elif k == _NONE:
-            x = _C.unsqueeze(x, d)
-            d += 1
-        elif k == _ELLIPSIS:
-            d += ndim - consumed  # the dims the Ellipsis stands for are left as they are
-        elif k == _MASK:
-            x = _index_mask(x, d, v)
-            d += 1
-        else:
-            x, n = _index_tensor(x, d, v)
-            d += n
-    return x
-
-
-def _index_mask(x, d, mask):
-    """x with the mask.ndim dims from d replaced by one dim of the selected positions."""
-    k = mask.ndim
-    shape = x._shape[d:d + k]
-    if mask.shape != shape:
-        raise IndexError(f"the shape of the mask {list(mask.shape)} does not match the shape "
-                         f"{list(shape)} of the indexed dims starting at dim {d}")
-    if k == 0:
-        x = _C.unsqueeze(x, d)
-    elif k > 1:
-        x = _C.flatten(x, d, d + k - 1)
-    idx = _creation.from_numpy(np.flatnonzero(mask).astype(np.int64))
-    return _C.index_select(x, d, idx)
-
-
-def _index_tensor(x, d, idx):
-    """x indexed along d by int64 indices (a tensor or numpy array); returns (result,
-    number of dims the index put in place of dim d)."""
-    if isinstance(idx, np.ndarray):
-        if idx.size and idx.min() < 0:  # torch wraps negative indices
-            idx = np.where(idx < 0, idx + x._shape[d], idx)
-        idx = _creation.from_numpy(np.ascontiguousarray(idx))
-    shape = idx._shape
-    if len(shape) == 0:
-        return _C.squeeze(_C.index_select(x, d, _C.reshape(idx, (1,))), (d,)), 0
-    if len(shape) == 1:
-        return _C.index_select(x, d, idx), 1
-    out = _C.index_select(x, d, _C.reshape(idx, (-1,)))
-    xs = x._shape
-    return _C.reshape(out, xs[:d] + shape + xs[d + 1:]), len(shape)
-
-
-def _assign_masked(x, mask_item, value):
-    """x[mask] = value for a number or a one-element tensor value."""
-    mask = mask_item if isinstance(mask_item, _TensorBase) else _creation.tensor(mask_item)
-    k = mask.ndim
-    if mask._shape != x._shape[:k]:
-        raise IndexError(f"the shape of the mask {list(mask._shape)} does not match the shape "
-                         f"{list(x._shape[:k])} of the indexed dims")
-    mask = _C.reshape(mask, mask._shape + (1,) * (x.ndim - k))  # broadcast over the rest
-    if isinstance(value, _TensorBase):
-        if value.numel() != 1:
-            raise NotImplementedError("cagrad assigns through a mask only a number or a "
-                                      "one-element tensor; use where(mask, values, x)")
-        _C.copy_(x, _C.where(mask, _to_code(_C.reshape(value, ()), x._dtype), x))
-    else:
-        _C.copy_(x, _C.masked_fill(x, mask, _scalar_value(x, value, "__setitem__")))
-
-
-# ------------------------------------------------------------------------------ repr
-# torch's default print options
-_PRECISION = 4
-_LINEWIDTH = 80
-_EDGEITEMS = 3
-_THRESHOLD = 1000
-
-
-class _Formatter:
-    """Formats the elements of one tensor as torch does: ints as they are; floats as '1.'
-    when all are integers, '1.5000' fixed point, or '1.5000e+09' when the magnitudes span
-    too much; all right-aligned to the width of the widest nonzero finite value."""
-
-    def __init__(self, values):
-        self.floating = values.dtype.kind == "f"
-        self.int_mode = self.sci = False
-        if not self.floating:
-            self.width = max(len(str(values.min())), len(str(values.max())))
-            return
-        nz = values[np.isfinite(values) & (values != 0)].astype(np.float64)
-        self.int_mode = bool(np.all(nz == np.ceil(nz)))
-        self.width = 1
-        if nz.size:
-            mags = np.abs(nz)
-            lo, hi = mags.min(), mags.max()
-            self.sci = hi / lo > 1000.0 or hi > 1.0e8 or (not self.int_mode and lo < 1.0e-4)
-            # the widest strings come from the extremes and the smallest magnitude
-            samples = (nz.min(), nz.max(), nz[mags.argmin()])
-            self.width = max(len(self._plain(float(v))) for v in samples)
-
-    def _plain(self, v):
-        if not self.floating:
-            return str(v)
-        if self.sci:
-            return f"{v:.{_PRECISION}e}"
-        if self.int_mode:
-            return f"{v:.0f}." if np.isfinite(v) else f"{v:.0f}"
-        return f"{v:.{_PRECISION}f}"
-
-    def __call__(self, v):
-        return self._plain(v).rjust(self.width)
-
-
-def _summarized(arr):
-    """Only the first and last _EDGEITEMS entries along every long dim."""
-    for d in range(arr.ndim):
-        if arr.shape[d] > 2 * _EDGEITEMS:
-            keep = list(range(_EDGEITEMS)) + list(range(-_EDGEITEMS, 0))
-            arr = arr.take(keep, axis=d)
-    return arr
-
-
-def _array_str(arr, indent, summarize, fmt):
-    if arr.ndim == 0:
-        return fmt(arr.item())
-    long_dim = summarize and arr.shape[0] > 2 * _EDGEITEMS
-    if arr.ndim == 1:
-        items = arr.tolist()
-        if long_dim:
-            cells = [fmt(v) for v in items[:_EDGEITEMS]] + [" ..."] + [
-                fmt(v) for v in items[-_EDGEITEMS:]]
-        else:
-            cells = [fmt(v) for v in items]
-        per_line = max(1, (_LINEWIDTH - indent) // (fmt.width + 2))
-        lines = [", ".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
-        return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
-    rows = range(arr.shape[0])
-    if long_dim:
-        rows = list(range(_EDGEITEMS)) + [None] + list(range(-_EDGEITEMS, 0))
-    parts = ["..." if i is None else _array_str(arr[i], indent + 1, summarize, fmt)
-             for i in rows]
-    return "[" + ("," + "\n" * (arr.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
-
-
-def _repr(t):
-    arr = np.asarray(memoryview(t))
-    prefix = "tensor("
-    indent = len(prefix)
-    extras = []
-    dtype = DTYPES[t._dtype]
-    default = _creation.get_default_dtype()
-    if arr.size == 0:
-        body = "[]"
-        if arr.ndim != 1:
-            extras.append(f"size={tuple(arr.shape)}")
-        if dtype is not default:
-            extras.append(f"dtype={dtype!r}")
-    else:
-        summarize = arr.size > _THRESHOLD
-        fmt = _Formatter((_summarized(arr) if summarize else arr).reshape(-1))
-        body = _array_str(arr, indent, summarize, fmt)
-        if dtype is not default and t._dtype != _INT64:
-            extras.append(f"dtype={dtype!r}")
-    name = _node_name(t)
-    if name is not None:
-        extras.append(f"grad_fn=<{name}>")
-    elif t.requires_grad:
-        extras.append("requires_grad=True")
-    # suffixes go on the last line while it fits in the line width, else on their own
-    out = [prefix, body]
-    last_len = len(body) - body.rfind("\n") - 1 + (indent if "\n" not in body else 0)
-    for extra in extras:
-        if last_len + len(extra) + 2 > _LINEWIDTH:
-            out.append(",\n" + " " * indent + extra)
-            last_len = indent + len(extra)
-        else:
-            out.append(", " + extra)
-            last_len += len(extra) + 2
-    out.append(")")
-    return "".join(out)
