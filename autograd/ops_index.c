@@ -286,6 +286,34 @@ ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out
 /* ---------------------------------------------------------------------------------------
  * index_add (internal): zeros(attrs.shape).index_add_(dim, index, src); inputs (index, src)
  */
+
+/* The public form of index_add and scatter_add below: the rows' zeros(shape) base is the
+ * shape argument (PyTorch's x.scatter_add(...) is x + this). */
+static ca_status into_zeros(int op, const char *name, int ndim, const int64_t *shape, int64_t dim,
+                            ca_tensor *index, ca_tensor *src, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, name);
+    *out = NULL;
+    CA_ARG_NOT_NULL(index, name);
+    CA_ARG_NOT_NULL(src, name);
+    if (ndim < 0 || ndim > CA_MAX_DIMS || (ndim > 0 && !shape))
+        return err_set(CA_STATUS_INVALID, "%s: a shape of %d dims (at most %d, and not NULL)", name,
+                       ndim, CA_MAX_DIMS);
+    ca_attrs a = attrs_dim(dim);
+    a.shape.n = ndim;
+    if (ndim > 0)
+        memcpy(a.shape.v, shape, sizeof(int64_t) * (size_t)ndim);
+    return cai_op_call2(op, index, src, &a, out);
+}
+
+ca_status ca_index_add_zeros(int ndim, const int64_t *shape, int64_t dim, ca_tensor *index,
+                             ca_tensor *src, ca_tensor **out) {
+    return into_zeros(CA_OP_INDEX_ADD, "ca_index_add_zeros", ndim, shape, dim, index, src, out);
+}
+
+ca_status ca_scatter_add_zeros(int ndim, const int64_t *shape, int64_t dim, ca_tensor *index,
+                               ca_tensor *src, ca_tensor **out) {
+    return into_zeros(CA_OP_SCATTER_ADD, "ca_scatter_add_zeros", ndim, shape, dim, index, src, out);
+}
 static ca_status index_add_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                  ca_meta *out) {
     const ca_meta *idx = &in[0], *src = &in[1];

@@ -859,6 +859,18 @@ ca_status ca_masked_fill(ca_tensor *x, ca_tensor *mask, double value, ca_tensor 
 ca_status ca_index_select(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
 ca_status ca_embedding(ca_tensor *weight, ca_tensor *indices, ca_tensor **out);
 ca_status ca_gather(ca_tensor *x, int64_t dim, ca_tensor *index, ca_tensor **out);
+/* zeros(shape) with src's entries added at the positions index names along dim, as a new
+ * tensor of src's dtype; differentiable in src (its gradient is the output's gradient read
+ * back at index). scatter_add: index and src of one shape, index's ndim that of shape,
+ * out[..., index[i...], ...] += src[i...] at index's own position off dim; index_add: a 1-D
+ * index of src's size along dim, out.select(dim, index[j]) += src.select(dim, j). PyTorch's
+ * x.scatter_add(dim, index, src) and x.index_add(dim, index, src) are x plus these.
+ * Errors: CA_STATUS_INDEX (an index outside [0, size), or not int64), CA_STATUS_SHAPE (sizes
+ * that do not fit), CA_STATUS_INVALID (a shape of more than CA_MAX_DIMS dims). */
+ca_status ca_scatter_add_zeros(int ndim, const int64_t *shape, int64_t dim, ca_tensor *index,
+                               ca_tensor *src, ca_tensor **out);
+ca_status ca_index_add_zeros(int ndim, const int64_t *shape, int64_t dim, ca_tensor *index,
+                             ca_tensor *src, ca_tensor **out);
 /* x with value at the positions index (0-D or 1-D) names along dim. Negative indices count
  * from the end, as PyTorch's index_fill: CA_STATUS_INDEX for one outside [-size, size) and
  * for an index that is not int64. The _tensor form takes the value from a 0-d tensor

@@ -1,12 +1,10 @@
 """The scatter family: scatter, scatter_add and index_add, with PyTorch's signatures.
 
-libcagrad has scatter-add kernels only as the derivatives of gather and index_select (the
-internal ops SCATTER_ADD and INDEX_ADD). This module reaches them without a binding of its
-own: the gradient of gather(zeros, dim, index) with respect to the zeros, given src as the
-output gradient, is exactly zeros.scatter_add(dim, index, src) (index_select likewise gives
-index_add). Each op is a custom autograd Function whose forward computes that way and whose
-backward is the PyTorch derivative (gather / index_select of the gradient), so the results
-are differentiable in eager and in compiled autograd.
+libcagrad's scatter-add kernels (the ops that gather's and index_select's derivatives use)
+are reached as _C.scatter_add_zeros / _C.index_add_zeros: zeros(shape) with src added at the
+index. Each op here is a custom autograd Function whose forward adds that to the input and
+whose backward is the PyTorch derivative (gather / index_select of the gradient), so the
+results are differentiable in eager and in compiled autograd.
 
 int64 tensors never need gradients, and the float route would round int64 values past 2**53,
 so they are computed exactly with numpy instead.
@@ -17,8 +15,6 @@ import operator
 import numpy as np
 
 from . import _C
-from ._grad_mode import enable_grad
-from .compiled_autograd import disable as _eager_backward
 from .autograd.function import Function
 
 _TensorBase = _C.TensorBase
@@ -107,15 +103,11 @@ def _narrow_to(src, shape):
 
 
 def _sum_into_zeros(like, dim, index, src, picker):
-    """zeros(like's shape) with src summed at the positions index names along dim: the
-    gradient of picker(zeros, dim, index) given src (picker: _C.gather or _C.index_select,
-    whose derivatives are libcagrad's scatter_add and index_add)."""
-    leaf = _C.zeros(like._dtype, like._shape)
-    leaf.requires_grad = True
-    with enable_grad():
-        picked = picker(leaf, dim, index)
-    with _eager_backward():  # an internal step: no compile, and no count in the counters
-        return _C.grad([picked], [leaf], [src], False, False)[0]
+    """zeros(like's shape) with src summed at the positions index names along dim: libcagrad's
+    scatter_add (picker _C.gather, whose adjoint it is) or index_add (picker
+    _C.index_select)."""
+    make = _C.scatter_add_zeros if picker is _C.gather else _C.index_add_zeros
+    return make(list(like._shape), dim, index, src)
 
 
 def _numpy_targets(dim, index_np):

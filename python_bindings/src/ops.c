@@ -117,6 +117,10 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
     X(index_select, "x:t d:i idx:t", ca_index_select(T(0), I(1), T(2), out))                    \
     X(embedding, "w:t idx:t", ca_embedding(T(0), T(1), out))                                    \
     X(gather, "x:t d:i idx:t", ca_gather(T(0), I(1), T(2), out))                                \
+    X(scatter_add_zeros, "shape:s d:i idx:t src:t",                                             \
+      ca_scatter_add_zeros(N(0), V(0), I(1), T(2), T(3), out))                                  \
+    X(index_add_zeros, "shape:s d:i idx:t src:t",                                               \
+      ca_index_add_zeros(N(0), V(0), I(1), T(2), T(3), out))                                    \
     X(index_fill, "x:t d:i idx:t value:f", ca_index_fill(T(0), I(1), T(2), F(3), out))           \
     X(index_fill_tensor, "x:t d:i idx:t value:t",                                               \
       ca_index_fill_tensor(T(0), I(1), T(2), T(3), out))                                        \

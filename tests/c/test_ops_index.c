@@ -461,3 +461,27 @@ static ca_status oom_scenario(void) {
 Test(index, oom_every_allocation_is_clean) {
     tu_oom_every_allocation("embedding, gather and index_select", oom_scenario);
 }
+
+/* ca_scatter_add_zeros / ca_index_add_zeros: the public forms of the internal rows. */
+static ca_status f_scatter_zeros(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    ca_tensor *idx = ctx;
+    return ca_scatter_add_zeros(TU_SHAPE(2, 3), 1, idx, in[0], out);
+}
+
+Test(index, scatter_add_zeros_and_index_add_zeros) {
+    ca_tensor *idx = tu_index(TU_SHAPE(2, 2), (int64_t[]){2, 2, 0, 1}), *y;
+    ca_tensor *src = tu_from(CA_FLOAT64, TU_SHAPE(2, 2), (double[]){1, 2, 3, 4}, true);
+    TU_OK(ca_scatter_add_zeros(TU_SHAPE(2, 3), 1, idx, src, &y)); /* duplicates add */
+    tu_assert_values(y, (double[]){0, 0, 3, 3, 4, 0}, 0);
+    ca_tensor_release(y);
+    tu_gradcheck(f_scatter_zeros, 1, &src, idx, 1e-7, 1e-6);
+    ca_tensor *rows = tu_index(TU_SHAPE(2), (int64_t[]){1, 1});
+    TU_OK(ca_index_add_zeros(TU_SHAPE(3, 2), 0, rows, src, &y));
+    tu_assert_values(y, (double[]){0, 0, 4, 6, 0, 0}, 0);
+    ca_tensor_release(y);
+    TU_FAILS(ca_scatter_add_zeros(CA_MAX_DIMS + 1, (int64_t[CA_MAX_DIMS + 1]){0}, 0, idx, src, &y),
+             CA_STATUS_INVALID, "ca_scatter_add_zeros: a shape of");
+    ca_tensor *bad = tu_index(TU_SHAPE(2, 2), (int64_t[]){0, 3, 0, 0});
+    cr_assert_neq(ca_scatter_add_zeros(TU_SHAPE(2, 3), 1, bad, src, &y), CA_OK);
+    tu_release_n((ca_tensor *[]){idx, src, rows, bad}, 4);
+}
