@@ -23,7 +23,9 @@ from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, conti
                      float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
+from ._dtype import bfloat16 as _bfloat16_dtype
 from ._dtype import bool as _bool_dtype
+from ._dtype import float16 as _half_dtype
 from ._graph_break import break_graph
 from ._indexing import (_assign_masked, _index, _is_mask_item, _scalar_value, _slice,
                         _to_code)
@@ -302,6 +304,12 @@ class Tensor(_TensorBase):
     def bool(self, memory_format=None):
         # cagrad.bool is a name only: this raises the TypeError that says what to use
         return self._convert("bool", _bool_dtype, False, memory_format)
+
+    def half(self, memory_format=None):  # a name-only dtype too: the same TypeError
+        return self._convert("half", _half_dtype, False, memory_format)
+
+    def bfloat16(self, memory_format=None):
+        return self._convert("bfloat16", _bfloat16_dtype, False, memory_format)
 
     def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
            memory_format=None):

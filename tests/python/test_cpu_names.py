@@ -121,6 +121,13 @@ def test_half_precision_dtypes_raise_naming_themselves(name, make):
     assert ca.get_default_dtype() is ca.float32
 
 
+@pytest.mark.parametrize("method,name", [("half", "float16"), ("bfloat16", "bfloat16")])
+def test_half_precision_methods_raise_like_to(method, name):
+    assert callable(getattr(torch.ones(2), method))  # torch has the method too
+    with pytest.raises(TypeError, match=rf"cagrad\.{name}.*float32.*float64.*int64"):
+        getattr(ca.ones(2), method)()
+
+
 # ---------------------------------------------------------------------- GradScaler
 def _scaler_run(lib, scaler, steps=5, poison_step=3):
     """A small training run through scaler; on poison_step one grad is made inf."""
