@@ -31,7 +31,8 @@ typedef struct {
     const char *src;
     const int64_t *ss; /* the source's 4 element strides */
     char *dst;
-    kern_pw_fn add; /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
+    const int64_t *ds; /* im2col: the columns' 4 element strides */
+    kern_pw_fn add;    /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
 } conv_job;
 
 /* The element offset of cols row (n, c, ki, kj) in a strided [n, groups, c/groups*kh*kw, l]. */
@@ -72,12 +73,12 @@ static int64_t conv_grain(const kern_conv_geom *g) {
 }
 
 int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
-                    void *cols) {
-    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !geom_ok(g))
+                    void *cols, const int64_t *cs) {
+    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !geom_ok(g) || cs[3] != 1)
         return -1;
     if (g->n * g->c * g->oh * g->ow == 0)
         return 0;
-    conv_job j = {g, x, xs, cols, NULL};
+    conv_job j = {g, x, xs, cols, cs, NULL};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
                           dt == KERN_F32 ? im2col_range_f32 : im2col_range_f64, &j);
     return 0;
@@ -89,7 +90,7 @@ int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, co
         return -1;
     if (g->n * g->c * g->h * g->w == 0)
         return 0;
-    conv_job j = {g, cols, cs, out, cai_kern_pw_kernel(KPW_ADD, dt)};
+    conv_job j = {g, cols, cs, out, NULL, cai_kern_pw_kernel(KPW_ADD, dt)};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
                           dt == KERN_F32 ? col2im_range_f32 : col2im_range_f64, &j);
     return 0;
