@@ -54,6 +54,22 @@ static void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64_t *lo,
         *hi = *lo;
 }
 
+/* Kernel row ki with valid output columns [lo, hi) reads whole input rows, row oy of the
+ * output at input row oy - *top: unit strides, ow == w and every column valid (so the
+ * column offset is 0). Then the rows it reads are contiguous, for output rows [*oy0, *oy1)
+ * (*oy1 >= *oy0; the others read padding). */
+static bool conv_whole_rows(const kern_conv_geom *g, int64_t ki, int64_t lo, int64_t hi,
+                            int64_t *top, int64_t *oy0, int64_t *oy1) {
+    if (g->sw != 1 || g->sh != 1 || lo != 0 || hi != g->ow || g->ow != g->w)
+        return false;
+    *top = g->ph - ki * g->dh; /* iy = oy - top */
+    *oy0 = *top > 0 ? *top : 0;
+    *oy1 = g->h + *top < g->oh ? g->h + *top : g->oh;
+    if (*oy1 < *oy0)
+        *oy1 = *oy0;
+    return true;
+}
+
 /* The typed loops, once per float dtype. */
 #define CONV_T        float
 #define CONV_FN(name) name##_f32
