@@ -5,10 +5,11 @@
  * one batched GEMM per (image, group) against the weight viewed as [groups, O/groups, K].
  * The derivative rule is builder calls only, so the compiled backward traces it:
  *   grad_input  = col2im(W^T @ g), one GEMM per (image, group)
- *   grad_weight = g @ im2col(input)^T, one GEMM per group over the whole batch: g copied
- *                 to [G, O/G, N*L] and the columns made in the layout [G, K, N*L], so the
- *                 sum over images happens inside the GEMM (no [N, O, K] temporary and no
- *                 separate sum)
+ *   grad_weight = g @ im2col(input)^T: when K >= L (batch_in_gemm), one GEMM per group
+ *                 over the whole batch, g copied to [G, O/G, N*L] and the columns made in
+ *                 the layout [G, K, N*L], so the sum over images happens inside the GEMM
+ *                 (no [N, G, O/G, K] temporary and no separate sum); else one GEMM per
+ *                 (image, group) and a sum over the batch
  *   grad_bias   = g summed over N, OH, OW.
  * The rule passes sizes through and never computes one: the sizes it needs (O/groups,
  * OH*OW) come from reshapes with -1 and from the metas of the values they make, so a
@@ -253,11 +254,24 @@ static const ca_ints to_gonl = {4, {1, 2, 0, 3}}, gknl_to_ngkl = {4, {2, 0, 1, 3
  * Every size the products need comes from a value's meta, never from arithmetic here: O/G
  * from w viewed as [G, -1, C/G, kh, kw], and L from the columns when they are made (so it
  * is the very size col2im and im2col expect), else from g's reshape's -1.
- * Measured at 1 thread on the 64-channel 3x3 conv of w9 (16x16, batch 16): grad_weight as
- * one GEMM over the batch is ~9% faster than N GEMMs and a sum (the copy of g costs N*O*L,
- * a ninth of the columns); grad_input folded the same way (one [G, K, N*L] product read
- * back by col2im through a permuted view) was ~10% slower than N products: its K is only
- * O/G and its output, the whole batch's columns, leaves the cache before col2im reads it. */
+ * grad_input folded like grad_weight (one [G, K, N*L] product read back by col2im through
+ * a permuted view) measured ~10% slower than N products on w9's conv at 1 thread: its K
+ * is only O/G and its output, the whole batch's columns, leaves the cache before col2im
+ * reads it. */
+/* Whether grad_weight sums over the batch inside one GEMM per group. That costs a copy of g
+ * (N*O*L elements) and saves the [N, G, O/G, K] products and their sum (N*O*K): fold when
+ * K >= L, and when a size is a trace's dynamic one. Decided on the node's sizes when the rule
+ * runs; both ways give the same values, up to rounding. Measured at 1 thread: w9's
+ * 64-channel 3x3 conv on 16x16 (K 576, L 256) folded ~8% faster; LeNet's 1->6 5x5 conv
+ * on 28x28 (K 25, L 784) folded ~20% slower, its g copy far larger than what it saves. */
+static bool batch_in_gemm(const ca_meta *wm, const ca_meta *gm) {
+    const int64_t sizes[5] = {wm->shape[1], wm->shape[2], wm->shape[3], gm->shape[2], gm->shape[3]};
+    for (int i = 0; i < 5; i++)
+        if (!bx_size_is_number(sizes[i]))
+            return true;
+    return sizes[0] * sizes[1] * sizes[2] >= sizes[3] * sizes[4];
+}
+
 static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     const ca_meta *wm = &n->in_meta[1], *gm = &n->out_meta;
     int64_t G = n->attrs.i[0];
@@ -278,8 +292,10 @@ static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
     }
     ca_ints w5s = {5, {G, -1, wm->shape[1], wm->shape[2], wm->shape[3]}};
     ca_bval w5 = bx_reshape_ints(b, bx_saved(b, n, 1), &w5s); /* [G, O/G, C/G, kh, kw] */
-    /* the input's columns, laid out [G, K, N, L] for grad_weight's one GEMM per group */
-    ca_bval cols = need_w ? conv_im2col(b, bx_saved(b, n, 0), &n->attrs, CAI_CONV_COLS_GKNL) : NULL;
+    bool fold = batch_in_gemm(wm, gm);
+    ca_bval cols = need_w ? conv_im2col(b, bx_saved(b, n, 0), &n->attrs,
+                                        fold ? CAI_CONV_COLS_GKNL : CAI_CONV_COLS_NGKL)
+                          : NULL;
     const ca_meta *w5m = bx_meta(b, w5), *cm = bx_meta(b, cols);
     if (!w5m || (need_w && !cm))
         return;
@@ -291,7 +307,11 @@ static void conv2d_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval 
         ca_bval dcols = bx_matmul(b, w3, g4, true, false); /* [N, G, K, L] */
         gin[0] = conv_col2im(b, dcols, &n->attrs, &n->in_meta[0]);
     }
-    if (need_w) {
+    if (need_w && !fold) {
+        ca_bval dw = bx_matmul(b, g4, cols, false, true); /* [N, G, O/G, K] */
+        int64_t batch = 0;
+        gin[1] = bx_reshape(b, bx_sum(b, dw, 1, &batch, false), wm);
+    } else if (need_w) {
         ca_ints g3s = {3, {G, w5m->shape[1], -1}}, c3s = {3, {G, cm->shape[1], -1}};
         ca_bval g3 = /* [G, O/G, N*L] */
             bx_reshape_ints(b, bx_contiguous(b, bx_permute(b, g4, &to_gonl)), &g3s);
