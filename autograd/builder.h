@@ -64,6 +64,14 @@ static inline ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, 
     return b->vt->apply(b, op, n, in, a);
 }
 
+/* Whether a size from a node's metas is a number a rule may compare (to choose between
+ * two ways of computing the same values), not a tracing builder's handle for a dynamic
+ * size (builder_trace.h's SIZE_HANDLE_BASE + id, at least this limit). */
+#define BX_SIZE_NUMBER_LIMIT ((int64_t)1 << 51)
+static inline bool bx_size_is_number(int64_t size) {
+    return size < BX_SIZE_NUMBER_LIMIT;
+}
+
 static inline ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {
     CA_ASSERT(n && k >= 0 && k < n->n_saved); /* a rule reads only what its row saves */
     return b->status == CA_OK ? b->vt->saved(b, n, k) : NULL;

@@ -164,9 +164,11 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
         p[CAI_CONV_PH_END] = at->i[1];
         p[CAI_CONV_PW_END] = at->i[2];
         a->op = op == CA_OP_IM2COL ? GOP_IM2COL : GOP_COL2IM;
-        if (!cai_graph_conv_pack(p, a->i))
+        if (!cai_graph_conv_pack(p, a->i) || at->i[3] < 0 || at->i[3] >= CAI_CONV_COLS__COUNT ||
+            (op == CA_OP_COL2IM && at->i[3] != 0))
             return false;
-        a->i[3] = at->i[0]; /* groups */
+        cai_graph_conv_set_layout(a->i, at->i[3]); /* im2col's column layout */
+        a->i[3] = at->i[0];                        /* groups */
         return op == CA_OP_IM2COL || decode_shape(tb, &at->shape, a);
     }
     default: return false;

@@ -10,10 +10,12 @@
 #ifndef CAGRAD_BUILDER_TRACE_H
 #define CAGRAD_BUILDER_TRACE_H
 
+#include "autograd/builder.h"
 #include "autograd/compiled_cache.h"
 #include "graph/graph.h"
 
 #define SIZE_HANDLE_BASE ((int64_t)1 << 52)
+_Static_assert(SIZE_HANDLE_BASE / 2 == BX_SIZE_NUMBER_LIMIT, "bx_size_is_number's limit");
 
 /* A saved tensor a rule read while tracing: checked before every run of the graph, in
  * this order, exactly as the eager rule would check it. */

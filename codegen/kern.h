@@ -288,10 +288,13 @@ typedef struct {
  * of both sides together; 0 when the kernel does not fit, -1 for s <= 0. */
 int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, int64_t d);
 /* cols[n, c*kh*kw + ki*kw + kj, oy*ow + ox] = x[n, c, oy*sh - ph + ki*dh, ox*sw - pw + kj*dw],
- * 0 where that is padding. x is read with its 4 element strides xs; cols is contiguous.
- * Returns 0, or -1 (not f32/f64, or a geometry that does not hold together). */
+ * 0 where that is padding. x is read with its 4 element strides xs; cols is written as
+ * [n, groups, c/groups*kh*kw, oh*ow] with its 4 element strides cs, the last 1 (so the
+ * batch may sit inside the rows' layout, [groups, K, n, oh*ow], for a GEMM over the whole
+ * batch). Returns 0, or -1 (not f32/f64, cs[3] != 1, or a geometry that does not hold
+ * together). */
 int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
-                    void *cols);
+                    void *cols, const int64_t *cs);
 /* out [n, c, h, w] (contiguous, overwritten) = at each position, the sum of the cols
  * entries im2col would have read from it. cols is read as [n, groups, c/groups*kh*kw,
  * oh*ow] with its 4 element strides cs. Returns 0 or -1 as cai_kern_im2col. */

@@ -31,7 +31,8 @@ typedef struct {
     const char *src;
     const int64_t *ss; /* the source's 4 element strides */
     char *dst;
-    kern_pw_fn add; /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
+    const int64_t *ds; /* im2col: the columns' 4 element strides */
+    kern_pw_fn add;    /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
 } conv_job;
 
 /* The element offset of cols row (n, c, ki, kj) in a strided [n, groups, c/groups*kh*kw, l]. */
@@ -53,6 +54,22 @@ static void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64_t *lo,
         *hi = *lo;
 }
 
+/* Kernel row ki with valid output columns [lo, hi) reads whole input rows, row oy of the
+ * output at input row oy - *top: unit strides, ow == w and every column valid (so the
+ * column offset is 0). Then the rows it reads are contiguous, for output rows [*oy0, *oy1)
+ * (*oy1 >= *oy0; the others read padding). */
+static bool conv_whole_rows(const kern_conv_geom *g, int64_t ki, int64_t lo, int64_t hi,
+                            int64_t *top, int64_t *oy0, int64_t *oy1) {
+    if (g->sw != 1 || g->sh != 1 || lo != 0 || hi != g->ow || g->ow != g->w)
+        return false;
+    *top = g->ph - ki * g->dh; /* iy = oy - top */
+    *oy0 = *top > 0 ? *top : 0;
+    *oy1 = g->h + *top < g->oh ? g->h + *top : g->oh;
+    if (*oy1 < *oy0)
+        *oy1 = *oy0;
+    return true;
+}
+
 /* The typed loops, once per float dtype. */
 #define CONV_T        float
 #define CONV_FN(name) name##_f32
@@ -72,12 +89,12 @@ static int64_t conv_grain(const kern_conv_geom *g) {
 }
 
 int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
-                    void *cols) {
-    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !geom_ok(g))
+                    void *cols, const int64_t *cs) {
+    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !geom_ok(g) || cs[3] != 1)
         return -1;
     if (g->n * g->c * g->oh * g->ow == 0)
         return 0;
-    conv_job j = {g, x, xs, cols, NULL};
+    conv_job j = {g, x, xs, cols, cs, NULL};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
                           dt == KERN_F32 ? im2col_range_f32 : im2col_range_f64, &j);
     return 0;
@@ -89,7 +106,7 @@ int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, co
         return -1;
     if (g->n * g->c * g->h * g->w == 0)
         return 0;
-    conv_job j = {g, cols, cs, out, cai_kern_pw_kernel(KPW_ADD, dt)};
+    conv_job j = {g, cols, cs, out, NULL, cai_kern_pw_kernel(KPW_ADD, dt)};
     cai_kern_parallel_for(g->n * g->c, conv_grain(g),
                           dt == KERN_F32 ? col2im_range_f32 : col2im_range_f64, &j);
     return 0;

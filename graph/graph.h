@@ -98,7 +98,8 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     /* in: x, index; i[0] = dim, p[0] = value: x with value at the index along dim */          \
     X(INDEX_FILL, "index_fill", 2, 1, 0)                                                           \
     /* conv2d's unfold: x [N, C, H, W] -> [N, groups, C/groups*kh*kw, OH*OW]; i[0..2] =     */ \
-    /* the packed parameters (cai_graph_conv_pack), i[3] = groups                            */ \
+    /* the packed parameters (cai_graph_conv_pack) and the column layout, which may put the  */ \
+    /* dims in the order [groups, K, N, OH*OW] (cai_graph_conv_layout); i[3] = groups        */ \
     X(IM2COL, "im2col", 1, 4, 0)                                                                   \
     /* its adjoint, the fold: columns -> shape = [N, C, H, W]; i[0..3] as IM2COL             */ \
     X(COL2IM, "col2im", 1, 4, GOPF_SHAPE)                                                          \
@@ -156,6 +157,17 @@ static inline bool cai_graph_conv_pack(const int64_t *p, int64_t *i) {
 static inline void cai_graph_conv_unpack(const int64_t *i, int64_t *p) {
     for (int k = 0; k < GRAPH_CONV_NPARAMS; k++)
         p[k] = (i[k / 4] >> (16 * (k % 4))) & 0xffff;
+}
+
+/* im2col's column layout (shape_rules.h's CAI_CONV_COLS_*) in the 16 bits after the
+ * packed parameters (i[2] bits 32..47); col2im's is 0. */
+#define GRAPH_CONV_LAYOUT_SHIFT 32
+static inline void cai_graph_conv_set_layout(int64_t *i, int64_t layout) {
+    i[2] |= (layout & 0xffff) << GRAPH_CONV_LAYOUT_SHIFT;
+}
+
+static inline int64_t cai_graph_conv_layout(const int64_t *i) {
+    return (i[2] >> GRAPH_CONV_LAYOUT_SHIFT) & 0xffff;
 }
 
 /* Where a node came from, for the printed graph's comments and value names. */

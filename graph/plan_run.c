@@ -9,6 +9,7 @@
  */
 #include "codegen/cast.h"
 #include "graph/internal.h"
+#include "graph/shape_rules.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -678,8 +679,13 @@ static int run_conv(run_ctx *r, graph_val v, const graph_node *x, const graph_vi
     kern_conv_geom cg;
     int rc;
     if (x->a.op == GOP_IM2COL) {
+        int perm[4];
+        int64_t cs[4]; /* out's strides in [N, G, K, L] order, whatever its layout */
+        cai_conv_cols_perm(cai_graph_conv_layout(x->a.i), perm);
+        for (int d = 0; d < 4; d++)
+            cs[perm[d]] = out->strides[d];
         conv_geom(x, in->shape, &cg);
-        rc = cai_kern_im2col(out->dtype, &cg, in->data, in->strides, out->data);
+        rc = cai_kern_im2col(out->dtype, &cg, in->data, in->strides, out->data, cs);
     } else {
         conv_geom(x, out->shape, &cg);
         int64_t want[4] = {cg.n, cg.groups, cg.c / cg.groups * cg.kh * cg.kw, cg.oh * cg.ow};

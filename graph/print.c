@@ -6,6 +6,7 @@
  * only together with them.
  */
 #include "graph/internal.h"
+#include "graph/shape_rules.h"
 
 #include <string.h>
 
@@ -81,6 +82,8 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
             cai_graph_sb_printf(b, ", padding_end=[%lld, %lld]", (long long)p[8], (long long)p[9]);
         cai_graph_sb_printf(b, ", dilation=[%lld, %lld], groups=%lld", (long long)p[6],
                             (long long)p[7], (long long)a->i[3]);
+        if (cai_graph_conv_layout(a->i) == CAI_CONV_COLS_GKNL)
+            cai_graph_sb_printf(b, ", layout=gknl");
     }
 }
 

@@ -691,6 +691,7 @@ static int infer_conv(graph *g, graph_node *n) {
     if (a->op == GOP_IM2COL) {
         if (cai_rule_im2col(&z, op, x->ndim, x64, p, a->i[3], out, NULL, &e))
             return rule_fail(g, &e);
+        cai_conv_cols_shape(cai_graph_conv_layout(a->i), out);
         to_sx(4, out, o);
         set_out(n, x->dtype, 4, o);
         return 0;

@@ -528,6 +528,20 @@ const char *cai_conv_param_kind(int k) {
     }
 }
 
+void cai_conv_cols_perm(int64_t layout, int *perm) {
+    static const int perms[CAI_CONV_COLS__COUNT][4] = {{0, 1, 2, 3}, {1, 2, 0, 3}};
+    memcpy(perm, perms[layout == CAI_CONV_COLS_GKNL], sizeof perms[0]);
+}
+
+void cai_conv_cols_shape(int64_t layout, int64_t *shape) {
+    int perm[4];
+    int64_t ngkl[4];
+    memcpy(ngkl, shape, sizeof ngkl);
+    cai_conv_cols_perm(layout, perm);
+    for (int d = 0; d < 4; d++)
+        shape[d] = ngkl[perm[d]];
+}
+
 int cai_rule_im2col(const cai_sizes *z, const char *op, int nx, const int64_t *x, const int64_t *p,
                     int64_t groups, int64_t *out, int64_t *ohw, cai_rule_error *e) {
     char s1[STR];

@@ -166,6 +166,15 @@ const char *cai_conv_param_kind(int k);
  * CAI_CONV_IN_DIMS, i[0] = groups, i[1], i[2] = the end paddings (PH_END, PW_END). */
 #define CAI_CONV_IN_DIMS 8
 
+/* The layouts im2col can store its columns in (ops_conv.c's attrs.i[3]): [N, groups, K, L]
+ * as im2col's rule gives them, or [groups, K, N, L], the batch next to the positions, so
+ * that one GEMM per group runs over the whole batch (conv2d's derivative). */
+enum { CAI_CONV_COLS_NGKL, CAI_CONV_COLS_GKNL, CAI_CONV_COLS__COUNT };
+/* perm[d] = the [N, G, K, L] dim that stored dim d of the layout holds. */
+void cai_conv_cols_perm(int64_t layout, int *perm);
+/* shape ([N, G, K, L], im2col's rule) reordered in place into the layout's order. */
+void cai_conv_cols_shape(int64_t layout, int64_t *shape);
+
 /* im2col (conv2d's unfold) of x [N, C, H, W] with the conv parameters p (CAI_CONV_*) and
  * groups: out = [N, groups, C/groups*kh*kw, OH*OW], and ohw (may be NULL) = {OH, OW}. The
  * parameters must be in range (kernel, stride, dilation >= 1, padding >= 0, groups >= 1

@@ -199,12 +199,12 @@ Test(conv, errors) {
  * im2col and col2im: the internal rows and kernels
  */
 typedef struct {
-    int64_t p[CAI_CONV_NPARAMS], groups, full[4];
+    int64_t p[CAI_CONV_NPARAMS], groups, full[4], layout; /* layout: im2col's CAI_CONV_COLS_* */
 } cols_ctx;
 
 static ca_attrs cols_attrs(const cols_ctx *c) {
     ca_attrs a = {.dims = {CAI_CONV_IN_DIMS},
-                  .i = {c->groups, c->p[CAI_CONV_PH_END], c->p[CAI_CONV_PW_END]},
+                  .i = {c->groups, c->p[CAI_CONV_PH_END], c->p[CAI_CONV_PW_END], c->layout},
                   .shape = {4}};
     memcpy(a.dims.v, c->p, sizeof(int64_t) * CAI_CONV_IN_DIMS);
     memcpy(a.shape.v, c->full, sizeof c->full);
@@ -218,6 +218,7 @@ static ca_status f_im2col(ca_tensor *const *in, ca_tensor **out, void *ctx) {
 
 static ca_status f_col2im(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     ca_attrs a = cols_attrs(ctx);
+    a.i[3] = 0; /* col2im has no layout: it reads its columns' strides */
     return cai_op_call1(CA_OP_COL2IM, in[0], &a, out);
 }
 
@@ -257,6 +258,31 @@ Test(conv, im2col_values_and_adjoint) {
     tu_release_n(all, 5);
 }
 
+/* The [G, K, N, L] layout (conv2d's derivative's GEMMs over the whole batch) holds the same
+ * entries as [N, G, K, L], and its derivative folds them back through a permuted view. */
+Test(conv, im2col_batch_inner_layout) {
+    cols_ctx c = {{2, 3, 2, 1, 1, 2, 1, 2, 1, 2}, 2, {3, 4, 5, 4}, CAI_CONV_COLS_NGKL};
+    ca_tensor *x = tu_randn(CA_FLOAT64, 4, c.full, true), *ngkl = NULL, *gknl = NULL;
+    TU_OK(f_im2col(&x, &ngkl, &c));
+    c.layout = CAI_CONV_COLS_GKNL;
+    TU_OK(f_im2col(&x, &gknl, &c));
+    const int64_t *s = ca_tensor_shape(ngkl);
+    tu_assert_shape(gknl, 4, (int64_t[]){s[1], s[2], s[0], s[3]});
+    for (int64_t i = 0; i < ca_tensor_numel(ngkl); i++) {
+        int64_t l = i % s[3], k = i / s[3] % s[2], grp = i / (s[3] * s[2]) % s[1];
+        int64_t n = i / (s[3] * s[2] * s[1]);
+        cr_assert_eq(tu_get(ngkl, i), tu_at(gknl, (int64_t[]){grp, k, n, l}), "entry %lld",
+                     (long long)i);
+    }
+    tu_gradcheck(f_im2col, 1, &x, &c, GC_TOL, GC_TOL);
+    c.layout = CAI_CONV_COLS__COUNT;
+    ca_tensor *bad = NULL;
+    cr_assert_eq(f_im2col(&x, &bad, &c), CA_STATUS_INVALID);
+    cr_assert(strstr(ca_last_error(), "column layout") != NULL, "%s", ca_last_error());
+    ca_tensor *all[] = {x, ngkl, gknl};
+    tu_release_n(all, 3);
+}
+
 Test(conv, col2im_refuses_columns_that_do_not_fit) {
     cols_ctx c = {{3, 3, 1, 1, 0, 0, 1, 1, 0, 0}, 1, {1, 2, 5, 5}};
     ca_tensor *cols = tu_randn(CA_FLOAT64, TU_SHAPE(1, 1, 18, 8), false), *y = NULL;
@@ -282,10 +308,12 @@ Test(conv, kernels_refuse_bad_geometry) {
                         .groups = 1};
     double x[32] = {0}, cols[72];
     int64_t xs[4] = {32, 16, 4, 1}, cs[4] = {72, 72, 4, 1};
-    cr_assert_eq(cai_kern_im2col(KERN_F64, &g, x, xs, cols), 0);
-    cr_assert_eq(cai_kern_im2col(KERN_I64, &g, x, xs, cols), -1);
+    cr_assert_eq(cai_kern_im2col(KERN_F64, &g, x, xs, cols, cs), 0);
+    cr_assert_eq(cai_kern_im2col(KERN_I64, &g, x, xs, cols, cs), -1);
+    int64_t spread[4] = {144, 144, 8, 2}; /* the rows' entries must be contiguous */
+    cr_assert_eq(cai_kern_im2col(KERN_F64, &g, x, xs, cols, spread), -1);
     g.oh = 3; /* does not hold together with h, kh, sh, ph, dh */
-    cr_assert_eq(cai_kern_im2col(KERN_F64, &g, x, xs, cols), -1);
+    cr_assert_eq(cai_kern_im2col(KERN_F64, &g, x, xs, cols, cs), -1);
     cr_assert_eq(cai_kern_col2im(KERN_F64, &g, cols, cs, x), -1);
     g.oh = 2;
     g.groups = 3; /* 2 channels do not split into 3 groups */
@@ -354,6 +382,15 @@ Test(conv, graph_shapes_are_size_expressions) {
     text = cai_graph_print(g, false, NULL);
     cr_assert(strstr(text, "padding=[1, 0], padding_end=[2, 0], dilation=[1, 1]") != NULL, "%s",
               text);
+    cai_graph_free_string(text);
+    cai_graph_conv_set_layout(im.i, CAI_CONV_COLS_GKNL); /* [G, K, N, L]: printed, and the sizes */
+    graph_val cols3 = cai_graph_add(g, &im, o);
+    cr_assert_geq(cols3, 0, "%s", cai_graph_error(g));
+    cr_assert_eq(cai_graph_node_at(g, cols3)->shape[2], n);
+    cai_graph_eval_shape(g, cols3, slots, shape);
+    cr_assert(shape[0] == 2 && shape[1] == 12 && shape[2] == 5 && shape[3] == 7 * 8);
+    text = cai_graph_print(g, false, NULL);
+    cr_assert(strstr(text, "groups=2, layout=gknl)") != NULL, "%s", text);
     cai_graph_free_string(text);
     int64_t big[GRAPH_CONV_NPARAMS] = {70000, 1, 1, 1, 0, 0, 1, 1, 0, 0}, packed[3];
     cr_assert_not(cai_graph_conv_pack(big, packed));

@@ -170,6 +170,41 @@ def test_conv2d_gradcheck_float64(case, compiled, rng):
         np.testing.assert_allclose(t.grad.numpy(), n, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
+# (input, weight): K = 16*9 >= L = 8*8, grad_weight's batch sum inside one GEMM per group;
+# K = 8*9 < L = 12*12, one GEMM per image and a sum
+THREAD_SHAPES = [((8, 32, 8, 8), (32, 16, 3, 3)), ((8, 16, 12, 12), (32, 8, 3, 3))]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shapes", THREAD_SHAPES, ids=["batch-in-gemm", "per-image"])
+def test_conv2d_gradients_same_bits_at_1_and_2_threads(shapes, dtype, compiled, rng):
+    """grad_weight sums over the batch inside one GEMM per group (the columns laid out
+    [groups, K, N, L]) or over per-image products; either way the sum's order, and so its
+    bits, must not depend on the thread count. Large enough that im2col, the GEMMs and
+    col2im split their work."""
+    kwargs = dict(padding=1, groups=2)
+    xshape, wshape = shapes
+    xs = rng.standard_normal(xshape).astype(NP[dtype])
+    ws = rng.standard_normal(wshape).astype(NP[dtype])
+    bs = rng.standard_normal(wshape[0]).astype(NP[dtype])
+    g = rng.standard_normal((xshape[0], wshape[0]) + xshape[2:]).astype(NP[dtype])
+    runs = []
+    try:
+        for threads in (1, 2):
+            ca.set_num_threads(threads)
+            runs.append(run_conv(ca, xs, ws, bs, g, kwargs, compiled))
+    finally:
+        ca.set_num_threads(1)
+    # values against torch in float64 only: a float32 sum of ~1000 products rounds past
+    # TOL_SUM's float32 bounds in both libraries (the other tests check float32 values)
+    ref = run_conv(torch, xs, ws, bs, g, kwargs) if dtype == "float64" else [None] * 4
+    for name, one, two, t in zip(("output", "grad input", "grad weight", "grad bias"), *runs, ref):
+        np.testing.assert_array_equal(one.detach().numpy(), two.detach().numpy(), err_msg=name)
+        if t is not None:
+            assert_close(one, t, msg=name, **TOL_SUM[dtype])
+
+
 @pytest.mark.parametrize("dynamic", [False, True], ids=["automatic", "dynamic"])
 def test_conv2d_changing_batch_stays_compiled(dynamic, rng):
     """A new batch size makes the batch dim symbolic; the graph keeps compiling."""
