@@ -255,11 +255,19 @@ def _scalar_dtype(value):
     raise TypeError(f"fill_value must be a number, not {type(value).__name__}")
 
 
+def _filled(code, shape, fill_value):
+    """_C.full, except an int64 fill past 2**53, which a C double would round: numpy writes it
+    exactly (and refuses one outside int64, as PyTorch does, with OverflowError)."""
+    if code == int64._code and type(fill_value) is int and abs(fill_value) > 2**53:
+        return tensor(np.full(tuple(shape), fill_value, dtype=np.int64))
+    return _C.full(code, shape, fill_value)
+
+
 def full(size, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
          pin_memory=False):
     _check_options("full", device, layout, pin_memory)
     code = _scalar_dtype(fill_value) if dtype is None else check_dtype(dtype)._code
-    return _finish(_C.full(code, _size("full", (size,), None), fill_value), requires_grad)
+    return _finish(_filled(code, _size("full", (size,), None), fill_value), requires_grad)
 
 
 def _like_dtype(input, dtype):
@@ -292,7 +300,7 @@ def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=Fal
 def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
               pin_memory=False, memory_format=None):
     _check_like("full_like", input, device, layout, pin_memory, memory_format)
-    return _finish(_C.full(_like_dtype(input, dtype), input._shape, fill_value), requires_grad)
+    return _finish(_filled(_like_dtype(input, dtype), input._shape, fill_value), requires_grad)
 
 
 def randn_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,

@@ -247,3 +247,13 @@ def test_requires_grad_on_int64_is_a_runtime_error_as_in_torch(make):
     for L in (ca, torch):
         with pytest.raises(RuntimeError, match="(?i)only.*float.*grad"):
             make(L)
+
+
+@pytest.mark.parametrize("value", [2**60 + 1, -(2**60) - 1, 2**53 + 1, 2**63 - 1])
+def test_full_keeps_every_bit_of_a_big_int64(value):
+    # a C double would round these; PyTorch keeps them
+    for make in (lambda L: L.full((2, 3), value, dtype=L.int64),
+                 lambda L: L.full((2,), value),
+                 lambda L: L.full_like(L.zeros(3, dtype=L.int64), value)):
+        got, want = make(ca), make(torch)
+        assert got.dtype == ca.int64 and got.tolist() == want.tolist()
