@@ -419,3 +419,19 @@ def test_messages_name_python_calls_not_the_c_api(name):
     message = str(info.value)
     assert spelling in message
     assert not re.search(r"\bca_[a-z]", message), message
+
+
+@pytest.mark.parametrize("call", [
+    lambda L: L.nn.functional.mse_loss(L.ones(2), L.ones(2), reduction="foo"),
+    lambda L: L.nn.functional.cross_entropy(L.ones(2, 3), L.tensor([0, 1]), reduction="foo"),
+    lambda L: L.nn.functional.nll_loss(L.ones(2, 3), L.tensor([0, 1]), reduction="foo"),
+    lambda L: L.nn.functional.l1_loss(L.ones(2), L.ones(2), reduction="foo"),
+])
+def test_a_bad_reduction_starts_with_pytorchs_words(call):
+    import torch
+
+    with pytest.raises(ValueError) as want:
+        call(torch)
+    with pytest.raises(ValueError) as got:
+        call(ca)
+    assert str(got.value).startswith(str(want.value))  # "foo is not a valid value ..."

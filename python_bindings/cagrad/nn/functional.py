@@ -55,8 +55,9 @@ def _reduction_code(fn, size_average, reduce, reduction):
     try:
         return _REDUCTIONS[reduction]
     except (KeyError, TypeError):
-        raise ValueError(f"{fn}(): {reduction!r} is not a valid value for reduction; use "
-                         f"'none', 'mean' or 'sum'") from None
+        # PyTorch's words first (code may match them), then what the valid values are
+        raise ValueError(f"{reduction} is not a valid value for reduction (in {fn}(); use "
+                         f"'none', 'mean' or 'sum')") from None
 
 
 def _legacy_reduction(size_average, reduce):
