@@ -51,6 +51,16 @@ globals().update(_namespace(_PY_TORCH))
 conv2d = nn.functional.conv2d  # torch.conv2d, as in PyTorch
 conv1d = nn.functional.conv1d  # torch.conv1d
 from ._einsum import einsum  # noqa: E402
+from ._more_ops import (  # noqa: E402  (composites of the ops above: _more_ops.py)
+                        addcdiv, addcmul, allclose, are_deterministic_algorithms_enabled,
+                        atleast_1d, atleast_2d, broadcast_shapes, broadcast_tensors,
+                        broadcast_to, column_stack, count_nonzero, diag, diagonal, e, equal,
+                        eye, finfo, flip, get_float32_matmul_precision, hstack, iinfo, inf,
+                        is_deterministic_algorithms_warn_only_enabled, isclose, isfinite,
+                        isinf, isnan, lerp, linspace, logspace, masked_select, nan,
+                        nan_to_num, nonzero, norm, outer, pi, prod, repeat_interleave, roll,
+                        set_float32_matmul_precision, sign, std, std_mean, tile, trace,
+                        use_deterministic_algorithms, var, var_mean, vstack)
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)

@@ -19,6 +19,7 @@ from ._ops import FUNCTIONS as _REGISTRY
 from . import _functions as F
 from . import _order
 from . import _scatter
+from . import _more_ops
 from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
                      float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
@@ -606,6 +607,14 @@ del _name
 for _name in ("scatter", "scatter_", "scatter_add", "scatter_add_", "index_add",
               "index_add_"):  # the scatter family (_scatter.py)
     setattr(Tensor, _name, getattr(_scatter, _name))
+del _name
+for _name in (  # the composites of _more_ops.py that PyTorch has as methods
+        "var std prod norm count_nonzero flip roll repeat tile broadcast_to outer diag "
+        "diagonal trace repeat_interleave isnan isinf isfinite nan_to_num isclose allclose "
+        "equal masked_select nonzero sign addcmul addcdiv lerp clamp_ masked_fill_ exp_ "
+        "sqrt_ addcmul_ addcdiv_ lerp_ uniform_ normal_"
+).split():
+    setattr(Tensor, _name, getattr(_more_ops, _name))
 del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():
