@@ -1,5 +1,5 @@
-"""Layers with parameters or modes: Linear, Conv2d, LayerNorm, Embedding, Dropout, Identity,
-Flatten.
+"""Layers with parameters or modes: Linear, Conv2d (and _ConvNd, which Conv1d shares),
+LayerNorm, Embedding, Dropout, Identity, Flatten.
 
 Constructors take PyTorch's arguments, including device= (which must be the CPU) and
 dtype=; parameters are initialized with PyTorch's distributions.
@@ -61,40 +61,39 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-class Conv2d(Module):
-    """A 2-D convolution: weight [out_channels, in_channels/groups, kH, kW], bias
-    [out_channels]. Only padding_mode='zeros' is implemented."""
+class _ConvNd(Module):
+    """What Conv1d and Conv2d share, as PyTorch's _ConvNd does: the argument checks, the
+    parameters (weight [out_channels, in_channels/groups, *kernel_size], bias
+    [out_channels]) with their initialization, and the repr. A subclass checks groups, turns
+    kernel_size, stride, dilation and a numeric padding into tuples of its rank, then calls
+    _setup."""
 
     _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__()
-        check_device(device)
+    @staticmethod
+    def _check_groups(in_channels, out_channels, groups):
         if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0:
             raise ValueError("groups must be a positive integer")
         if in_channels % groups != 0:
             raise ValueError("in_channels must be divisible by groups")
         if out_channels % groups != 0:
             raise ValueError("out_channels must be divisible by groups")
-        kernel_size = F._pair("kernel_size", kernel_size)
-        stride = F._pair("stride", stride)
-        dilation = F._pair("dilation", dilation)
+
+    def _check_padding_mode(self, padding_mode):
+        if padding_mode not in self._PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {set(self._PADDING_MODES)}, but got "
+                             f"padding_mode='{padding_mode}'")
+
+    def _setup(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+               bias, padding_mode, dtype):
+        rank = len(kernel_size)
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(f"Invalid padding string {padding!r}, should be one of "
                                  f"{{'valid', 'same'}}")
-            if padding == "same" and stride != (1, 1):
+            if padding == "same" and stride != (1,) * rank:
                 raise ValueError("padding='same' is not supported for strided convolutions")
-        else:
-            padding = F._pair("padding", padding)
-        if padding_mode not in self._PADDING_MODES:
-            raise ValueError(f"padding_mode must be one of {set(self._PADDING_MODES)}, but got "
-                             f"padding_mode='{padding_mode}'")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"cagrad's Conv2d does not support "
-                                      f"padding_mode='{padding_mode}'; only 'zeros' is "
-                                      f"implemented")
+        self._check_padding_mode(padding_mode)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = kernel_size
@@ -102,7 +101,7 @@ class Conv2d(Module):
         self.padding = padding
         self.dilation = dilation
         self.transposed = False
-        self.output_padding = (0, 0)
+        self.output_padding = (0,) * rank
         self.groups = groups
         self.padding_mode = padding_mode
         self.weight = Parameter(empty(out_channels, in_channels // groups, *kernel_size,
@@ -114,20 +113,17 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # fan_in = in/groups * kH * kW
+        # fan_in = in/groups * the kernel's size
         _default_init(self.weight, self.bias,
                       self.in_channels // self.groups * math.prod(self.kernel_size))
 
-    def forward(self, input):
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
-
     def extra_repr(self):
+        rank = len(self.kernel_size)
         text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}")
-        if self.padding != (0, 0):
+        if self.padding != (0,) * rank:
             text += f", padding={self.padding}"
-        if self.dilation != (1, 1):
+        if self.dilation != (1,) * rank:
             text += f", dilation={self.dilation}"
         if self.groups != 1:
             text += f", groups={self.groups}"
@@ -136,6 +132,35 @@ class Conv2d(Module):
         if self.padding_mode != "zeros":
             text += f", padding_mode={self.padding_mode}"
         return text
+
+
+class Conv2d(_ConvNd):
+    """A 2-D convolution: weight [out_channels, in_channels/groups, kH, kW], bias
+    [out_channels]. Only padding_mode='zeros' is implemented."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        check_device(device)
+        self._check_groups(in_channels, out_channels, groups)
+        kernel_size = F._pair("kernel_size", kernel_size)
+        stride = F._pair("stride", stride)
+        dilation = F._pair("dilation", dilation)
+        if not isinstance(padding, str):
+            padding = F._pair("padding", padding)
+        self._setup(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                    bias, padding_mode, dtype)
+
+    def _check_padding_mode(self, padding_mode):
+        super()._check_padding_mode(padding_mode)
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"cagrad's Conv2d does not support "
+                                      f"padding_mode='{padding_mode}'; only 'zeros' is "
+                                      f"implemented")
+
+    def forward(self, input):
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
 
 
 class LayerNorm(Module):
