@@ -109,19 +109,25 @@ static ca_status cumsum_shape(const ca_op_def *row, const ca_meta *in, int n_in,
     return CA_OK;
 }
 
-static ca_status cumsum_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
-                                const ca_attrs *a, const ca_meta *m, ca_tensor **out,
-                                ca_tensor **aux) {
+/* cumsum's and cumprod's forward (the row says which): the running sums or products along
+ * dim, of the input made contiguous. */
+static ca_status scan_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                              const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                              ca_tensor **aux) {
     ca_tensor *xc = NULL, *r = NULL;
     int64_t outer, n, inner;
     cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
     ca_status st = cai_tensor_contiguous(in[0], &xc);
     if (st == CA_OK)
         st = cai_tensor_new(m, &r);
-    if (st == CA_OK)
-        st = cai_op_kern_status(cai_kern_cumsum(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc),
-                                                cai_tensor_ptr(r), a->i[1] != 0),
-                                "cumsum");
+    if (st == CA_OK) {
+        const void *x = cai_tensor_ptr(xc);
+        void *y = cai_tensor_ptr(r);
+        int rc = row->id == CA_OP_CUMSUM
+                     ? cai_kern_cumsum(kdt(m->dtype), outer, n, inner, x, y, a->i[1] != 0)
+                     : cai_kern_cumprod(kdt(m->dtype), outer, n, inner, x, y);
+        st = cai_op_kern_status(rc, row->name);
+    }
     ca_tensor_release(xc);
     return finish(st, r, out);
 }
@@ -144,23 +150,6 @@ ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out) {
  * cumprod(x, dim): attrs.i[0] = dim. Its derivative is an internal row of its own,
  * cumprod_backward(x, result, g), exact where x has zeros.
  */
-static ca_status cumprod_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
-                                 const ca_attrs *a, const ca_meta *m, ca_tensor **out,
-                                 ca_tensor **aux) {
-    ca_tensor *xc = NULL, *r = NULL;
-    int64_t outer, n, inner;
-    cai_kern_split_dim(m->ndim, m->shape, (int)a->i[0], &outer, &n, &inner);
-    ca_status st = cai_tensor_contiguous(in[0], &xc);
-    if (st == CA_OK)
-        st = cai_tensor_new(m, &r);
-    if (st == CA_OK)
-        st = cai_op_kern_status(
-            cai_kern_cumprod(kdt(m->dtype), outer, n, inner, cai_tensor_ptr(xc), cai_tensor_ptr(r)),
-            "cumprod");
-    ca_tensor_release(xc);
-    return finish(st, r, out);
-}
-
 static void cumprod_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     ca_attrs a = {.i = {n->attrs.i[0]}};
     ca_bval in[3] = {bx_saved(b, n, 0), bx_saved(b, n, 1), g};
@@ -233,7 +222,7 @@ static const ca_op_def rows[] = {
      .n_fields = 2,
      .fields = {F_INT("dim", 0), F_INT("reverse", 1)},
      .shape = cumsum_shape,
-     .forward = cumsum_forward,
+     .forward = scan_forward,
      .backward = cumsum_backward},
     {.id = CA_OP_CUMPROD,
      .name = "cumprod",
@@ -244,7 +233,7 @@ static const ca_op_def rows[] = {
      .n_fields = 3,
      .fields = {F_IN("self", 0), F_RESULT, F_INT("dim", 0)},
      .shape = cumsum_shape,
-     .forward = cumprod_forward,
+     .forward = scan_forward,
      .backward = cumprod_backward},
     {.id = CA_OP_CUMPROD_BACKWARD,
      .name = "cumprod_backward",
