@@ -165,11 +165,26 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
         p[CAI_CONV_PW_END] = at->i[2];
         a->op = op == CA_OP_IM2COL ? GOP_IM2COL : GOP_COL2IM;
         if (!cai_graph_conv_pack(p, a->i) || at->i[3] < 0 || at->i[3] >= CAI_CONV_COLS__COUNT ||
-            (op == CA_OP_COL2IM && at->i[3] != 0))
+            (op == CA_OP_COL2IM && (at->i[3] & ~(int64_t)CAI_CONV_COLS_FLIP)))
             return false;
-        cai_graph_conv_set_layout(a->i, at->i[3]); /* im2col's column layout */
+        cai_graph_conv_set_layout(a->i, at->i[3]); /* the column layout */
         a->i[3] = at->i[0];                        /* groups */
         return op == CA_OP_IM2COL || decode_shape(tb, &at->shape, a);
+    }
+    case CA_OP_CONV2D: /* the derivative's convolutions: no bias */
+    case CA_OP_CONV2D_WEIGHT_GRAD: {
+        int64_t p[CAI_CONV_NPARAMS];
+        if (at->dims.n != CAI_CONV_IN_DIMS || a->n_in != 2)
+            return false;
+        memcpy(p, at->dims.v, sizeof(int64_t) * CAI_CONV_IN_DIMS);
+        p[CAI_CONV_PH_END] = at->i[1];
+        p[CAI_CONV_PW_END] = at->i[2];
+        a->op = op == CA_OP_CONV2D ? GOP_CONV2D : GOP_CONV2D_WEIGHT_GRAD;
+        if (!cai_graph_conv_pack(p, a->i) || (at->i[3] & ~(int64_t)CAI_CONV_COLS_FLIP))
+            return false;
+        cai_graph_conv_set_layout(a->i, at->i[3]); /* the taps' order */
+        a->i[3] = at->i[0];                        /* groups */
+        return op == CA_OP_CONV2D || decode_shape(tb, &at->shape, a);
     }
     default: return false;
     }

@@ -594,8 +594,9 @@ typedef enum {
     CA_OP_NLL_LOSS_BACKWARD, /* internal */
     /* convolution (ops_conv.c): attrs.dims = CAI_CONV_* parameters, i[0] = groups */
     CA_OP_CONV2D,
-    CA_OP_IM2COL, /* internal: conv2d's unfold */
-    CA_OP_COL2IM, /* internal: its adjoint, into attrs.shape */
+    CA_OP_IM2COL,             /* internal: conv2d's unfold */
+    CA_OP_COL2IM,             /* internal: its adjoint, into attrs.shape */
+    CA_OP_CONV2D_WEIGHT_GRAD, /* internal: conv2d's weight gradient */
     /* position and order (ops_order.c, ops_sort.c) */
     CA_OP_TRIL, /* attrs.i[0] = diagonal */
     CA_OP_TRIU,

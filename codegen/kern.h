@@ -274,7 +274,10 @@ void cai_kern_adaptive_weights(kern_dtype dt, int64_t in, int64_t out, void *mat
  * padding ph, pw at the start (top, left) and ph_end, pw_end at the end, dilations dh, dw:
  * oh = (h + ph + ph_end - dh*(kh-1) - 1)/sh + 1 output rows (cai_kern_conv_out_size), ow
  * likewise. groups splits the channels (for the
- * column layout [n, groups, c/groups*kh*kw, oh*ow]).
+ * column layout [n, groups, c/groups*kh*kw, oh*ow]). flip stores the kernel taps in reverse:
+ * tap (ki, kj) in the row of (kh-1-ki, kw-1-kj), which makes the columns of a gradient g
+ * the ones a transposed convolution multiplies by the weight as it is (conv2d's
+ * grad_input at stride 1, see ops_conv.c).
  */
 typedef struct {
     int64_t n, c, h, w;
@@ -282,13 +285,15 @@ typedef struct {
     int64_t ph_end, pw_end;
     int64_t oh, ow;
     int64_t groups;
+    bool flip;
 } kern_conv_geom;
 
 /* The output size of one spatial dim: (in + pads - d(k-1) - 1) / s + 1, pads the padding
  * of both sides together; 0 when the kernel does not fit, -1 for s <= 0. */
 int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, int64_t d);
 /* cols[n, c*kh*kw + ki*kw + kj, oy*ow + ox] = x[n, c, oy*sh - ph + ki*dh, ox*sw - pw + kj*dw],
- * 0 where that is padding. x is read with its 4 element strides xs; cols is written as
+ * 0 where that is padding (with flip, the row of tap (ki, kj) is c*kh*kw + (kh-1-ki)*kw +
+ * kw-1-kj). x is read with its 4 element strides xs; cols is written as
  * [n, groups, c/groups*kh*kw, oh*ow] with its 4 element strides cs, the last 1 (so the
  * batch may sit inside the rows' layout, [groups, K, n, oh*ow], for a GEMM over the whole
  * batch). Returns 0, or -1 (not f32/f64, cs[3] != 1, or a geometry that does not hold
@@ -300,6 +305,19 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
  * oh*ow] with its 4 element strides cs. Returns 0 or -1 as cai_kern_im2col. */
 int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, const int64_t *cs,
                     void *out);
+/* conv2d through the columns, a cache-sized slab of images at a time (kern_conv_gemm.c):
+ * y [n, out_channels, oh*ow] (contiguous) = beta * y + W @ im2col(x), one GEMM per image
+ * and group, W the weight contiguous as [groups, out_channels/groups, c/groups*kh*kw]
+ * (with g->flip, the columns' taps reversed: a convolution with the kernel turned 180
+ * degrees). Returns 0, -1 (not f32/f64, a bad geometry, out_channels not a multiple of
+ * groups) or -2 (out of scratch memory). */
+int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
+                    const void *w, int64_t out_channels, double beta, void *y);
+/* Its weight gradient: dw [groups, out_channels/groups, c/groups*kh*kw] (contiguous,
+ * overwritten) = the sum over images of gy[image, group] @ im2col(x)[image, group]^T, gy
+ * contiguous [n, out_channels, oh*ow], added in image order. Returns as cai_kern_conv2d. */
+int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const void *x,
+                                const int64_t *xs, const void *gy, int64_t out_channels, void *dw);
 
 /* ---------------------------------------------------------------------------------------
  * Random numbers: a counter-based generator (Philox-4x32-10), so a (seed, offset) pair

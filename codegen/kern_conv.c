@@ -35,9 +35,14 @@ typedef struct {
     kern_pw_fn add;    /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
 } conv_job;
 
-/* The element offset of cols row (n, c, ki, kj) in a strided [n, groups, c/groups*kh*kw, l]. */
+/* The element offset of cols row (n, c, ki, kj) in a strided [n, groups, c/groups*kh*kw, l]
+ * (the taps reversed when g->flip). */
 static int64_t cols_row(const kern_conv_geom *g, const int64_t *cs, int64_t n, int64_t c,
                         int64_t ki, int64_t kj) {
+    if (g->flip) {
+        ki = g->kh - 1 - ki;
+        kj = g->kw - 1 - kj;
+    }
     int64_t cg = g->c / g->groups, k = ((c % cg) * g->kh + ki) * g->kw + kj;
     return n * cs[0] + (c / cg) * cs[1] + k * cs[2];
 }
@@ -54,13 +59,12 @@ static void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64_t *lo,
         *hi = *lo;
 }
 
-/* Kernel row ki with valid output columns [lo, hi) reads whole input rows, row oy of the
- * output at input row oy - *top: unit strides, ow == w and every column valid (so the
- * column offset is 0). Then the rows it reads are contiguous, for output rows [*oy0, *oy1)
- * (*oy1 >= *oy0; the others read padding). */
-static bool conv_whole_rows(const kern_conv_geom *g, int64_t ki, int64_t lo, int64_t hi,
-                            int64_t *top, int64_t *oy0, int64_t *oy1) {
-    if (g->sw != 1 || g->sh != 1 || lo != 0 || hi != g->ow || g->ow != g->w)
+/* At unit strides with ow == w, output row oy of kernel row ki reads input row oy - *top,
+ * for the output rows [*oy0, *oy1) (*oy1 >= *oy0; the others read padding), and the rows
+ * of a plane read one after another are consecutive rows of the input. */
+static bool conv_whole_rows(const kern_conv_geom *g, int64_t ki, int64_t *top, int64_t *oy0,
+                            int64_t *oy1) {
+    if (g->sw != 1 || g->sh != 1 || g->ow != g->w)
         return false;
     *top = g->ph - ki * g->dh; /* iy = oy - top */
     *oy0 = *top > 0 ? *top : 0;

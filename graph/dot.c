@@ -80,7 +80,9 @@ static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         cai_graph_sb_printf(b, " dim=%lld value=%g", (long long)a->i[0], a->p[0]);
         break;
     case GOP_IM2COL:
-    case GOP_COL2IM: cai_graph_sb_printf(b, " groups=%lld", (long long)a->i[3]); break;
+    case GOP_COL2IM:
+    case GOP_CONV2D:
+    case GOP_CONV2D_WEIGHT_GRAD: cai_graph_sb_printf(b, " groups=%lld", (long long)a->i[3]); break;
     case GOP_SCALE_SIZE: { /* x * (p/N), or x * (p*N) when i[0] is set */
         char n[256];
         cai_graph_sb_printf(b, " %g%s(%s)", a->p[0], a->i[0] ? "*" : "/",

@@ -103,6 +103,11 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(IM2COL, "im2col", 1, 4, 0)                                                                   \
     /* its adjoint, the fold: columns -> shape = [N, C, H, W]; i[0..3] as IM2COL             */ \
     X(COL2IM, "col2im", 1, 4, GOPF_SHAPE)                                                          \
+    /* in: x [N, C, H, W], w [O, C/groups, kh, kw] (contiguous) -> [N, O, OH, OW]; i[0..3] as */ \
+    /* IM2COL, whose layout here is 0 or CAI_CONV_COLS_FLIP (the taps reversed)              */ \
+    X(CONV2D, "conv2d", 2, 4, 0)                                                                   \
+    /* in: g [N, O, OH, OW] (contiguous), x -> shape = the weight's; i[0..3] as CONV2D        */ \
+    X(CONV2D_WEIGHT_GRAD, "conv2d_weight_grad", 2, 4, GOPF_SHAPE)                                  \
     /* dtype = target */                                                                           \
     X(CAST, "cast", 1, 0, 0)                                                                       \
     /* i[0] = dim, i[1] = 1: running sums taken from the end (cumsum's derivative) */             \
@@ -160,7 +165,7 @@ static inline void cai_graph_conv_unpack(const int64_t *i, int64_t *p) {
 }
 
 /* im2col's column layout (shape_rules.h's CAI_CONV_COLS_*) in the 16 bits after the
- * packed parameters (i[2] bits 32..47); col2im's is 0. */
+ * packed parameters (i[2] bits 32..47); col2im's is 0 or CAI_CONV_COLS_FLIP. */
 #define GRAPH_CONV_LAYOUT_SHIFT 32
 static inline void cai_graph_conv_set_layout(int64_t *i, int64_t layout) {
     i[2] |= (layout & 0xffff) << GRAPH_CONV_LAYOUT_SHIFT;

@@ -179,6 +179,37 @@ typedef struct {
     bool holds_tmp;          /* this thread's step holds it */
 } plan_run_ctx;
 
+/* The runner's helpers (plan_run.c), shared with plan_run_ops.c. cai_run_fail records
+ * "value v (op): message" for cai_graph_plan_error (the first of steps failing side by
+ * side stays) and returns -1; cai_run_kern_fail words a kernel's code (-2: out of
+ * memory). cai_run_in is input k's view; cai_run_tmp a temporary buffer, about to be
+ * written (steps side by side take the temporaries' lock). cai_run_view_str writes
+ * "f32[2, 3]" into buf (96 bytes or more). */
+int cai_run_fail(graph_plan *p, graph_val v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int cai_run_kern_fail(graph_plan *p, graph_val v, int rc, const char *what);
+const graph_view *cai_run_in(const plan_run_ctx *r, const graph_node *x, int k);
+void *cai_run_tmp(plan_run_ctx *r, int32_t tmp);
+int64_t cai_run_numel(const graph_view *v);
+bool cai_run_is_contig(const graph_view *v);
+void cai_run_contig_strides(int nd, const int64_t *shape, int64_t *strides);
+int cai_run_copy_strided(void *dst, const int64_t *dst_strides, const graph_view *src);
+int cai_run_copy_contig(void *dst, const graph_view *src, graph_view *out);
+int cai_run_fill_zero(const graph_view *out);
+const char *cai_run_view_str(kern_dtype dt, int nd, const int64_t *shape, char *buf);
+bool cai_run_view_matches(const graph_view *v, kern_dtype dt, int nd, const int64_t *shape);
+
+/* The runners of plan_run_ops.c: one node into its buffer out; 0 or -1 (the failure
+ * recorded). */
+int cai_run_index_add(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_scatter_add(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_index_fill(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_cumsum(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_cumprod_bw(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_conv(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_conv2d(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_nll_bw(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+
 /* Run one step (any plan kind but INPUT); 0 or the failure's code. (plan_run.c) */
 int cai_graph_plan_run_step(plan_run_ctx *r, graph_val v);
 /* Run the steps side by side on the kernel pool (plan_parallel.c), inputs bound already:

@@ -161,6 +161,13 @@ static void take_temps(planner *pl, const graph *g, graph_val v) {
         val_key(g, x->a.in[i], &k);
         pn->tmp[i] = take_temp(pl, &k);
     }
+    /* conv2d's kernels read the image through its strides, the weight and the gradient
+     * only contiguous */
+    int conv_dense = x->a.op == GOP_CONV2D ? 1 : x->a.op == GOP_CONV2D_WEIGHT_GRAD ? 0 : -1;
+    if (conv_dense >= 0 && maybe_strided(g, pl->nodes, x->a.in[conv_dense])) {
+        val_key(g, x->a.in[conv_dense], &k);
+        pn->tmp[conv_dense] = take_temp(pl, &k);
+    }
     for (int i = 0; x->a.op == GOP_CUMPROD_BW && i < 3; i++) {
         if (!maybe_strided(g, pl->nodes, x->a.in[i]))
             continue;

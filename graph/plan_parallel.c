@@ -76,6 +76,15 @@ static int64_t step_cost(const graph_plan *p, graph_val v) {
         int64_t k = a->ndim >= 2 ? p->val[a->shape[a->ndim - (x->a.i[0] ? 2 : 1)]] : 1;
         return n * (k > 0 ? k : 1) / 8; /* a multiply-add costs less than a pointwise op */
     }
+    if (x->a.op == GOP_CONV2D || x->a.op == GOP_CONV2D_WEIGHT_GRAD) {
+        /* the GEMMs' inner dim: a weight row (the columns' rows, the weight's numel over
+         * its dim 0), or g's positions per channel (summed over: over its dim 1) */
+        bool fwd = x->a.op == GOP_CONV2D;
+        const graph_node *in = cai_graph_node_at(p->g, x->a.in[fwd ? 1 : 0]);
+        int64_t rows = in->ndim > 1 ? p->val[in->shape[fwd ? 0 : 1]] : 1;
+        int64_t k = rows > 0 ? numel_of(p, in) / rows : 1;
+        return n * (k > 0 ? k : 1) / 8;
+    }
     if (p->nodes[v].kind == PK_FUSED_RUN && p->nodes[v].grp >= 0) {
         const plan_group *G = &p->groups[p->nodes[v].grp];
         return numel_of(p, cai_graph_node_at(p->g, G->first)) * G->n_members;

@@ -22,14 +22,11 @@
  */
 typedef plan_run_ctx run_ctx; /* internal.h: one per thread of a run */
 
-static int fail(graph_plan *p, graph_val v, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Record "value v (op): message" for cai_graph_plan_error; returns -1. Steps run side by
  * side may fail at once: the first message stays. */
-static int fail(graph_plan *p, graph_val v, const char *fmt, ...) {
+int cai_run_fail(graph_plan *p, graph_val v, const char *fmt, ...) {
     const graph_node *x = cai_graph_node_at(p->g, v);
     pthread_mutex_lock(&fail_mu);
     if (p->err[0] == '\0') {
@@ -44,13 +41,14 @@ static int fail(graph_plan *p, graph_val v, const char *fmt, ...) {
     return -1;
 }
 
-static int kern_fail(graph_plan *p, graph_val v, int rc, const char *what) {
+int cai_run_kern_fail(graph_plan *p, graph_val v, int rc, const char *what) {
     if (rc == -2)
-        return fail(p, v, "%s: out of memory for kernel scratch", what);
-    return fail(p, v, "%s: the kernel failed (%d); dtype or arguments unsupported", what, rc);
+        return cai_run_fail(p, v, "%s: out of memory for kernel scratch", what);
+    return cai_run_fail(p, v, "%s: the kernel failed (%d); dtype or arguments unsupported", what,
+                        rc);
 }
 
-static void contig_strides(int nd, const int64_t *shape, int64_t *strides) {
+void cai_run_contig_strides(int nd, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
     if (nd <= 0 || nd > KERN_MAX_DIMS)
         return;
@@ -60,14 +58,14 @@ static void contig_strides(int nd, const int64_t *shape, int64_t *strides) {
     }
 }
 
-static int64_t numel(const graph_view *v) {
+int64_t cai_run_numel(const graph_view *v) {
     int64_t n = 1;
     for (int d = 0; d < v->ndim; d++)
         n *= v->shape[d];
     return n;
 }
 
-static bool is_contig(const graph_view *v) {
+bool cai_run_is_contig(const graph_view *v) {
     int64_t want = 1;
     for (int d = v->ndim - 1; d >= 0; d--) {
         if (v->shape[d] != 1 && v->strides[d] != want)
@@ -88,7 +86,7 @@ static void node_view(const graph_plan *p, const graph_node *x, void *data, grap
     out->ndim = x->ndim;
     for (int d = 0; d < x->ndim; d++)
         out->shape[d] = p->val[x->shape[d]];
-    contig_strides(out->ndim, out->shape, out->strides);
+    cai_run_contig_strides(out->ndim, out->shape, out->strides);
 }
 
 static void *buf_ptr(const run_ctx *r, int32_t b) {
@@ -100,7 +98,7 @@ static void *buf_ptr(const run_ctx *r, int32_t b) {
  * but steps run side by side may share one: the first step to use one holds the run's
  * temporaries lock until it finishes (plan_parallel.c lets it go). Copies are rare (an
  * operand whose strides the kernel cannot take), so the lock is rarely taken. */
-static void *tmp_ptr(run_ctx *r, int32_t tmp) {
+void *cai_run_tmp(run_ctx *r, int32_t tmp) {
     if (r->tmp_mu && !r->holds_tmp) {
         pthread_mutex_lock(r->tmp_mu);
         r->holds_tmp = true;
@@ -108,12 +106,12 @@ static void *tmp_ptr(run_ctx *r, int32_t tmp) {
     return buf_ptr(r, tmp);
 }
 
-static const graph_view *in_view(const run_ctx *r, const graph_node *x, int k) {
+const graph_view *cai_run_in(const run_ctx *r, const graph_node *x, int k) {
     CA_ASSERT(k >= 0 && k < x->a.n_in && x->a.in[k] >= 0 && x->a.in[k] < r->step);
     return &r->p->views[x->a.in[k]];
 }
 
-static int copy_strided(void *dst, const int64_t *dst_strides, const graph_view *src) {
+int cai_run_copy_strided(void *dst, const int64_t *dst_strides, const graph_view *src) {
     kern_src s = {.data = src->data};
     memcpy(s.strides, src->strides, sizeof s.strides);
     return cai_kern_pointwise(KPW_COPY, src->dtype, src->dtype, src->ndim, src->shape, dst,
@@ -121,16 +119,16 @@ static int copy_strided(void *dst, const int64_t *dst_strides, const graph_view 
 }
 
 /* A contiguous copy of src into dst; *out becomes that copy. */
-static int copy_contig(void *dst, const graph_view *src, graph_view *out) {
+int cai_run_copy_contig(void *dst, const graph_view *src, graph_view *out) {
     graph_view c = *src;
     c.data = dst;
-    contig_strides(c.ndim, c.shape, c.strides);
-    int rc = copy_strided(dst, c.strides, src);
+    cai_run_contig_strides(c.ndim, c.shape, c.strides);
+    int rc = cai_run_copy_strided(dst, c.strides, src);
     *out = c;
     return rc;
 }
 
-static int fill_zero(const graph_view *out) {
+int cai_run_fill_zero(const graph_view *out) {
     kern_src none = {.data = NULL};
     return cai_kern_pointwise(KPW_FILL, out->dtype, out->dtype, out->ndim, out->shape, out->data,
                               out->strides, &none, 0, 0);
@@ -152,8 +150,8 @@ static void bcast_src(const graph_view *in, const graph_view *out, kern_src *s) 
 static bool reshape_strides(const graph_view *in, graph_view *out) {
     int on = in->ndim, nn = out->ndim;
     const int64_t *oshape = in->shape, *ostr = in->strides;
-    if (numel(in) <= 1) {
-        contig_strides(nn, out->shape, out->strides);
+    if (cai_run_numel(in) <= 1) {
+        cai_run_contig_strides(nn, out->shape, out->strides);
         return true;
     }
     int nd = nn - 1;
@@ -181,7 +179,7 @@ static bool reshape_strides(const graph_view *in, graph_view *out) {
  * Nodes without kernels
  */
 /* "f32[2, 3]" into buf (size >= 96). */
-static const char *view_str(kern_dtype dt, int nd, const int64_t *shape, char *buf) {
+const char *cai_run_view_str(kern_dtype dt, int nd, const int64_t *shape, char *buf) {
     static const char *const names[] = {"f32", "f64", "i64"};
     size_t size = 96;
     int len = snprintf(buf, size, "%s[", (unsigned)dt <= KERN_I64 ? names[dt] : "?");
@@ -193,7 +191,7 @@ static const char *view_str(kern_dtype dt, int nd, const int64_t *shape, char *b
     return buf;
 }
 
-static bool view_matches(const graph_view *v, kern_dtype dt, int nd, const int64_t *shape) {
+bool cai_run_view_matches(const graph_view *v, kern_dtype dt, int nd, const int64_t *shape) {
     if (v->dtype != dt || v->ndim != nd)
         return false;
     for (int d = 0; d < nd; d++)
@@ -207,20 +205,22 @@ static int bind_input(run_ctx *r, graph_val v, const graph_view *inputs) {
     graph_view want;
     node_view(r->p, x, NULL, &want);
     if (!inputs)
-        return fail(r->p, v, "input %lld is missing (inputs is NULL)", (long long)x->a.i[0]);
+        return cai_run_fail(r->p, v, "input %lld is missing (inputs is NULL)",
+                            (long long)x->a.i[0]);
     const graph_view *in = &inputs[x->a.i[0]];
     char b1[96], b2[96];
-    if (!view_matches(in, want.dtype, want.ndim, want.shape))
-        return fail(r->p, v, "input %lld is %s but the graph expects %s for these sizes",
-                    (long long)x->a.i[0], view_str(in->dtype, in->ndim, in->shape, b1),
-                    view_str(want.dtype, want.ndim, want.shape, b2));
+    if (!cai_run_view_matches(in, want.dtype, want.ndim, want.shape))
+        return cai_run_fail(r->p, v, "input %lld is %s but the graph expects %s for these sizes",
+                            (long long)x->a.i[0],
+                            cai_run_view_str(in->dtype, in->ndim, in->shape, b1),
+                            cai_run_view_str(want.dtype, want.ndim, want.shape, b2));
     r->p->views[v] = *in;
     return 0;
 }
 
 static int run_view(run_ctx *r, graph_val v) {
     const graph_node *x = cai_graph_node_at(r->p->g, v);
-    const graph_view *in = in_view(r, x, 0);
+    const graph_view *in = cai_run_in(r, x, 0);
     graph_view *out = &r->p->views[v];
     node_view(r->p, x, in->data, out);
     int lead = out->ndim - in->ndim, d = (int)x->a.i[0];
@@ -241,8 +241,8 @@ static int run_view(run_ctx *r, graph_val v) {
         break;
     default: /* GOP_SLICE */
         if (x->a.i[2] > in->shape[d])
-            return fail(r->p, v, "slice end %lld is past the end of dim %d (size %lld)",
-                        (long long)x->a.i[2], d, (long long)in->shape[d]);
+            return cai_run_fail(r->p, v, "slice end %lld is past the end of dim %d (size %lld)",
+                                (long long)x->a.i[2], d, (long long)in->shape[d]);
         memcpy(out->strides, in->strides, sizeof out->strides);
         out->strides[d] *= x->a.i[3];
         out->data = (char *)in->data + x->a.i[1] * in->strides[d] * (int64_t)esize(in);
@@ -254,28 +254,28 @@ static int run_view(run_ctx *r, graph_val v) {
 /* reshape and contiguous: a view when the strides allow, else a copy into the buffer. */
 static int run_maybe_view(run_ctx *r, graph_val v) {
     const graph_node *x = cai_graph_node_at(r->p->g, v);
-    const graph_view *in = in_view(r, x, 0);
+    const graph_view *in = cai_run_in(r, x, 0);
     graph_view *out = &r->p->views[v];
     node_view(r->p, x, in->data, out);
-    if (x->a.op == GOP_RESHAPE && numel(in) != numel(out))
-        return fail(r->p, v,
-                    "reshape: %lld elements cannot be viewed as %lld (the sizes this "
-                    "graph was compiled for no longer hold)",
-                    (long long)numel(in), (long long)numel(out));
-    bool ok = x->a.op == GOP_RESHAPE ? reshape_strides(in, out) : is_contig(in);
+    if (x->a.op == GOP_RESHAPE && cai_run_numel(in) != cai_run_numel(out))
+        return cai_run_fail(r->p, v,
+                            "reshape: %lld elements cannot be viewed as %lld (the sizes this "
+                            "graph was compiled for no longer hold)",
+                            (long long)cai_run_numel(in), (long long)cai_run_numel(out));
+    bool ok = x->a.op == GOP_RESHAPE ? reshape_strides(in, out) : cai_run_is_contig(in);
     if (ok)
         return 0;
     graph_view c;
-    int rc = copy_contig(buf_ptr(r, r->p->nodes[v].buf), in, &c);
+    int rc = cai_run_copy_contig(buf_ptr(r, r->p->nodes[v].buf), in, &c);
     if (rc)
-        return kern_fail(r->p, v, rc, "copy");
+        return cai_run_kern_fail(r->p, v, rc, "copy");
     node_view(r->p, x, c.data, out);
     return 0;
 }
 
 static int run_hook(run_ctx *r, graph_val v) {
     const graph_node *x = cai_graph_node_at(r->p->g, v);
-    const graph_view *in = in_view(r, x, 0);
+    const graph_view *in = cai_run_in(r, x, 0);
     graph_view repl;
     memset(&repl, 0, sizeof repl);
     int rc = r->cb->call ? r->cb->call(r->cb->ctx, x, in, &repl) : 0;
@@ -286,12 +286,13 @@ static int run_hook(run_ctx *r, graph_val v) {
         return 0;
     }
     char b1[96], b2[96];
-    if (!view_matches(&repl, in->dtype, in->ndim, in->shape))
-        return fail(r->p, v,
-                    "hook %lld returned a gradient %s for a gradient %s; a hook must keep the "
-                    "dtype and shape",
-                    (long long)x->a.i[0], view_str(repl.dtype, repl.ndim, repl.shape, b1),
-                    view_str(in->dtype, in->ndim, in->shape, b2));
+    if (!cai_run_view_matches(&repl, in->dtype, in->ndim, in->shape))
+        return cai_run_fail(
+            r->p, v,
+            "hook %lld returned a gradient %s for a gradient %s; a hook must keep the "
+            "dtype and shape",
+            (long long)x->a.i[0], cai_run_view_str(repl.dtype, repl.ndim, repl.shape, b1),
+            cai_run_view_str(in->dtype, in->ndim, in->shape, b2));
     r->p->views[v] = repl;
     return 0;
 }
@@ -300,7 +301,7 @@ static int run_call(run_ctx *r, graph_val v) {
     const graph_node *x = cai_graph_node_at(r->p->g, v);
     if (!r->cb->call || (r->p->nodes[v].fold >= 0 && r->p->nodes[v].folded))
         return 0; /* no callbacks, or the GEMM already wrote this .grad */
-    const graph_view *in = x->a.op == GOP_POST_HOOK || x->a.n_in == 0 ? NULL : in_view(r, x, 0);
+    const graph_view *in = x->a.op == GOP_POST_HOOK || x->a.n_in == 0 ? NULL : cai_run_in(r, x, 0);
     return r->cb->call(r->cb->ctx, x, in, NULL);
 }
 
@@ -315,13 +316,13 @@ static int run_result(run_ctx *r, graph_val v) {
         return rc;
     char b1[96], b2[96];
     if (!got.data)
-        return fail(r->p, v, "call-out %lld gave no result %lld", (long long)x->a.i[0],
-                    (long long)x->a.i[1]);
-    if (!view_matches(&got, want.dtype, want.ndim, want.shape))
-        return fail(r->p, v, "call-out %lld's result %lld is %s but the graph expects %s",
-                    (long long)x->a.i[0], (long long)x->a.i[1],
-                    view_str(got.dtype, got.ndim, got.shape, b1),
-                    view_str(want.dtype, want.ndim, want.shape, b2));
+        return cai_run_fail(r->p, v, "call-out %lld gave no result %lld", (long long)x->a.i[0],
+                            (long long)x->a.i[1]);
+    if (!cai_run_view_matches(&got, want.dtype, want.ndim, want.shape))
+        return cai_run_fail(r->p, v, "call-out %lld's result %lld is %s but the graph expects %s",
+                            (long long)x->a.i[0], (long long)x->a.i[1],
+                            cai_run_view_str(got.dtype, got.ndim, got.shape, b1),
+                            cai_run_view_str(want.dtype, want.ndim, want.shape, b2));
     r->p->views[v] = got;
     return 0;
 }
@@ -334,9 +335,9 @@ static int run_pw(run_ctx *r, const graph_node *x, const graph_view *out) {
     kern_src src[GRAPH_MAX_IN];
     memset(src, 0, sizeof src);
     for (int i = 0; i < x->a.n_in; i++)
-        bcast_src(in_view(r, x, i), out, &src[i]);
+        bcast_src(cai_run_in(r, x, i), out, &src[i]);
     int cond = cai_kern_pw_cond_input(k);
-    kern_dtype cond_dt = cond >= 0 ? in_view(r, x, cond)->dtype : out->dtype;
+    kern_dtype cond_dt = cond >= 0 ? cai_run_in(r, x, cond)->dtype : out->dtype;
     return cai_kern_pointwise(k, out->dtype, cond_dt, out->ndim, out->shape, out->data,
                               out->strides, src, x->a.p[0], x->a.p[1]);
 }
@@ -345,20 +346,20 @@ static int run_pw(run_ctx *r, const graph_node *x, const graph_view *out) {
  * serves every size. */
 static int run_scale_size(run_ctx *r, const graph_node *x, const graph_view *out) {
     kern_src src;
-    bcast_src(in_view(r, x, 0), out, &src);
+    bcast_src(cai_run_in(r, x, 0), out, &src);
     double n = (double)r->p->val[x->a.shape[0]];
     return cai_kern_pointwise(KPW_MUL_S, out->dtype, out->dtype, out->ndim, out->shape, out->data,
                               out->strides, &src, x->a.i[0] ? x->a.p[0] * n : x->a.p[0] / n, 0);
 }
 
 static int run_sum(run_ctx *r, const graph_node *x, const graph_view *out) {
-    const graph_view *in = in_view(r, x, 0);
+    const graph_view *in = cai_run_in(r, x, 0);
     return cai_kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides,
                            (uint32_t)x->a.i[0], out->data, NULL);
 }
 
 static int run_sum_to(run_ctx *r, const graph_node *x, const graph_view *out) {
-    const graph_view *in = in_view(r, x, 0);
+    const graph_view *in = cai_run_in(r, x, 0);
     uint32_t mask = cai_graph_sum_to_mask(in->ndim, in->shape, out->ndim, out->shape);
     return cai_kern_reduce(KRED_SUM, in->dtype, in->ndim, in->shape, in->data, in->strides, mask,
                            out->data, NULL);
@@ -367,21 +368,21 @@ static int run_sum_to(run_ctx *r, const graph_node *x, const graph_view *out) {
 static int run_slice_backward(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
     int d = (int)x->a.i[0];
     if (x->a.i[2] > out->shape[d])
-        return fail(r->p, v, "slice end %lld is past the end of dim %d (size %lld)",
-                    (long long)x->a.i[2], d, (long long)out->shape[d]);
-    int rc = fill_zero(out);
+        return cai_run_fail(r->p, v, "slice end %lld is past the end of dim %d (size %lld)",
+                            (long long)x->a.i[2], d, (long long)out->shape[d]);
+    int rc = cai_run_fill_zero(out);
     if (rc)
         return rc;
     int64_t strides[KERN_MAX_DIMS];
     memcpy(strides, out->strides, sizeof strides);
     strides[d] *= x->a.i[3];
     char *dst = (char *)out->data + x->a.i[1] * out->strides[d] * (int64_t)esize(out);
-    return copy_strided(dst, strides, in_view(r, x, 0));
+    return cai_run_copy_strided(dst, strides, cai_run_in(r, x, 0));
 }
 
 static int run_cast(run_ctx *r, const graph_node *x, const graph_view *out) {
-    const graph_view *in = in_view(r, x, 0);
-    if (numel(in) == 0)
+    const graph_view *in = cai_run_in(r, x, 0);
+    if (cai_run_numel(in) == 0)
         return 0;
     kern_src s = {.data = in->data};
     memcpy(s.strides, in->strides, sizeof s.strides);
@@ -402,10 +403,11 @@ static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp,
     if (!cai_kern_gemm_unpacked(w.shape[nd - 2], w.shape[nd - 1], w.strides[nd - 2],
                                 w.strides[nd - 1])) {
         if (tmp < 0)
-            return fail(r->p, v, "an operand needs a copy but the plan has no buffer for it");
-        int rc = copy_contig(tmp_ptr(r, tmp), in, &w);
+            return cai_run_fail(r->p, v,
+                                "an operand needs a copy but the plan has no buffer for it");
+        int rc = cai_run_copy_contig(cai_run_tmp(r, tmp), in, &w);
         if (rc)
-            return kern_fail(r->p, v, rc, "matmul operand copy");
+            return cai_run_kern_fail(r->p, v, rc, "matmul operand copy");
     }
     o->data = w.data;
     o->rs = w.strides[nd - 2];
@@ -420,13 +422,13 @@ static int gemm_prep(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp,
 /* out = a @ b, or out += a @ b when beta is 1 (out contiguous). */
 static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out,
                       double beta) {
-    const graph_view *a = in_view(r, x, 0), *b = in_view(r, x, 1);
+    const graph_view *a = cai_run_in(r, x, 0), *b = cai_run_in(r, x, 1);
     int nb = out->ndim - 2;
     int64_t K = a->shape[a->ndim - (x->a.i[0] ? 2 : 1)];
-    if (numel(out) == 0)
+    if (cai_run_numel(out) == 0)
         return 0;
     if (K == 0) /* an empty sum */
-        return beta != 0.0 ? 0 : fill_zero(out);
+        return beta != 0.0 ? 0 : cai_run_fill_zero(out);
     const plan_node *pn = &r->p->nodes[v];
     kern_mat_nd A, B;
     if (gemm_prep(r, v, a, pn->tmp[0], nb, out->shape, &A) ||
@@ -434,7 +436,7 @@ static int run_matmul(run_ctx *r, graph_val v, const graph_node *x, const graph_
         return -1;
     int rc = cai_kern_gemm_nd(out->dtype, nb, out->shape, out->shape[nb], out->shape[nb + 1], K, &A,
                               x->a.i[0] != 0, &B, x->a.i[1] != 0, beta, out->data);
-    return rc ? kern_fail(r->p, v, rc, "matmul") : 0;
+    return rc ? cai_run_kern_fail(r->p, v, rc, "matmul") : 0;
 }
 
 /* Whether w's bytes meet dst's (each taken as the span from its lowest to its highest
@@ -444,7 +446,7 @@ static bool views_overlap(const graph_view *w, const graph_view *dst) {
     uintptr_t lo[2], hi[2];
     for (int i = 0; i < 2; i++) {
         int64_t first = 0, last = 0, es = (int64_t)esize(vs[i]);
-        if (numel(vs[i]) == 0 || !vs[i]->data)
+        if (cai_run_numel(vs[i]) == 0 || !vs[i]->data)
             return false;
         for (int d = 0; d < vs[i]->ndim; d++) {
             int64_t span = (vs[i]->shape[d] - 1) * vs[i]->strides[d];
@@ -488,13 +490,13 @@ static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_vi
         return rc;
     if (!dst.data) /* declined */
         return run_matmul(r, v, x, out, 0.0);
-    bool fits = view_matches(&dst, out->dtype, out->ndim, out->shape);
+    bool fits = cai_run_view_matches(&dst, out->dtype, out->ndim, out->shape);
     char b1[96], b2[96];
     if (!fits && !has)
-        return fail(r->p, v, "the new .grad is %s for a gradient %s",
-                    view_str(dst.dtype, dst.ndim, dst.shape, b1),
-                    view_str(out->dtype, out->ndim, out->shape, b2));
-    if (fits && is_contig(&dst) && !target_is_read(r, v, &dst)) {
+        return cai_run_fail(r->p, v, "the new .grad is %s for a gradient %s",
+                            cai_run_view_str(dst.dtype, dst.ndim, dst.shape, b1),
+                            cai_run_view_str(out->dtype, out->ndim, out->shape, b2));
+    if (fits && cai_run_is_contig(&dst) && !target_is_read(r, v, &dst)) {
         if ((rc = run_matmul(r, v, x, &dst, has ? 1.0 : 0.0)) == 0) {
             pa->folded = true;
             *out = dst;
@@ -503,236 +505,9 @@ static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_vi
     }
     if ((rc = run_matmul(r, v, x, out, 0.0)) != 0 || has)
         return rc; /* the ACCUMULATE's call adds it, at its step */
-    if ((rc = copy_strided(dst.data, dst.strides, out)) != 0)
-        return kern_fail(r->p, v, rc, "copy into .grad");
+    if ((rc = cai_run_copy_strided(dst.data, dst.strides, out)) != 0)
+        return cai_run_kern_fail(r->p, v, rc, "copy into .grad");
     pa->folded = true;
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------
- * index_add, scatter_add, nll backward
- */
-
-/* in, or a contiguous copy of it in the temporary buffer tmp. */
-static int contiguous_input(run_ctx *r, graph_val v, const graph_view *in, int32_t tmp,
-                            graph_view *out) {
-    *out = *in;
-    if (is_contig(in))
-        return 0;
-    if (tmp < 0)
-        return fail(r->p, v, "an input needs a copy but the plan has no buffer for it");
-    int rc = copy_contig(tmp_ptr(r, tmp), in, out);
-    return rc ? kern_fail(r->p, v, rc, "input copy") : 0;
-}
-
-static int index_fail(run_ctx *r, graph_val v, const char *op, int64_t pos, int64_t val, int dim,
-                      int64_t size) {
-    return fail(r->p, v,
-                "%s: index %lld at position %lld is out of range for dim %d of size %lld; valid "
-                "indices are in [0, %lld)",
-                op, (long long)val, (long long)pos, dim, (long long)size, (long long)size);
-}
-
-static int run_index_add(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    const plan_node *pn = &r->p->nodes[v];
-    graph_view idx, src;
-    int d = (int)x->a.i[0], rc = fill_zero(out);
-    if (rc)
-        return kern_fail(r->p, v, rc, "fill");
-    if (contiguous_input(r, v, in_view(r, x, 0), pn->tmp[0], &idx) ||
-        contiguous_input(r, v, in_view(r, x, 1), pn->tmp[1], &src))
-        return -1;
-    if (numel(&src) == 0)
-        return 0;
-    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    cai_kern_split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
-    rc = cai_kern_index_add(out->dtype, outer, n, inner, out->data, idx.data, numel(&idx), src.data,
-                            &bad_pos, &bad_val);
-    if (rc == -1 && bad_pos >= 0)
-        return index_fail(r, v, "index_add", bad_pos, bad_val, d, n);
-    return rc ? kern_fail(r->p, v, rc, "index_add") : 0;
-}
-
-/* The index covers only a corner of the output in the kept dims: scatter into a block of
- * the index's size, then place the block. */
-static int scatter_corner(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out,
-                          const graph_view *idx, graph_view *blk) {
-    int d = (int)x->a.i[0];
-    *blk = *out;
-    bool corner = false;
-    for (int k = 0; k < out->ndim; k++) {
-        if (k == d)
-            continue;
-        if (idx->shape[k] > out->shape[k])
-            return fail(r->p, v,
-                        "scatter_add: the index is larger than the output at dim %d "
-                        "(%lld > %lld)",
-                        k, (long long)idx->shape[k], (long long)out->shape[k]);
-        blk->shape[k] = idx->shape[k];
-        corner = corner || idx->shape[k] != out->shape[k];
-    }
-    if (!corner)
-        return 0;
-    int32_t tmp = r->p->nodes[v].tmp[2];
-    if (tmp < 0)
-        return fail(r->p, v, "scatter_add needs a block but the plan has none");
-    blk->data = tmp_ptr(r, tmp);
-    contig_strides(blk->ndim, blk->shape, blk->strides);
-    return fill_zero(blk);
-}
-
-static int run_scatter_add(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    const plan_node *pn = &r->p->nodes[v];
-    graph_view idx, src, blk;
-    int d = (int)x->a.i[0], rc = fill_zero(out);
-    if (rc)
-        return kern_fail(r->p, v, rc, "fill");
-    if (contiguous_input(r, v, in_view(r, x, 0), pn->tmp[0], &idx) ||
-        contiguous_input(r, v, in_view(r, x, 1), pn->tmp[1], &src) ||
-        scatter_corner(r, v, x, out, &idx, &blk))
-        return -1;
-    if (numel(&src) == 0)
-        return 0;
-    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    cai_kern_split_dim(blk.ndim, blk.shape, d, &outer, &n, &inner);
-    rc = cai_kern_scatter_add(out->dtype, outer, n, inner, blk.data, idx.data,
-                              idx.ndim > 0 ? idx.shape[d] : 1, src.data, &bad_pos, &bad_val);
-    if (rc == -1 && bad_pos >= 0)
-        return index_fail(r, v, "scatter_add", bad_pos, bad_val, d, n);
-    if (rc)
-        return kern_fail(r->p, v, rc, "scatter_add");
-    if (blk.data != out->data && (rc = copy_strided(out->data, out->strides, &blk)) != 0)
-        return kern_fail(r->p, v, rc, "scatter_add block copy");
-    return 0;
-}
-
-/* x with p[0] at the index along dim i[0]: a copy of x, then the fill. */
-static int run_index_fill(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    graph_view idx;
-    int d = (int)x->a.i[0], rc = copy_strided(out->data, out->strides, in_view(r, x, 0));
-    if (rc)
-        return kern_fail(r->p, v, rc, "copy");
-    if (contiguous_input(r, v, in_view(r, x, 1), r->p->nodes[v].tmp[1], &idx))
-        return -1;
-    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
-    cai_kern_split_dim(out->ndim, out->shape, d, &outer, &n, &inner);
-    rc = cai_kern_index_fill(out->dtype, outer, n, inner, out->data, idx.data, numel(&idx),
-                             x->a.p[0], &bad_pos, &bad_val);
-    if (rc == -1 && bad_pos >= 0)
-        return fail(r->p, v,
-                    "index_fill: index %lld at position %lld is out of range for dim %d of size "
-                    "%lld",
-                    (long long)bad_val, (long long)bad_pos, d, (long long)n);
-    return rc ? kern_fail(r->p, v, rc, "index_fill") : 0;
-}
-
-/* running sums along i[0] (from the end when i[1]): a copy of x, then the sums in place */
-static int run_cumsum(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    int rc = copy_strided(out->data, out->strides, in_view(r, x, 0));
-    if (rc)
-        return kern_fail(r->p, v, rc, "copy");
-    int64_t outer, n, inner;
-    cai_kern_split_dim(out->ndim, out->shape, (int)x->a.i[0], &outer, &n, &inner);
-    rc = cai_kern_cumsum(out->dtype, outer, n, inner, out->data, out->data, x->a.i[1] != 0);
-    return rc ? kern_fail(r->p, v, rc, "cumsum") : 0;
-}
-
-/* cumprod's derivative from x, cumprod(x) and g, each made contiguous when it is not */
-static int run_cumprod_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    const plan_node *pn = &r->p->nodes[v];
-    graph_view in[3];
-    for (int k = 0; k < 3; k++)
-        if (contiguous_input(r, v, in_view(r, x, k), pn->tmp[k], &in[k]))
-            return -1;
-    int64_t outer, n, inner;
-    cai_kern_split_dim(out->ndim, out->shape, (int)x->a.i[0], &outer, &n, &inner);
-    int rc = cai_kern_cumprod_backward(out->dtype, outer, n, inner, in[0].data, in[1].data,
-                                       in[2].data, out->data);
-    return rc ? kern_fail(r->p, v, rc, "cumprod_backward") : 0;
-}
-
-/* im2col and col2im: the geometry from the image side's shape and the packed params. */
-static void conv_geom(const graph_node *x, const int64_t *img, kern_conv_geom *cg) {
-    int64_t p[GRAPH_CONV_NPARAMS];
-    cai_graph_conv_unpack(x->a.i, p);
-    *cg = (kern_conv_geom){.n = img[0],
-                           .c = img[1],
-                           .h = img[2],
-                           .w = img[3],
-                           .kh = p[0],
-                           .kw = p[1],
-                           .sh = p[2],
-                           .sw = p[3],
-                           .ph = p[4],
-                           .pw = p[5],
-                           .dh = p[6],
-                           .dw = p[7],
-                           .ph_end = p[8],
-                           .pw_end = p[9],
-                           .groups = x->a.i[3]};
-    cg->oh = cai_kern_conv_out_size(cg->h, cg->kh, cg->sh, cg->ph + cg->ph_end, cg->dh);
-    cg->ow = cai_kern_conv_out_size(cg->w, cg->kw, cg->sw, cg->pw + cg->pw_end, cg->dw);
-}
-
-static int run_conv(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    const graph_view *in = in_view(r, x, 0);
-    kern_conv_geom cg;
-    int rc;
-    if (x->a.op == GOP_IM2COL) {
-        int perm[4];
-        int64_t cs[4]; /* out's strides in [N, G, K, L] order, whatever its layout */
-        cai_conv_cols_perm(cai_graph_conv_layout(x->a.i), perm);
-        for (int d = 0; d < 4; d++)
-            cs[perm[d]] = out->strides[d];
-        conv_geom(x, in->shape, &cg);
-        rc = cai_kern_im2col(out->dtype, &cg, in->data, in->strides, out->data, cs);
-    } else {
-        conv_geom(x, out->shape, &cg);
-        int64_t want[4] = {cg.n, cg.groups, cg.c / cg.groups * cg.kh * cg.kw, cg.oh * cg.ow};
-        char b1[96], b2[96];
-        if (!view_matches(in, in->dtype, 4, want))
-            return fail(r->p, v, "col2im: columns %s do not fit the output (%s expected)",
-                        view_str(in->dtype, in->ndim, in->shape, b1),
-                        view_str(in->dtype, 4, want, b2));
-        rc = cai_kern_col2im(out->dtype, &cg, in->data, in->strides, out->data);
-    }
-    return rc ? kern_fail(r->p, v, rc, cai_graph_op_name(x->a.op)) : 0;
-}
-
-/* The element offset of row-major index i of view v. */
-static int64_t offset_of(const graph_view *v, int64_t i) {
-    int64_t off = 0;
-    for (int d = v->ndim - 1; d >= 0; d--) {
-        off += (i % v->shape[d]) * v->strides[d];
-        i /= v->shape[d];
-    }
-    return off;
-}
-
-/* Zeros with -g (/ total_weight for mean; per element for reduction none) at each
- * target class; ignored targets stay 0. */
-static int run_nll_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
-    const graph_view *g = in_view(r, x, 0), *t = in_view(r, x, 1), *tw = in_view(r, x, 2);
-    int rc = fill_zero(out);
-    if (rc)
-        return kern_fail(r->p, v, rc, "fill");
-    int64_t nd = out->ndim, N = nd >= 2 ? out->shape[0] : 1, C = out->shape[nd >= 2 ? 1 : 0];
-    int64_t inner = 1, red = x->a.i[0], ignore = x->a.i[1];
-    for (int d = 2; d < nd; d++)
-        inner *= out->shape[d];
-    double scale = red == GRAPH_REDUCTION_MEAN ? 1.0 / kern_load(tw->dtype, tw->data, 0) : 1.0;
-    for (int64_t i = 0; i < N * inner; i++) {
-        int64_t k = ((const int64_t *)t->data)[offset_of(t, i)];
-        if (k == ignore)
-            continue;
-        if (k < 0 || k >= C)
-            return fail(r->p, v,
-                        "nll_loss backward: target %lld at position %lld is out of range for "
-                        "%lld classes",
-                        (long long)k, (long long)i, (long long)C);
-        double gv = kern_load(g->dtype, g->data, red == GRAPH_REDUCTION_NONE ? offset_of(g, i) : 0);
-        kern_store(out->dtype, out->data, ((i / inner) * C + k) * inner + i % inner, -gv * scale);
-    }
     return 0;
 }
 
@@ -778,7 +553,7 @@ static int run_fused(run_ctx *r, graph_val v) {
         rc = cai_kern_fused_run_memo(&G->prog, space.dtype, space.ndim, space.shape, in, out,
                                      out_strides, scratch, p->scratch_bytes, G->memo);
     }
-    return rc ? kern_fail(p, v, rc, "fused loop") : 0;
+    return rc ? cai_run_kern_fail(p, v, rc, "fused loop") : 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -799,19 +574,21 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_MATMUL:
         return r->p->nodes[v].fold >= 0 ? run_matmul_acc(r, v, x, out)
                                         : run_matmul(r, v, x, out, 0.0);
-    case GOP_INDEX_ADD: return run_index_add(r, v, x, out);
-    case GOP_SCATTER_ADD: return run_scatter_add(r, v, x, out);
-    case GOP_NLL_BW: return run_nll_bw(r, v, x, out);
-    case GOP_INDEX_FILL: return run_index_fill(r, v, x, out);
-    case GOP_CUMSUM: return run_cumsum(r, v, x, out);
-    case GOP_CUMPROD_BW: return run_cumprod_bw(r, v, x, out);
+    case GOP_INDEX_ADD: return cai_run_index_add(r, v, x, out);
+    case GOP_SCATTER_ADD: return cai_run_scatter_add(r, v, x, out);
+    case GOP_NLL_BW: return cai_run_nll_bw(r, v, x, out);
+    case GOP_INDEX_FILL: return cai_run_index_fill(r, v, x, out);
+    case GOP_CUMSUM: return cai_run_cumsum(r, v, x, out);
+    case GOP_CUMPROD_BW: return cai_run_cumprod_bw(r, v, x, out);
     case GOP_IM2COL:
-    case GOP_COL2IM: return run_conv(r, v, x, out);
-    default: return fail(r->p, v, "no kernel for this op");
+    case GOP_COL2IM: return cai_run_conv(r, v, x, out);
+    case GOP_CONV2D:
+    case GOP_CONV2D_WEIGHT_GRAD: return cai_run_conv2d(r, v, x, out);
+    default: return cai_run_fail(r->p, v, "no kernel for this op");
     }
     if (rc == -1 && r->p->err[0])
         return -1; /* already described */
-    return rc ? kern_fail(r->p, v, rc, x->a.op == GOP_PW ? "pointwise" : "kernel") : 0;
+    return rc ? cai_run_kern_fail(r->p, v, rc, x->a.op == GOP_PW ? "pointwise" : "kernel") : 0;
 }
 
 int cai_graph_plan_run(graph_plan *p, const int64_t *slots, const graph_view *inputs, void *arena,

@@ -72,7 +72,8 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         cai_graph_sb_printf(b, ", dim=%lld, value=%g", (long long)a->i[0], a->p[0]);
     else if (a->op == GOP_CUMSUM)
         cai_graph_sb_printf(b, ", dim=%lld%s", (long long)a->i[0], a->i[1] ? ", reverse=1" : "");
-    else if (a->op == GOP_IM2COL || a->op == GOP_COL2IM) {
+    else if (a->op == GOP_IM2COL || a->op == GOP_COL2IM || a->op == GOP_CONV2D ||
+             a->op == GOP_CONV2D_WEIGHT_GRAD) {
         int64_t p[GRAPH_CONV_NPARAMS];
         cai_graph_conv_unpack(a->i, p);
         cai_graph_sb_printf(b, ", kernel=[%lld, %lld], stride=[%lld, %lld], padding=[%lld, %lld]",
@@ -82,8 +83,11 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
             cai_graph_sb_printf(b, ", padding_end=[%lld, %lld]", (long long)p[8], (long long)p[9]);
         cai_graph_sb_printf(b, ", dilation=[%lld, %lld], groups=%lld", (long long)p[6],
                             (long long)p[7], (long long)a->i[3]);
-        if (cai_graph_conv_layout(a->i) == CAI_CONV_COLS_GKNL)
+        int64_t layout = cai_graph_conv_layout(a->i);
+        if (cai_conv_cols_order(layout) == CAI_CONV_COLS_GKNL)
             cai_graph_sb_printf(b, ", layout=gknl");
+        if (layout & CAI_CONV_COLS_FLIP)
+            cai_graph_sb_printf(b, ", flip=1");
     }
 }
 

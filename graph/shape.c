@@ -705,6 +705,40 @@ static int infer_conv(graph *g, graph_node *n) {
     return 0;
 }
 
+/* conv2d(x, w): [N, O, OH, OW], OH and OW by im2col's rule. conv2d_weight_grad(g, x): its
+ * shape attribute, the weight's, for which x must be a valid input. (The op-table rows
+ * check the channel counts on concrete sizes; here they may be symbolic.) */
+static int infer_conv2d(graph *g, graph_node *n) {
+    bool fwd = n->a.op == GOP_CONV2D;
+    const graph_node *x = in_node(g, n, fwd ? 0 : 1), *other = in_node(g, n, fwd ? 1 : 0);
+    graph_op_args *a = &n->a;
+    const char *op = cai_graph_op_name(a->op);
+    if (x->dtype == KERN_I64 || other->dtype != x->dtype || x->ndim != 4 || other->ndim != 4)
+        return cai_graph_fail(g, "%s: needs 4-D float operands of one dtype", op);
+    if (cai_graph_conv_layout(a->i) & ~(int64_t)CAI_CONV_COLS_FLIP)
+        return cai_graph_fail(g, "%s: unknown tap order %lld", op,
+                              (long long)cai_graph_conv_layout(a->i));
+    int64_t p[CAI_CONV_NPARAMS], x64[4], cols[4], ohw[2];
+    cai_graph_conv_unpack(a->i, p);
+    to64(4, x->shape, x64);
+    cai_sizes z = sizes_of(g);
+    cai_rule_error e;
+    if (cai_rule_im2col(&z, op, 4, x64, p, a->i[3], cols, ohw, &e))
+        return rule_fail(g, &e);
+    if (!fwd) {
+        if (check_shape_attr(g, a, false))
+            return -1;
+        set_out(n, x->dtype, a->n_shape, a->shape);
+        return 0;
+    }
+    int64_t out[4] = {x64[0], 0, ohw[0], ohw[1]};
+    graph_sx o[4];
+    to_sx(4, out, o);
+    o[1] = other->shape[0];
+    set_out(n, x->dtype, 4, o);
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Call-outs
  */
@@ -794,6 +828,8 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_CUMPROD_BW: return infer_cumprod_bw(g, n);
     case GOP_IM2COL:
     case GOP_COL2IM: return infer_conv(g, n);
+    case GOP_CONV2D:
+    case GOP_CONV2D_WEIGHT_GRAD: return infer_conv2d(g, n);
     default: return infer_callout(g, n);
     }
 }

@@ -530,7 +530,7 @@ const char *cai_conv_param_kind(int k) {
 
 void cai_conv_cols_perm(int64_t layout, int *perm) {
     static const int perms[CAI_CONV_COLS__COUNT][4] = {{0, 1, 2, 3}, {1, 2, 0, 3}};
-    memcpy(perm, perms[layout == CAI_CONV_COLS_GKNL], sizeof perms[0]);
+    memcpy(perm, perms[cai_conv_cols_order(layout)], sizeof perms[0]);
 }
 
 void cai_conv_cols_shape(int64_t layout, int64_t *shape) {

@@ -168,8 +168,19 @@ const char *cai_conv_param_kind(int k);
 
 /* The layouts im2col can store its columns in (ops_conv.c's attrs.i[3]): [N, groups, K, L]
  * as im2col's rule gives them, or [groups, K, N, L], the batch next to the positions, so
- * that one GEMM per group runs over the whole batch (conv2d's derivative). */
-enum { CAI_CONV_COLS_NGKL, CAI_CONV_COLS_GKNL, CAI_CONV_COLS__COUNT };
+ * that one GEMM per group runs over the whole batch (conv2d's derivative). Either may have
+ * CAI_CONV_COLS_FLIP added: the kernel taps stored in reverse order (kern_conv_geom's flip;
+ * col2im's layout is 0 or that flag). */
+enum {
+    CAI_CONV_COLS_NGKL,
+    CAI_CONV_COLS_GKNL,
+    CAI_CONV_COLS_FLIP,
+    CAI_CONV_COLS__COUNT = 4 /* every order, with and without FLIP */
+};
+/* The dims' order of a layout, CAI_CONV_COLS_NGKL or CAI_CONV_COLS_GKNL. */
+static inline int64_t cai_conv_cols_order(int64_t layout) {
+    return layout & CAI_CONV_COLS_GKNL;
+}
 /* perm[d] = the [N, G, K, L] dim that stored dim d of the layout holds. */
 void cai_conv_cols_perm(int64_t layout, int *perm);
 /* shape ([N, G, K, L], im2col's rule) reordered in place into the layout's order. */

@@ -103,6 +103,8 @@ static bool makes_contiguous(graph_op op) {
     case GOP_CUMPROD_BW:
     case GOP_IM2COL:
     case GOP_COL2IM:
+    case GOP_CONV2D:
+    case GOP_CONV2D_WEIGHT_GRAD:
     case GOP_NLL_BW: return true;
     default: return false;
     }

@@ -75,6 +75,8 @@ CASES = [
     ((2, 3, 6, 5), (4, 3, 3, 3), True, dict(padding="same")),
     ((2, 3, 6, 5), (4, 3, 4, 2), True, dict(padding="same")),  # even kernels: odd totals
     ((2, 3, 7, 6), (4, 3, 2, 3), False, dict(padding="same", dilation=(3, 2))),
+    ((2, 3, 4, 1), (4, 3, 5, 5), True, dict(padding=2)),  # taps that read only padding
+    ((2, 4, 5, 6), (6, 2, 3, 3), True, dict(padding=(2, 1), groups=2)),  # output > input
     ((3, 6, 5), (4, 3, 3, 3), True, dict(padding=1)),  # unbatched
     ((4, 6, 5), (4, 2, 2, 3), False, dict(stride=(1, 2), groups=2)),  # unbatched, groups
 ]
@@ -170,19 +172,21 @@ def test_conv2d_gradcheck_float64(case, compiled, rng):
         np.testing.assert_allclose(t.grad.numpy(), n, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-# (input, weight): K = 16*9 >= L = 8*8, grad_weight's batch sum inside one GEMM per group;
-# K = 8*9 < L = 12*12, one GEMM per image and a sum
-THREAD_SHAPES = [((8, 32, 8, 8), (32, 16, 3, 3)), ((8, 16, 12, 12), (32, 8, 3, 3))]
+# (input, weight): a slab of all 8 images; the same with K = 8*9 < L = 12*12; a slab per
+# image (an image's columns, 2*288 x 576, are more than a slab holds)
+THREAD_SHAPES = [((8, 32, 8, 8), (32, 16, 3, 3)), ((8, 16, 12, 12), (32, 8, 3, 3)),
+                 ((3, 64, 24, 24), (64, 32, 3, 3))]
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shapes", THREAD_SHAPES, ids=["batch-in-gemm", "per-image"])
+@pytest.mark.parametrize("shapes", THREAD_SHAPES, ids=["one-slab", "one-slab-small-k",
+                                                        "slab-per-image"])
 def test_conv2d_gradients_same_bits_at_1_and_2_threads(shapes, dtype, compiled, rng):
-    """grad_weight sums over the batch inside one GEMM per group (the columns laid out
-    [groups, K, N, L]) or over per-image products; either way the sum's order, and so its
-    bits, must not depend on the thread count. Large enough that im2col, the GEMMs and
-    col2im split their work."""
+    """conv2d and grad_input run a GEMM per (image, group, block of positions), grad_weight
+    adds the images' products per block of its columns, in image order, a slab of images at
+    a time: the sums' order, and so their bits, must not depend on the thread count. Large
+    enough that im2col and the GEMMs split their work."""
     kwargs = dict(padding=1, groups=2)
     xshape, wshape = shapes
     xs = rng.standard_normal(xshape).astype(NP[dtype])

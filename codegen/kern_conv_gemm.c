@@ -1,0 +1,174 @@
+/* kern_conv_gemm.c - conv2d and its weight gradient as im2col + GEMM, a slab of images at
+ * a time.
+ *
+ * A whole batch's columns are kh*kw times the input (9x for a 3x3 kernel: 9.4 MB for a
+ * [16, 64, 16, 16] batch), so made at once they leave the cache before the GEMM reads
+ * them, and writing them costs about as much again as reading them. A slab's columns
+ * (about KERN_CONV_SLAB entries) stay in cache between the two.
+ *
+ * The GEMMs are single-threaded BLAS calls, spread over the pool as items whose sizes
+ * come from the convolution alone: OpenBLAS rounds a product differently when the same
+ * matrix is cut into other column blocks, so cutting by the thread count (as
+ * cai_kern_gemm's tiles do) would change the bits from one thread count to another. Here
+ * every element is the same sum in the same order at every thread count: conv2d's items
+ * are (image, group, block of output positions), the weight gradient's (group, block of
+ * its columns), each adding the images' products in image order.
+ */
+#include "kern_blas.h"
+#include "kern_internal.h"
+
+#include <string.h>
+
+#define KERN_CONV_SLAB   (1 << 18) /* column entries per slab: 1 MB of float32 */
+#define KERN_CONV_Y_EDGE 256       /* output positions per conv2d GEMM, at most about */
+#ifndef KERN_CONV_W_BLOCKS
+#define KERN_CONV_W_BLOCKS 4 /* column blocks of the weight gradient, at most */
+#endif
+
+/* One single-threaded row-major GEMM: C = A @ op(B) + beta * C, A M x K. */
+static void gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
+                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+    enum CBLAS_TRANSPOSE t = tb ? CblasTrans : CblasNoTrans;
+    if (dt == KERN_F32)
+        kern_cblas_sgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0f,
+                         (const float *)a, (int)lda, (const float *)b, (int)ldb, (float)beta,
+                         (float *)c, (int)ldc);
+    else
+        kern_cblas_dgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0,
+                         (const double *)a, (int)lda, (const double *)b, (int)ldb, beta,
+                         (double *)c, (int)ldc);
+}
+
+/* The sizes of a convolution's GEMMs and its slab: K the columns' rows per group, L the
+ * output positions, M the output channels per group. */
+typedef struct {
+    kern_dtype dt;
+    size_t es;
+    const kern_conv_geom *g;
+    int64_t G, K, L, M, O;
+    int64_t n0, s;        /* the slab: images [n0, n0 + s) */
+    int64_t blocks, edge; /* the GEMMs' column blocks: of y's positions, or of dw's columns */
+    double beta;
+    const char *w, *gy;
+    char *cols, *y, *dw;
+} conv_job;
+
+static bool conv_sizes(kern_dtype dt, const kern_conv_geom *g, int64_t out_channels, conv_job *j) {
+    *j = (conv_job){.dt = dt, .g = g, .G = g->groups, .O = out_channels};
+    if ((dt != KERN_F32 && dt != KERN_F64) || g->groups < 1 || out_channels % g->groups != 0 ||
+        g->c % g->groups != 0)
+        return false;
+    j->es = cai_kern_dtype_size(dt);
+    j->K = g->c / g->groups * g->kh * g->kw;
+    j->L = g->oh * g->ow;
+    j->M = out_channels / g->groups;
+    return j->K <= INT32_MAX && j->L <= INT32_MAX && j->M <= INT32_MAX &&
+           out_channels * j->L <= INT32_MAX;
+}
+
+/* Images per slab: enough that the slab's columns fill about KERN_CONV_SLAB entries, and
+ * at least `want`; at least one, at most the batch. */
+static int64_t conv_slab(const conv_job *j, int64_t want) {
+    int64_t per = j->G * j->K * j->L;
+    int64_t s = per > 0 ? KERN_CONV_SLAB / per : j->g->n;
+    s = s > want ? s : want;
+    return s < 1 ? 1 : s > j->g->n ? j->g->n : s;
+}
+
+/* The columns of the slab's images as [s, groups, K, L], contiguous. */
+static int slab_cols(conv_job *j, const char *x, const int64_t *xs) {
+    kern_conv_geom sg = *j->g;
+    sg.n = j->s;
+    int64_t cs[4] = {j->G * j->K * j->L, j->K * j->L, j->L, 1};
+    return cai_kern_im2col(j->dt, &sg, x + (size_t)(j->n0 * xs[0]) * j->es, xs, j->cols, cs);
+}
+
+/* Items of the slab: (image, group, block of output positions); each is one GEMM, the
+ * same call at every thread count. */
+static void conv_items(void *ctx, int64_t begin, int64_t end) {
+    const conv_job *j = ctx;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t i = it / (j->G * j->blocks), grp = it / j->blocks % j->G,
+                lo = it % j->blocks * j->edge;
+        int64_t n = j->L - lo < j->edge ? j->L - lo : j->edge;
+        const char *a = j->w + (size_t)(grp * j->M * j->K) * j->es;
+        const char *b = j->cols + (size_t)((i * j->G + grp) * j->K * j->L + lo) * j->es;
+        char *c = j->y + (size_t)(((j->n0 + i) * j->O + grp * j->M) * j->L + lo) * j->es;
+        gemm1(j->dt, false, j->M, n, j->K, a, j->K, b, j->L, j->beta, c, j->L);
+    }
+}
+
+int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
+                    const void *w, int64_t out_channels, double beta, void *y) {
+    conv_job j;
+    if (!conv_sizes(dt, g, out_channels, &j))
+        return -1;
+    if (g->n * out_channels * j.L == 0)
+        return 0;
+    if (j.K == 0) { /* an empty sum: beta * y */
+        if (beta == 0.0)
+            memset(y, 0, (size_t)(g->n * out_channels * j.L) * j.es);
+        return 0;
+    }
+    j.blocks = (j.L + KERN_CONV_Y_EDGE - 1) / KERN_CONV_Y_EDGE;
+    j.edge = (j.L + j.blocks - 1) / j.blocks;
+    j.beta = beta;
+    j.w = w;
+    j.y = y;
+    /* a slab gives every thread two items or more where the batch allows */
+    int64_t per_image = j.G * j.blocks, want = 2 * cai_kern_num_threads();
+    int64_t S = conv_slab(&j, (want + per_image - 1) / per_image);
+    if (!(j.cols = cai_kern_scratch_alloc((size_t)(S * j.G * j.K * j.L) * j.es)))
+        return -2;
+    int rc = 0;
+    for (j.n0 = 0; j.n0 < g->n && rc == 0; j.n0 += S) {
+        j.s = g->n - j.n0 < S ? g->n - j.n0 : S;
+        if ((rc = slab_cols(&j, x, xs)) == 0)
+            cai_kern_parallel_for(j.s * per_image, 1, conv_items, &j);
+    }
+    cai_kern_scratch_free(j.cols);
+    return rc;
+}
+
+/* Items of the slab: (group, block of dw's columns), each adding the slab's images'
+ * products in image order: the blocks are fixed by the sizes, so every element of dw is
+ * the same sum in the same order at every thread count. */
+static void wgrad_items(void *ctx, int64_t begin, int64_t end) {
+    const conv_job *j = ctx;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t grp = it / j->blocks, lo = it % j->blocks * j->edge;
+        int64_t n = j->K - lo < j->edge ? j->K - lo : j->edge;
+        char *c = j->dw + (size_t)(grp * j->M * j->K + lo) * j->es;
+        for (int64_t i = 0; i < j->s; i++) {
+            const char *a = j->gy + (size_t)(((j->n0 + i) * j->O + grp * j->M) * j->L) * j->es;
+            const char *b = j->cols + (size_t)(((i * j->G + grp) * j->K + lo) * j->L) * j->es;
+            gemm1(j->dt, true, j->M, n, j->L, a, j->L, b, j->L, 1.0, c, j->K);
+        }
+    }
+}
+
+int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const void *x,
+                                const int64_t *xs, const void *gy, int64_t out_channels, void *dw) {
+    conv_job j;
+    if (!conv_sizes(dt, g, out_channels, &j))
+        return -1;
+    memset(dw, 0, (size_t)(out_channels * j.K) * j.es);
+    if (g->n * j.L * j.K * j.M == 0)
+        return 0;
+    j.blocks = j.K / 32 < KERN_CONV_W_BLOCKS ? (j.K / 32 > 1 ? j.K / 32 : 1) : KERN_CONV_W_BLOCKS;
+    j.edge = (j.K + j.blocks - 1) / j.blocks;
+    j.blocks = (j.K + j.edge - 1) / j.edge;
+    j.gy = gy;
+    j.dw = dw;
+    int64_t S = conv_slab(&j, 1);
+    if (!(j.cols = cai_kern_scratch_alloc((size_t)(S * j.G * j.K * j.L) * j.es)))
+        return -2;
+    int rc = 0;
+    for (j.n0 = 0; j.n0 < g->n && rc == 0; j.n0 += S) {
+        j.s = g->n - j.n0 < S ? g->n - j.n0 : S;
+        if ((rc = slab_cols(&j, x, xs)) == 0)
+            cai_kern_parallel_for(j.G * j.blocks, 1, wgrad_items, &j);
+    }
+    cai_kern_scratch_free(j.cols);
+    return rc;
+}
