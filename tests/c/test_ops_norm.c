@@ -52,6 +52,7 @@ static void check_forward(ca_tensor *x, ca_tensor *w, ca_tensor *b, double eps, 
     ca_tensor *y = NULL, *mean = NULL, *var = NULL;
     TU_OK(ca_batch_norm(x, w, b, eps, &y, &mean, &var));
     bn_ref r;
+    memset(&r, 0, sizeof r);
     ref_batch_norm(x, w, b, eps, &r);
     tu_assert_shape(y, ca_tensor_ndim(x), ca_tensor_shape(x));
     tu_assert_shape(mean, 1, &ca_tensor_shape(x)[1]);
@@ -98,6 +99,7 @@ Test(norm, batch_norm_noncontiguous_and_offset_data) {
     ca_tensor *y = NULL, *var = NULL;
     TU_OK(ca_batch_norm(xs, NULL, NULL, 1e-5, &y, NULL, &var));
     bn_ref r;
+    memset(&r, 0, sizeof r);
     ref_batch_norm(xs, NULL, NULL, 1e-5, &r);
     tu_assert_values(y, r.y, 5e-4); /* x * alpha + beta rounds at 1000 (ulp 6e-5) */
     tu_assert_values(var, r.var, 1e-4);
