@@ -109,9 +109,11 @@ static ca_status bn_forward(const ca_op_def *row, ca_tensor *const *in, int n_in
  * M = numel / C values per channel:
  *   dbias = sum(g), dweight = sum(g * xh) = invstd * sum(g * d),
  *   dx = invstd * weight * (g - sum(g) / M - xh * sum(g * xh) / M)
- *      = (g - mean_g) * scale - d * k,  scale = invstd * weight, k = scale * invstd^2 * sum(g * d)
- * / M. Per channel factors are folded on [1, C, 1, ...] values, so the full-size work is two sums
- * (of g and of g * d) and one pointwise pass over g and x for dx.
+ *      = (g - mean_g) * scale - d * k,
+ * with scale = invstd * weight, mean_g = sum(g) / M and k = scale * invstd^2 * sum(g * d) / M.
+ * The per-channel factors are folded on [1, C, 1, ...] values, so the full-size work is two
+ * sums (of g and of g * d) and one pointwise pass over g and x for dx. d stays x - mean,
+ * as in PyTorch's kernel, not x * k1 + k0, which cancels when the mean is large.
  */
 
 /* A [C] value as [1, C, 1, ...] for an nd-dim input: unsqueezes, no sizes needed. */
