@@ -443,7 +443,7 @@ typedef struct {
 } ca_field_desc;
 
 #define CA_MAX_FIELDS 8
-#define CA_MAX_AUX    2
+#define CA_MAX_AUX    3
 
 /* Field shorthands for the rows: a saved input or result, a double or int attr. */
 #define F_IN(nm, k)                                                                                \
@@ -592,6 +592,8 @@ typedef enum {
     CA_OP_LAYER_NORM,
     CA_OP_DROPOUT,
     CA_OP_NLL_LOSS_BACKWARD, /* internal */
+    /* normalization (ops_norm.c) */
+    CA_OP_BATCH_NORM, /* training; s[0] = eps, i[0] = weight/bias flags; aux mean, invstd, var */
     /* convolution (ops_conv.c): attrs.dims = CAI_CONV_* parameters, i[0] = groups */
     CA_OP_CONV2D,
     CA_OP_IM2COL,             /* internal: conv2d's unfold */
@@ -627,8 +629,8 @@ typedef struct {
 } ca_op_group;
 
 extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
-    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_conv, cai_ops_order,
-    cai_ops_sort, cai_ops_pool, cai_ops_autograd;
+    cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_norm, cai_ops_conv,
+    cai_ops_order, cai_ops_sort, cai_ops_pool, cai_ops_autograd;
 /* Every group, as cai_op_table_check gathers them. */
 extern const ca_op_group *const cai_op_groups[];
 extern const int cai_op_n_groups;

@@ -137,6 +137,17 @@ int cai_kern_softmax(kern_dtype dt, int64_t rows, int64_t n, const void *x, void
 int cai_kern_layer_norm(kern_dtype dt, int64_t rows, int64_t n, const void *x, const void *w,
                         const void *b, double eps, void *y, void *mean, void *rstd);
 
+/* batch_norm in training mode (kern_norm.c) over a contiguous x viewed as [N, C, inner]:
+ * per channel c, the mean and the biased variance over N and inner (two passes, partial
+ * sums widened to double), invstd = 1/sqrt(var + eps), and y = x * alpha + beta with
+ * alpha = invstd * w[c], beta = b[c] - mean * alpha (w, b may be NULL: 1 and 0). mean,
+ * invstd and var get C values each. Channels are spread over the pool; a channel's result
+ * never depends on the thread count. Over N * inner == 0 values the statistics are NaN.
+ * Returns 0, or -1 for KERN_I64 or a negative size. */
+int cai_kern_batch_norm(kern_dtype dt, int64_t N, int64_t C, int64_t inner, const void *x,
+                        const void *w, const void *b, double eps, void *y, void *mean, void *invstd,
+                        void *var);
+
 /* ---------------------------------------------------------------------------------------
  * GEMM. C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b in [0, batch).
  * Each operand is described by its element strides: rs (between rows), cs (between

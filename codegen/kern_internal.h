@@ -125,6 +125,12 @@ void cai_kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32
  * so NaN payloads survive. */
 static inline void kern_move_strided(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s,
                                      int64_t n) {
+    if (ds == 1 && s == 0 && n >= 16) { /* a long splat: double the filled prefix (vector copies) */
+        memcpy(dst, src, (size_t)esz);
+        for (int64_t k = 1; k < n; k *= 2)
+            memcpy(dst + k * esz, dst, (size_t)((n - k < k ? n - k : k) * esz));
+        return;
+    }
     if (esz == 4)
         for (int64_t i = 0; i < n; i++)
             memcpy(dst + 4 * i * ds, src + 4 * i * s, 4);

@@ -968,6 +968,16 @@ ca_status ca_mse_loss(ca_tensor *input, ca_tensor *target, ca_reduction reductio
  * normalized_shape is NULL. */
 ca_status ca_layer_norm(ca_tensor *x, int n_normalized, const int64_t *normalized_shape,
                         ca_tensor *weight, ca_tensor *bias, double eps, ca_tensor **out);
+/* batch normalization with the batch's statistics (training mode): x is [N, C, *] (at least
+ * 2 dims); each channel (dim 1) is normalized over every other dim with its mean and biased
+ * variance, out = (x - mean) / sqrt(var + eps) * weight + bias. weight and bias ([C]) may
+ * be NULL. batch_mean and batch_var (may be NULL) receive the channel means and biased
+ * variances, [C] tensors outside autograd, for a caller's running statistics. One node,
+ * NativeBatchNormBackward0. Over an empty batch the statistics are NaN.
+ * CA_STATUS_SHAPE for x with fewer than 2 dims or a weight or bias that is not [C];
+ * CA_STATUS_DTYPE for x that is not float or a weight or bias of another dtype. */
+ca_status ca_batch_norm(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, double eps,
+                        ca_tensor **out, ca_tensor **batch_mean, ca_tensor **batch_var);
 /* training: zero with probability p, scale the rest by 1/(1-p); else the identity (a new
  * reference to x, with no dtype check). CA_STATUS_INVALID when p is outside [0, 1].
  * When training and p > 0, a random call (see Threads). */

@@ -160,6 +160,10 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
     X(topk, "x:t k:i dim:i largest:b sorted:b",                                                 \
       ca_topk(T(0), I(1), I(2), B(3), B(4), out, out2))
 
+/* Ops that return three tensors: batch_norm's (out, batch mean, batch biased variance). */
+#define OPS_TRIPLE(X)                                                                           \
+    X(batch_norm, "x:t w:T b:T eps:f", ca_batch_norm(T(0), T(1), T(2), F(3), out, out2, out3))
+
 /* Ops that return None: in-place ops and autograd flags. */
 #define OPS_NONE(X)                                                                             \
     X(add_, "self:t other:t alpha:f", ca_add_(T(0), T(1), F(2)))                                \
@@ -176,6 +180,8 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
  */
 typedef ca_status (*tensor_thunk)(const glue_arg *a, ca_tensor **out);
 typedef ca_status (*pair_thunk)(const glue_arg *a, ca_tensor **out, ca_tensor **out2);
+typedef ca_status (*triple_thunk)(const glue_arg *a, ca_tensor **out, ca_tensor **out2,
+                                  ca_tensor **out3);
 typedef ca_status (*none_thunk)(const glue_arg *a);
 
 /* The result is made before glue_args_done, whose decrefs may run Python code (a __del__)
@@ -219,6 +225,35 @@ static PyObject *run_pair(const char *name, const char *spec, pair_thunk call,
     return result;
 }
 
+/* A tuple of the three results; each is released if wrapping an earlier one fails. */
+static PyObject *wrap_triple(ca_tensor *first, ca_tensor *second, ca_tensor *third) {
+    PyObject *a = glue_wrap(first);
+    if (!a) {
+        glue_release(second);
+        glue_release(third);
+        return NULL;
+    }
+    PyObject *rest = wrap_pair(second, third);
+    PyObject *triple =
+        rest ? PyTuple_Pack(3, a, PyTuple_GET_ITEM(rest, 0), PyTuple_GET_ITEM(rest, 1)) : NULL;
+    Py_DECREF(a);
+    Py_XDECREF(rest);
+    return triple;
+}
+
+static PyObject *run_triple(const char *name, const char *spec, triple_thunk call,
+                            PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    glue_args p;
+    if (glue_parse(name, spec, args, nargs, kwnames, &p) < 0)
+        return NULL;
+    ca_tensor *out = NULL, *out2 = NULL, *out3 = NULL;
+    ca_status st;
+    GLUE_CALL(st = call(p.a, &out, &out2, &out3));
+    PyObject *result = st ? glue_raise(st) : wrap_triple(out, out2, out3);
+    glue_args_done(&p);
+    return result;
+}
+
 static PyObject *run_none(const char *name, const char *spec, none_thunk call,
                           PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     glue_args p;
@@ -254,6 +289,15 @@ static PyObject *run_none(const char *name, const char *spec, none_thunk call,
         return run_pair(#name, spec, thunk_##name, args, nargs, kwnames);                          \
     }
 
+#define DEFINE_TRIPLE(name, spec, call)                                                            \
+    static ca_status thunk_##name(const glue_arg *a, ca_tensor **out, ca_tensor **out2,            \
+                                  ca_tensor **out3) {                                              \
+        return call;                                                                               \
+    }                                                                                              \
+    BINDING_SIGNATURE(name) {                                                                      \
+        return run_triple(#name, spec, thunk_##name, args, nargs, kwnames);                        \
+    }
+
 #define DEFINE_NONE(name, spec, call)                                                              \
     static ca_status thunk_##name(const glue_arg *a) {                                             \
         return call;                                                                               \
@@ -265,6 +309,7 @@ static PyObject *run_none(const char *name, const char *spec, none_thunk call,
 /* clang-format off */
 OPS_TENSOR(DEFINE_TENSOR)
 OPS_PAIR(DEFINE_PAIR)
+OPS_TRIPLE(DEFINE_TRIPLE)
 OPS_NONE(DEFINE_NONE)
 /* clang-format on */
 
@@ -273,12 +318,14 @@ OPS_NONE(DEFINE_NONE)
      #name "(" spec ") -> " result},
 #define METHOD_TENSOR(name, spec, call) METHOD(name, spec, call, "Tensor")
 #define METHOD_PAIR(name, spec, call)   METHOD(name, spec, call, "(values, indices)")
+#define METHOD_TRIPLE(name, spec, call) METHOD(name, spec, call, "(out, mean, var)")
 #define METHOD_NONE(name, spec, call)   METHOD(name, spec, call, "None")
 
 /* clang-format off */
 PyMethodDef glue_ops_methods[] = {
     OPS_TENSOR(METHOD_TENSOR)
     OPS_PAIR(METHOD_PAIR)
+    OPS_TRIPLE(METHOD_TRIPLE)
     OPS_NONE(METHOD_NONE)
     {NULL, NULL, 0, NULL},
 };

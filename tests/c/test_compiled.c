@@ -960,6 +960,9 @@ FWD(f_ln_affine, ca_layer_norm(x[0], 1, (int64_t[]){5}, x[1], x[2], 1e-5, o))
 FWD(f_ln_plain, ca_layer_norm(x[0], 1, (int64_t[]){5}, NULL, NULL, 1e-5, o))
 FWD(f_ln_2d, ca_layer_norm(x[0], 2, (int64_t[]){4, 5}, x[1], x[2], 1e-3, o))
 FWD(f_ln_weight_only, ca_layer_norm(x[0], 1, (int64_t[]){5}, x[1], NULL, 1e-5, o))
+FWD(f_bn_affine, ca_batch_norm(x[0], x[1], x[2], 1e-5, o, NULL, NULL))
+FWD(f_bn_plain, ca_batch_norm(x[0], NULL, NULL, 1e-3, o, NULL, NULL))
+FWD(f_bn_bias_only, ca_batch_norm(x[0], NULL, x[1], 1e-5, o, NULL, NULL))
 FWD(f_dropout, ca_dropout(x[0], 0.3, true, o))
 FWD(f_dropout_eval, ca_dropout(x[0], 0.5, false, o))
 
@@ -1018,6 +1021,20 @@ Test(compiled, nn_ops) {
          f_ln_affine,
          3,
          {{'c', 2, {4, 5}}, {'c', 1, {5}}, {'n', 1, {5}}}},
+        {"batch_norm [N, C]", f_bn_affine, 3, {{'n', 2, {6, 3}}, {'n', 1, {3}}, {'n', 1, {3}}}},
+        {"batch_norm 4-d, no-grad bias",
+         f_bn_affine,
+         3,
+         {{'n', 4, {2, 3, 4, 5}}, {'n', 1, {3}}, {'k', 1, {3}}}},
+        {"batch_norm 3-d no affine", f_bn_plain, 1, {{'n', 3, {2, 3, 6}}}},
+        {"batch_norm non-contiguous",
+         f_bn_affine,
+         3,
+         {{'c', 3, {4, 3, 5}}, {'c', 1, {3}}, {'n', 1, {3}}}},
+        {"batch_norm expanded input, bias only",
+         f_bn_bias_only,
+         2,
+         {{'e', 3, {4, 3, 5}}, {'n', 1, {3}}}},
         {"dropout", f_dropout, 1, {{'n', 2, {6, 8}}}},
         {"dropout non-contiguous", f_dropout, 1, {{'c', 2, {6, 8}}}},
         {"dropout eval", f_dropout_eval, 1, {{'n', 2, {3, 4}}}},

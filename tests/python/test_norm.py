@@ -330,3 +330,107 @@ def test_cumulative_momentum_is_no_graph_break(rng):
     x = ca.tensor(rng.standard_normal((4, 3)).astype("float32"), requires_grad=True)
     report = ca.explain(lambda a: bn(a).sum())(x)
     assert report.graph_break_count == 0
+
+
+# --- batch_norm's C op (training mode): more layouts and parameter combinations -------------
+
+def bn_train_params(weight, bias):
+    """bn_train with only some of weight and bias (the op's flags)."""
+    def fn(L, x, w, b):
+        return L.nn.functional.batch_norm(x, None, None, w if weight else None,
+                                          b if bias else None, training=True, eps=1e-4)
+    return fn
+
+
+# name: (fn, shape, inputs that get a gradient); runs of 16 or more values per channel take
+# the kernel's vector path, shorter ones its plain loop
+OP_CASES = {
+    "batch_norm_train_nc_long": (bn_train, (40, 3), [0, 1, 2]),
+    "batch_norm_train_3d": (bn_train, (3, 3, 5), [0, 1, 2]),
+    "batch_norm_train_4d_long_runs": (bn_train, (4, 3, 6, 6), [0, 1, 2]),
+    "batch_norm_train_5d": (bn_train, (2, 3, 2, 3, 2), [0, 1, 2]),
+    "batch_norm_train_no_affine": (bn_train_params(False, False), (3, 3, 4, 5), [0]),
+    "batch_norm_train_weight_only": (bn_train_params(True, False), (4, 3, 5), [0, 1]),
+    "batch_norm_train_bias_only": (bn_train_params(False, True), (4, 3, 5), [0, 2]),
+    "instance_norm_long_runs": (lambda L, x, w, b: L.nn.functional.instance_norm(
+        x, weight=w, bias=b), (2, 3, 5, 4), [0, 1, 2]),
+}
+
+
+def op_case_inputs(rng, name):
+    fn, shape, needs_grad = OP_CASES[name]
+    x = rng.standard_normal(shape) * 2 + 0.5
+    return fn, needs_grad, [x, rng.uniform(0.5, 1.5, shape[1]), rng.standard_normal(shape[1])]
+
+
+@COMPILED
+@DTYPE
+@pytest.mark.parametrize("name", sorted(OP_CASES))
+def test_batch_norm_op_matches_torch(name, dtype, compiled, rng):
+    fn, needs_grad, inputs = op_case_inputs(rng, name)
+    check_against_torch(fn, inputs, dtype, compiled, needs_grad, msg=name)
+
+
+@COMPILED
+@pytest.mark.parametrize("name", sorted(OP_CASES))
+def test_batch_norm_op_gradcheck_float64(name, compiled, rng):
+    fn, needs_grad, inputs = op_case_inputs(rng, name)
+    check_numeric_gradient(fn, inputs, compiled, needs_grad)
+
+
+def test_batch_norm_is_one_node_named_as_torch(rng):
+    x = rng.standard_normal((4, 3, 2))
+    names = []
+    for L in (ca, torch):
+        t = L.tensor(x, requires_grad=True)
+        out = L.nn.functional.batch_norm(t, None, None, L.ones(3, dtype=t.dtype),
+                                         training=True)
+        names.append(out.grad_fn.name())
+        inner = L.nn.functional.instance_norm(t).grad_fn
+        names.append((inner.name(), inner.next_functions[0][0].name()))
+    assert names[0] == names[2] == "NativeBatchNormBackward0"
+    assert names[1] == names[3] == ("ViewBackward0", "NativeBatchNormBackward0")
+
+
+def test_batch_norm_params_of_other_shapes_forward(rng):
+    # weight and bias of C values in other shapes: PyTorch's forward accepts them (its
+    # backward does not), so only values are compared
+    x, w, b = rng.standard_normal((4, 3, 2)), rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)
+    outs = [L.nn.functional.batch_norm(L.tensor(x), None, None, L.tensor(w).reshape(3, 1),
+                                       L.tensor(b).reshape(1, 3), training=True)
+            for L in (ca, torch)]
+    assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+
+
+def test_batch_norm_float32_offset_data_matches_torch(rng):
+    # a large shift over a unit spread: the statistics are two-pass, as PyTorch's
+    x = (rng.standard_normal((8, 4, 5, 5)) + 300).astype("float32")
+    outs = [L.nn.functional.batch_norm(L.tensor(x), None, None, training=True)
+            for L in (ca, torch)]
+    assert_close(outs[0], outs[1], rtol=0, atol=2e-4)
+
+
+BN_OP_BAD_CALLS = {
+    "bn_weight_size": lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 3, 4), None, None, L.ones(4), training=True),
+    "bn_bias_size": lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 3, 4), None, None, None, L.ones(2), training=True),
+    "bn_weight_float64": lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 3), None, None, L.ones(3, dtype=L.float64), training=True),
+    "bn_input_float64": lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 3, dtype=L.float64), None, None, None, L.ones(3), training=True),
+    "bn_int64": lambda L: L.nn.functional.batch_norm(
+        L.ones(2, 3, dtype=L.int64), None, None, training=True),
+    "bn_1d_training": lambda L: L.nn.functional.batch_norm(L.ones(5), None, None,
+                                                           training=True),
+    "bn_one_value_3d": lambda L: L.nn.functional.batch_norm(
+        L.ones(1, 3, 1), None, None, training=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BN_OP_BAD_CALLS))
+def test_batch_norm_op_errors_match_torch(case):
+    got, expected = _error(ca, BN_OP_BAD_CALLS[case]), _error(torch, BN_OP_BAD_CALLS[case])
+    assert expected[0] is not None
+    assert got[0] is expected[0], (got, expected)
+    assert got[1] == expected[1].replace("torch.Size", "cagrad.Size"), (got, expected)

@@ -1,7 +1,9 @@
-"""batch_norm, group_norm and rms_norm of nn.functional, composed of differentiable ops.
+"""batch_norm, instance_norm, group_norm and rms_norm of nn.functional.
 
-The statistics are built from mean/sub/mul/rsqrt, so autograd (eager and compiled)
-differentiates through them as PyTorch's fused kernels do. batch_norm's running-statistics
+batch_norm in training mode (and instance_norm, which is batch_norm of a [1, N*C, *] view)
+is one C op, NativeBatchNormBackward0, whose derivative the compiled backward fuses; it
+also hands back the batch's mean and biased variance. Evaluation mode, group_norm and
+rms_norm are composed of differentiable ops (mean/sub/mul/rsqrt). The running-statistics
 update runs under no_grad on detached values: it records no autograd node.
 """
 
@@ -69,22 +71,48 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     channels = input.shape[1] if input.ndim > 1 else 0
     _check_stat("running_mean", running_mean, channels)
     _check_stat("running_var", running_var, channels)
-    shape = _channel_shape(input)
     if training:
         verify_batch_size(input.shape)
-        dims = (0,) + tuple(range(2, input.ndim))
-        mean, centered, var = _moments(input, dims)
+        out, mean, var = _batch_norm_op(input, weight, bias, eps)
         if running_mean is not None or running_var is not None:
             count = input.numel() // channels
             _update_running(running_mean, running_var, mean, var, count, float(momentum))
-        out = centered * (var + eps).rsqrt()
-    else:
-        if running_mean is None:
-            raise RuntimeError("running_mean must be defined in evaluation mode")
-        if running_var is None:
-            raise RuntimeError("running_var must be defined in evaluation mode")
-        out = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+        return out
+    if running_mean is None:
+        raise RuntimeError("running_mean must be defined in evaluation mode")
+    if running_var is None:
+        raise RuntimeError("running_var must be defined in evaluation mode")
+    shape = _channel_shape(input)
+    out = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
     return _affine(out, weight, bias, shape)
+
+
+def _batch_norm_op(input, weight, bias, eps):
+    """(out, batch mean, batch biased variance) of the C op; weight and bias may have any
+    shape of C values, as PyTorch accepts."""
+    if input.ndim < 2:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[-{input.ndim}, {input.ndim - 1}], but got 1)")
+    if str(input.dtype) == "cagrad.int64":
+        raise NotImplementedError('"batch_norm" not implemented for \'Long\'')
+    channels = input.shape[1]
+    params = []
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None:
+            _tensor("batch_norm", name, param)
+            _check_stat(name, param, channels)
+            _check_param_dtype(input, param)
+            param = param.reshape(-1) if param.ndim != 1 else param
+        params.append(param)
+    return _C.batch_norm(input, params[0], params[1], float(eps))
+
+
+def _check_param_dtype(input, param):
+    if param.dtype == input.dtype:
+        return
+    if str(input.dtype) == "cagrad.float32":
+        raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+    raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
 
 
 def _update_running(running_mean, running_var, mean, var, count, momentum):
@@ -118,13 +146,24 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     batch, channels = size[0], size[1]
     _check_stat("running_mean", running_mean, channels)
     _check_stat("running_var", running_var, channels)
-    _, centered, var = _moments(input, tuple(range(2, input.ndim)))
+    # batch_norm of x viewed as [1, N*C, *], the per-channel parameters repeated per sample
+    per_instance = [_repeat_per_sample(name, p, batch, channels)
+                    for name, p in (("weight", weight), ("bias", bias))]
+    out, mean, var = _batch_norm_op(input.reshape((1, batch * channels) + tuple(size[2:])),
+                                    per_instance[0], per_instance[1], eps)
     if running_mean is not None or running_var is not None:
-        mean = input.mean(tuple(range(2, input.ndim)))
         _update_running(running_mean, running_var, mean.reshape(batch, channels).mean(0),
                         var.reshape(batch, channels).mean(0), math.prod(size[2:]),
                         float(momentum))
-    return _affine(centered * (var + eps).rsqrt(), weight, bias, _channel_shape(input))
+    return out.reshape(tuple(size))
+
+
+def _repeat_per_sample(name, param, batch, channels):
+    if param is None:
+        return None
+    _tensor("instance_norm", name, param)
+    _check_stat(name, param, channels)
+    return param.reshape(1, channels).expand(batch, channels).reshape(batch * channels)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
