@@ -74,6 +74,10 @@ static bool conv_whole_rows(const kern_conv_geom *g, int64_t ki, int64_t *top, i
     return true;
 }
 
+/* Rows this short (a small image's, as LeNet's 10-wide) are copied and added by a plain
+ * loop: a call per row (memcpy, the ISA's add kernel) costs more than the row. */
+#define CONV_SHORT_ROW 16
+
 /* The typed loops, once per float dtype. */
 #define CONV_T        float
 #define CONV_FN(name) name##_f32

@@ -19,11 +19,10 @@
 
 #include <string.h>
 
-#define KERN_CONV_SLAB   (1 << 18) /* column entries per slab: 1 MB of float32 */
-#define KERN_CONV_Y_EDGE 256       /* output positions per conv2d GEMM, at most about */
-#ifndef KERN_CONV_W_BLOCKS
-#define KERN_CONV_W_BLOCKS 4 /* column blocks of the weight gradient, at most */
-#endif
+#define KERN_CONV_SLAB     (1 << 18) /* column entries per slab: 1 MB of float32 */
+#define KERN_CONV_Y_EDGE   256       /* output positions per conv2d GEMM, at most about */
+#define KERN_CONV_PARTIALS (1 << 20) /* entries of the weight gradient's partials, at most */
+#define KERN_CONV_W_BLOCKS 4         /* column blocks of the weight gradient, at most */
 
 /* One single-threaded row-major GEMM: C = A @ op(B) + beta * C, A M x K. */
 static void gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
@@ -147,6 +146,91 @@ static void wgrad_items(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* The image-parallel weight gradient: slab k's products summed into its own partial
+ * (parts + k * O*K), slabs side by side, each worker with its own columns. */
+typedef struct {
+    conv_job base;
+    const char *x;
+    const int64_t *xs;
+    int64_t S, slabs;
+    char *parts;
+    int rc; /* the first failure, set atomically */
+} wgrad_slabs_job;
+
+static void wgrad_slab_range(void *ctx, int64_t begin, int64_t end) {
+    wgrad_slabs_job *w = ctx;
+    conv_job j = w->base;
+    size_t part = (size_t)(j.O * j.K) * j.es;
+    if (!(j.cols = cai_kern_scratch_alloc((size_t)(w->S * j.G * j.K * j.L) * j.es))) {
+        __atomic_store_n(&w->rc, -2, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t k = begin; k < end; k++) {
+        j.n0 = k * w->S;
+        j.s = j.g->n - j.n0 < w->S ? j.g->n - j.n0 : w->S;
+        j.dw = w->parts + (size_t)k * part;
+        memset(j.dw, 0, part);
+        int rc = slab_cols(&j, w->x, w->xs);
+        if (rc) {
+            __atomic_store_n(&w->rc, rc, __ATOMIC_RELAXED);
+            break;
+        }
+        wgrad_items(&j, 0, j.G); /* j.blocks 1: whole rows of dw */
+    }
+    cai_kern_scratch_free(j.cols);
+}
+
+typedef struct {
+    kern_dtype dt;
+    int64_t n, slabs;
+    const char *parts;
+    char *out;
+} parts_sum_job;
+
+/* out[e] = the partials' e-th entries added in slab order. */
+static void parts_sum_range(void *ctx, int64_t begin, int64_t end) {
+    const parts_sum_job *p = ctx;
+    for (int64_t e = begin; e < end; e++) {
+        if (p->dt == KERN_F32) {
+            const float *v = (const float *)p->parts + e;
+            float acc = v[0];
+            for (int64_t k = 1; k < p->slabs; k++)
+                acc += v[k * p->n];
+            ((float *)p->out)[e] = acc;
+        } else {
+            const double *v = (const double *)p->parts + e;
+            double acc = v[0];
+            for (int64_t k = 1; k < p->slabs; k++)
+                acc += v[k * p->n];
+            ((double *)p->out)[e] = acc;
+        }
+    }
+}
+
+/* Slabs side by side when the weight gradient is small: a partial per slab of about
+ * KERN_CONV_SLAB / 4 column entries, the partials (at most KERN_CONV_PARTIALS entries in
+ * all) added in slab order after. Every count comes from the sizes: the same bits at
+ * every thread count. Returns 1 when the sizes call for the other scheme. */
+static int wgrad_by_slabs(conv_job *j, const void *x, const int64_t *xs) {
+    int64_t per = j->G * j->K * j->L, S = per > 0 ? KERN_CONV_SLAB / 4 / per : 1;
+    S = S < 1 ? 1 : S > j->g->n ? j->g->n : S;
+    int64_t slabs = (j->g->n + S - 1) / S, n = j->O * j->K;
+    if (slabs < 2 || slabs * n > KERN_CONV_PARTIALS)
+        return 1;
+    wgrad_slabs_job w = {.base = *j, .x = x, .xs = xs, .S = S, .slabs = slabs};
+    w.base.blocks = 1;
+    w.base.edge = j->K;
+    if (!(w.parts = cai_kern_scratch_alloc((size_t)(slabs * n) * j->es)))
+        return -2;
+    cai_kern_parallel_for(slabs, 1, wgrad_slab_range, &w);
+    if (w.rc == 0) {
+        parts_sum_job p = {j->dt, n, slabs, w.parts, j->dw};
+        cai_kern_parallel_for(n, KERN_GRAIN / (slabs > 0 ? slabs : 1) + 1, parts_sum_range, &p);
+    }
+    cai_kern_scratch_free(w.parts);
+    return w.rc;
+}
+
 int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const void *x,
                                 const int64_t *xs, const void *gy, int64_t out_channels, void *dw) {
     conv_job j;
@@ -155,15 +239,19 @@ int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const vo
     memset(dw, 0, (size_t)(out_channels * j.K) * j.es);
     if (g->n * j.L * j.K * j.M == 0)
         return 0;
+    j.gy = gy;
+    j.dw = dw;
+    int rc = wgrad_by_slabs(&j, x, xs);
+    if (rc <= 0)
+        return rc;
+    /* else slabs one after another, their GEMMs side by side over blocks of dw's columns */
     j.blocks = j.K / 32 < KERN_CONV_W_BLOCKS ? (j.K / 32 > 1 ? j.K / 32 : 1) : KERN_CONV_W_BLOCKS;
     j.edge = (j.K + j.blocks - 1) / j.blocks;
     j.blocks = (j.K + j.edge - 1) / j.edge;
-    j.gy = gy;
-    j.dw = dw;
     int64_t S = conv_slab(&j, 1);
     if (!(j.cols = cai_kern_scratch_alloc((size_t)(S * j.G * j.K * j.L) * j.es)))
         return -2;
-    int rc = 0;
+    rc = 0;
     for (j.n0 = 0; j.n0 < g->n && rc == 0; j.n0 += S) {
         j.s = g->n - j.n0 < S ? g->n - j.n0 : S;
         if ((rc = slab_cols(&j, x, xs)) == 0)
