@@ -66,10 +66,14 @@ static bool conv_sizes(kern_dtype dt, const kern_conv_geom *g, int64_t out_chann
 }
 
 /* Images per slab: enough that the slab's columns fill about KERN_CONV_SLAB entries, and
- * at least `want`; at least one, at most the batch. */
+ * at least `want` where that stays within KERN_CONV_SLAB entries per thread (so more
+ * threads never cost more than a slab each); at least one, at most the batch. */
 static int64_t conv_slab(const conv_job *j, int64_t want) {
     int64_t per = j->G * j->K * j->L;
-    int64_t s = per > 0 ? KERN_CONV_SLAB / per : j->g->n;
+    if (per <= 0)
+        return j->g->n > 0 ? j->g->n : 1;
+    int64_t s = KERN_CONV_SLAB / per, most = KERN_CONV_SLAB * cai_kern_num_threads() / per;
+    want = want < most ? want : most;
     s = s > want ? s : want;
     return s < 1 ? 1 : s > j->g->n ? j->g->n : s;
 }
