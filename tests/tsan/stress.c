@@ -4,6 +4,8 @@
  * memory layout: Snaipe/Criterion#274), so the threaded paths get this plain program:
  *  - GEMMs big enough that OpenBLAS threads them on cagrad's pool through its callback
  *    (or cagrad cuts them into tiles), against one-thread results, bit for bit;
+ *  - conv2d's slab kernels, forward and both gradients, eager and compiled, against one
+ *    thread, bit for bit;
  *  - a transformer-like block's compiled backward with a hook, run with its steps side by
  *    side (CAGRAD_INTEROP=1; idle threads help the kernels of running steps), in order
  *    (0), and chosen by timing, against the first run, bit for bit, many times.
@@ -123,10 +125,54 @@ static int gemms(void) {
     return bad;
 }
 
+/* conv2d over [6, 16, 12, 12] (3x3, padding 1): the slab kernels' forward, grad_input (a
+ * convolution of the gradient) and weight gradient (slabs side by side, their partials
+ * added after) at 2 threads, eagerly and compiled, against one eager thread, bit for bit. */
+static int conv_grads(ca_tensor *x, ca_tensor *w, float *dst) {
+    ca_tensor *y, *sq, *loss;
+    const int64_t one[2] = {1, 1};
+    CHECK(ca_conv2d(x, w, NULL, one, one, one, 1, &y));
+    CHECK(ca_mul(y, y, &sq));
+    CHECK(ca_sum(sq, 0, NULL, false, &loss));
+    CHECK(ca_backward(loss));
+    ca_tensor *g[2] = {ca_tensor_grad(x), ca_tensor_grad(w)};
+    int64_t nx = ca_tensor_numel(g[0]), nw = ca_tensor_numel(g[1]);
+    memcpy(dst, ca_tensor_data(g[0]), sizeof(float) * (size_t)nx);
+    memcpy(dst + nx, ca_tensor_data(g[1]), sizeof(float) * (size_t)nw);
+    CHECK(ca_tensor_set_grad(x, NULL));
+    CHECK(ca_tensor_set_grad(w, NULL));
+    ca_tensor *drop[] = {y, sq, loss};
+    for (int i = 0; i < 3; i++)
+        ca_tensor_release(drop[i]);
+    return (int)(nx + nw);
+}
+
+static int convs(void) {
+    static float want[1 << 15], got[1 << 15];
+    ca_tensor *x = param(4, (int64_t[]){6, 16, 12, 12}, 1.0);
+    ca_tensor *w = param(4, (int64_t[]){16, 16, 3, 3}, 0.3);
+    ca_set_num_threads(1);
+    int n = conv_grads(x, w, want), bad = 0;
+    ca_set_num_threads(2);
+    for (int i = 0; i < 8 && !bad; i++) {
+        if (i == 4)
+            CHECK(ca_compiled_autograd_enable(NULL));
+        conv_grads(x, w, got);
+        bad = memcmp(want, got, sizeof(float) * (size_t)n) != 0;
+    }
+    ca_compiled_autograd_disable();
+    if (bad)
+        fprintf(stderr, "conv2d's gradients at 2 threads differ from one thread's\n");
+    ca_tensor_release(x);
+    ca_tensor_release(w);
+    return bad;
+}
+
 int main(void) {
     CHECK(ca_init());
     ca_manual_seed(11);
     int bad = gemms();
+    bad |= convs();
     ca_tensor *p[N_PARAMS] = {param(3, (int64_t[]){B, T, D}, 1.0), param(2, (int64_t[]){D, D}, 0.2),
                               param(2, (int64_t[]){D, D}, 0.2), param(1, (int64_t[]){D}, 1.0),
                               param(1, (int64_t[]){D}, 0.1)};
