@@ -489,8 +489,9 @@ Test(conv, index_fill_errors) {
 
 /* ---------------------------------------------------------------------------------------
  * Allocation failure: every allocation of a forward and backward through conv2d (with
- * groups and a bias) and index_fill (with a tensor value) fails in turn; each run must end
- * in CA_OK or CA_STATUS_NOMEM with nothing left allocated.
+ * groups and a bias) and index_fill (with a tensor value), and of one through a conv2d
+ * made in slabs, fails in turn; each run must end in CA_OK or CA_STATUS_NOMEM with nothing
+ * left allocated.
  */
 static ca_status oom_scenario(void) {
     tu_sc_state s = {0};
@@ -507,6 +508,20 @@ static ca_status oom_scenario(void) {
     return tu_sc_finish(&s, *f);
 }
 
+/* A 3x3 'same' convolution of 3 images whose columns are more than a slab's worth each:
+ * grad_input as a convolution of the gradient, the weight gradient's slabs side by side
+ * (a partial and a columns buffer each). */
+static ca_status oom_slabs_scenario(void) {
+    tu_sc_state s = {0};
+    const int64_t one[2] = {1, 1};
+    ca_tensor *x = tu_sc_randn(&s, TU_SHAPE(3, 64, 12, 12), true);
+    ca_tensor *w = tu_sc_randn(&s, TU_SHAPE(8, 64, 3, 3), true);
+    ca_tensor **y = tu_sc_slot(&s);
+    TU_SC(&s, ca_conv2d(x, w, NULL, one, one, one, 1, y));
+    return tu_sc_finish(&s, *y);
+}
+
 Test(conv, oom_every_allocation_is_clean) {
     tu_oom_every_allocation("conv2d and index_fill", oom_scenario);
+    tu_oom_every_allocation("conv2d in slabs", oom_slabs_scenario);
 }
