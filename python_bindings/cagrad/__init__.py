@@ -61,6 +61,16 @@ from ._more_ops import (  # noqa: E402  (composites of the ops above: _more_ops.
                         nan_to_num, nonzero, norm, outer, pi, prod, repeat_interleave, roll,
                         set_float32_matmul_precision, sign, std, std_mean, tile, trace,
                         use_deterministic_algorithms, var, var_mean, vstack)
+from ._more_ops2 import (  # noqa: E402  (shape, index and counting helpers: _more_ops2.py)
+                         argwhere, block_diag, bincount, bucketize, cartesian_prod, cross,
+                         diff, histc, kron, meshgrid, moveaxis, movedim, narrow_copy, rot90,
+                         searchsorted, take, take_along_dim, tril_indices, triu_indices,
+                         unflatten, unique, unique_consecutive, vander)
+from ._more_stats import (  # noqa: E402  (order statistics and moments: _more_stats.py)
+                          aminmax, corrcoef, cov, cummax, cummin, kthvalue, logcumsumexp,
+                          median, mode, nanmean, nanmedian, nanquantile, nansum, quantile)
+from . import linalg  # noqa: E402
+from .linalg import _cdist as cdist  # noqa: E402
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)

@@ -20,6 +20,8 @@ from . import _functions as F
 from . import _order
 from . import _scatter
 from . import _more_ops
+from . import _more_ops2
+from . import _more_stats
 from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
                      float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
@@ -615,6 +617,17 @@ for _name in (  # the composites of _more_ops.py that PyTorch has as methods
         "sqrt_ addcmul_ addcdiv_ lerp_ uniform_ normal_"
 ).split():
     setattr(Tensor, _name, getattr(_more_ops, _name))
+del _name
+for _name in (  # the composites of _more_ops2.py / _more_stats.py that are methods in torch
+        "movedim moveaxis unflatten take_along_dim take argwhere diff kron cross rot90 "
+        "narrow_copy unique unique_consecutive bincount histc"
+).split():
+    setattr(Tensor, _name, getattr(_more_ops2, _name))
+for _name in (
+        "median nanmedian kthvalue mode quantile nanquantile nansum nanmean aminmax cov "
+        "corrcoef cummax cummin logcumsumexp"
+).split():
+    setattr(Tensor, _name, getattr(_more_stats, _name))
 del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():
