@@ -6,7 +6,9 @@
 #                      Python extension, build with -j2
 #   make test          build, run the C suites (build/cagrad_tests) and the Python suites
 #                      (pytest tests/python against build/python)
-#   make test-c        only the C suites;  make test-py  only the Python suites
+#   make test-c        only the C suites (and a 20000-graph random campaign);
+#                      make test-py  only the Python suites
+#   make fuzz          a random-graph campaign over JOBS processes: N=20000 SEED=20240611
 #   make sanitize      ASan+UBSan build in build-asan/ (CA_ASSERT checked): C tests, every
 #                      example, Python suites
 #   make tsan          ThreadSanitizer build in build-tsan/ and its stress program (the
@@ -74,7 +76,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
+.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py fuzz sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
 
 all: build
 
@@ -103,6 +105,7 @@ py-test: test-py
 
 test-c:
 	$(BUILD_DIR)/cagrad_tests --jobs $(JOBS) $(CRITERION_ARGS)
+	@bash scripts/fuzz.sh $(BUILD_DIR) 20000 20240611 $(JOBS)
 	@bash scripts/check-header-example.sh $(BUILD_DIR)
 	@bash scripts/test-check-symbols.sh
 	@bash scripts/check-symbols.sh $(BUILD_DIR)
@@ -140,6 +143,13 @@ sanitize: deps pyenv
 	    PYTHONPATH=$(abspath $(ASAN_DIR))/python $(VENV_PY) -m pytest tests/python -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # Eager vs compiled backward, side by side in one run (medians; see benchmarks/).
+# A random-graph campaign (compiled against eager, float32 judged by a float64 oracle),
+# split over JOBS processes: make fuzz N=1000000 SEED=7. make test runs 20000.
+N ?= 20000
+SEED ?= 20240611
+fuzz: build
+	bash scripts/fuzz.sh $(BUILD_DIR) $(N) $(SEED) $(JOBS)
+
 bench-compiled: build
 	$(BUILD_DIR)/bench_compiled
 

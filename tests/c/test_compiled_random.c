@@ -1149,7 +1149,7 @@ static long env_long(const char *name, long dflt) {
 /* Graphs [first, first + n_graphs) of seed, each compared eager against compiled. */
 static void differential_run(uint64_t seed, long first, long n_graphs) {
     ca_compiled_options dyn = {.dynamic = true};
-    long compared = 0, skipped = 0;
+    long compared = 0, skipped = 0, oracles = 0;
     int64_t captures = 0, hits = 0, fallbacks = 0;
     for (int i = 0; i < N_ALLOWED; i++)
         allowed_fallbacks[i].count = 0;
@@ -1176,6 +1176,7 @@ static void differential_run(uint64_t seed, long first, long n_graphs) {
                 continue;
             }
             outcome o = run_oracle(&gc, &e, what);
+            oracles += o.built;
             outcome c = run_case(&gc, true, what);
             compare(&e, &c, o.built ? &o : NULL, what);
             outcome_free(&c);
@@ -1197,11 +1198,11 @@ static void differential_run(uint64_t seed, long first, long n_graphs) {
             ca_compiled_autograd_reset();
         }
     }
-    cr_log_info("compiled_random: %ld graphs (seed %llu), %ld size variants compared, %ld "
-                "skipped (no leaf reaches the loss); %lld captures, %lld hits, %lld eager "
-                "fallbacks",
-                n_graphs, (unsigned long long)seed, compared, skipped, (long long)captures,
-                (long long)hits, (long long)fallbacks);
+    cr_log_info("compiled_random: %ld graphs (seed %llu, from %ld), %ld size variants "
+                "compared (%ld by a float64 oracle), %ld skipped (no leaf reaches the loss); "
+                "%lld captures, %lld hits, %lld eager fallbacks",
+                n_graphs, (unsigned long long)seed, first, compared, oracles, skipped,
+                (long long)captures, (long long)hits, (long long)fallbacks);
     for (int i = 0; i < N_ALLOWED; i++)
         cr_log_info("compiled_random: %ld eager fallbacks allowed for %s",
                     allowed_fallbacks[i].count, allowed_fallbacks[i].reason);
