@@ -12,6 +12,7 @@
 #include "codegen/ca_assert.h"
 #include "codegen/fused.h"
 #include "graph/graph.h"
+#include "graph/shape_rules.h"
 
 #include <pthread.h>
 
@@ -178,6 +179,33 @@ typedef struct {
     pthread_mutex_t *tmp_mu; /* steps side by side: the temporaries' lock; NULL in order */
     bool holds_tmp;          /* this thread's step holds it */
 } plan_run_ctx;
+
+/* Shape inference's helpers (shape.c), shared with shape_ops.c: the size algebra as the
+ * rules' cai_sizes, a rule's error as the graph's (-1), shapes between graph_sx and
+ * int64_t, input k's node, the output's dtype and shape, the shape attribute's check, and
+ * names for messages (cai_shape_str writes into GRAPH_SHAPE_STR bytes). */
+#define GRAPH_SHAPE_STR 160
+cai_sizes cai_shape_sizes(graph *g);
+int cai_shape_rule_fail(graph *g, const cai_rule_error *e);
+void cai_shape_to64(int n, const graph_sx *s, int64_t *out);
+void cai_shape_to_sx(int n, const int64_t *s, graph_sx *out);
+const graph_node *cai_shape_in(const graph *g, const graph_node *n, int k);
+void cai_shape_set_out(graph_node *n, kern_dtype dt, int ndim, const graph_sx *shape);
+void cai_shape_copy_out(graph_node *n, const graph_node *in);
+int cai_shape_check_attr(graph *g, const graph_op_args *a, bool allow_infer);
+const char *cai_shape_dtype_name(kern_dtype dt);
+const char *cai_shape_str(const graph *g, const graph_node *n, char *buf);
+
+/* shape_ops.c: inference of the index, scatter, nll, scan and convolution ops; 0 or -1. */
+int cai_shape_infer_index_add(graph *g, graph_node *n);
+int cai_shape_infer_scatter_add(graph *g, graph_node *n);
+int cai_shape_infer_scale_size(graph *g, graph_node *n);
+int cai_shape_infer_nll_bw(graph *g, graph_node *n);
+int cai_shape_infer_index_fill(graph *g, graph_node *n);
+int cai_shape_infer_cumsum(graph *g, graph_node *n);
+int cai_shape_infer_cumprod_bw(graph *g, graph_node *n);
+int cai_shape_infer_conv(graph *g, graph_node *n);
+int cai_shape_infer_conv2d(graph *g, graph_node *n);
 
 /* The runner's helpers (plan_run.c), shared with plan_run_ops.c. cai_run_fail records
  * "value v (op): message" for cai_graph_plan_error (the first of steps failing side by
