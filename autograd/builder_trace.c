@@ -464,20 +464,26 @@ static void pass_on(trace_builder *tb, const ca_node *n, const graph_val *gin) {
 
 static void run_rule(trace_builder *tb, ca_node *n, int call, graph_val g) {
     const ca_op_def *row = cai_op_def(n->op);
-    ca_bval gin_local[8] = {0};
-    graph_val gin[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-    if (n->n_in > 8) {
-        trace_fail(tb, "%s has too many inputs to trace", row->node_name);
-        return;
+    ca_bval local_b[8] = {0}, *gin_b = local_b;
+    graph_val local_v[8], *gin = local_v;
+    if (n->n_in > 8) { /* a cat or stack of many tensors */
+        gin_b = cai_mem_calloc((size_t)n->n_in, sizeof(ca_bval) + sizeof(graph_val));
+        if (!gin_b) {
+            tb->base.status = err_nomem("the compiled backward's trace");
+            return;
+        }
+        gin = (graph_val *)(gin_b + n->n_in);
     }
     make_shadow(tb, n, call);
     tb->call = call;
-    row->backward(&tb->base, &tb->shadow, bval_of(g), gin_local);
+    row->backward(&tb->base, &tb->shadow, bval_of(g), gin_b);
     for (int i = 0; i < n->n_in; i++)
-        gin[i] = gin_local[i] ? val_of(gin_local[i]) : -1;
+        gin[i] = gin_b[i] ? val_of(gin_b[i]) : -1;
     if (n->node_post_hooks && tb->base.status == CA_OK)
         node_post_hooks(tb, n, call, gin, &g, 1);
     pass_on(tb, n, gin);
+    if (gin_b != local_b)
+        cai_mem_free(gin_b);
 }
 
 /* autograd.grad: every requested input whose gradient is output nr of n's (the same

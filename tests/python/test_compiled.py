@@ -17,6 +17,7 @@ from helpers import (
     COUNTER_KEYS,
     TOL_SUM,
     assert_close,
+    backward_checked,
     ca,
     compiled_ctx,
     compiled_enabled,
@@ -695,3 +696,30 @@ def test_write_graph_svg(tmp_path):
     p = tmp_path / "g.svg"
     ca.compiled_autograd.write_graph(str(p))
     assert "<svg" in p.read_text()
+
+
+@pytest.mark.parametrize("how", ["cat", "stack"])
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "node-post-hook"])
+def test_many_input_cat_and_stack_stay_compiled(how, hooked):
+    """A cat or stack of 12 tensors (a node with more than 8 inputs, which once ran the
+    whole backward eagerly) is traced like any other, node post-hooks included, with
+    PyTorch's gradients."""
+    rng = np.random.default_rng(12)
+    data = [rng.standard_normal((2, 3)) for _ in range(12)]
+    grads, seen = {}, []
+    for L in (torch, ca):
+        xs = [L.tensor(d, requires_grad=True) for d in data]
+        y = getattr(L, how)([x * (i + 1) for i, x in enumerate(xs)], 0)
+        if hooked:
+            y.grad_fn.register_hook(lambda gin, gout: seen.append(len(gin)))
+        loss = (y.tanh() * y).sum()
+        if L is torch:
+            loss.backward()
+        else:
+            with compiled_ctx(True):
+                backward_checked(loss, True)
+        grads[L] = [x.grad for x in xs]
+    for got, want in zip(grads[ca], grads[torch]):
+        assert_close(got, want, rtol=1e-12, atol=1e-12)
+    if hooked:
+        assert seen == [12, 12], seen
