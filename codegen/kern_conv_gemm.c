@@ -119,9 +119,15 @@ int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     j.beta = beta;
     j.w = w;
     j.y = y;
-    /* a slab gives every thread two items or more where the batch allows */
-    int64_t per_image = j.G * j.blocks, want = 2 * cai_kern_num_threads();
+    /* a slab gives every thread two items or more where the batch allows, and a
+     * multiple of the thread count where it has more items than threads (3 items on 2
+     * threads take as long as 4) */
+    int64_t per_image = j.G * j.blocks, threads = cai_kern_num_threads(), want = 2 * threads;
     int64_t S = conv_slab(&j, (want + per_image - 1) / per_image);
+    if (S * per_image > threads && S * per_image % threads != 0 && S > 1) {
+        int64_t items = S * per_image - S * per_image % threads;
+        S = items / per_image > 0 ? items / per_image : 1;
+    }
     if (!(j.cols = cai_kern_scratch_alloc((size_t)(S * j.G * j.K * j.L) * j.es)))
         return -2;
     int rc = 0;
