@@ -50,7 +50,26 @@ typedef struct {
     double beta;
     const char *w, *gy;
     char *cols, *y, *dw;
+    bool direct;    /* a 1x1 kernel over whole planes: the image is its own columns */
+    const char *cv; /* the slab's columns: image i's at cv + i * cv_img, [groups, K, L] */
+    int64_t cv_img;
 } conv_job;
+
+/* Whether x's images are their own columns: a 1x1 kernel at unit strides without padding,
+ * each image's planes one after another ([C, H*W] rows with unit stride). */
+static bool conv_direct(const kern_conv_geom *g, const int64_t *xs) {
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+           g->ph_end == 0 && g->pw_end == 0 && xs[3] == 1 && xs[2] == g->w && xs[1] == g->h * g->w;
+}
+
+/* Scratch for s images' columns, or none (NULL, and true) when the images are their own. */
+static bool cols_alloc(conv_job *j, int64_t s) {
+    j->cols = NULL;
+    if (j->direct)
+        return true;
+    j->cols = cai_kern_scratch_alloc((size_t)(s * j->G * j->K * j->L) * j->es);
+    return j->cols != NULL;
+}
 
 static bool conv_sizes(kern_dtype dt, const kern_conv_geom *g, int64_t out_channels, conv_job *j) {
     cai_kern_blas_init(); /* OpenBLAS on one thread: the GEMMs below call it directly */
@@ -79,12 +98,21 @@ static int64_t conv_slab(const conv_job *j, int64_t want) {
     return s < 1 ? 1 : s > j->g->n ? j->g->n : s;
 }
 
-/* The columns of the slab's images as [s, groups, K, L], contiguous. */
+/* The columns of the slab's images, [s, groups, K, L]: x itself when it is its own
+ * columns (conv_direct), else made in j->cols. */
 static int slab_cols(conv_job *j, const char *x, const int64_t *xs) {
+    const char *first = x + (size_t)(j->n0 * xs[0]) * j->es;
+    if (j->direct) {
+        j->cv = first;
+        j->cv_img = xs[0];
+        return 0;
+    }
     kern_conv_geom sg = *j->g;
     sg.n = j->s;
     int64_t cs[4] = {j->G * j->K * j->L, j->K * j->L, j->L, 1};
-    return cai_kern_im2col(j->dt, &sg, x + (size_t)(j->n0 * xs[0]) * j->es, xs, j->cols, cs);
+    j->cv = j->cols;
+    j->cv_img = j->G * j->K * j->L;
+    return cai_kern_im2col(j->dt, &sg, first, xs, j->cols, cs);
 }
 
 /* Items of the slab: (image, group, block of output positions); each is one GEMM, the
@@ -96,7 +124,7 @@ static void conv_items(void *ctx, int64_t begin, int64_t end) {
                 lo = it % j->blocks * j->edge;
         int64_t n = j->L - lo < j->edge ? j->L - lo : j->edge;
         const char *a = j->w + (size_t)(grp * j->M * j->K) * j->es;
-        const char *b = j->cols + (size_t)((i * j->G + grp) * j->K * j->L + lo) * j->es;
+        const char *b = j->cv + (size_t)(i * j->cv_img + grp * j->K * j->L + lo) * j->es;
         char *c = j->y + (size_t)(((j->n0 + i) * j->O + grp * j->M) * j->L + lo) * j->es;
         gemm1(j->dt, false, j->M, n, j->K, a, j->K, b, j->L, j->beta, c, j->L);
     }
@@ -107,6 +135,7 @@ int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     conv_job j;
     if (!conv_sizes(dt, g, out_channels, &j))
         return -1;
+    j.direct = conv_direct(g, xs);
     if (g->n * out_channels * j.L == 0)
         return 0;
     if (j.K == 0) { /* an empty sum: beta * y */
@@ -128,7 +157,7 @@ int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const
         int64_t items = S * per_image - S * per_image % threads;
         S = items / per_image > 0 ? items / per_image : 1;
     }
-    if (!(j.cols = cai_kern_scratch_alloc((size_t)(S * j.G * j.K * j.L) * j.es)))
+    if (!cols_alloc(&j, S))
         return -2;
     int rc = 0;
     for (j.n0 = 0; j.n0 < g->n && rc == 0; j.n0 += S) {
@@ -151,7 +180,7 @@ static void wgrad_items(void *ctx, int64_t begin, int64_t end) {
         char *c = j->dw + (size_t)(grp * j->M * j->K + lo) * j->es;
         for (int64_t i = 0; i < j->s; i++) {
             const char *a = j->gy + (size_t)(((j->n0 + i) * j->O + grp * j->M) * j->L) * j->es;
-            const char *b = j->cols + (size_t)(((i * j->G + grp) * j->K + lo) * j->L) * j->es;
+            const char *b = j->cv + (size_t)(i * j->cv_img + (grp * j->K + lo) * j->L) * j->es;
             gemm1(j->dt, true, j->M, n, j->L, a, j->L, b, j->L, 1.0, c, j->K);
         }
     }
@@ -172,7 +201,7 @@ static void wgrad_slab_range(void *ctx, int64_t begin, int64_t end) {
     wgrad_slabs_job *w = ctx;
     conv_job j = w->base;
     size_t part = (size_t)(j.O * j.K) * j.es;
-    if (!(j.cols = cai_kern_scratch_alloc((size_t)(w->S * j.G * j.K * j.L) * j.es))) {
+    if (!cols_alloc(&j, w->S)) {
         __atomic_store_n(&w->rc, -2, __ATOMIC_RELAXED);
         return;
     }
@@ -245,6 +274,7 @@ int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const vo
     conv_job j;
     if (!conv_sizes(dt, g, out_channels, &j))
         return -1;
+    j.direct = conv_direct(g, xs);
     memset(dw, 0, (size_t)(out_channels * j.K) * j.es);
     if (g->n * j.L * j.K * j.M == 0)
         return 0;
@@ -258,7 +288,7 @@ int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const vo
     j.edge = (j.K + j.blocks - 1) / j.blocks;
     j.blocks = (j.K + j.edge - 1) / j.edge;
     int64_t S = conv_slab(&j, 1);
-    if (!(j.cols = cai_kern_scratch_alloc((size_t)(S * j.G * j.K * j.L) * j.es)))
+    if (!cols_alloc(&j, S))
         return -2;
     rc = 0;
     for (j.n0 = 0; j.n0 < g->n && rc == 0; j.n0 += S) {

@@ -300,3 +300,52 @@ Test(conv_grad, graph_ops_shapes_and_printing) {
     cr_assert(strstr(cai_graph_error(g), "tap order") != NULL, "%s", cai_graph_error(g));
     cai_graph_free(g);
 }
+
+/* A 1x1 convolution at unit strides without padding reads its images as their own
+ * columns, through their strides: here the first 4 of 6 channels of each image (the image
+ * stride is 6 planes), in 2 groups. Both kernels against plain loops. */
+Test(conv_grad, one_by_one_kernels_read_the_images_in_place) {
+    enum { N = 3, CB = 6, C = 4, O = 6, G = 2, H = 3, W = 5, L = H * W };
+    kern_conv_geom g = {.n = N,
+                        .c = C,
+                        .h = H,
+                        .w = W,
+                        .kh = 1,
+                        .kw = 1,
+                        .sh = 1,
+                        .sw = 1,
+                        .dh = 1,
+                        .dw = 1,
+                        .oh = H,
+                        .ow = W,
+                        .groups = G};
+    double x[N * CB * L], w[O * C / G], gy[N * O * L], y[N * O * L], dw[O * C / G];
+    for (int i = 0; i < N * CB * L; i++)
+        x[i] = sin(0.7 * i);
+    for (int i = 0; i < O * C / G; i++)
+        w[i] = cos(1.1 * i);
+    for (int i = 0; i < N * O * L; i++)
+        gy[i] = sin(0.3 * i + 1);
+    int64_t xs[4] = {CB * L, L, W, 1};
+    cr_assert_eq(cai_kern_conv2d(KERN_F64, &g, x, xs, w, O, 0.0, y), 0);
+    cr_assert_eq(cai_kern_conv2d_weight_grad(KERN_F64, &g, x, xs, gy, O, dw), 0);
+    int og = O / G, cg = C / G;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < O; o++)
+            for (int l = 0; l < L; l++) {
+                double want = 0;
+                for (int c = 0; c < cg; c++)
+                    want += w[o * cg + c] * x[n * CB * L + (o / og * cg + c) * L + l];
+                double got = y[(n * O + o) * L + l];
+                cr_assert(fabs(got - want) <= 1e-12, "y[%d, %d, %d]: %g vs %g", n, o, l, got, want);
+            }
+    for (int o = 0; o < O; o++)
+        for (int c = 0; c < cg; c++) {
+            double want = 0;
+            for (int n = 0; n < N; n++)
+                for (int l = 0; l < L; l++)
+                    want += gy[(n * O + o) * L + l] * x[n * CB * L + (o / og * cg + c) * L + l];
+            cr_assert(fabs(dw[o * cg + c] - want) <= 1e-12, "dw[%d, %d]: %g vs %g", o, c,
+                      dw[o * cg + c], want);
+        }
+}
