@@ -16,7 +16,7 @@
  *
  * Sizes: a rule passes sizes through (from node->in_meta, node->out_meta, attrs) but does
  * no arithmetic on them; arithmetic that involves sizes goes through a builder call
- * (bx_scale_inv_numel), so a tracing builder can keep sizes symbolic.
+ * (bx_scale_inv_numel, bx_size_add), so a tracing builder can keep sizes symbolic.
  */
 #ifndef CAGRAD_BUILDER_H
 #define CAGRAD_BUILDER_H
@@ -34,6 +34,8 @@ typedef struct {
     const ca_meta *(*meta)(ca_builder *b, ca_bval v);
     /* x * (1 / prod of m's sizes at the dims set in dim_mask) */
     ca_bval (*scale_inv_numel)(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
+    /* x + y for two sizes (numbers, or a trace's handles of symbolic sizes) */
+    int64_t (*size_add)(ca_builder *b, int64_t x, int64_t y);
 } ca_builder_vtbl;
 
 struct ca_builder {
@@ -70,6 +72,12 @@ static inline ca_bval bx_apply(ca_builder *b, int op, int n, const ca_bval *in, 
 #define BX_SIZE_NUMBER_LIMIT ((int64_t)1 << 51)
 static inline bool bx_size_is_number(int64_t size) {
     return size < BX_SIZE_NUMBER_LIMIT;
+}
+
+/* x + y for two sizes from metas or attrs (a position a rule computes from sizes, as
+ * cat's offsets): a number in the eager builder, a symbolic size's handle in a trace. */
+static inline int64_t bx_size_add(ca_builder *b, int64_t x, int64_t y) {
+    return b->vt->size_add(b, x, y);
 }
 
 static inline ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {

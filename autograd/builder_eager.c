@@ -57,8 +57,13 @@ static ca_bval eager_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
     return bx_mul_s(b, x, 1.0 / count);
 }
 
+static int64_t eager_size_add(ca_builder *b, int64_t x, int64_t y) {
+    (void)b;
+    return x + y;
+}
+
 static const ca_builder_vtbl eager_vtbl = {eager_apply, eager_saved, eager_meta,
-                                           eager_scale_inv_numel};
+                                           eager_scale_inv_numel, eager_size_add};
 
 void cai_eager_builder_init(ca_eager_builder *eb) {
     memset(eb, 0, sizeof *eb);

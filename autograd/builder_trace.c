@@ -112,6 +112,22 @@ static uint32_t dims_mask(const ca_ints *dims, int ndim) {
     return dims->n ? m : (ndim ? (1u << ndim) - 1 : 0);
 }
 
+/* A slice whose start or end is a symbolic size (cat's derivative along a dynamic dim):
+ * step 1 only, as narrow(dim, start, end - start). */
+static bool lower_narrow(trace_builder *tb, const ca_attrs *at, graph_op_args *a) {
+    if (!plain_ints(at->i, 1) || at->i[3] != 1)
+        return false;
+    graph_sx start = size_sx(tb, at->i[1]), end = size_sx(tb, at->i[2]);
+    if (start < 0 || end < 0)
+        return false;
+    a->op = GOP_NARROW;
+    a->n_shape = 2;
+    a->shape[0] = start;
+    a->shape[1] = cai_graph_sx_op(tb->g, GSX_SUB, end, start);
+    a->i[1] = a->i[2] = a->i[3] = 0;
+    return a->shape[1] >= 0;
+}
+
 /* nll_loss_backward's reduction goes to GOP_NLL_BW as it is (lower copies attrs.i). */
 _Static_assert((int)GRAPH_REDUCTION_NONE == (int)CA_REDUCTION_NONE, "reduction codes differ");
 _Static_assert((int)GRAPH_REDUCTION_MEAN == (int)CA_REDUCTION_MEAN, "reduction codes differ");
@@ -139,7 +155,12 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
             a->perm[d] = (int8_t)(at->dims.v[d] < 0 ? at->dims.v[d] + in_ndim : at->dims.v[d]);
         return true;
     case CA_OP_UNSQUEEZE: a->op = GOP_UNSQUEEZE; return true;
-    case CA_OP_SLICE: a->op = GOP_SLICE; return plain_ints(at->i, 4);
+    case CA_OP_SLICE: /* a symbolic start: a narrow, with the length as a size expression */
+        if (plain_ints(at->i, 4)) {
+            a->op = GOP_SLICE;
+            return true;
+        }
+        return lower_narrow(tb, at, a);
     case CA_OP_SLICE_BACKWARD:
         a->op = GOP_SLICE_BACKWARD;
         return plain_ints(at->i, 4) && decode_shape(tb, &at->shape, a);
@@ -281,8 +302,21 @@ static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
     return v < 0 ? NULL : bval_of(v);
 }
 
+/* x + y as a size expression (a number when both are); a corrupt handle fails the trace. */
+static int64_t trace_size_add(ca_builder *b, int64_t x, int64_t y) {
+    trace_builder *tb = (trace_builder *)b;
+    graph_sx a = size_sx(tb, x), c = size_sx(tb, y), s = -1;
+    if (a >= 0 && c >= 0)
+        s = cai_graph_sx_op(tb->g, GSX_ADD, a, c);
+    if (s < 0) {
+        trace_fail(tb, "%s: a size sum could not be formed", tb->origin.name);
+        return 0;
+    }
+    return sx_size(tb, s);
+}
+
 static const ca_builder_vtbl trace_vtbl = {trace_apply, trace_saved, trace_meta,
-                                           trace_scale_inv_numel};
+                                           trace_scale_inv_numel, trace_size_add};
 
 /* ---------------------------------------------------------------------------------------
  * Inputs and the shadow node

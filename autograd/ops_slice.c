@@ -287,11 +287,12 @@ static void cat_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
         const ca_meta *m = &n->in_meta[i];
         bool skipped = cat_skipped(m, n->out_meta.ndim);
         int64_t len = skipped ? 0 : m->shape[d];
+        int64_t end = bx_size_add(b, off, len); /* a size expression in a trace */
         if (node_needs_grad(n, i)) {
-            ca_bval gi = bx_slice(b, g, d, off, off + len, 1);
+            ca_bval gi = bx_slice(b, g, d, off, end, 1);
             gin[i] = skipped ? bx_reshape(b, gi, m) : gi;
         }
-        off += len;
+        off = end;
     }
 }
 

@@ -62,7 +62,8 @@ static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         cai_graph_sb_printf(b, " ");
         cai_graph_sb_perm(b, a->n_perm, a->perm);
         break;
-    case GOP_UNSQUEEZE: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_UNSQUEEZE:
+    case GOP_NARROW: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
     case GOP_SLICE:
     case GOP_SLICE_BACKWARD: label_slice(b, a->i); break;
     case GOP_MATMUL:

@@ -88,6 +88,9 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(SLICE, "slice", 1, 4, 0)                                                                     \
     /* shape = full; i[0..3] as SLICE: zeros(full) with x at the slice */                         \
     X(SLICE_BACKWARD, "slice_backward", 1, 4, GOPF_SHAPE)                                          \
+    /* i[0] = dim, shape = {start, length} as size expressions: a slice at a symbolic       */ \
+    /* offset (cat's derivative along a dynamic dim), checked against the dim at run time (a view) */ \
+    X(NARROW, "narrow", 1, 1, GOPF_SHAPE)                                                          \
     /* a contiguous copy */                                                                        \
     X(CONTIGUOUS, "contiguous", 1, 0, 0)                                                           \
     /* i[0], i[1] = transpose a, b (last two dims); batch dims broadcast */                       \

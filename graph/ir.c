@@ -324,7 +324,11 @@ static graph_sx fold(graph *g, graph_sx_kind k, graph_sx a, graph_sx b) {
     case GSX_SUB:
         if (bconst && cb == 0)
             return a;
-        return a == b ? cai_graph_sx_const(g, 0) : -2;
+        if (a == b)
+            return cai_graph_sx_const(g, 0);
+        if (g->sx[a].kind == GSX_ADD && (g->sx[a].a == b || g->sx[a].b == b))
+            return (graph_sx)(g->sx[a].a == b ? g->sx[a].b : g->sx[a].a); /* (x + y) - x */
+        return -2;
     case GSX_MUL:
         if (bconst && cb == 1)
             return a;

@@ -37,7 +37,8 @@ static int8_t kind_of(const graph_node *x) {
     case GOP_EXPAND:
     case GOP_PERMUTE:
     case GOP_UNSQUEEZE:
-    case GOP_SLICE: return PK_VIEW;
+    case GOP_SLICE:
+    case GOP_NARROW: return PK_VIEW;
     case GOP_RESHAPE:
     case GOP_CONTIGUOUS: return PK_MAYBE_VIEW;
     case GOP_HOOK: return PK_HOOK;
@@ -246,7 +247,7 @@ static void take_group_bufs(planner *pl, const graph *g, const plan_group *G) {
  * out of range), so the run stops with the eager engine's .grad state. */
 static bool fold_barrier(graph_op op) {
     return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_CALLOUT || op == GOP_INDEX_ADD ||
-           op == GOP_SCATTER_ADD || op == GOP_NLL_BW || op == GOP_SLICE ||
+           op == GOP_SCATTER_ADD || op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_NARROW ||
            op == GOP_SLICE_BACKWARD || op == GOP_INDEX_FILL || op == GOP_COL2IM;
 }
 

@@ -239,6 +239,16 @@ static int run_view(run_ctx *r, graph_val v) {
             out->strides[i] =
                 i == d ? (d < in->ndim ? in->shape[d] * in->strides[d] : 1) : in->strides[j++];
         break;
+    case GOP_NARROW: {
+        int64_t start = r->p->val[x->a.shape[0]], len = out->shape[d];
+        if (start < 0 || start + len > in->shape[d])
+            return cai_run_fail(r->p, v, "narrow %lld:%lld is past the end of dim %d (size %lld)",
+                                (long long)start, (long long)(start + len), d,
+                                (long long)in->shape[d]);
+        memcpy(out->strides, in->strides, sizeof out->strides);
+        out->data = (char *)in->data + start * in->strides[d] * (int64_t)esize(in);
+        break;
+    }
     default: /* GOP_SLICE */
         if (x->a.i[2] > in->shape[d])
             return cai_run_fail(r->p, v, "slice end %lld is past the end of dim %d (size %lld)",

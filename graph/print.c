@@ -45,6 +45,13 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         break;
     case GOP_UNSQUEEZE: cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]); break;
     case GOP_SLICE: print_slice(b, a->i); break;
+    case GOP_NARROW: {
+        char s1[64], s2[64];
+        cai_graph_sb_printf(b, ", dim=%lld, start=%s, length=%s", (long long)a->i[0],
+                            cai_graph_sx_str(g, a->shape[0], s1, sizeof s1),
+                            cai_graph_sx_str(g, a->shape[1], s2, sizeof s2));
+        break;
+    }
     case GOP_MATMUL:
         cai_graph_sb_printf(b, ", ta=%lld, tb=%lld", (long long)a->i[0], (long long)a->i[1]);
         break;
@@ -54,7 +61,7 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
     }
     if (a->n_shape > 0 || a->op == GOP_SUM_TO || a->op == GOP_EXPAND || a->op == GOP_RESHAPE ||
         a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD) {
-        if (a->op != GOP_INPUT) {
+        if (a->op != GOP_INPUT && a->op != GOP_NARROW) { /* narrow names its two */
             cai_graph_sb_printf(b, ", ");
             cai_graph_sb_shape(b, g, a->n_shape, a->shape);
         }

@@ -489,6 +489,31 @@ static int infer_slice(graph *g, graph_node *n) {
     return 0;
 }
 
+/* narrow: dim i[0] becomes shape[1] (the length) long; start and length are checked here
+ * where they are numbers, at run time where they are symbolic. */
+static int infer_narrow(graph *g, graph_node *n) {
+    const graph_node *x = cai_shape_in(g, n, 0);
+    int64_t start, len, size;
+    if (x->ndim == 0)
+        return cai_graph_fail(g, "narrow: a 0-d value cannot be narrowed");
+    if (norm_dim(g, "narrow", &n->a.i[0], x->ndim))
+        return -1;
+    if (n->a.n_shape != 2 || cai_shape_check_attr(g, &n->a, false))
+        return cai_graph_fail(g, "narrow: expects {start, length} as its shape attribute");
+    int d = (int)n->a.i[0];
+    if (cai_graph_sx_const_value(g, n->a.shape[0], &start) &&
+        cai_graph_sx_const_value(g, n->a.shape[1], &len) &&
+        cai_graph_sx_const_value(g, x->shape[d], &size) &&
+        (start < 0 || len < 0 || start + len > size))
+        return cai_graph_fail(g, "narrow: %lld:%lld is past the end of dim %d (size %lld)",
+                              (long long)start, (long long)(start + len), d, (long long)size);
+    graph_sx shape[KERN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[d] = n->a.shape[1];
+    cai_shape_set_out(n, x->dtype, x->ndim, shape);
+    return 0;
+}
+
 static int infer_slice_backward(graph *g, graph_node *n) {
     const graph_node *x = cai_shape_in(g, n, 0);
     graph_op_args *a = &n->a;
@@ -618,6 +643,7 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_PERMUTE: return infer_permute(g, n);
     case GOP_UNSQUEEZE: return infer_unsqueeze(g, n);
     case GOP_SLICE: return infer_slice(g, n);
+    case GOP_NARROW: return infer_narrow(g, n);
     case GOP_SLICE_BACKWARD: return infer_slice_backward(g, n);
     case GOP_CONTIGUOUS: return infer_same(g, n);
     case GOP_MATMUL: return infer_matmul(g, n);

@@ -913,13 +913,6 @@ typedef struct {
 } allowed_fallback;
 
 static allowed_fallback allowed_fallbacks[] = {
-    {{"cat"},
-     SYMBOLIC_ANY,
-     "cannot trace op 'slice' here",
-     "cat along a symbolic dim: CatBackward0 slices the gradient at offsets that sum the "
-     "inputs' sizes, and a graph slice takes plain-number bounds (plain_ints in "
-     "builder_trace.c), so a bound that is a size handle cannot be traced",
-     0},
     {{"slice", "transpose+slice"},
      SYMBOLIC_DYNAMIC,
      "slice_backward: the gradient has shape",

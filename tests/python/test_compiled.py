@@ -723,3 +723,29 @@ def test_many_input_cat_and_stack_stay_compiled(how, hooked):
         assert_close(got, want, rtol=1e-12, atol=1e-12)
     if hooked:
         assert seen == [12, 12], seen
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["automatic", "dynamic"])
+def test_cat_along_a_dynamic_dim_stays_compiled(dynamic):
+    """cat's derivative slices the gradient at offsets that sum its inputs' sizes; along a
+    dim whose sizes change (symbolic after the first recompile, or from the start with
+    dynamic=True) those offsets are size expressions (a narrow in the graph), not an eager
+    fallback. Gradients as PyTorch's."""
+    rng = np.random.default_rng(5)
+    ca.compiled_autograd.reset()
+    for n, m in ((2, 3), (4, 1), (3, 5), (5, 2)):
+        data = [rng.standard_normal((n, 4)), rng.standard_normal((m, 4)),
+                rng.standard_normal((2, 4))]
+        grads = {}
+        for L in (torch, ca):
+            xs = [L.tensor(d, requires_grad=True) for d in data]
+            y = L.cat([xs[0].sin(), xs[1] * 2, xs[2]], 0)
+            loss = (y * y.cos()).sum()
+            if L is torch:
+                loss.backward()
+            else:
+                with compiled_ctx(True, dynamic=dynamic):
+                    backward_checked(loss, True)
+            grads[L] = [x.grad for x in xs]
+        for got, want in zip(grads[ca], grads[torch]):
+            assert_close(got, want, rtol=1e-12, atol=1e-12)
