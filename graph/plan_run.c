@@ -241,10 +241,10 @@ static int run_view(run_ctx *r, graph_val v) {
         break;
     case GOP_NARROW: {
         int64_t start = r->p->val[x->a.shape[0]], len = out->shape[d];
-        if (start < 0 || start + len > in->shape[d])
+        long long end = (long long)start + (long long)len;
+        if (start < 0 || end > in->shape[d])
             return cai_run_fail(r->p, v, "narrow %lld:%lld is past the end of dim %d (size %lld)",
-                                (long long)start, (long long)(start + len), d,
-                                (long long)in->shape[d]);
+                                (long long)start, end, d, (long long)in->shape[d]);
         memcpy(out->strides, in->strides, sizeof out->strides);
         out->data = (char *)in->data + start * in->strides[d] * (int64_t)esize(in);
         break;

@@ -504,9 +504,11 @@ static int infer_narrow(graph *g, graph_node *n) {
     if (cai_graph_sx_const_value(g, n->a.shape[0], &start) &&
         cai_graph_sx_const_value(g, n->a.shape[1], &len) &&
         cai_graph_sx_const_value(g, x->shape[d], &size) &&
-        (start < 0 || len < 0 || start + len > size))
+        (start < 0 || len < 0 || start + len > size)) {
+        long long end = (long long)start + (long long)len;
         return cai_graph_fail(g, "narrow: %lld:%lld is past the end of dim %d (size %lld)",
-                              (long long)start, (long long)(start + len), d, (long long)size);
+                              (long long)start, end, d, (long long)size);
+    }
     graph_sx shape[KERN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[d] = n->a.shape[1];
