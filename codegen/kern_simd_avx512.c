@@ -19,6 +19,8 @@
 #define KS_CAT(a, b)  KS_CAT2(a, b)
 #define KS_I(op)      KS_CAT(_mm512_##op##_, SFX) /* _mm512_add_ps or _mm512_add_pd */
 #define KS_SL(f)      KS_CAT(KS_CAT(Sleef_##f, SLV), _u10avx512f)
+#define KS_SL15(f)    KS_CAT(KS_CAT(Sleef_##f, SLV), _u15avx512f) /* erfc: SLEEF has only u15 */
+#define KS_SLX(f)     KS_CAT(KS_CAT(Sleef_##f, SLV), _avx512f)    /* exact: floor, ceil, ... */
 
 #define VLD           KS_I(loadu)
 #define VST           KS_I(storeu)
@@ -58,6 +60,23 @@
 #define VLOG1P        KS_SL(log1p)
 #define VEXPM1        KS_SL(expm1)
 #define VPOW          KS_SL(pow)
+#define VLOG2         KS_SL(log2)
+#define VLOG10        KS_SL(log10)
+#define VEXP2         KS_SL(exp2)
+#define VSINH         KS_SL(sinh)
+#define VCOSH         KS_SL(cosh)
+#define VTAN          KS_SL(tan)
+#define VASIN         KS_SL(asin)
+#define VACOS         KS_SL(acos)
+#define VATAN         KS_SL(atan)
+#define VASINH        KS_SL(asinh)
+#define VACOSH        KS_SL(acosh)
+#define VATANH        KS_SL(atanh)
+#define VERFC         KS_SL15(erfc)
+#define VFLOOR        KS_SLX(floor)
+#define VCEIL         KS_SLX(ceil)
+#define VTRUNC        KS_SLX(trunc)
+#define VRINT         KS_SLX(rint) /* half to even */
 
 #define T              float
 #define V              __m512

@@ -17,9 +17,10 @@ import re
 
 from . import _C
 
-# The registry's flags (cagrad.h's CA_OP_PY_* and CA_OP_POSITIVE, read from _C).
+# The registry's flags (cagrad.h's CA_OP_PY_* and the input domains, read from _C).
 PY_TORCH, PY_TENSOR, PY_NN = _C.OP_PY_TORCH, _C.OP_PY_TENSOR, _C.OP_PY_NN
 PY_INPLACE, PY_OUT, POSITIVE = _C.OP_PY_INPLACE, _C.OP_PY_OUT, _C.OP_POSITIVE
+UNIT, ABOVE_1, ABOVE_M1 = _C.OP_UNIT, _C.OP_ABOVE_1, _C.OP_ABOVE_M1
 
 _PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 
