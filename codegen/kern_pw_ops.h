@@ -88,14 +88,14 @@ enum {
     X(ERF,        1, 0, 0, VERF(a),                    erf(a))                                     \
     X(ERFC,       1, 0, 0, VERFC(a),                   erfc(a))                                    \
     X(ERFINV,     1, 0, 0, F(erfinv)(a),               kref_erfinv(a))                             \
-    X(SINH,       1, 0, 0, VSINH(a),                   sinh(a))                                    \
-    X(COSH,       1, 0, 0, VCOSH(a),                   cosh(a))                                    \
+    X(SINH,       1, 0, 0, F(sinh)(a),                 sinh(a))                                    \
+    X(COSH,       1, 0, 0, F(cosh)(a),                 cosh(a))                                    \
     X(TAN,        1, 0, 0, VTAN(a),                    tan(a))                                     \
     X(ASIN,       1, 0, 0, VASIN(a),                   asin(a))                                    \
     X(ACOS,       1, 0, 0, VACOS(a),                   acos(a))                                    \
     X(ATAN,       1, 0, 0, VATAN(a),                   atan(a))                                    \
-    X(ASINH,      1, 0, 0, VASINH(a),                  asinh(a))                                   \
-    X(ACOSH,      1, 0, 0, VACOSH(a),                  acosh(a))                                   \
+    X(ASINH,      1, 0, 0, F(asinh)(a),                asinh(a))                                   \
+    X(ACOSH,      1, 0, 0, F(acosh)(a),                acosh(a))                                   \
     X(ATANH,      1, 0, 0, VATANH(a),                  atanh(a))                                   \
     /* sin(pi x) / (pi x), 1 at 0 */                                                               \
     X(SINC,       1, 0, 0, F(sinc)(a),                 a == 0 ? 1 : sin(TK_PI * a) / (TK_PI * a))  \
@@ -451,8 +451,44 @@ static inline V F(erfinv)(V x) {
     if (sizeof(T) == 8)
         y = F(erfinv_newton)(y, ax);
     y = VSEL(VEQ(ax, VONE), VSET((T)KS_INF), y);
-    return VSEL(VLT(x, VZERO), VNEG(y), y);
+    y = VSEL(VLT(x, VZERO), VNEG(y), y);
+    return VSEL(VEQ(x, VZERO), x, y); /* -0.0 stays -0.0 */
 }
+
+/* SLEEF's sinh and cosh overflow to inf a little before the true result does (near 710 in
+ * double), so from |x| > 20, where e^-|x| no longer counts, they are e^|x| / 2, formed as
+ * e^(|x|/2) * (e^(|x|/2) / 2) so that the square is what overflows, at the true place. */
+static inline V F(exp_half_big)(V ax) {
+    V h = VEXP(VMUL(ax, VSET((T)0.5)));
+    return VMUL(h, VMUL(h, VSET((T)0.5)));
+}
+
+static inline V F(sinh)(V x) {
+    V ax = VABS(x), big = F(exp_half_big)(ax);
+    return VSEL(VGT(ax, VSET((T)20)), VSEL(VLT(x, VZERO), VNEG(big), big), VSINH(x));
+}
+
+static inline V F(cosh)(V x) {
+    V ax = VABS(x);
+    return VSEL(VGT(ax, VSET((T)20)), F(exp_half_big)(ax), VCOSH(x));
+}
+
+/* SLEEF's float asinh and acosh overflow for huge x; from 2^28 on, where 1 / (4 x^2) no
+ * longer counts in double, they are log(2|x|) = log|x| + log 2. */
+#define KS_BIG_ARC 268435456.0 /* 2^28 */
+static inline V F(log2x)(V ax) {
+    return VADD(VLOG(ax), VSET((T)0.69314718055994530942));
+}
+
+static inline V F(asinh)(V x) {
+    V ax = VABS(x), big = F(log2x)(ax);
+    return VSEL(VGT(ax, VSET((T)KS_BIG_ARC)), VSEL(VLT(x, VZERO), VNEG(big), big), VASINH(x));
+}
+
+static inline V F(acosh)(V x) {
+    return VSEL(VGT(x, VSET((T)KS_BIG_ARC)), F(log2x)(x), VACOSH(x));
+}
+#undef KS_BIG_ARC
 
 static inline V F(deg2rad)(V x) {
     return VMUL(x, VSET((T)(KS_PI / 180)));

@@ -107,3 +107,38 @@ def namespace(flag):
     """{name: function} of the ops PyTorch has in one namespace (PY_TORCH, PY_TENSOR or
     PY_NN)."""
     return {name: fn for name, fn in FUNCTIONS.items() if FLAGS[name] & flag}
+
+
+# PyTorch's other names for registry ops: torch.<alias> and Tensor.<alias>.
+ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
+           "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc"}
+
+# Registry ops (and aliases) whose in-place method Tensor.<name>_ PyTorch has.
+_INPLACE = (
+    "log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos atan asinh acosh "
+    "atanh sinc deg2rad rad2deg square reciprocal floor ceil trunc round frac sgn neg abs sin "
+    "cos log rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix"
+).split()
+
+
+def _inplace_method(name, fn):
+    """Tensor.<name>_: computed out of place, then copied in with copy_, which bumps the
+    version counter and refuses leaves that require grad, as PyTorch's in-place ops do."""
+    def method(self, *args, **kwargs):
+        return self.copy_(fn(self, *args, **kwargs))
+
+    method.__name__ = method.__qualname__ = f"{name}_"
+    return method
+
+
+def aliases():
+    """{alias: function} of ALIASES, for torch.<alias>."""
+    return {alias: FUNCTIONS[name] for alias, name in ALIASES.items()}
+
+
+def tensor_extras():
+    """{name: method} of the aliases and the in-place forms, for Tensor."""
+    methods = aliases()
+    for name in _INPLACE:
+        methods[f"{name}_"] = _inplace_method(name, FUNCTIONS[ALIASES.get(name, name)])
+    return methods
