@@ -167,8 +167,112 @@ static ca_status round_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Binary ops (saved: self, other, and the result where marked). Each input's gradient is
+ * summed back to its shape, which undoes broadcasting.
+ */
+static void set_grad_at(ca_builder *b, const ca_node *n, ca_bval *gin, int i, ca_bval v) {
+    if (node_needs_grad(n, i))
+        gin[i] = bx_sum_to(b, v, &n->in_meta[i]);
+}
+
+/* d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2) */
+static void atan2_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_bval x = bx_saved(b, n, 0), y = bx_saved(b, n, 1);
+    ca_bval norm2 = bx_add(b, square(b, x), square(b, y));
+    if (node_needs_grad(n, 0))
+        set_grad_at(b, n, gin, 0, bx_div(b, bx_mul(b, g, y), norm2));
+    if (node_needs_grad(n, 1))
+        set_grad_at(b, n, gin, 1, bx_div(b, bx_mul(b, bx_neg(b, g), x), norm2));
+}
+
+/* saved: self, other, result. d/da = a / result, d/db = b / result */
+static void hypot_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_bval r = bx_saved(b, n, 2);
+    for (int i = 0; i < 2; i++)
+        if (node_needs_grad(n, i))
+            set_grad_at(b, n, gin, i, bx_div(b, bx_mul(b, g, bx_saved(b, n, i)), r));
+}
+
+/* a - q b with q = trunc(a / b) (fmod) or the floor division (remainder): d/da = 1 and
+ * d/db = -q, as PyTorch */
+static void fmod_like_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin,
+                               bool floor_q) {
+    set_grad_at(b, n, gin, 0, g);
+    if (!node_needs_grad(n, 1))
+        return;
+    ca_bval x = bx_saved(b, n, 0), y = bx_saved(b, n, 1);
+    ca_bval q = floor_q ? bx_pw(b, KPW_FLOOR_DIVIDE, x, y, NULL, 0, 0)
+                        : pw1(b, KPW_TRUNC, bx_div(b, x, y), 0);
+    set_grad_at(b, n, gin, 1, bx_mul(b, bx_neg(b, g), q));
+}
+
+static void fmod_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    fmod_like_backward(b, n, g, gin, false);
+}
+
+static void remainder_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    fmod_like_backward(b, n, g, gin, true);
+}
+
+/* saved: self, result. g * result / self, 0 where self == 0; the sign's input gets 0 */
+static void copysign_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    if (node_needs_grad(n, 0)) {
+        ca_bval x = bx_saved(b, n, 0);
+        ca_bval ratio = bx_div(b, bx_saved(b, n, 1), x);
+        ca_bval at_zero = pw1(b, KPW_EQ_S, x, 0.0);
+        ratio = bx_pw(b, KPW_MASKED_FILL, ratio, at_zero, NULL, 0.0, 0);
+        set_grad_at(b, n, gin, 0, bx_mul(b, g, ratio));
+    }
+    set_grad_at(b, n, gin, 1, bx_zeros_like(b, g));
+}
+
+/* d/da = 1 / (1 + base^(b - a)), and the same with a and b swapped */
+static void logaddexp_any_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin,
+                                   kern_pw_op exp_op) {
+    for (int i = 0; i < 2; i++) {
+        if (!node_needs_grad(n, i))
+            continue;
+        ca_bval diff = bx_sub(b, bx_saved(b, n, 1 - i), bx_saved(b, n, i));
+        ca_bval denom = bx_add_s(b, pw1(b, exp_op, diff, 0), 1.0);
+        set_grad_at(b, n, gin, i, bx_div(b, g, denom));
+    }
+}
+
+static void logaddexp_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    logaddexp_any_backward(b, n, g, gin, KPW_EXP);
+}
+
+static void logaddexp2_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    logaddexp_any_backward(b, n, g, gin, KPW_EXP2);
+}
+
+/* d/da = xlogy(g, b), 0 where a == 0 and b <= 0 (PyTorch's rule); d/db = g a / b */
+static void xlogy_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    ca_bval x = bx_saved(b, n, 0), y = bx_saved(b, n, 1);
+    if (node_needs_grad(n, 0)) {
+        ca_bval off = bx_mul(b, pw1(b, KPW_EQ_S, x, 0.0), pw1(b, KPW_LE_S, y, 0.0));
+        ca_bval d = bx_pw(b, KPW_XLOGY, g, y, NULL, 0, 0);
+        set_grad_at(b, n, gin, 0, bx_pw(b, KPW_MASKED_FILL, d, off, NULL, 0.0, 0));
+    }
+    if (node_needs_grad(n, 1))
+        set_grad_at(b, n, gin, 1, bx_div(b, bx_mul(b, g, x), y));
+}
+
+/* ---------------------------------------------------------------------------------------
  * The rows
  */
+/* A binary row in the op registry: torch.<NAME>(input, other, *, out=None) and the method,
+ * broadcasting, on the shared pointwise shape rule and forward kernel. */
+#define BIN_ROW(ID, NAME, NODE, KOP, BW, FL, NF, ...)                                              \
+    {                                                                                              \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
+        .n_in_min = 2, .n_in_max = 2, .flags = (FL), .n_fields = (NF), .fields = {__VA_ARGS__},    \
+        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .backward = (BW),    \
+        .pw = (KOP), .schema = NAME "(Tensor input, Tensor other)",                                \
+        .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT                                      \
+    }
+#define F_OTHER F_IN("other", 1)
+
 #define F_SELF F_IN("self", 0)
 
 static const ca_op_def rows[] = {
@@ -220,6 +324,25 @@ static const ca_op_def rows[] = {
      .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT},
     MATH_ROW(CA_OP_FRAC, "frac", "FracBackward0", KPW_FRAC, frac_backward, 0, 0),
     MATH_ROW(CA_OP_SGN, "sgn", "SgnBackward0", KPW_SIGN, zero_backward, 0, 0),
+
+    BIN_ROW(CA_OP_ATAN2, "atan2", "Atan2Backward0", KPW_ATAN2, atan2_backward, 0, 2, F_SELF,
+            F_OTHER),
+    BIN_ROW(CA_OP_HYPOT, "hypot", "HypotBackward0", KPW_HYPOT, hypot_backward, 0, 3, F_SELF,
+            F_OTHER, F_RESULT),
+    BIN_ROW(CA_OP_FMOD, "fmod", "FmodBackward1", KPW_FMOD, fmod_backward, 0, 2, F_SELF, F_OTHER),
+    BIN_ROW(CA_OP_REMAINDER, "remainder", "RemainderBackward1", KPW_REMAINDER, remainder_backward,
+            0, 2, F_SELF, F_OTHER),
+    BIN_ROW(CA_OP_COPYSIGN, "copysign", "CopysignBackward0", KPW_COPYSIGN, copysign_backward, 0, 2,
+            F_SELF, F_RESULT),
+    BIN_ROW(CA_OP_LOGADDEXP, "logaddexp", "LogaddexpBackward0", KPW_LOGADDEXP, logaddexp_backward,
+            0, 2, F_SELF, F_OTHER),
+    BIN_ROW(CA_OP_LOGADDEXP2, "logaddexp2", "Logaddexp2Backward0", KPW_LOGADDEXP2,
+            logaddexp2_backward, 0, 2, F_SELF, F_OTHER),
+    BIN_ROW(CA_OP_XLOGY, "xlogy", "XlogyBackward0", KPW_XLOGY, xlogy_backward, 0, 2, F_SELF,
+            F_OTHER),
+    /* PyTorch records a node that fails in backward; cagrad records none */
+    BIN_ROW(CA_OP_FLOOR_DIVIDE, "floor_divide", "FloorDivideBackward0", KPW_FLOOR_DIVIDE, NULL,
+            CA_OPF_NONDIFF, 0),
 };
 
 const ca_op_group cai_ops_math = {rows, (int)(sizeof rows / sizeof rows[0])};
@@ -266,6 +389,29 @@ DEF_UNARY(ceil, CA_OP_CEIL)
 DEF_UNARY(trunc, CA_OP_TRUNC)
 DEF_UNARY(frac, CA_OP_FRAC)
 DEF_UNARY(sgn, CA_OP_SGN)
+
+static ca_status binary(int op, const char *fn, ca_tensor *a, ca_tensor *b, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, fn);
+    *out = NULL;
+    CA_ARG_NOT_NULL(a, fn);
+    CA_ARG_NOT_NULL(b, fn);
+    return cai_op_call2(op, a, b, NULL, out);
+}
+
+#define DEF_BINARY(NAME, OP)                                                                       \
+    ca_status ca_##NAME(ca_tensor *a, ca_tensor *b, ca_tensor **out) {                             \
+        return binary(OP, "ca_" #NAME, a, b, out);                                                 \
+    }
+
+DEF_BINARY(atan2, CA_OP_ATAN2)
+DEF_BINARY(hypot, CA_OP_HYPOT)
+DEF_BINARY(fmod, CA_OP_FMOD)
+DEF_BINARY(remainder, CA_OP_REMAINDER)
+DEF_BINARY(copysign, CA_OP_COPYSIGN)
+DEF_BINARY(logaddexp, CA_OP_LOGADDEXP)
+DEF_BINARY(logaddexp2, CA_OP_LOGADDEXP2)
+DEF_BINARY(xlogy, CA_OP_XLOGY)
+DEF_BINARY(floor_divide, CA_OP_FLOOR_DIVIDE)
 
 ca_status ca_round(ca_tensor *x, int64_t decimals, ca_tensor **out) {
     ca_attrs at = {.i = {decimals}};

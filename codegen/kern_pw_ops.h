@@ -149,6 +149,19 @@ enum {
     X(GE,         2, 0, 0, F(b2v)(VGE(a, b)),          a >= b)                                     \
     X(EQ,         2, 0, 0, F(b2v)(VEQ(a, b)),          a == b)                                     \
     X(NE,         2, 0, 0, F(b2v)(VNE(a, b)),          a != b)                                     \
+    /* the everyday binary math functions */                                                      \
+    X(ATAN2,      2, 0, 0, VATAN2(a, b),               atan2(a, b))                                \
+    X(HYPOT,      2, 0, 0, VHYPOT(a, b),               hypot(a, b))                                \
+    X(FMOD,       2, 0, 0, VFMOD(a, b),                fmod(a, b))                                 \
+    /* fmod moved to the divisor's sign (Python's %), as PyTorch */                                \
+    X(REMAINDER,  2, 0, 0, F(remainder)(a, b),         kref_remainder(a, b))                       \
+    X(COPYSIGN,   2, 0, 0, VCOPYSIGN(a, b),            copysign(a, b))                             \
+    X(LOGADDEXP,  2, 0, 0, F(logaddexp)(a, b),         kref_logaddexp(a, b, 0))                    \
+    X(LOGADDEXP2, 2, 0, 0, F(logaddexp2)(a, b),        kref_logaddexp(a, b, 1))                    \
+    /* a log b, 0 where a == 0 unless b is NaN */                                                  \
+    X(XLOGY,      2, 0, 0, F(xlogy)(a, b),             isnan(b) ? b : a == 0 ? 0 : a * log(b))     \
+    /* floor(a / b), PyTorch's div_floor: from fmod, so that a == q b + fmod holds */              \
+    X(FLOOR_DIVIDE, 2, 0, 0, F(floor_divide)(a, b),    kref_floor_divide(a, b))                    \
     /* b ? p0 : a (b = mask) */                                                                    \
     X(MASKED_FILL, 2, 1, KPWF_COND1, VSEL(VNE(b, VZERO), p, a), b != 0 ? p0 : a)                   \
     /* derivative helpers, binary: (g, x) or (g, y) -> dx, g = the incoming gradient */            \
@@ -513,6 +526,48 @@ static inline V F(round)(V x, T decimals) {
     if (decimals < 0)
         return VMUL(VRINT(VDIV(x, VSET(scale))), VSET(scale));
     return VDIV(VRINT(VMUL(x, VSET(scale))), VSET(scale));
+}
+
+/* fmod's result mod is nonzero and of the other sign than b */
+static inline M F(signs_differ)(V mod, V b) {
+    return MOR(MAND(VLT(b, VZERO), VGT(mod, VZERO)), MAND(VGT(b, VZERO), VLT(mod, VZERO)));
+}
+
+static inline V F(remainder)(V a, V b) {
+    V mod = VFMOD(a, b);
+    return VSEL(F(signs_differ)(mod, b), VADD(mod, b), mod);
+}
+
+/* max + log1p(exp(-|a - b|)), and a itself where a == b is infinite (inf - inf is NaN) */
+static inline V F(logaddexp)(V a, V b) {
+    V m = F(vmax)(a, b);
+    V r = VADD(m, VLOG1P(VEXP(VNEG(VABS(VSUB(a, b))))));
+    return VSEL(MAND(VEQ(a, b), VEQ(VABS(a), VSET(KS_INF))), a, r);
+}
+
+static inline V F(logaddexp2)(V a, V b) {
+    V m = F(vmax)(a, b);
+    V t = VMUL(VLOG1P(VEXP2(VNEG(VABS(VSUB(a, b))))), VSET((T)1.44269504088896340736));
+    return VSEL(MAND(VEQ(a, b), VEQ(VABS(a), VSET(KS_INF))), a, VADD(m, t));
+}
+
+static inline V F(xlogy)(V x, V y) {
+    V r = VSEL(VEQ(x, VZERO), VZERO, VMUL(x, VLOG(y)));
+    return VSEL(VUNORD(y, y), y, r);
+}
+
+/* q = (a - fmod(a, b)) / b, one less where fmod's sign is not b's, then rounded to the
+ * nearest whole number (q is whole up to rounding); a zero q takes the sign of a / b, and
+ * b == 0 gives a / b (inf or NaN), as PyTorch's div_floor */
+static inline V F(floor_divide)(V a, V b) {
+    V mod = VFMOD(a, b);
+    V q = VDIV(VSUB(a, mod), b);
+    q = VSEL(F(signs_differ)(mod, b), VSUB(q, VONE), q);
+    V fl = VFLOOR(q);
+    fl = VSEL(VGT(VSUB(q, fl), VSET((T)0.5)), VADD(fl, VONE), fl);
+    V quot = VDIV(a, b);
+    fl = VSEL(VEQ(q, VZERO), VCOPYSIGN(VZERO, quot), fl);
+    return VSEL(VEQ(b, VZERO), quot, fl);
 }
 
 static inline V F(sinc)(V x) {

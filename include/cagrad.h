@@ -795,6 +795,17 @@ ca_status ca_trunc(ca_tensor *x, ca_tensor **out);
 ca_status ca_round(ca_tensor *x, int64_t decimals, ca_tensor **out);
 ca_status ca_frac(ca_tensor *x, ca_tensor **out); /* x - trunc(x) */
 ca_status ca_sgn(ca_tensor *x, ca_tensor **out);  /* sign: -1, 0 or 1 */
+/* the binary ones, broadcasting (float only; CA_STATUS_DTYPE for int64). remainder has the
+ * divisor's sign (Python's %), fmod the dividend's; floor_divide records no gradient. */
+ca_status ca_atan2(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_hypot(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_fmod(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_remainder(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_copysign(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_logaddexp(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_logaddexp2(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_xlogy(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_floor_divide(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_tanh(ca_tensor *x, ca_tensor **out);
 ca_status ca_sigmoid(ca_tensor *x, ca_tensor **out);
 ca_status ca_relu(ca_tensor *x, ca_tensor **out);

@@ -13,6 +13,7 @@ NotImplementedError. The builtin checks the argument types and names the paramet
 TypeError.
 """
 
+import functools
 import re
 
 from . import _C
@@ -99,7 +100,35 @@ def _build_all(ops):
     return functions
 
 
+# Binary registry ops whose torch.<name> also takes a Python number for one operand (for
+# xlogy, either): the number becomes a 0-d tensor of the other operand's dtype, which
+# broadcasts. PyTorch records a node of another name then (FmodBackward0, ...).
+_NUMBER_OPERANDS = {"fmod": (1,), "remainder": (1,), "copysign": (1,), "floor_divide": (1,),
+                    "xlogy": (0, 1)}
+
+
+def _number_as_tensor(value, like):
+    from ._creation import full  # _creation imports the tensor class, which imports this
+
+    return full((), value, dtype=like.dtype)
+
+
+def _taking_numbers(fn, positions):
+    def wrapper(input, other, *, out=None):
+        if 1 in positions and isinstance(other, (int, float)) and not isinstance(other, bool):
+            other = _number_as_tensor(other, input)
+        elif 0 in positions and isinstance(input, (int, float)) and not isinstance(input, bool):
+            input = _number_as_tensor(input, other)
+        return fn(input, other, out=out)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
 FUNCTIONS = _build_all(_C.ops)
+for _name, _positions in _NUMBER_OPERANDS.items():
+    FUNCTIONS[_name] = _taking_numbers(FUNCTIONS[_name], _positions)
+del _name, _positions
 FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
 
 
@@ -111,13 +140,14 @@ def namespace(flag):
 
 # PyTorch's other names for registry ops: torch.<alias> and Tensor.<alias>.
 ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
-           "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc"}
+           "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc", "arctan2": "atan2"}
 
 # Registry ops (and aliases) whose in-place method Tensor.<name>_ PyTorch has.
 _INPLACE = (
     "log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos atan asinh acosh "
     "atanh sinc deg2rad rad2deg square reciprocal floor ceil trunc round frac sgn neg abs sin "
-    "cos log rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix"
+    "cos log rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix atan2 "
+    "arctan2 hypot fmod remainder copysign xlogy floor_divide"
 ).split()
 
 

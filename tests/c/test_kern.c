@@ -162,6 +162,28 @@ static double kref_sinc_d(double x) {
     return (u * cos(u) - sin(u)) / (u * x);
 }
 
+/* Python's %: the remainder with the divisor's sign */
+static double kref_remainder(double a, double b) {
+    double r = a - b * floor(a / b);
+    return r == b ? 0 : r; /* floor(a / b) rounded up when a / b rounds to a whole number */
+}
+
+/* log(e^a + e^b) (base2: log2(2^a + 2^b)), from the larger one */
+static double kref_logaddexp(double a, double b, int base2) {
+    double hi = fmax(a, b), lo = fmin(a, b);
+    if (isinf(hi) && hi == lo)
+        return hi;
+    return base2 ? hi + log2(1 + exp2(lo - hi)) : hi + log(1 + exp(lo - hi));
+}
+
+/* floor(a / b), from the exact remainder */
+static double kref_floor_divide(double a, double b) {
+    if (b == 0)
+        return a / b;
+    double q = round((a - kref_remainder(a, b)) / b);
+    return q == 0 ? copysign(0, a / b) : q;
+}
+
 /* Every op's REF formula from kern_pw_ops.h, in double. */
 static double tk_ref(kern_pw_op op, double a, double b, double c, double p0, double p1) {
     (void)a, (void)b, (void)c, (void)p0, (void)p1;
@@ -199,6 +221,15 @@ static tk_cfg tk_config(kern_pw_op op) {
         c.p0 = 1.7;
         break;
     case KPW_DIV: c.lo[1] = 0.3; break;
+    case KPW_FMOD:
+    case KPW_REMAINDER:
+    case KPW_FLOOR_DIVIDE:
+        c.lo[1] = 0.3; /* away from 0: a remainder near b's size flips with rounding */
+        break;
+    case KPW_XLOGY:
+        c.lo[1] = 0.05;
+        c.zeros = true;
+        break;
     case KPW_LOG1P: c.lo[0] = -0.9; break;
     case KPW_ROUND: c.p0 = 0; break;
     case KPW_ASIN:
