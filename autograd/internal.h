@@ -577,6 +577,7 @@ typedef enum {
     CA_OP_ROUND,
     CA_OP_FRAC,
     CA_OP_SGN,
+    CA_OP_LOGIT,
     CA_OP_ATAN2,
     CA_OP_HYPOT,
     CA_OP_FMOD,

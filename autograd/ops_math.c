@@ -166,6 +166,22 @@ static ca_status round_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
     return cai_op_pointwise_shape(row, in, n_in, a, out);
 }
 
+/* logit(eps): attrs.s[0] = eps as given, canonicalised to the kernel's bounds: s[0] = eps,
+ * s[1] = 1 - eps, or both NaN (no clamp) for None (NaN) and a negative eps, as PyTorch */
+static ca_status logit_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                             ca_meta *out) {
+    double eps = a->s[0];
+    bool clamp = !isnan(eps) && eps >= 0;
+    a->s[0] = clamp ? eps : NAN;
+    a->s[1] = clamp ? 1 - eps : NAN;
+    return cai_op_pointwise_shape(row, in, n_in, a, out);
+}
+
+/* g / (x (1 - x)), 0 outside [eps, 1 - eps] when clamped */
+static void logit_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    set_grad(b, n, gin, bx_pw(b, KPW_LOGIT_BW, g, saved(b, n), NULL, n->attrs.s[0], n->attrs.s[1]));
+}
+
 /* ---------------------------------------------------------------------------------------
  * Binary ops (saved: self, other, and the result where marked). Each input's gradient is
  * summed back to its shape, which undoes broadcasting.
@@ -324,6 +340,20 @@ static const ca_op_def rows[] = {
      .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT},
     MATH_ROW(CA_OP_FRAC, "frac", "FracBackward0", KPW_FRAC, frac_backward, 0, 0),
     MATH_ROW(CA_OP_SGN, "sgn", "SgnBackward0", KPW_SIGN, zero_backward, 0, 0),
+    {.id = CA_OP_LOGIT,
+     .name = "logit",
+     .node_name = "LogitBackward0",
+     .fusion = CA_FUSE_POINTWISE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .n_fields = 3,
+     .fields = {F_SELF, F_DBL("lo", 0), F_DBL("hi", 1)},
+     .shape = logit_shape,
+     .forward = cai_op_pointwise_forward,
+     .backward = logit_backward,
+     .pw = KPW_LOGIT,
+     .schema = "logit(Tensor input, float? eps=None)",
+     .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT | CA_OP_PROB},
 
     BIN_ROW(CA_OP_ATAN2, "atan2", "Atan2Backward0", KPW_ATAN2, atan2_backward, 0, 2, F_SELF,
             F_OTHER),
@@ -412,6 +442,11 @@ DEF_BINARY(logaddexp, CA_OP_LOGADDEXP)
 DEF_BINARY(logaddexp2, CA_OP_LOGADDEXP2)
 DEF_BINARY(xlogy, CA_OP_XLOGY)
 DEF_BINARY(floor_divide, CA_OP_FLOOR_DIVIDE)
+
+ca_status ca_logit(ca_tensor *x, double eps, ca_tensor **out) {
+    ca_attrs at = {.s = {eps, 0}};
+    return unary(CA_OP_LOGIT, "ca_logit", x, &at, out);
+}
 
 ca_status ca_round(ca_tensor *x, int64_t decimals, ca_tensor **out) {
     ca_attrs at = {.i = {decimals}};

@@ -795,6 +795,8 @@ ca_status ca_trunc(ca_tensor *x, ca_tensor **out);
 ca_status ca_round(ca_tensor *x, int64_t decimals, ca_tensor **out);
 ca_status ca_frac(ca_tensor *x, ca_tensor **out); /* x - trunc(x) */
 ca_status ca_sgn(ca_tensor *x, ca_tensor **out);  /* sign: -1, 0 or 1 */
+/* log(z / (1 - z)), z = x clamped to [eps, 1 - eps]; eps NaN or negative: no clamp (None) */
+ca_status ca_logit(ca_tensor *x, double eps, ca_tensor **out);
 /* the binary ones, broadcasting (float only; CA_STATUS_DTYPE for int64). remainder has the
  * divisor's sign (Python's %), fmod the dividend's; floor_divide records no gradient. */
 ca_status ca_atan2(ca_tensor *a, ca_tensor *b, ca_tensor **out);
@@ -1063,6 +1065,7 @@ enum {
     CA_OP_UNIT = 1u << 6,     /* defined on (-1, 1) only (asin, atanh, erfinv) */
     CA_OP_ABOVE_1 = 1u << 7,  /* defined on (1, inf) only (acosh) */
     CA_OP_ABOVE_M1 = 1u << 8, /* defined on (-1, inf) only (log1p) */
+    CA_OP_PROB = 1u << 9,     /* defined on (0, 1) only (logit) */
 };
 
 #define CA_OP_MAX_SCALARS 4

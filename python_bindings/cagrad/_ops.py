@@ -21,9 +21,9 @@ from . import _C
 # The registry's flags (cagrad.h's CA_OP_PY_* and the input domains, read from _C).
 PY_TORCH, PY_TENSOR, PY_NN = _C.OP_PY_TORCH, _C.OP_PY_TENSOR, _C.OP_PY_NN
 PY_INPLACE, PY_OUT, POSITIVE = _C.OP_PY_INPLACE, _C.OP_PY_OUT, _C.OP_POSITIVE
-UNIT, ABOVE_1, ABOVE_M1 = _C.OP_UNIT, _C.OP_ABOVE_1, _C.OP_ABOVE_M1
+UNIT, ABOVE_1, ABOVE_M1, PROB = _C.OP_UNIT, _C.OP_ABOVE_1, _C.OP_ABOVE_M1, _C.OP_PROB
 
-_PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
+_PARAM = re.compile(r"^(Tensor|float\??|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 
 
 def _no_inplace(name):
@@ -63,6 +63,8 @@ def _source(name, schema, flags, env):
     sig, args, body = [], [], []
     for kind, pname, default, choices in _params(schema):
         sig.append(pname if default is None else f"{pname}={default}")
+        if kind == "float?":  # None is passed to C as NaN
+            body.append(f"    if {pname} is None:\n        {pname} = _NAN\n")
         if choices is None:
             args.append(pname)
             continue
@@ -86,7 +88,8 @@ def _source(name, schema, flags, env):
 
 def _build_all(ops):
     """{name: function} for every registry op, compiled as one generated module."""
-    env = {"_no_inplace": _no_inplace, "_no_out": _no_out, "_bad_choice": _bad_choice}
+    env = {"_no_inplace": _no_inplace, "_no_out": _no_out, "_bad_choice": _bad_choice,
+           "_NAN": float("nan")}
     sources = []
     for name, (builtin, schema, flags) in sorted(ops.items()):
         env[f"_op_{name}"] = builtin
@@ -147,7 +150,7 @@ _INPLACE = (
     "log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos atan asinh acosh "
     "atanh sinc deg2rad rad2deg square reciprocal floor ceil trunc round frac sgn neg abs sin "
     "cos log rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix atan2 "
-    "arctan2 hypot fmod remainder copysign xlogy floor_divide"
+    "arctan2 hypot fmod remainder copysign xlogy floor_divide logit"
 ).split()
 
 

@@ -198,6 +198,7 @@ static void diff(const char *what, int n, ca_tensor *const *in, fwd_fn f, void *
  * Op cases: inputs described by kind and shape, made in each dtype.
  *   'n' normal, requires grad          'p' in [0.5, 2), requires grad
  *   'u' in [-0.9, 0.9), requires grad    'a' in [1.1, 3), requires grad
+ *   'r' in [0.05, 0.95), requires grad
  *   'c' non-contiguous, requires grad  'e' expanded leaf (stride 0 in dim 0), requires grad
  *   'k' normal constant (no grad)      'm' 0/1 mask (float, no grad)
  *   'i' int64 index in [0, hi)         't' int64 class target in [0, hi), entry 1 = -100
@@ -232,6 +233,7 @@ static ca_tensor *make_input(const in_spec *s, ca_dtype dt) {
     case 'p': return tu_uniform(dt, s->nd, s->s, 0.5, 2.0, true);
     case 'u': return tu_uniform(dt, s->nd, s->s, -0.9, 0.9, true);
     case 'a': return tu_uniform(dt, s->nd, s->s, 1.1, 3.0, true);
+    case 'r': return tu_uniform(dt, s->nd, s->s, 0.05, 0.95, true);
     case 'c': return tu_randn_noncontig(dt, s->nd, s->s, true);
     case 'k': return tu_randn(dt, s->nd, s->s, false);
     case 'm': {
@@ -448,6 +450,8 @@ static void run_on_layouts(const char *name, fwd_fn f, void *ctx, char k) {
 
 /* the input kind for a registry op's domain flags */
 static char domain_kind(unsigned flags) {
+    if (flags & CA_OP_PROB)
+        return 'r';
     if (flags & (CA_OP_POSITIVE | CA_OP_ABOVE_M1))
         return 'p';
     if (flags & CA_OP_UNIT)

@@ -115,7 +115,9 @@ Test(registry, every_unary_op_gradchecks) {
         static const double unit[8] = {-0.9, -0.6, -0.3, -0.05, 0.2, 0.45, 0.7, 0.85};
         static const double above_1[8] = {1.05, 1.3, 1.7, 2.2, 3.1, 4.1, 5.5, 7.3};
         unsigned fl = c.info.flags;
+        static const double prob[8] = {0.05, 0.2, 0.3, 0.45, 0.55, 0.7, 0.8, 0.95};
         const double *v = fl & (CA_OP_POSITIVE | CA_OP_ABOVE_M1) ? pos
+                          : fl & CA_OP_PROB                      ? prob
                           : fl & CA_OP_UNIT                      ? unit
                           : fl & CA_OP_ABOVE_1                   ? above_1
                                                                  : any;

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.skipif(STANDIN, reason="checks cagrad's own kernels")
 
 UNARY = ("log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos atan asinh "
          "acosh atanh sinc deg2rad rad2deg square reciprocal floor ceil trunc round frac "
-         "sgn").split()
+         "sgn logit").split()
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 1e-30,
            -1e-30, 1e30, -1e30, 88.0, -88.0, 710.0, 3.0e-8]
 
@@ -132,6 +132,27 @@ def test_int64_keeps_its_dtype_as_in_torch(name):
 def test_int64_that_torch_promotes_is_refused_by_name(name):
     with pytest.raises(RuntimeError, match=f"{name}: int64 inputs are not supported"):
         getattr(ca, name)(ca.tensor([1, 2]))
+
+
+@pytest.mark.parametrize("eps", [None, 0.05, 1e-6, 0.0, -0.5, 0.5])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_logit_eps_matches_torch(eps, dtype):
+    """values and gradients, inside, on and outside [eps, 1 - eps] and [0, 1]"""
+    x = np.array([0.0, 1e-7, 0.01, 0.05, 0.3, 0.5, 0.95, 0.999, 1.0, -0.25, 1.5], dtype=dtype)
+    cx, tx = ca.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    cy, ty = ca.logit(cx, eps), torch.logit(tx, eps)
+    assert_close(cy, ty, msg=f"logit(eps={eps})")
+    assert cy.grad_fn.name() == ty.grad_fn.name()
+    cy.sum().backward()
+    ty.sum().backward()
+    inside = (x >= 0) & (x <= 1)  # PyTorch's gradient is NaN outside [0, 1] without eps
+    assert_close(to_np(cx.grad)[inside], to_np(tx.grad)[inside], msg=f"logit(eps={eps}) grad")
+
+
+def test_logit_eps_by_keyword_and_method():
+    cx, tx = both([0.001, 0.5, 0.9999], "float64")
+    assert_close(cx.logit(eps=0.01), tx.logit(eps=0.01))
+    assert_close(ca.logit(cx, eps=None), torch.logit(tx, eps=None))
 
 
 ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",

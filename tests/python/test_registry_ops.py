@@ -24,10 +24,10 @@ pytestmark = pytest.mark.skipif(STANDIN, reason="the registry is cagrad's own")
 
 if STANDIN:
     POSITIVE = PY_INPLACE = PY_NN = PY_OUT = PY_TENSOR = PY_TORCH = 0
-    UNIT = ABOVE_1 = ABOVE_M1 = 0
+    UNIT = ABOVE_1 = ABOVE_M1 = PROB = 0
 else:
-    from cagrad._ops import (ABOVE_1, ABOVE_M1, POSITIVE, PY_INPLACE, PY_NN, PY_OUT, PY_TENSOR,
-                             PY_TORCH, UNIT)
+    from cagrad._ops import (ABOVE_1, ABOVE_M1, POSITIVE, PROB, PY_INPLACE, PY_NN, PY_OUT,
+                             PY_TENSOR, PY_TORCH, UNIT)
 OPS = {} if STANDIN else dict(ca._C.ops)
 NAMES = sorted(OPS)
 def params(name):
@@ -134,6 +134,8 @@ def inputs(rng, dtype, name=None):
         x = np.abs(x) - 0.875
     if flags & UNIT:  # asin, atanh, erfinv: (-1, 1), away from the ends' steep slopes
         x = np.tanh(x / 4) * 0.875
+    if flags & PROB:  # logit: (0, 1)
+        x = 0.5 + np.tanh(x / 4) * 0.4375
     return x.astype(dtype), rng.standard_normal((5, 7)).astype(dtype)
 
 
