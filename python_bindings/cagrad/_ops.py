@@ -16,7 +16,7 @@ TypeError.
 import functools
 import re
 
-from . import _C
+from . import _C, _dtype
 
 # The registry's flags (cagrad.h's CA_OP_PY_* and the input domains, read from _C).
 PY_TORCH, PY_TENSOR, PY_NN = _C.OP_PY_TORCH, _C.OP_PY_TENSOR, _C.OP_PY_NN
@@ -128,9 +128,47 @@ def _taking_numbers(fn, positions):
     return wrapper
 
 
+# Math ops that PyTorch computes in floating point for int64 tensors (the C kernels are
+# float only): an int64 operand becomes the other operand's float dtype, or the default
+# dtype (float32) when there is none, as PyTorch's type promotion does.
+_INT_TO_FLOAT_UNARY = ("log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos "
+                       "atan asinh acosh atanh sinc logit deg2rad rad2deg reciprocal").split()
+_INT_TO_FLOAT_BINARY = ("atan2", "copysign", "xlogy")
+
+
+def _as_float(t, like=None):
+    from . import _creation  # _creation imports the tensor class, which imports this
+
+    if getattr(t, "dtype", None) is not _dtype.int64:
+        return t
+    if like is not None and getattr(like, "dtype", None) in (_dtype.float32, _dtype.float64):
+        return t.to(like.dtype)
+    return t.to(_creation.get_default_dtype())
+
+
+def _unary_int_to_float(fn):
+    def wrapper(input, *args, **kwargs):
+        return fn(_as_float(input), *args, **kwargs)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+def _binary_int_to_float(fn):
+    def wrapper(input, other, *, out=None):
+        return fn(_as_float(input, other), _as_float(other, input), out=out)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
 FUNCTIONS = _build_all(_C.ops)
 for _name, _positions in _NUMBER_OPERANDS.items():
     FUNCTIONS[_name] = _taking_numbers(FUNCTIONS[_name], _positions)
+for _name in _INT_TO_FLOAT_UNARY:
+    FUNCTIONS[_name] = _unary_int_to_float(FUNCTIONS[_name])
+for _name in _INT_TO_FLOAT_BINARY:
+    FUNCTIONS[_name] = _binary_int_to_float(FUNCTIONS[_name])
 del _name, _positions
 FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
 
@@ -154,11 +192,19 @@ _INPLACE = (
 ).split()
 
 
+# PyTorch's names of the dtypes in its casting errors
+_SCALAR_TYPE = {_dtype.float32: "Float", _dtype.float64: "Double", _dtype.int64: "Long"}
+
+
 def _inplace_method(name, fn):
     """Tensor.<name>_: computed out of place, then copied in with copy_, which bumps the
     version counter and refuses leaves that require grad, as PyTorch's in-place ops do."""
     def method(self, *args, **kwargs):
-        return self.copy_(fn(self, *args, **kwargs))
+        result = fn(self, *args, **kwargs)
+        if result.dtype is not self.dtype:  # log1p_ of int64: copy_ would truncate
+            raise RuntimeError(f"result type {_SCALAR_TYPE[result.dtype]} can't be cast to the "
+                               f"desired output type {_SCALAR_TYPE[self.dtype]}")
+        return self.copy_(result)
 
     method.__name__ = method.__qualname__ = f"{name}_"
     return method

@@ -153,6 +153,19 @@ def test_inplace_methods_match_torch(name):
     assert_close(cx, tx)
 
 
-def test_int64_is_refused_by_name():
-    with pytest.raises(RuntimeError, match="atan2: int64 inputs are not supported"):
-        ca.atan2(ca.tensor([1, 2]), ca.tensor([3, 4]))
+@pytest.mark.parametrize("name", ["atan2", "copysign", "xlogy"])
+def test_int64_is_promoted_as_in_torch(name):
+    a, b = [1, -2, 0, 3], [2, 3, -1, 1]
+    assert_close(getattr(ca, name)(ca.tensor(a), ca.tensor(b)),
+                 getattr(torch, name)(torch.tensor(a), torch.tensor(b)))
+    fb = np.array(b, dtype=np.float64)  # int64 with float64: float64
+    assert_close(getattr(ca, name)(ca.tensor(a), ca.tensor(fb)),
+                 getattr(torch, name)(torch.tensor(a), torch.tensor(fb)))
+
+
+@pytest.mark.parametrize("name", ["hypot", "logaddexp", "fmod", "floor_divide"])
+def test_other_int64_is_refused_by_name(name):
+    """PyTorch: NotImplementedError for hypot and logaddexp, integer results for fmod,
+    remainder and floor_divide (which cagrad has no int64 kernels for)"""
+    with pytest.raises(RuntimeError, match=f"{name}: int64 inputs are not supported"):
+        getattr(ca, name)(ca.tensor([1, 2]), ca.tensor([3, 4]))

@@ -127,11 +127,38 @@ def test_int64_keeps_its_dtype_as_in_torch(name):
     assert_close(cy, ty)
 
 
-@pytest.mark.parametrize("name", [n for n in UNARY if n not in
-                                  ("floor", "ceil", "trunc", "round", "sgn", "square")])
-def test_int64_that_torch_promotes_is_refused_by_name(name):
-    with pytest.raises(RuntimeError, match=f"{name}: int64 inputs are not supported"):
-        getattr(ca, name)(ca.tensor([1, 2]))
+PROMOTED = [n for n in UNARY if n not in ("floor", "ceil", "trunc", "round", "sgn", "square",
+                                           "frac")]
+
+
+@pytest.mark.parametrize("name", PROMOTED)
+def test_int64_is_promoted_to_the_default_float_as_in_torch(name):
+    values = [0, 1, 2, -1, 5]
+    cy, ty = getattr(ca, name)(ca.tensor(values)), getattr(torch, name)(torch.tensor(values))
+    assert_close(cy, ty, msg=name)  # float32, the default dtype, in both
+
+
+def test_int64_follows_the_default_dtype():
+    ca.set_default_dtype(ca.float64)
+    try:
+        assert ca.erf(ca.tensor([1, 2])).dtype == ca.float64
+    finally:
+        ca.set_default_dtype(ca.float32)
+
+
+@pytest.mark.parametrize("name", PROMOTED)
+def test_inplace_on_int64_is_refused_as_in_torch(name):
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired "
+                                           "output type Long"):
+        getattr(ca.tensor([1, 2]), f"{name}_")()
+    with pytest.raises(RuntimeError, match="result type Float can't be cast"):
+        getattr(torch.tensor([1, 2]), f"{name}_")()
+
+
+def test_frac_of_int64_is_refused():
+    # PyTorch raises NotImplementedError ("frac_cpu" not implemented for 'Long')
+    with pytest.raises(RuntimeError, match="frac: int64 inputs are not supported"):
+        ca.frac(ca.tensor([1, 2]))
 
 
 @pytest.mark.parametrize("eps", [None, 0.05, 1e-6, 0.0, -0.5, 0.5])
