@@ -215,9 +215,35 @@ def aliases():
     return {alias: FUNCTIONS[name] for alias, name in ALIASES.items()}
 
 
+def _operator(name, reflected=False):
+    """x % y and x // y (remainder and floor_divide, as PyTorch); reflected: 7 % x."""
+    fn = FUNCTIONS[name]
+
+    def op(self, other):
+        if not isinstance(other, (int, float)) or isinstance(other, bool):
+            return fn(self, other) if not reflected else NotImplemented
+        return fn(_number_as_tensor(other, self), self) if reflected else fn(self, other)
+
+    return op
+
+
+def _inplace_operator(name):
+    method = _inplace_method(name, FUNCTIONS[name])
+
+    def op(self, other):
+        return method(self, other)
+
+    return op
+
+
 def tensor_extras():
-    """{name: method} of the aliases and the in-place forms, for Tensor."""
+    """{name: method} of the aliases, the in-place forms and the % and // operators, for
+    Tensor."""
     methods = aliases()
     for name in _INPLACE:
         methods[f"{name}_"] = _inplace_method(name, FUNCTIONS[ALIASES.get(name, name)])
+    for symbol, name in (("mod", "remainder"), ("floordiv", "floor_divide")):
+        methods[f"__{symbol}__"] = _operator(name)
+        methods[f"__r{symbol}__"] = _operator(name, reflected=True)
+        methods[f"__i{symbol}__"] = _inplace_operator(name)
     return methods

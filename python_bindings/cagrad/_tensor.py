@@ -619,7 +619,7 @@ del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():
     setattr(Tensor, _name, _fn)
-# ...with their other names (arcsin, ...) and in-place forms (log1p_, ...)
+# ...with their other names (arcsin, ...), in-place forms (log1p_, ...) and % and //
 for _name, _fn in _ops.tensor_extras().items():
     setattr(Tensor, _name, _fn)
 del _name, _fn

@@ -169,3 +169,27 @@ def test_other_int64_is_refused_by_name(name):
     remainder and floor_divide (which cagrad has no int64 kernels for)"""
     with pytest.raises(RuntimeError, match=f"{name}: int64 inputs are not supported"):
         getattr(ca, name)(ca.tensor([1, 2]), ca.tensor([3, 4]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_mod_and_floordiv_operators_match_torch(dtype):
+    a = np.array([5.5, -7.25, 3.0, -0.0, 1e-3], dtype=dtype)
+    b = np.array([2.0, 2.0, -1.5, 3.0, -0.5], dtype=dtype)
+    results = []
+    for L in (ca, torch):
+        x, y = L.tensor(a), L.tensor(b)
+        inplace_mod, inplace_div = x.clone(), x.clone()
+        inplace_mod %= 2.0
+        inplace_div //= y
+        results.append([x % 2, 7 % x, x // 2, 7.5 // x, x % y, x // y, inplace_mod,
+                        inplace_div])
+    for i, (ours, theirs) in enumerate(zip(*results)):
+        assert_close(ours, theirs, msg=f"operator {i}")
+
+
+def test_mod_operator_takes_gradient():
+    cx = ca.tensor([5.5, -7.25], requires_grad=True)
+    tx = torch.tensor([5.5, -7.25], requires_grad=True)
+    (cx % 2.0).sum().backward()
+    (tx % 2.0).sum().backward()
+    assert_close(cx.grad, tx.grad)
