@@ -548,6 +548,45 @@ typedef enum {
     CA_OP_GELU,
     CA_OP_CLAMP,
     CA_OP_TO_DTYPE,
+    /* the everyday math functions (ops_math.c) */
+    CA_OP_LOG1P,
+    CA_OP_EXPM1,
+    CA_OP_LOG2,
+    CA_OP_LOG10,
+    CA_OP_EXP2,
+    CA_OP_ERF,
+    CA_OP_ERFC,
+    CA_OP_ERFINV,
+    CA_OP_SINH,
+    CA_OP_COSH,
+    CA_OP_TAN,
+    CA_OP_ASIN,
+    CA_OP_ACOS,
+    CA_OP_ATAN,
+    CA_OP_ASINH,
+    CA_OP_ACOSH,
+    CA_OP_ATANH,
+    CA_OP_SINC,
+    CA_OP_DEG2RAD,
+    CA_OP_RAD2DEG,
+    CA_OP_SQUARE,
+    CA_OP_RECIPROCAL,
+    CA_OP_FLOOR,
+    CA_OP_CEIL,
+    CA_OP_TRUNC,
+    CA_OP_ROUND,
+    CA_OP_FRAC,
+    CA_OP_SGN,
+    CA_OP_LOGIT,
+    CA_OP_ATAN2,
+    CA_OP_HYPOT,
+    CA_OP_FMOD,
+    CA_OP_REMAINDER,
+    CA_OP_COPYSIGN,
+    CA_OP_LOGADDEXP,
+    CA_OP_LOGADDEXP2,
+    CA_OP_XLOGY,
+    CA_OP_FLOOR_DIVIDE,
     /* reductions: attrs.dims = reduced dims (canonical, sorted), i[0] = keepdim */
     CA_OP_SUM,
     CA_OP_MEAN,
@@ -622,6 +661,17 @@ typedef enum {
     CA_OP__COUNT
 } ca_op_id;
 
+/* A unary math row in the op registry (ops_pointwise.c, ops_math.c): torch.<NAME>(input, *,
+ * out=None) and the method, on the shared pointwise shape rule and forward kernel. */
+#define MATH_ROW(ID, NAME, NODE, KOP, BW, FLAGS, NF, ...)                                          \
+    {                                                                                              \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
+        .n_in_min = 1, .n_in_max = 1, .n_fields = (NF), .fields = {__VA_ARGS__},                   \
+        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .backward = (BW),    \
+        .pw = (KOP), .schema = NAME "(Tensor input)",                                              \
+        .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT | (FLAGS)                            \
+    }
+
 /* Each ops_*.c exports its rows; op_table.c lists these groups. */
 typedef struct {
     const ca_op_def *rows;
@@ -630,7 +680,7 @@ typedef struct {
 
 extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
     cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_norm, cai_ops_conv,
-    cai_ops_order, cai_ops_sort, cai_ops_pool, cai_ops_autograd;
+    cai_ops_order, cai_ops_sort, cai_ops_pool, cai_ops_autograd, cai_ops_math;
 /* Every group, as cai_op_table_check gathers them. */
 extern const ca_op_group *const cai_op_groups[];
 extern const int cai_op_n_groups;

@@ -66,7 +66,10 @@ static bool parse_type(const char **s, reg_entry *e) {
     static const struct {
         const char *word;
         reg_arg_kind kind;
-    } words[] = {{"float ", ARG_FLOAT}, {"int ", ARG_INT}, {"bool ", ARG_BOOL}};
+    } words[] = {{"float ", ARG_FLOAT},
+                 {"float? ", ARG_FLOAT}, /* None (NaN here) allowed: logit's eps */
+                 {"int ", ARG_INT},
+                 {"bool ", ARG_BOOL}};
     for (size_t w = 0; w < sizeof words / sizeof words[0]; w++)
         if (has_prefix(p, words[w].word)) {
             e->kind[k] = words[w].kind;
@@ -115,6 +118,11 @@ static bool parse_default(const char *p, reg_entry *e, int k, const char **end) 
         e->defaults[k] = *p == 'T';
         *end = p + (*p == 'T' ? 4 : 5);
         return e->kind[k] == ARG_BOOL;
+    }
+    if (has_prefix(p, "None")) { /* only float? has it: None is passed as NaN */
+        e->defaults[k] = NAN;
+        *end = p + 4;
+        return e->kind[k] == ARG_FLOAT;
     }
     char *num_end;
     e->defaults[k] = strtod(p, &num_end);

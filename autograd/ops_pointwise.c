@@ -24,16 +24,6 @@
         .pw = (KOP)                                                                                \
     }
 
-/* A unary math row in the op registry: torch.<NAME>(input, *, out=None) and the method. */
-#define MATH_ROW(ID, NAME, NODE, KOP, BW, FLAGS, NF, ...)                                          \
-    {                                                                                              \
-        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
-        .n_in_min = 1, .n_in_max = 1, .n_fields = (NF), .fields = {__VA_ARGS__},                   \
-        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .backward = (BW),    \
-        .pw = (KOP), .schema = NAME "(Tensor input)",                                              \
-        .py = CA_OP_PY_TORCH | CA_OP_PY_TENSOR | CA_OP_PY_OUT | (FLAGS)                            \
-    }
-
 /* A comparison row: 1 or 0 in the inputs' dtype, no gradient. */
 #define CMP_ROW(ID, NAME, NODE, NIN, KOP)                                                          \
     {                                                                                              \

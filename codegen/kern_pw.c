@@ -74,6 +74,10 @@ static int64_t kern_d2i(double v) {
     X(ABS, x[i] < 0 ? WSUB(0, x[i]) : x[i])                                                        \
     X(SIGN, (x[i] > 0) - (x[i] < 0))                                                               \
     X(SQUARE, WMUL(x[i], x[i]))                                                                    \
+    X(FLOOR, x[i])                                                                                 \
+    X(CEIL, x[i])                                                                                  \
+    X(TRUNC, x[i])                                                                                 \
+    X(ROUND, x[i])                                                                                 \
     X(ADD_S, WADD(x[i], ip))                                                                       \
     X(SUB_S, WSUB(x[i], ip))                                                                       \
     X(RSUB_S, WSUB(ip, x[i]))                                                                      \

@@ -79,6 +79,39 @@ enum {
     /* min(max(x + 3, 0), 6) / 6 */                                                                \
     X(HARDSIGMOID, 1, 0, 0, VDIV(F(relu6)(VADD(a, VSET((T)3))), VSET((T)6)),                       \
       fmin(fmax(a + 3, 0), 6) / 6)                                                                 \
+    /* the everyday math functions (libm / SLEEF) */                                               \
+    X(LOG1P,      1, 0, 0, VLOG1P(a),                  log1p(a))                                   \
+    X(EXPM1,      1, 0, 0, VEXPM1(a),                  expm1(a))                                   \
+    X(LOG2,       1, 0, 0, VLOG2(a),                   log2(a))                                    \
+    X(LOG10,      1, 0, 0, VLOG10(a),                  log10(a))                                   \
+    X(EXP2,       1, 0, 0, VEXP2(a),                   exp2(a))                                    \
+    X(ERF,        1, 0, 0, VERF(a),                    erf(a))                                     \
+    X(ERFC,       1, 0, 0, VERFC(a),                   erfc(a))                                    \
+    X(ERFINV,     1, 0, 0, F(erfinv)(a),               kref_erfinv(a))                             \
+    X(SINH,       1, 0, 0, F(sinh)(a),                 sinh(a))                                    \
+    X(COSH,       1, 0, 0, F(cosh)(a),                 cosh(a))                                    \
+    X(TAN,        1, 0, 0, VTAN(a),                    tan(a))                                     \
+    X(ASIN,       1, 0, 0, VASIN(a),                   asin(a))                                    \
+    X(ACOS,       1, 0, 0, VACOS(a),                   acos(a))                                    \
+    X(ATAN,       1, 0, 0, VATAN(a),                   atan(a))                                    \
+    X(ASINH,      1, 0, 0, F(asinh)(a),                asinh(a))                                   \
+    X(ACOSH,      1, 0, 0, F(acosh)(a),                acosh(a))                                   \
+    X(ATANH,      1, 0, 0, VATANH(a),                  atanh(a))                                   \
+    /* sin(pi x) / (pi x), 1 at 0 */                                                               \
+    X(SINC,       1, 0, 0, F(sinc)(a),                 a == 0 ? 1 : sin(TK_PI * a) / (TK_PI * a))  \
+    X(DEG2RAD,    1, 0, 0, F(deg2rad)(a),              a * (TK_PI / 180))                          \
+    X(RAD2DEG,    1, 0, 0, F(rad2deg)(a),              a * (180 / TK_PI))                          \
+    /* log(z / (1 - z)), z = x clamped to [p0, p1] (NaN: no bound, PyTorch's eps=None) */        \
+    X(LOGIT,      1, 2, 0, F(logit)(a, p, q),                                                      \
+      log(fmin(fmax(a, p0), p1) / (1 - fmin(fmax(a, p0), p1))))                                    \
+    X(FLOOR,      1, 0, 0, VFLOOR(a),                  floor(a))                                   \
+    X(CEIL,       1, 0, 0, VCEIL(a),                   ceil(a))                                    \
+    X(TRUNC,      1, 0, 0, VTRUNC(a),                  trunc(a))                                   \
+    /* half to even, at p0 = decimals: rint(x * 10^d) / 10^d, or for d < 0 rint(x / 10^-d) *  */ \
+    /* 10^-d, with 10^|d| in T, as PyTorch */                                                      \
+    X(ROUND,      1, 1, 0, F(round)(a, sp),            kref_round(a, p0))                          \
+    /* x - trunc(x), as PyTorch */                                                                 \
+    X(FRAC,       1, 0, 0, VSUB(a, VTRUNC(a)),         a - trunc(a))                               \
     /* scalar forms: x OP p0 (R...: p0 OP x) */                                                    \
     X(ADD_S,      1, 1, 0, VADD(a, p),                 a + p0)                                     \
     X(SUB_S,      1, 1, 0, VSUB(a, p),                 a - p0)                                     \
@@ -116,6 +149,19 @@ enum {
     X(GE,         2, 0, 0, F(b2v)(VGE(a, b)),          a >= b)                                     \
     X(EQ,         2, 0, 0, F(b2v)(VEQ(a, b)),          a == b)                                     \
     X(NE,         2, 0, 0, F(b2v)(VNE(a, b)),          a != b)                                     \
+    /* the everyday binary math functions */                                                      \
+    X(ATAN2,      2, 0, 0, VATAN2(a, b),               atan2(a, b))                                \
+    X(HYPOT,      2, 0, 0, VHYPOT(a, b),               hypot(a, b))                                \
+    X(FMOD,       2, 0, 0, VFMOD(a, b),                fmod(a, b))                                 \
+    /* fmod moved to the divisor's sign (Python's %), as PyTorch */                                \
+    X(REMAINDER,  2, 0, 0, F(remainder)(a, b),         kref_remainder(a, b))                       \
+    X(COPYSIGN,   2, 0, 0, VCOPYSIGN(a, b),            copysign(a, b))                             \
+    X(LOGADDEXP,  2, 0, 0, F(logaddexp)(a, b),         kref_logaddexp(a, b, 0))                    \
+    X(LOGADDEXP2, 2, 0, 0, F(logaddexp2)(a, b),        kref_logaddexp(a, b, 1))                    \
+    /* a log b, 0 where a == 0 unless b is NaN */                                                  \
+    X(XLOGY,      2, 0, 0, F(xlogy)(a, b),             isnan(b) ? b : a == 0 ? 0 : a * log(b))     \
+    /* floor(a / b), PyTorch's div_floor: from fmod, so that a == q b + fmod holds */              \
+    X(FLOOR_DIVIDE, 2, 0, 0, F(floor_divide)(a, b),    kref_floor_divide(a, b))                    \
     /* b ? p0 : a (b = mask) */                                                                    \
     X(MASKED_FILL, 2, 1, KPWF_COND1, VSEL(VNE(b, VZERO), p, a), b != 0 ? p0 : a)                   \
     /* derivative helpers, binary: (g, x) or (g, y) -> dx, g = the incoming gradient */            \
@@ -165,6 +211,17 @@ enum {
     /* g where p0 < x < p1, else 0 (NaN x included: PyTorch's vector path) */                      \
     X(HARDTANH_BW, 2, 2, 0, VSEL(MAND(VGT(b, p), VLT(b, q)), a, VZERO),                            \
       b > p0 && b < p1 ? a : 0)                                                                    \
+    /* (g, x): g * 2/sqrt(pi) * exp(-x*x) */                                                     \
+    X(ERF_BW,     2, 0, 0, F(erf_bw)(a, b),            \
+      a * 2 / sqrt(TK_PI) * exp(-b * b))                                                           \
+    /* (g, y): g * sqrt(pi)/2 * exp(y*y), y = erfinv(x) */                                         \
+    X(ERFINV_BW,  2, 0, 0, F(erfinv_bw)(a, b),         \
+      a * sqrt(TK_PI) / 2 * exp(b * b))                                                            \
+    /* (g, x): g * d/dx sinc(x), 0 at x == 0 */                                                    \
+    X(SINC_BW,    2, 0, 0, VMUL(a, F(sinc_d)(b)),      a * kref_sinc_d(b))                         \
+    /* (g, x): g / (x (1 - x)), 0 outside [p0, p1] (bounds as LOGIT; NaN: none) */                 \
+    X(LOGIT_BW,   2, 2, 0, F(logit_bw)(a, b, p, q),                                                \
+      b < p0 || b > p1 ? 0 : a / (b * (1 - b)))                                                    \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
     X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
     /* ternary: y = f(a, b, c) */                                                                  \
@@ -359,6 +416,200 @@ static inline V F(maxmin_bw)(V g, V a, V b) {
     return VSEL(VEQ(a, b), VMUL(g, VSET((T)0.5)), VSEL(VLT(a, b), VZERO, g));
 }
 
+#define KS_PI       3.14159265358979323846
+#define KS_2_SQRTPI 1.12837916709551257390 /* 2/sqrt(pi) */
+#define KS_SQRTPI_2 0.88622692545275801365 /* sqrt(pi)/2 */
+
+/* erfinv: Giles' single-precision approximation ("Approximating the erfinv function",
+ * GPU Computing Gems, 2011), then Newton steps on erf (|x| < 0.5) or on erfc, whose
+ * 1 - |x| is exact near 1 where erf(y) - x would cancel: one step for float, two for
+ * double. +-1 gives +-inf, |x| > 1 NaN. */
+static inline V F(erfinv_giles)(V x) {
+    V w = VNEG(VLOG(VMUL(VSUB(VONE, x), VADD(VONE, x))));
+    V c = VSUB(w, VSET((T)2.5));
+    V p = VSET((T)2.81022636e-08);
+    p = VADD(VSET((T)3.43273939e-07), VMUL(p, c));
+    p = VADD(VSET((T)-3.5233877e-06), VMUL(p, c));
+    p = VADD(VSET((T)-4.39150654e-06), VMUL(p, c));
+    p = VADD(VSET((T)0.00021858087), VMUL(p, c));
+    p = VADD(VSET((T)-0.00125372503), VMUL(p, c));
+    p = VADD(VSET((T)-0.00417768164), VMUL(p, c));
+    p = VADD(VSET((T)0.246640727), VMUL(p, c));
+    p = VADD(VSET((T)1.50140941), VMUL(p, c));
+    V t = VSUB(VSQRT(w), VSET((T)3));
+    V q = VSET((T)-0.000200214257);
+    q = VADD(VSET((T)0.000100950558), VMUL(q, t));
+    q = VADD(VSET((T)0.00134934322), VMUL(q, t));
+    q = VADD(VSET((T)-0.00367342844), VMUL(q, t));
+    q = VADD(VSET((T)0.00573950773), VMUL(q, t));
+    q = VADD(VSET((T)-0.0076224613), VMUL(q, t));
+    q = VADD(VSET((T)0.00943887047), VMUL(q, t));
+    q = VADD(VSET((T)1.00167406), VMUL(q, t));
+    q = VADD(VSET((T)2.83297682), VMUL(q, t));
+    return VMUL(VSEL(VLT(w, VSET((T)5)), p, q), x);
+}
+
+/* y + (erfc(y) - (1 - ax)) / erfc'(-y) for ax = |x| near 1, y - (erf(y) - ax) / erf'(y) else */
+static inline V F(erfinv_newton)(V y, V ax) {
+    V slope = VMUL(VSET((T)KS_2_SQRTPI), VEXP(VNEG(VMUL(y, y))));
+    V by_erf = VSUB(y, VDIV(VSUB(VERF(y), ax), slope));
+    V by_erfc = VADD(y, VDIV(VSUB(VERFC(y), VSUB(VONE, ax)), slope));
+    return VSEL(VLT(ax, VSET((T)0.5)), by_erf, by_erfc);
+}
+
+static inline V F(erfinv)(V x) {
+    V ax = VABS(x);
+    V y = F(erfinv_giles)(ax);
+    y = F(erfinv_newton)(y, ax);
+    if (sizeof(T) == 8)
+        y = F(erfinv_newton)(y, ax);
+    y = VSEL(VEQ(ax, VONE), VSET((T)KS_INF), y);
+    y = VSEL(VLT(x, VZERO), VNEG(y), y);
+    return VSEL(VEQ(x, VZERO), x, y); /* -0.0 stays -0.0 */
+}
+
+/* SLEEF's sinh and cosh overflow to inf a little before the true result does (near 710 in
+ * double), so from |x| > 20, where e^-|x| no longer counts, they are e^|x| / 2, formed as
+ * e^(|x|/2) * (e^(|x|/2) / 2) so that the square is what overflows, at the true place. */
+static inline V F(exp_half_big)(V ax) {
+    V h = VEXP(VMUL(ax, VSET((T)0.5)));
+    return VMUL(h, VMUL(h, VSET((T)0.5)));
+}
+
+static inline V F(sinh)(V x) {
+    V ax = VABS(x), big = F(exp_half_big)(ax);
+    return VSEL(VGT(ax, VSET((T)20)), VSEL(VLT(x, VZERO), VNEG(big), big), VSINH(x));
+}
+
+static inline V F(cosh)(V x) {
+    V ax = VABS(x);
+    return VSEL(VGT(ax, VSET((T)20)), F(exp_half_big)(ax), VCOSH(x));
+}
+
+/* SLEEF's float asinh and acosh overflow for huge x; from 2^28 on, where 1 / (4 x^2) no
+ * longer counts in double, they are log(2|x|) = log|x| + log 2. */
+#define KS_BIG_ARC 268435456.0 /* 2^28 */
+static inline V F(log2x)(V ax) {
+    return VADD(VLOG(ax), VSET((T)0.69314718055994530942));
+}
+
+static inline V F(asinh)(V x) {
+    V ax = VABS(x), big = F(log2x)(ax);
+    return VSEL(VGT(ax, VSET((T)KS_BIG_ARC)), VSEL(VLT(x, VZERO), VNEG(big), big), VASINH(x));
+}
+
+static inline V F(acosh)(V x) {
+    return VSEL(VGT(x, VSET((T)KS_BIG_ARC)), F(log2x)(x), VACOSH(x));
+}
+#undef KS_BIG_ARC
+
+static inline V F(deg2rad)(V x) {
+    return VMUL(x, VSET((T)(KS_PI / 180)));
+}
+
+static inline V F(rad2deg)(V x) {
+    return VMUL(x, VSET((T)(180 / KS_PI)));
+}
+
+static inline V F(erf_bw)(V g, V x) {
+    return VMUL(g, VMUL(VSET((T)KS_2_SQRTPI), VEXP(VNEG(VMUL(x, x)))));
+}
+
+static inline V F(erfinv_bw)(V g, V y) {
+    return VMUL(g, VMUL(VSET((T)KS_SQRTPI_2), VEXP(VMUL(y, y))));
+}
+
+static inline V F(round)(V x, T decimals) {
+    if (decimals == 0)
+        return VRINT(x);
+    T scale = (T)pow(10.0, fabs((double)decimals));
+    if (decimals < 0)
+        return VMUL(VRINT(VDIV(x, VSET(scale))), VSET(scale));
+    return VDIV(VRINT(VMUL(x, VSET(scale))), VSET(scale));
+}
+
+/* fmod's result mod is nonzero and of the other sign than b */
+static inline M F(signs_differ)(V mod, V b) {
+    return MOR(MAND(VLT(b, VZERO), VGT(mod, VZERO)), MAND(VGT(b, VZERO), VLT(mod, VZERO)));
+}
+
+static inline V F(remainder)(V a, V b) {
+    V mod = VFMOD(a, b);
+    return VSEL(F(signs_differ)(mod, b), VADD(mod, b), mod);
+}
+
+/* max + log1p(exp(-|a - b|)), and a itself where a == b is infinite (inf - inf is NaN) */
+static inline V F(logaddexp)(V a, V b) {
+    V m = F(vmax)(a, b);
+    V r = VADD(m, VLOG1P(VEXP(VNEG(VABS(VSUB(a, b))))));
+    return VSEL(MAND(VEQ(a, b), VEQ(VABS(a), VSET(KS_INF))), a, r);
+}
+
+static inline V F(logaddexp2)(V a, V b) {
+    V m = F(vmax)(a, b);
+    V t = VMUL(VLOG1P(VEXP2(VNEG(VABS(VSUB(a, b))))), VSET((T)1.44269504088896340736));
+    return VSEL(MAND(VEQ(a, b), VEQ(VABS(a), VSET(KS_INF))), a, VADD(m, t));
+}
+
+static inline V F(xlogy)(V x, V y) {
+    V r = VSEL(VEQ(x, VZERO), VZERO, VMUL(x, VLOG(y)));
+    return VSEL(VUNORD(y, y), y, r);
+}
+
+/* q = (a - fmod(a, b)) / b, one less where fmod's sign is not b's, then rounded to the
+ * nearest whole number (q is whole up to rounding); a zero q takes the sign of a / b, and
+ * b == 0 gives a / b (inf or NaN), as PyTorch's div_floor */
+static inline V F(floor_divide)(V a, V b) {
+    V mod = VFMOD(a, b);
+    V q = VDIV(VSUB(a, mod), b);
+    q = VSEL(F(signs_differ)(mod, b), VSUB(q, VONE), q);
+    V fl = VFLOOR(q);
+    fl = VSEL(VGT(VSUB(q, fl), VSET((T)0.5)), VADD(fl, VONE), fl);
+    V quot = VDIV(a, b);
+    fl = VSEL(VEQ(q, VZERO), VCOPYSIGN(VZERO, quot), fl);
+    return VSEL(VEQ(b, VZERO), quot, fl);
+}
+
+static inline V F(sinc)(V x) {
+    V px = VMUL(x, VSET((T)KS_PI));
+    return VSEL(VEQ(x, VZERO), VONE, VDIV(VSIN(px), px));
+}
+
+/* d/dx sinc(x) = pi * (u cos u - sin u) / u^2, u = pi x. Below |u| = 1 the difference
+ * cancels, so there it is the Taylor series pi * sum_k (-1)^k 2k u^(2k-1) / (2k+1)!. */
+static inline V F(sinc_d)(V x) {
+    V u = VMUL(x, VSET((T)KS_PI));
+    V direct = VDIV(VSUB(VMUL(u, VCOS(u)), VSIN(u)), VMUL(u, x));
+    static const double coef[] = {-1.0 / 3,
+                                  1.0 / 30,
+                                  -1.0 / 840,
+                                  1.0 / 45360,
+                                  -1.0 / 3991680,
+                                  1.0 / 518918400,
+                                  -1.0 / 93405312000.0,
+                                  1.0 / 22230464256000.0,
+                                  -1.0 / 6758061133824000.0};
+    V u2 = VMUL(u, u), s = VSET((T)coef[8]);
+    for (int k = 7; k >= 0; k--)
+        s = VADD(VSET((T)coef[k]), VMUL(s, u2));
+    V series = VMUL(VSET((T)KS_PI), VMUL(u, s));
+    return VSEL(VLT(VABS(u), VONE), series, direct);
+}
+
+static inline V F(logit)(V x, V lo, V hi) {
+    V z = F(clamp)(x, lo, hi);
+    return VLOG(VDIV(z, VSUB(VONE, z)));
+}
+
+/* PyTorch's logit_backward: 0 outside [eps, 1 - eps] when eps is given */
+static inline V F(logit_bw)(V g, V x, V lo, V hi) {
+    M out = MOR(VLT(x, lo), VGT(x, hi));
+    return VSEL(out, VZERO, VDIV(g, VMUL(x, VSUB(VONE, x))));
+}
+
+#undef KS_PI
+#undef KS_2_SQRTPI
+#undef KS_SQRTPI_2
 #undef KS_SQRT1_2
 #undef KS_SQRT_2_PI
 #undef KS_INV_SQRT_2PI

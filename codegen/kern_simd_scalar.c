@@ -48,6 +48,27 @@
 #define VLOG1P        KS_LM(log1p)
 #define VEXPM1        KS_LM(expm1)
 #define VPOW          KS_LM(pow)
+#define VLOG2         KS_LM(log2)
+#define VLOG10        KS_LM(log10)
+#define VEXP2         KS_LM(exp2)
+#define VSINH         KS_LM(sinh)
+#define VCOSH         KS_LM(cosh)
+#define VTAN          KS_LM(tan)
+#define VASIN         KS_LM(asin)
+#define VACOS         KS_LM(acos)
+#define VATAN         KS_LM(atan)
+#define VASINH        KS_LM(asinh)
+#define VACOSH        KS_LM(acosh)
+#define VATANH        KS_LM(atanh)
+#define VERFC         KS_LM(erfc)
+#define VATAN2        KS_LM(atan2)
+#define VHYPOT        KS_LM(hypot)
+#define VFMOD         KS_LM(fmod)
+#define VCOPYSIGN     KS_LM(copysign)
+#define VFLOOR        KS_LM(floor)
+#define VCEIL         KS_LM(ceil)
+#define VTRUNC        KS_LM(trunc)
+#define VRINT         KS_LM(nearbyint) /* half to even in the default rounding mode */
 
 #define T          float
 #define V          float

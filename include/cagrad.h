@@ -763,6 +763,51 @@ ca_status ca_rsqrt(ca_tensor *x, ca_tensor **out);
 ca_status ca_abs(ca_tensor *x, ca_tensor **out);
 ca_status ca_sin(ca_tensor *x, ca_tensor **out);
 ca_status ca_cos(ca_tensor *x, ca_tensor **out);
+/* the everyday math functions, as torch.<name> (ops_math.c). int64: CA_STATUS_DTYPE, except
+ * floor, ceil, trunc, round and sgn, which keep int64 as PyTorch does. round is half to
+ * even (torch.round with decimals=0). */
+ca_status ca_log1p(ca_tensor *x, ca_tensor **out);
+ca_status ca_expm1(ca_tensor *x, ca_tensor **out);
+ca_status ca_log2(ca_tensor *x, ca_tensor **out);
+ca_status ca_log10(ca_tensor *x, ca_tensor **out);
+ca_status ca_exp2(ca_tensor *x, ca_tensor **out);
+ca_status ca_erf(ca_tensor *x, ca_tensor **out);
+ca_status ca_erfc(ca_tensor *x, ca_tensor **out);
+ca_status ca_erfinv(ca_tensor *x, ca_tensor **out);
+ca_status ca_sinh(ca_tensor *x, ca_tensor **out);
+ca_status ca_cosh(ca_tensor *x, ca_tensor **out);
+ca_status ca_tan(ca_tensor *x, ca_tensor **out);
+ca_status ca_asin(ca_tensor *x, ca_tensor **out);
+ca_status ca_acos(ca_tensor *x, ca_tensor **out);
+ca_status ca_atan(ca_tensor *x, ca_tensor **out);
+ca_status ca_asinh(ca_tensor *x, ca_tensor **out);
+ca_status ca_acosh(ca_tensor *x, ca_tensor **out);
+ca_status ca_atanh(ca_tensor *x, ca_tensor **out);
+ca_status ca_sinc(ca_tensor *x, ca_tensor **out); /* sin(pi x) / (pi x), 1 at 0 */
+ca_status ca_deg2rad(ca_tensor *x, ca_tensor **out);
+ca_status ca_rad2deg(ca_tensor *x, ca_tensor **out);
+ca_status ca_square(ca_tensor *x, ca_tensor **out);
+ca_status ca_reciprocal(ca_tensor *x, ca_tensor **out);
+ca_status ca_floor(ca_tensor *x, ca_tensor **out);
+ca_status ca_ceil(ca_tensor *x, ca_tensor **out);
+ca_status ca_trunc(ca_tensor *x, ca_tensor **out);
+/* half to even at `decimals` decimal places (negative: tens, hundreds, ...) */
+ca_status ca_round(ca_tensor *x, int64_t decimals, ca_tensor **out);
+ca_status ca_frac(ca_tensor *x, ca_tensor **out); /* x - trunc(x) */
+ca_status ca_sgn(ca_tensor *x, ca_tensor **out);  /* sign: -1, 0 or 1 */
+/* log(z / (1 - z)), z = x clamped to [eps, 1 - eps]; eps NaN or negative: no clamp (None) */
+ca_status ca_logit(ca_tensor *x, double eps, ca_tensor **out);
+/* the binary ones, broadcasting (float only; CA_STATUS_DTYPE for int64). remainder has the
+ * divisor's sign (Python's %), fmod the dividend's; floor_divide records no gradient. */
+ca_status ca_atan2(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_hypot(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_fmod(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_remainder(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_copysign(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_logaddexp(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_logaddexp2(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_xlogy(ca_tensor *a, ca_tensor *b, ca_tensor **out);
+ca_status ca_floor_divide(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_tanh(ca_tensor *x, ca_tensor **out);
 ca_status ca_sigmoid(ca_tensor *x, ca_tensor **out);
 ca_status ca_relu(ca_tensor *x, ca_tensor **out);
@@ -1016,6 +1061,11 @@ enum {
     CA_OP_PY_INPLACE = 1u << 3, /* whose functional form also takes inplace=False */
     CA_OP_PY_OUT = 1u << 4,     /* whose torch.<name> also takes out= */
     CA_OP_POSITIVE = 1u << 5,   /* defined on positive inputs only (log, sqrt, ...) */
+    /* the other input domains, for tests that draw inputs: */
+    CA_OP_UNIT = 1u << 6,     /* defined on (-1, 1) only (asin, atanh, erfinv) */
+    CA_OP_ABOVE_1 = 1u << 7,  /* defined on (1, inf) only (acosh) */
+    CA_OP_ABOVE_M1 = 1u << 8, /* defined on (-1, inf) only (log1p) */
+    CA_OP_PROB = 1u << 9,     /* defined on (0, 1) only (logit) */
 };
 
 #define CA_OP_MAX_SCALARS 4
@@ -1036,7 +1086,7 @@ typedef struct {
     int n_args;
     const char *arg_names[CA_OP_MAX_ARGS];
     bool arg_is_tensor[CA_OP_MAX_ARGS];
-    unsigned flags; /* CA_OP_PY_* and CA_OP_POSITIVE */
+    unsigned flags; /* CA_OP_PY_* and the domain flags (CA_OP_POSITIVE, ...) */
 } ca_op_info;
 
 /* The registry is built once, by ca_init, and only read after: ca_op_count, ca_op_describe

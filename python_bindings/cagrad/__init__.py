@@ -32,6 +32,7 @@ from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bm
 from ._order import argsort, cumprod, cumsum, sort, topk
 from ._scatter import index_add, scatter, scatter_add
 from ._ops import PY_TORCH as _PY_TORCH
+from ._ops import aliases as _aliases
 from ._ops import namespace as _namespace
 from ._graph_break import graph_break
 from ._explain import ExplainOutput, explain
@@ -48,6 +49,7 @@ from ._compile import compile  # noqa: A004 (torch.compile, as in PyTorch)
 
 # the ops of the C registry that PyTorch has as torch.<name> (relu, tanh, ...)
 globals().update(_namespace(_PY_TORCH))
+globals().update(_aliases())  # their other names: arcsin, arccos, ..., fix
 conv2d = nn.functional.conv2d  # torch.conv2d, as in PyTorch
 conv1d = nn.functional.conv1d  # torch.conv1d
 from ._einsum import einsum  # noqa: E402

@@ -13,15 +13,17 @@ NotImplementedError. The builtin checks the argument types and names the paramet
 TypeError.
 """
 
+import functools
 import re
 
-from . import _C
+from . import _C, _dtype
 
-# The registry's flags (cagrad.h's CA_OP_PY_* and CA_OP_POSITIVE, read from _C).
+# The registry's flags (cagrad.h's CA_OP_PY_* and the input domains, read from _C).
 PY_TORCH, PY_TENSOR, PY_NN = _C.OP_PY_TORCH, _C.OP_PY_TENSOR, _C.OP_PY_NN
 PY_INPLACE, PY_OUT, POSITIVE = _C.OP_PY_INPLACE, _C.OP_PY_OUT, _C.OP_POSITIVE
+UNIT, ABOVE_1, ABOVE_M1, PROB = _C.OP_UNIT, _C.OP_ABOVE_1, _C.OP_ABOVE_M1, _C.OP_PROB
 
-_PARAM = re.compile(r"^(Tensor|float|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
+_PARAM = re.compile(r"^(Tensor|float\??|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 
 
 def _no_inplace(name):
@@ -61,6 +63,8 @@ def _source(name, schema, flags, env):
     sig, args, body = [], [], []
     for kind, pname, default, choices in _params(schema):
         sig.append(pname if default is None else f"{pname}={default}")
+        if kind == "float?":  # None is passed to C as NaN
+            body.append(f"    if {pname} is None:\n        {pname} = _NAN\n")
         if choices is None:
             args.append(pname)
             continue
@@ -84,7 +88,8 @@ def _source(name, schema, flags, env):
 
 def _build_all(ops):
     """{name: function} for every registry op, compiled as one generated module."""
-    env = {"_no_inplace": _no_inplace, "_no_out": _no_out, "_bad_choice": _bad_choice}
+    env = {"_no_inplace": _no_inplace, "_no_out": _no_out, "_bad_choice": _bad_choice,
+           "_NAN": float("nan")}
     sources = []
     for name, (builtin, schema, flags) in sorted(ops.items()):
         env[f"_op_{name}"] = builtin
@@ -98,7 +103,73 @@ def _build_all(ops):
     return functions
 
 
+# Binary registry ops whose torch.<name> also takes a Python number for one operand (for
+# xlogy, either): the number becomes a 0-d tensor of the other operand's dtype, which
+# broadcasts. PyTorch records a node of another name then (FmodBackward0, ...).
+_NUMBER_OPERANDS = {"fmod": (1,), "remainder": (1,), "copysign": (1,), "floor_divide": (1,),
+                    "xlogy": (0, 1)}
+
+
+def _number_as_tensor(value, like):
+    from ._creation import full  # _creation imports the tensor class, which imports this
+
+    return full((), value, dtype=like.dtype)
+
+
+def _taking_numbers(fn, positions):
+    def wrapper(input, other, *, out=None):
+        if 1 in positions and isinstance(other, (int, float)) and not isinstance(other, bool):
+            other = _number_as_tensor(other, input)
+        elif 0 in positions and isinstance(input, (int, float)) and not isinstance(input, bool):
+            input = _number_as_tensor(input, other)
+        return fn(input, other, out=out)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+# Math ops that PyTorch computes in floating point for int64 tensors (the C kernels are
+# float only): an int64 operand becomes the other operand's float dtype, or the default
+# dtype (float32) when there is none, as PyTorch's type promotion does.
+_INT_TO_FLOAT_UNARY = ("log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos "
+                       "atan asinh acosh atanh sinc logit deg2rad rad2deg reciprocal").split()
+_INT_TO_FLOAT_BINARY = ("atan2", "copysign", "xlogy")
+
+
+def _as_float(t, like=None):
+    from . import _creation  # _creation imports the tensor class, which imports this
+
+    if getattr(t, "dtype", None) is not _dtype.int64:
+        return t
+    if like is not None and getattr(like, "dtype", None) in (_dtype.float32, _dtype.float64):
+        return t.to(like.dtype)
+    return t.to(_creation.get_default_dtype())
+
+
+def _unary_int_to_float(fn):
+    def wrapper(input, *args, **kwargs):
+        return fn(_as_float(input), *args, **kwargs)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+def _binary_int_to_float(fn):
+    def wrapper(input, other, *, out=None):
+        return fn(_as_float(input, other), _as_float(other, input), out=out)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
 FUNCTIONS = _build_all(_C.ops)
+for _name, _positions in _NUMBER_OPERANDS.items():
+    FUNCTIONS[_name] = _taking_numbers(FUNCTIONS[_name], _positions)
+for _name in _INT_TO_FLOAT_UNARY:
+    FUNCTIONS[_name] = _unary_int_to_float(FUNCTIONS[_name])
+for _name in _INT_TO_FLOAT_BINARY:
+    FUNCTIONS[_name] = _binary_int_to_float(FUNCTIONS[_name])
+del _name, _positions
 FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
 
 
@@ -106,3 +177,73 @@ def namespace(flag):
     """{name: function} of the ops PyTorch has in one namespace (PY_TORCH, PY_TENSOR or
     PY_NN)."""
     return {name: fn for name, fn in FUNCTIONS.items() if FLAGS[name] & flag}
+
+
+# PyTorch's other names for registry ops: torch.<alias> and Tensor.<alias>.
+ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
+           "arccosh": "acosh", "arctanh": "atanh", "fix": "trunc", "arctan2": "atan2"}
+
+# Registry ops (and aliases) whose in-place method Tensor.<name>_ PyTorch has.
+_INPLACE = (
+    "log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos atan asinh acosh "
+    "atanh sinc deg2rad rad2deg square reciprocal floor ceil trunc round frac sgn neg abs sin "
+    "cos log rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix atan2 "
+    "arctan2 hypot fmod remainder copysign xlogy floor_divide logit"
+).split()
+
+
+# PyTorch's names of the dtypes in its casting errors
+_SCALAR_TYPE = {_dtype.float32: "Float", _dtype.float64: "Double", _dtype.int64: "Long"}
+
+
+def _inplace_method(name, fn):
+    """Tensor.<name>_: computed out of place, then copied in with copy_, which bumps the
+    version counter and refuses leaves that require grad, as PyTorch's in-place ops do."""
+    def method(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        if result.dtype is not self.dtype:  # log1p_ of int64: copy_ would truncate
+            raise RuntimeError(f"result type {_SCALAR_TYPE[result.dtype]} can't be cast to the "
+                               f"desired output type {_SCALAR_TYPE[self.dtype]}")
+        return self.copy_(result)
+
+    method.__name__ = method.__qualname__ = f"{name}_"
+    return method
+
+
+def aliases():
+    """{alias: function} of ALIASES, for torch.<alias>."""
+    return {alias: FUNCTIONS[name] for alias, name in ALIASES.items()}
+
+
+def _operator(name, reflected=False):
+    """x % y and x // y (remainder and floor_divide, as PyTorch); reflected: 7 % x."""
+    fn = FUNCTIONS[name]
+
+    def op(self, other):
+        if not isinstance(other, (int, float)) or isinstance(other, bool):
+            return fn(self, other) if not reflected else NotImplemented
+        return fn(_number_as_tensor(other, self), self) if reflected else fn(self, other)
+
+    return op
+
+
+def _inplace_operator(name):
+    method = _inplace_method(name, FUNCTIONS[name])
+
+    def op(self, other):
+        return method(self, other)
+
+    return op
+
+
+def tensor_extras():
+    """{name: method} of the aliases, the in-place forms and the % and // operators, for
+    Tensor."""
+    methods = aliases()
+    for name in _INPLACE:
+        methods[f"{name}_"] = _inplace_method(name, FUNCTIONS[ALIASES.get(name, name)])
+    for symbol, name in (("mod", "remainder"), ("floordiv", "floor_divide")):
+        methods[f"__{symbol}__"] = _operator(name)
+        methods[f"__r{symbol}__"] = _operator(name, reflected=True)
+        methods[f"__i{symbol}__"] = _inplace_operator(name)
+    return methods

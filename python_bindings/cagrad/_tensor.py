@@ -632,6 +632,9 @@ del _name
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():
     setattr(Tensor, _name, _fn)
+# ...with their other names (arcsin, ...), in-place forms (log1p_, ...) and % and //
+for _name, _fn in _ops.tensor_extras().items():
+    setattr(Tensor, _name, _fn)
 del _name, _fn
 
 _C._set_tensor_class(Tensor)

@@ -108,7 +108,9 @@ int glue_add_registry(PyObject *module) {
         long value;
     } flags[] = {{"OP_PY_TORCH", CA_OP_PY_TORCH}, {"OP_PY_TENSOR", CA_OP_PY_TENSOR},
                  {"OP_PY_NN", CA_OP_PY_NN},       {"OP_PY_INPLACE", CA_OP_PY_INPLACE},
-                 {"OP_PY_OUT", CA_OP_PY_OUT},     {"OP_POSITIVE", CA_OP_POSITIVE}};
+                 {"OP_PY_OUT", CA_OP_PY_OUT},     {"OP_POSITIVE", CA_OP_POSITIVE},
+                 {"OP_UNIT", CA_OP_UNIT},         {"OP_ABOVE_1", CA_OP_ABOVE_1},
+                 {"OP_ABOVE_M1", CA_OP_ABOVE_M1}, {"OP_PROB", CA_OP_PROB}};
     for (size_t k = 0; rc == 0 && k < sizeof flags / sizeof flags[0]; k++)
         rc = PyModule_AddIntConstant(module, flags[k].name, flags[k].value);
     Py_XDECREF(ops);

@@ -197,6 +197,8 @@ static void diff(const char *what, int n, ca_tensor *const *in, fwd_fn f, void *
 /* ---------------------------------------------------------------------------------------
  * Op cases: inputs described by kind and shape, made in each dtype.
  *   'n' normal, requires grad          'p' in [0.5, 2), requires grad
+ *   'u' in [-0.9, 0.9), requires grad    'a' in [1.1, 3), requires grad
+ *   'r' in [0.05, 0.95), requires grad
  *   'c' non-contiguous, requires grad  'e' expanded leaf (stride 0 in dim 0), requires grad
  *   'k' normal constant (no grad)      'm' 0/1 mask (float, no grad)
  *   'i' int64 index in [0, hi)         't' int64 class target in [0, hi), entry 1 = -100
@@ -229,6 +231,9 @@ static ca_tensor *make_input(const in_spec *s, ca_dtype dt) {
     switch (s->kind) {
     case 'n': return tu_randn(dt, s->nd, s->s, true);
     case 'p': return tu_uniform(dt, s->nd, s->s, 0.5, 2.0, true);
+    case 'u': return tu_uniform(dt, s->nd, s->s, -0.9, 0.9, true);
+    case 'a': return tu_uniform(dt, s->nd, s->s, 1.1, 3.0, true);
+    case 'r': return tu_uniform(dt, s->nd, s->s, 0.05, 0.95, true);
     case 'c': return tu_randn_noncontig(dt, s->nd, s->s, true);
     case 'k': return tu_randn(dt, s->nd, s->s, false);
     case 'm': {
@@ -427,19 +432,31 @@ static ca_status f_unary(ca_tensor *const *x, ca_tensor **o, void *ctx) {
     return c->f(x[0], o);
 }
 
-static void run_on_layouts(const char *name, fwd_fn f, void *ctx, bool positive) {
+/* k: the input kind, 'n' or a domain ('p', 'u', 'a') */
+static void run_on_layouts(const char *name, fwd_fn f, void *ctx, char k) {
     char n1[96], n2[96], n3[96];
     snprintf(n1, sizeof n1, "%s", name);
     snprintf(n2, sizeof n2, "%s non-contiguous", name);
     snprintf(n3, sizeof n3, "%s expanded", name);
-    char k = positive ? 'p' : 'n';
+    bool normal = k == 'n';
     op_case cases[] = {
         {n1, f, 1, {{k, 2, {3, 4}}}, ctx},
-        {n2, f, 1, {{positive ? 'p' : 'c', 2, {4, 3}}}, ctx},
+        {n2, f, 1, {{normal ? 'c' : k, 2, {4, 3}}}, ctx},
         {n3, f, 1, {{'e', 3, {2, 3, 4}}}, ctx},
     };
-    /* positive inputs have no non-contiguous or expanded maker: run contiguous only */
-    run_cases(cases, positive ? 1 : 3);
+    /* domain inputs have no non-contiguous or expanded maker: run contiguous only */
+    run_cases(cases, normal ? 3 : 1);
+}
+
+/* the input kind for a registry op's domain flags */
+static char domain_kind(unsigned flags) {
+    if (flags & CA_OP_PROB)
+        return 'r';
+    if (flags & (CA_OP_POSITIVE | CA_OP_ABOVE_M1))
+        return 'p';
+    if (flags & CA_OP_UNIT)
+        return 'u';
+    return flags & CA_OP_ABOVE_1 ? 'a' : 'n';
 }
 
 Test(compiled, pointwise_scalar) {
@@ -457,7 +474,7 @@ Test(compiled, pointwise_scalar) {
         {"minimum_scalar", ca_minimum_scalar, -0.2, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_on_layouts(cases[i].name, f_scalar, (void *)&cases[i], cases[i].positive);
+        run_on_layouts(cases[i].name, f_scalar, (void *)&cases[i], cases[i].positive ? 'p' : 'n');
 }
 
 Test(compiled, comparisons_scalar_as_masks) {
@@ -467,7 +484,7 @@ Test(compiled, comparisons_scalar_as_masks) {
         {"eq_scalar", ca_eq_scalar, 0.0, false}, {"ne_scalar", ca_ne_scalar, 0.0, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_on_layouts(cases[i].name, f_scalar_cmp, (void *)&cases[i], false);
+        run_on_layouts(cases[i].name, f_scalar_cmp, (void *)&cases[i], 'n');
 }
 
 static ca_status u_leaky(ca_tensor *x, ca_tensor **o) {
@@ -533,7 +550,7 @@ Test(compiled, pointwise_unary) {
         {"contiguous", ca_contiguous, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
+        run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive ? 'p' : 'n');
 }
 
 /* Position and order ops (ops_order.c, ops_sort.c) that are not in the registry: cumsum
@@ -568,7 +585,7 @@ Test(compiled, order_ops) {
         {"topk smallest", u_topk_values, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive);
+        run_on_layouts(cases[i].name, f_unary, (void *)&cases[i], cases[i].positive ? 'p' : 'n');
 }
 
 /* Pooling (ops_pool.c): max and avg fold their gradient columns with col2im, adaptive
@@ -618,7 +635,7 @@ Test(compiled, registry_unary_ops) {
         TU_OK(ca_op_describe(k, &info));
         if (info.n_tensors != 1 || info.n_defaults != info.n_scalars)
             continue;
-        run_on_layouts(info.name, f_registry, &info, info.flags & CA_OP_POSITIVE);
+        run_on_layouts(info.name, f_registry, &info, domain_kind(info.flags));
         covered++;
     }
     cr_assert_geq(covered, 25);

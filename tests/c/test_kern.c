@@ -116,6 +116,74 @@ static double kref_silu_bw(double g, double x) {
     return g * s * (1 + x * (1 - s));
 }
 
+/* erfinv by bisection on erf (|x| < 0.5) or on erfc (1 - |x| is exact there): slow and
+ * independent of the kernel's approximation and Newton steps. */
+static double kref_erfinv(double x) {
+    double ax = fabs(x);
+    if (ax > 1 || isnan(x))
+        return NAN;
+    if (ax == 1)
+        return copysign(INFINITY, x);
+    double lo = 0, hi = 6;
+    for (int i = 0; i < 200 && lo < hi; i++) {
+        double mid = 0.5 * (lo + hi);
+        bool below = ax < 0.5 ? erf(mid) < ax : erfc(mid) > 1 - ax;
+        if (mid == lo || mid == hi)
+            break;
+        if (below)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return copysign(0.5 * (lo + hi), x);
+}
+
+/* half to even, without the rounding mode: round() breaks ties away from zero */
+static double kref_round_even(double x) {
+    double r = round(x);
+    if (fabs(x - trunc(x)) == 0.5 && fmod(r, 2) != 0)
+        r -= copysign(1, x);
+    return r;
+}
+
+/* round to p0 decimals, half to even, with 10^|d| in double (the kernels round it to T) */
+static double kref_round(double x, double decimals) {
+    double scale = pow(10, fabs(decimals));
+    if (decimals == 0)
+        return kref_round_even(x);
+    return decimals < 0 ? kref_round_even(x / scale) * scale : kref_round_even(x * scale) / scale;
+}
+
+/* d/dx sin(pi x) / (pi x); near 0 from the series -pi u / 3 + pi u^3 / 30 - ..., u = pi x */
+static double kref_sinc_d(double x) {
+    double u = TK_PI * x;
+    if (fabs(u) < 1e-2)
+        return TK_PI * (-u / 3 + u * u * u / 30 - pow(u, 5) / 840);
+    return (u * cos(u) - sin(u)) / (u * x);
+}
+
+/* Python's %: the remainder with the divisor's sign */
+static double kref_remainder(double a, double b) {
+    double r = a - b * floor(a / b);
+    return r == b ? 0 : r; /* floor(a / b) rounded up when a / b rounds to a whole number */
+}
+
+/* log(e^a + e^b) (base2: log2(2^a + 2^b)), from the larger one */
+static double kref_logaddexp(double a, double b, int base2) {
+    double hi = fmax(a, b), lo = fmin(a, b);
+    if (isinf(hi) && hi == lo)
+        return hi;
+    return base2 ? hi + log2(1 + exp2(lo - hi)) : hi + log(1 + exp(lo - hi));
+}
+
+/* floor(a / b), from the exact remainder */
+static double kref_floor_divide(double a, double b) {
+    if (b == 0)
+        return a / b;
+    double q = round((a - kref_remainder(a, b)) / b);
+    return q == 0 ? copysign(0, a / b) : q;
+}
+
 /* Every op's REF formula from kern_pw_ops.h, in double. */
 static double tk_ref(kern_pw_op op, double a, double b, double c, double p0, double p1) {
     (void)a, (void)b, (void)c, (void)p0, (void)p1;
@@ -142,6 +210,8 @@ static tk_cfg tk_config(kern_pw_op op) {
     case KPW_LOG:
     case KPW_SQRT:
     case KPW_RSQRT:
+    case KPW_LOG2:
+    case KPW_LOG10:
         c.lo[0] = 0.05;
         c.hi[0] = 5;
         break;
@@ -151,6 +221,35 @@ static tk_cfg tk_config(kern_pw_op op) {
         c.p0 = 1.7;
         break;
     case KPW_DIV: c.lo[1] = 0.3; break;
+    case KPW_FMOD:
+    case KPW_REMAINDER:
+    case KPW_FLOOR_DIVIDE:
+        c.lo[1] = 0.3; /* away from 0: a remainder near b's size flips with rounding */
+        break;
+    case KPW_XLOGY:
+        c.lo[1] = 0.05;
+        c.zeros = true;
+        break;
+    case KPW_LOG1P: c.lo[0] = -0.9; break;
+    case KPW_ROUND: c.p0 = 0; break;
+    case KPW_ASIN:
+    case KPW_ACOS:
+    case KPW_ATANH:
+    case KPW_ERFINV:
+        c.lo[0] = -0.999;
+        c.hi[0] = 0.999;
+        break;
+    case KPW_ACOSH:
+        c.lo[0] = 1.001;
+        c.hi[0] = 5;
+        break;
+    case KPW_LOGIT:
+    case KPW_LOGIT_BW:
+        c.lo[0] = c.lo[1] = 0.01;
+        c.hi[0] = c.hi[1] = 0.99;
+        c.p0 = 0.05;
+        c.p1 = 0.95;
+        break;
     case KPW_DIV_S: c.p0 = 1.7; break;
     case KPW_POW_S:
         c.lo[0] = 0.1;

@@ -112,9 +112,17 @@ Test(registry, every_unary_op_gradchecks) {
          * positive ones for the ops defined only there */
         static const double any[8] = {-4.7, -2.2, -0.6, -0.05, 0.3, 1.7, 4.1, 7.3};
         static const double pos[8] = {0.05, 0.3, 0.6, 1.2, 1.7, 2.2, 4.1, 7.3};
+        static const double unit[8] = {-0.9, -0.6, -0.3, -0.05, 0.2, 0.45, 0.7, 0.85};
+        static const double above_1[8] = {1.05, 1.3, 1.7, 2.2, 3.1, 4.1, 5.5, 7.3};
+        unsigned fl = c.info.flags;
+        static const double prob[8] = {0.05, 0.2, 0.3, 0.45, 0.55, 0.7, 0.8, 0.95};
+        const double *v = fl & (CA_OP_POSITIVE | CA_OP_ABOVE_M1) ? pos
+                          : fl & CA_OP_PROB                      ? prob
+                          : fl & CA_OP_UNIT                      ? unit
+                          : fl & CA_OP_ABOVE_1                   ? above_1
+                                                                 : any;
         /* 2-D, so that ops on matrices (tril, triu) take it too */
-        ca_tensor *x =
-            tu_from(CA_FLOAT64, TU_SHAPE(2, 4), c.info.flags & CA_OP_POSITIVE ? pos : any, true);
+        ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2, 4), v, true);
         tu_gradcheck(call_op, 1, &x, &c, 1e-6, 1e-5);
         ca_tensor_release(x);
         checked++;

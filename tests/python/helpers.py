@@ -132,7 +132,7 @@ def to_np(x):
     if x is None:
         return None
     if is_torch(x):
-        return x.detach().cpu().numpy().copy()
+        return x.detach().cpu().numpy(force=True).copy()  # force: sgn's ZeroTensor gradient
     if isinstance(x, np.ndarray):
         return x.copy()
     if isinstance(x, (int, float, bool)):
