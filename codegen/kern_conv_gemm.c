@@ -11,8 +11,11 @@
  * matrix is cut into other column blocks, so cutting by the thread count (as
  * cai_kern_gemm's tiles do) would change the bits from one thread count to another. Here
  * every element is the same sum in the same order at every thread count: conv2d's items
- * are (image, group, block of output positions), the weight gradient's (group, block of
- * its columns), each adding the images' products in image order.
+ * are (image, group, block of output positions). The weight gradient's are slabs side by
+ * side, a partial sum each, added in slab order after, when the partials are small (slab
+ * sizes from the sizes alone); else (group, block of its columns), each adding the images'
+ * products in image order. A 1x1 kernel at unit strides without padding needs no columns:
+ * the images are their own.
  */
 #include "kern_blas.h"
 #include "kern_internal.h"
@@ -59,7 +62,8 @@ typedef struct {
  * each image's planes one after another ([C, H*W] rows with unit stride). */
 static bool conv_direct(const kern_conv_geom *g, const int64_t *xs) {
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
-           g->ph_end == 0 && g->pw_end == 0 && xs[3] == 1 && xs[2] == g->w && xs[1] == g->h * g->w;
+           g->ph_end == 0 && g->pw_end == 0 && g->oh == g->h && g->ow == g->w && xs[3] == 1 &&
+           xs[2] == g->w && xs[1] == g->h * g->w;
 }
 
 /* Scratch for s images' columns, or none (NULL, and true) when the images are their own. */
