@@ -9,7 +9,8 @@ float64 gradient with central finite differences of cagrad's own forward.
 import numpy as np
 import torch
 
-from helpers import TOL_SUM, assert_close, backward_checked, ca, compiled_ctx
+from helpers import (TOL_SUM, assert_close, backward_checked, ca, compiled_ctx,
+                     numeric_gradient)
 
 DTYPES = ["float32", "float64"]
 
@@ -50,16 +51,6 @@ def check_against_torch(fn, arrays, dtype, compiled=False, needs_grad=None, tol=
     for i in needs_grad:
         assert_close(cs[i].grad, ts[i].grad, msg=f"{msg} grad of input {i}", **dtype_tol)
     return out_c, out_t
-
-
-def numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[i] += eps
-        lo[i] -= eps
-        grad[i] = (f(hi) - f(lo)) / (2 * eps)
-    return grad
 
 
 def check_numeric_gradient(fn, arrays, compiled=False, needs_grad=None, rtol=1e-6, atol=1e-7):

@@ -210,6 +210,17 @@ def backward_checked(loss, compiled, **kw):
         )
 
 
+def numeric_gradient(f, x, eps=1e-6):
+    """Central differences of the scalar function f at x (a float64 array)."""
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        hi, lo = x.copy(), x.copy()
+        hi[i] += eps
+        lo[i] -= eps
+        grad[i] = (f(hi) - f(lo)) / (2 * eps)
+    return grad
+
+
 def names_shape(msg, shape):
     """True if an error message names this shape in a usual spelling."""
     shape = tuple(shape)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import TOL_SUM, assert_close, backward_checked, ca, compiled_ctx, counters
+from helpers import (TOL_SUM, assert_close, backward_checked, ca, compiled_ctx, counters,
+                     numeric_gradient)
 
 DTYPES = ["float32", "float64"]
 NP = {"float32": np.float32, "float64": np.float64}
@@ -131,16 +132,6 @@ def test_conv2d_only_some_inputs_require_grad(rng):
                         (y * y).sum().backward()
                 grads.append({"x": x, "w": w, "b": b}[need].grad)
             assert_close(grads[0], grads[1], msg=f"only {need}", **TOL_SUM["float64"])
-
-
-def numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[i] += eps
-        lo[i] -= eps
-        grad[i] = (f(hi) - f(lo)) / (2 * eps)
-    return grad
 
 
 GRADCHECK = [

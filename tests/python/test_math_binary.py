@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import (STANDIN, assert_close, backward_checked, ca, compiled_ctx, to_np)
+from helpers import (STANDIN, assert_close, backward_checked, ca, compiled_ctx, numeric_gradient,
+                     to_np)
 
 pytestmark = pytest.mark.skipif(STANDIN, reason="checks cagrad's own kernels")
 
@@ -51,16 +52,6 @@ def test_values_and_gradients_match_torch(name, dtype, compiled, rng):
     (ty * torch.tensor(g)).sum().backward()
     assert_close(ca_a.grad, t_a.grad, msg=f"{name} gradient of input")
     assert_close(ca_b.grad, t_b.grad, msg=f"{name} gradient of other")
-
-
-def numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[i] += eps
-        lo[i] -= eps
-        grad[i] = (f(hi) - f(lo)) / (2 * eps)
-    return grad
 
 
 @pytest.mark.parametrize("name", [n for n in DIFFERENTIABLE if n != "copysign"])

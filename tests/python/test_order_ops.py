@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import STANDIN, assert_close, backward_checked, ca, compiled_ctx
+from helpers import STANDIN, assert_close, backward_checked, ca, compiled_ctx, numeric_gradient
 
 DTYPES = ["float32", "float64"]
 MODES = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
@@ -54,16 +54,6 @@ def test_values_and_gradients_match_torch(name, fn, dtype, compiled, rng):
     assert_close(cx.grad, tx.grad, msg=f"{name} gradient")
 
 
-def _numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[i] += eps
-        lo[i] -= eps
-        grad[i] = (f(hi) - f(lo)) / (2 * eps)
-    return grad
-
-
 @MODES
 @pytest.mark.parametrize("name,fn", CASES, ids=[c[0] for c in CASES])
 def test_gradcheck_float64(name, fn, compiled, rng):
@@ -76,7 +66,7 @@ def test_gradcheck_float64(name, fn, compiled, rng):
     cx = ca.tensor(x, requires_grad=True)
     with compiled_ctx(compiled):
         backward_checked((fn(ca, cx) * g).sum(), compiled)
-    np.testing.assert_allclose(cx.grad.numpy(), _numeric_gradient(loss, x), rtol=1e-5,
+    np.testing.assert_allclose(cx.grad.numpy(), numeric_gradient(loss, x), rtol=1e-5,
                                atol=1e-7, err_msg=name)
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from helpers import (STANDIN, assert_close, backward_checked, ca, compiled_ctx, counters,
-                     torch_gradient)
+                     numeric_gradient, torch_gradient)
 
 pytestmark = pytest.mark.skipif(STANDIN, reason="the registry is cagrad's own")
 
@@ -159,16 +159,6 @@ def test_values_and_gradients_match_torch(name, dtype, compiled, rng):
             backward_checked((cy * ca.tensor(g)).sum(), compiled)
         (ty * torch.tensor(g)).sum().backward()
         assert_close(cx.grad, torch_gradient(name, tx.grad), msg=f"{name}({kwargs}) gradient")
-
-
-def numeric_gradient(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[i] += eps
-        lo[i] -= eps
-        grad[i] = (f(hi) - f(lo)) / (2 * eps)
-    return grad
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
