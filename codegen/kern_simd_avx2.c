@@ -52,35 +52,7 @@
 #define MOR             KS_I(or)
 #define MANY(m)         (KS_I(movemask)(m) != 0)
 #define MZERO           VZERO
-#define VEXP            KS_SL(exp)
-#define VLOG            KS_SL(log)
-#define VSIN            KS_SL(sin)
-#define VCOS            KS_SL(cos)
-#define VTANH           KS_SL(tanh)
-#define VERF            KS_SL(erf)
-#define VLOG1P          KS_SL(log1p)
-#define VEXPM1          KS_SL(expm1)
-#define VPOW            KS_SL(pow)
-#define VLOG2           KS_SL(log2)
-#define VLOG10          KS_SL(log10)
-#define VEXP2           KS_SL(exp2)
-#define VSINH           KS_SL(sinh)
-#define VCOSH           KS_SL(cosh)
-#define VTAN            KS_SL(tan)
-#define VASIN           KS_SL(asin)
-#define VACOS           KS_SL(acos)
-#define VATAN           KS_SL(atan)
-#define VASINH          KS_SL(asinh)
-#define VACOSH          KS_SL(acosh)
-#define VATANH          KS_SL(atanh)
-#define VERFC           KS_SL15(erfc)
-#define VATAN2          KS_SL(atan2)
-#define VHYPOT          KS_CAT(KS_CAT(Sleef_hypot, SLV), KS_U05) /* u05 only */
-#define VFMOD           KS_SLX(fmod)
-#define VFLOOR          KS_SLX(floor)
-#define VCEIL           KS_SLX(ceil)
-#define VTRUNC          KS_SLX(trunc)
-#define VRINT           KS_SLX(rint) /* half to even */
+#include "kern_simd_sleef.h"
 
 #define T   float
 #define V   __m256
