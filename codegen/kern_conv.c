@@ -18,7 +18,7 @@ int64_t cai_kern_conv_out_size(int64_t in, int64_t k, int64_t s, int64_t pads, i
     return span < 0 ? 0 : span / s + 1;
 }
 
-static bool geom_ok(const kern_conv_geom *g) {
+bool cai_kern_conv_geom_ok(const kern_conv_geom *g) {
     return g->n >= 0 && g->c >= 0 && g->h >= 0 && g->w >= 0 && g->kh >= 1 && g->kw >= 1 &&
            g->sh >= 1 && g->sw >= 1 && g->ph >= 0 && g->pw >= 0 && g->dh >= 1 && g->dw >= 1 &&
            g->ph_end >= 0 && g->pw_end >= 0 && g->groups >= 1 && g->c % g->groups == 0 &&
@@ -98,7 +98,7 @@ static int64_t conv_grain(const kern_conv_geom *g) {
 
 int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
                     void *cols, const int64_t *cs) {
-    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !geom_ok(g) || cs[3] != 1)
+    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !cai_kern_conv_geom_ok(g) || cs[3] != 1)
         return -1;
     if (g->n * g->c * g->oh * g->ow == 0)
         return 0;
@@ -110,7 +110,7 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
 
 int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, const int64_t *cs,
                     void *out) {
-    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !geom_ok(g))
+    if ((dt != KERN_F32 && dt != KERN_F64) || !g || !cai_kern_conv_geom_ok(g))
         return -1;
     if (g->n * g->c * g->h * g->w == 0)
         return 0;

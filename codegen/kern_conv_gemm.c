@@ -142,6 +142,8 @@ int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     j.direct = conv_direct(g, xs);
     if (g->n * out_channels * j.L == 0)
         return 0;
+    if (cai_kern_conv_geom_ok(g) && cai_kern_conv_winograd_fits(dt, g, out_channels))
+        return cai_kern_conv2d_winograd(dt, g, x, xs, w, out_channels, beta, y);
     if (j.K == 0) { /* an empty sum: beta * y */
         if (beta == 0.0)
             memset(y, 0, (size_t)(g->n * out_channels * j.L) * j.es);
@@ -282,6 +284,8 @@ int cai_kern_conv2d_weight_grad(kern_dtype dt, const kern_conv_geom *g, const vo
     memset(dw, 0, (size_t)(out_channels * j.K) * j.es);
     if (g->n * j.L * j.K * j.M == 0)
         return 0;
+    if (cai_kern_conv_geom_ok(g) && cai_kern_conv_winograd_fits(dt, g, out_channels))
+        return cai_kern_conv2d_weight_grad_winograd(dt, g, x, xs, gy, out_channels, dw);
     j.gy = gy;
     j.dw = dw;
     int rc = wgrad_by_slabs(&j, x, xs);

@@ -113,6 +113,23 @@ int cai_kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*s
 void cai_kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
                         int64_t s, int64_t n);
 
+/* Convolutions (kern_conv.c, kern_conv_wino.c). Whether a geometry holds together: sizes
+ * and paddings in range, oh and ow what the kernel, strides, paddings and dilations give. */
+bool cai_kern_conv_geom_ok(const kern_conv_geom *g);
+/* Whether cai_kern_conv2d and its weight gradient take Winograd's F(2x2, 3x3): a 3x3
+ * kernel at unit strides and dilations, at least 16 channels per group in and out. */
+bool cai_kern_conv_winograd_fits(kern_dtype dt, const kern_conv_geom *g, int64_t out_channels);
+/* Turn the Winograd path off (and on again), process-wide: tests compare it with im2col's. */
+void cai_kern_conv_set_winograd(bool on);
+/* cai_kern_conv2d and cai_kern_conv2d_weight_grad by F(2x2, 3x3), for a geometry that
+ * fits; same arguments and returns. */
+int cai_kern_conv2d_winograd(kern_dtype dt, const kern_conv_geom *g, const void *x,
+                             const int64_t *xs, const void *w, int64_t out_channels, double beta,
+                             void *y);
+int cai_kern_conv2d_weight_grad_winograd(kern_dtype dt, const kern_conv_geom *g, const void *x,
+                                         const int64_t *xs, const void *gy, int64_t out_channels,
+                                         void *dw);
+
 /* Scratch buffers through the allocator set by cai_kern_set_allocator. */
 void *cai_kern_scratch_alloc(size_t nbytes);
 void cai_kern_scratch_free(void *p);

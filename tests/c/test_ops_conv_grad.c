@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include "autograd/internal.h"
+#include "codegen/kern_internal.h"
 #include "graph/graph.h"
 
 #include <math.h>
@@ -191,11 +192,20 @@ static void check_slab_bits(const kern_conv_geom *g, int64_t O) {
         free(all[i]);
 }
 
+static void check_slab_geometries(void);
+
 /* 3x3 'same' convolutions: 3 images of 64 channels on 24x24 in 2 groups (a slab per
  * image; the weight gradient's slabs side by side, a partial each), and 40 images of 64
  * channels on 16x16 to 72 (the partials would be too many: slabs in turn, blocks of the
  * weight gradient's columns side by side). */
 Test(conv_grad, slab_kernels_give_the_same_bits_at_1_and_2_threads) {
+    for (int wino = 0; wino < 2; wino++) { /* im2col + GEMM, then Winograd's (3x3, 32+) */
+        cai_kern_conv_set_winograd(wino);
+        check_slab_geometries();
+    }
+}
+
+static void check_slab_geometries(void) {
     kern_conv_geom g = {.n = 3,
                         .c = 64,
                         .h = 24,

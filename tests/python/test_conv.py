@@ -163,6 +163,51 @@ def test_conv2d_gradcheck_float64(case, compiled, rng):
         np.testing.assert_allclose(t.grad.numpy(), n, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
+# 3x3 kernels at unit stride with 16 or more channels per group, in and out: cagrad runs
+# them (forward, grad_input and grad_weight) by Winograd's F(2x2, 3x3)
+WINOGRAD_CASES = [
+    ((2, 16, 9, 7), (24, 16, 3, 3), dict(padding=1)),
+    ((3, 32, 8, 8), (32, 32, 3, 3), {}),  # odd output sizes: partial tiles
+    ((2, 64, 16, 16), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 32, 6, 5), (32, 16, 3, 3), dict(padding=(2, 1), groups=2)),
+]
+
+
+def conv_errors(L, xs, ws, g, kwargs, ref):
+    """The largest error of L's output and gradients (float32) against ref's (float64)."""
+    x = L.tensor(xs, requires_grad=True)
+    w = L.tensor(ws, requires_grad=True)
+    y = L.nn.functional.conv2d(x, w, **kwargs)
+    (y * L.tensor(g)).sum().backward()
+    got = [y.detach().numpy(), x.grad.numpy(), w.grad.numpy()]
+    return [float(np.abs(a.astype(np.float64) - r).max()) for a, r in zip(got, ref)]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=[str(c[0]) for c in WINOGRAD_CASES])
+def test_conv2d_winograd_float32_error_is_rounding(case, compiled, rng):
+    """Judged by a float64 oracle (torch in float64 on the same rounded values), as the
+    random-graph tests judge float32: cagrad's float32 error is at most twice torch's own
+    float32 error, with a floor of 16 ulps of the values' scale. (Compared with torch's
+    float32 directly, both libraries' rounding exceeds TOL_SUM at these sizes.)"""
+    xshape, wshape, kwargs = case
+    xs = rng.standard_normal(xshape).astype(np.float32)
+    ws = rng.standard_normal(wshape).astype(np.float32)
+    yshape = tuple(torch.nn.functional.conv2d(torch.tensor(xs), torch.tensor(ws), **kwargs).shape)
+    g = rng.standard_normal(yshape).astype(np.float32)
+    x64 = torch.tensor(xs.astype(np.float64), requires_grad=True)
+    w64 = torch.tensor(ws.astype(np.float64), requires_grad=True)
+    y64 = torch.nn.functional.conv2d(x64, w64, **kwargs)
+    (y64 * torch.tensor(g.astype(np.float64))).sum().backward()
+    ref = [y64.detach().numpy(), x64.grad.numpy(), w64.grad.numpy()]
+    torch_err = conv_errors(torch, xs, ws, g, kwargs, ref)
+    with compiled_ctx(compiled):
+        ca_err = conv_errors(ca, xs, ws, g, kwargs, ref)
+    for name, c, t, r in zip(("output", "grad input", "grad weight"), ca_err, torch_err, ref):
+        floor = 16 * 2.0**-24 * float(np.abs(r).max())
+        assert c <= max(2 * t, floor), f"{name}: cagrad {c:.3g}, torch {t:.3g}, floor {floor:.3g}"
+
+
 # (input, weight): a slab of all 8 images; the same with K = 8*9 < L = 12*12; a slab per
 # image (an image's columns, 2*288 x 576, are more than a slab holds)
 THREAD_SHAPES = [((8, 32, 8, 8), (32, 16, 3, 3)), ((8, 16, 12, 12), (32, 8, 3, 3)),
