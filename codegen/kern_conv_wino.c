@@ -35,6 +35,7 @@
 
 #define WINO_SLAB       (1 << 18) /* transformed entries (V and M or dY) per slab, about */
 #define WINO_TILE_EDGE  512       /* tiles per forward GEMM, at most about */
+#define WINO_PARTIALS   (1 << 21) /* entries of the weight gradient's partial sums, at most */
 #define WINO_MIN_CHANNS 16        /* per group, in and out: below it im2col's GEMM wins */
 /* Between the 16 planes: a transform writes (or reads) all 16 at once, and planes a
  * multiple of 4 KB apart would fall in one set of the L1 cache and evict each other. */
@@ -171,9 +172,8 @@ static void grad_gemms(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Sizes, the slab (images whose V and M together fill about WINO_SLAB entries) and its
- * scratch. Returns false when the scratch cannot be had. */
-static bool wino_setup(wino_job *j, kern_dtype dt, const kern_conv_geom *g, const void *x,
+/* Sizes and the slab: images whose V and M together fill about WINO_SLAB entries. */
+static void wino_setup(wino_job *j, kern_dtype dt, const kern_conv_geom *g, const void *x,
                        const int64_t *xs, int64_t out_channels) {
     cai_kern_blas_init(); /* OpenBLAS on one thread: the GEMMs call it directly */
     *j = (wino_job){.dt = dt, .es = cai_kern_dtype_size(dt), .g = g, .x = x, .xs = xs};
@@ -188,69 +188,185 @@ static bool wino_setup(wino_job *j, kern_dtype dt, const kern_conv_geom *g, cons
     int64_t per = 16 * (j->C + j->O) * j->tiles;
     j->S = WINO_SLAB / per;
     j->S = j->S < 1 ? 1 : j->S > g->n ? g->n : j->S;
-    size_t T = (size_t)(j->S * j->tiles);
-    j->vplane = j->C * (int64_t)T + WINO_PLANE_PAD;
-    j->mplane = j->O * (int64_t)T + WINO_PLANE_PAD;
+    j->vplane = j->C * j->S * j->tiles + WINO_PLANE_PAD;
+    j->mplane = j->O * j->S * j->tiles + WINO_PLANE_PAD;
     j->uplane = j->O * j->Cg + WINO_PLANE_PAD;
+}
+
+/* A slab's scratch, V and M: false (and nothing held) when it cannot be had. */
+static bool slab_alloc(wino_job *j) {
     j->V = cai_kern_scratch_alloc(16 * (size_t)j->vplane * j->es);
     j->M = cai_kern_scratch_alloc(16 * (size_t)j->mplane * j->es);
-    j->U = cai_kern_scratch_alloc(16 * (size_t)j->uplane * j->es);
-    return j->V && j->M && j->U;
-}
-
-static void wino_free(wino_job *j) {
+    if (j->V && j->M)
+        return true;
     cai_kern_scratch_free(j->V);
     cai_kern_scratch_free(j->M);
-    cai_kern_scratch_free(j->U);
+    j->V = j->M = NULL;
+    return false;
 }
 
-static void next_slab(wino_job *j) {
+static void slab_free(wino_job *j) {
+    cai_kern_scratch_free(j->V);
+    cai_kern_scratch_free(j->M);
+}
+
+/* Slab k: its images and tiles, and the forward GEMMs' blocks of its tiles. */
+static void slab_at(wino_job *j, int64_t k) {
+    j->n0 = k * j->S;
     j->s = j->g->n - j->n0 < j->S ? j->g->n - j->n0 : j->S;
     j->nt = j->s * j->tiles;
+    j->blocks = (j->nt + WINO_TILE_EDGE - 1) / WINO_TILE_EDGE;
+    j->edge = (j->nt + j->blocks - 1) / j->blocks;
+}
+
+static int64_t slab_count(const wino_job *j) {
+    return (j->g->n + j->S - 1) / j->S;
+}
+
+/* One slab's forward, stage after stage, its items on the pool (in_pool) or all on the
+ * calling thread: the same GEMM calls either way, so the same bits. */
+static void forward_slab(wino_job *j, bool in_pool) {
+    if (in_pool) {
+        cai_kern_parallel_for(j->s * j->C, 1, input_items, j);
+        cai_kern_parallel_for(16 * j->G * j->blocks, 1, forward_gemms, j);
+        cai_kern_parallel_for(j->s * j->O, 1, output_items, j);
+    } else {
+        input_items(j, 0, j->s * j->C);
+        forward_gemms(j, 0, 16 * j->G * j->blocks);
+        output_items(j, 0, j->s * j->O);
+    }
+}
+
+/* One slab's part of the weight gradient: its 16 * groups products added into j->U. */
+static void grad_slab(wino_job *j, bool in_pool) {
+    if (in_pool) {
+        cai_kern_parallel_for(j->s * j->C, 1, input_items, j);
+        cai_kern_parallel_for(j->s * j->O, 1, grad_items, j);
+        cai_kern_parallel_for(16 * j->G, 1, grad_gemms, j);
+    } else {
+        input_items(j, 0, j->s * j->C);
+        grad_items(j, 0, j->s * j->O);
+        grad_gemms(j, 0, 16 * j->G);
+    }
+}
+
+/* Slabs side by side, each worker with its own scratch: the forward of slabs [begin, end),
+ * or the weight gradient's partial sums p in [begin, end) (partial p: slabs [p*q, p*q + q)
+ * added in order into U + p * 16 * uplane). */
+typedef struct {
+    wino_job base;
+    int64_t per_part; /* slabs per partial sum (the weight gradient) */
+    int rc;           /* the first failure, set atomically */
+} wino_sides;
+
+static void forward_side_range(void *ctx, int64_t begin, int64_t end) {
+    wino_sides *w = ctx;
+    wino_job j = w->base;
+    if (!slab_alloc(&j)) {
+        __atomic_store_n(&w->rc, -2, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t k = begin; k < end; k++) {
+        slab_at(&j, k);
+        forward_slab(&j, false);
+    }
+    slab_free(&j);
+}
+
+static void grad_side_range(void *ctx, int64_t begin, int64_t end) {
+    wino_sides *w = ctx;
+    wino_job j = w->base;
+    if (!slab_alloc(&j)) {
+        __atomic_store_n(&w->rc, -2, __ATOMIC_RELAXED);
+        return;
+    }
+    int64_t slabs = slab_count(&j), part = 16 * j.uplane;
+    for (int64_t p = begin; p < end; p++) {
+        j.U = w->base.U + (size_t)(p * part) * j.es;
+        memset(j.U, 0, (size_t)part * j.es);
+        for (int64_t k = p * w->per_part; k < (p + 1) * w->per_part && k < slabs; k++) {
+            slab_at(&j, k);
+            grad_slab(&j, false);
+        }
+    }
+    slab_free(&j);
+}
+
+/* Units of work: whole slabs side by side when there are enough of them to go round,
+ * else a slab at a time with its stages' items on the pool. */
+static bool sides_go_round(int64_t units) {
+    return units >= 2 && units >= cai_kern_num_threads();
 }
 
 int cai_kern_conv2d_winograd(kern_dtype dt, const kern_conv_geom *g, const void *x,
                              const int64_t *xs, const void *w, int64_t out_channels, double beta,
                              void *y) {
-    wino_job j;
-    if (!wino_setup(&j, dt, g, x, xs, out_channels)) {
-        wino_free(&j);
+    wino_sides sd = {.rc = 0};
+    wino_job *j = &sd.base;
+    wino_setup(j, dt, g, x, xs, out_channels);
+    j->w = w;
+    j->y = y;
+    j->beta = beta;
+    if (!(j->U = cai_kern_scratch_alloc(16 * (size_t)j->uplane * j->es)))
         return -2;
+    cai_kern_parallel_for(j->O, 1, weight_items, j);
+    int64_t slabs = slab_count(j);
+    if (sides_go_round(slabs)) {
+        cai_kern_parallel_for(slabs, 1, forward_side_range, &sd);
+    } else if (!slab_alloc(j)) {
+        sd.rc = -2;
+    } else {
+        for (int64_t k = 0; k < slabs; k++) {
+            slab_at(j, k);
+            forward_slab(j, true);
+        }
+        slab_free(j);
     }
-    j.w = w;
-    j.y = y;
-    j.beta = beta;
-    cai_kern_parallel_for(j.O, 1, weight_items, &j);
-    for (j.n0 = 0; j.n0 < g->n; j.n0 += j.S) {
-        next_slab(&j);
-        j.blocks = (j.nt + WINO_TILE_EDGE - 1) / WINO_TILE_EDGE;
-        j.edge = (j.nt + j.blocks - 1) / j.blocks;
-        cai_kern_parallel_for(j.s * j.C, 1, input_items, &j);
-        cai_kern_parallel_for(16 * j.G * j.blocks, 1, forward_gemms, &j);
-        cai_kern_parallel_for(j.s * j.O, 1, output_items, &j);
-    }
-    wino_free(&j);
-    return 0;
+    cai_kern_scratch_free(j->U);
+    return sd.rc;
 }
 
+/* The weight gradient adds the slabs' products into partial sums, each over a run of
+ * slabs in order, and the partials in order: their count comes from the sizes alone (at
+ * most WINO_PARTIALS entries in all), so the bits do not depend on the thread count,
+ * whether the partials are made side by side or one after another. */
 int cai_kern_conv2d_weight_grad_winograd(kern_dtype dt, const kern_conv_geom *g, const void *x,
                                          const int64_t *xs, const void *gy, int64_t out_channels,
                                          void *dw) {
-    wino_job j;
-    if (!wino_setup(&j, dt, g, x, xs, out_channels)) {
-        wino_free(&j);
+    wino_sides sd = {.rc = 0};
+    wino_job *j = &sd.base;
+    wino_setup(j, dt, g, x, xs, out_channels);
+    j->gy = gy;
+    j->dw = dw;
+    int64_t slabs = slab_count(j), part = 16 * j->uplane;
+    int64_t most = WINO_PARTIALS / part > 1 ? WINO_PARTIALS / part : 1;
+    sd.per_part = (slabs + most - 1) / most;
+    int64_t parts = (slabs + sd.per_part - 1) / sd.per_part;
+    if (!(j->U = cai_kern_scratch_alloc((size_t)(parts * part) * j->es)))
         return -2;
+    if (sides_go_round(parts)) {
+        cai_kern_parallel_for(parts, 1, grad_side_range, &sd);
+    } else if (!slab_alloc(j)) {
+        sd.rc = -2;
+    } else { /* a partial at a time, each slab's stages on the pool */
+        char *U = j->U;
+        for (int64_t p = 0; p < parts; p++) {
+            j->U = U + (size_t)(p * part) * j->es;
+            memset(j->U, 0, (size_t)part * j->es);
+            for (int64_t k = p * sd.per_part; k < (p + 1) * sd.per_part && k < slabs; k++) {
+                slab_at(j, k);
+                grad_slab(j, true);
+            }
+        }
+        j->U = U;
+        slab_free(j);
     }
-    j.gy = gy;
-    j.dw = dw;
-    memset(j.U, 0, 16 * (size_t)j.uplane * j.es);
-    for (j.n0 = 0; j.n0 < g->n; j.n0 += j.S) {
-        next_slab(&j);
-        cai_kern_parallel_for(j.s * j.C, 1, input_items, &j);
-        cai_kern_parallel_for(j.s * j.O, 1, grad_items, &j);
-        cai_kern_parallel_for(16 * j.G, 1, grad_gemms, &j);
+    if (sd.rc == 0) {
+        kern_pw_fn add = cai_kern_pw_kernel(KPW_ADD, dt); /* the partials, in order */
+        for (int64_t p = 1; p < parts; p++)
+            add(part, j->U, j->U, j->U + (size_t)(p * part) * j->es, NULL, 1.0, 0.0);
+        cai_kern_parallel_for(j->O, 1, unweight_items, j);
     }
-    cai_kern_parallel_for(j.O, 1, unweight_items, &j);
-    wino_free(&j);
-    return 0;
+    cai_kern_scratch_free(j->U);
+    return sd.rc;
 }

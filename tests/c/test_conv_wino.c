@@ -176,6 +176,37 @@ Test(conv_wino, several_slabs) {
     check_case(&t, 0.0);
 }
 
+/* 5 images of 64 channels on 16x16: 3 slabs of 2 images. One thread runs the slabs side
+ * by side (the weight gradient's 3 partial sums too), four a slab at a time with each
+ * stage's items on the pool: the same bits. */
+Test(conv_wino, slabs_side_by_side_or_in_turn_give_the_same_bits) {
+    kern_conv_geom g = geom(5, 64, 16, 16, 1, 1, 1, 1, 1);
+    int64_t L = 256, nx = 5 * 64 * L, nw = 64 * 64 * 9;
+    int64_t xs[4] = {64 * L, L, 16, 1};
+    float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+    float *gy = malloc(sizeof(float) * (size_t)nx), *y[2], *dw[2];
+    for (int64_t i = 0; i < nx; i++) {
+        x[i] = (float)sin(0.37 * (double)i);
+        gy[i] = (float)cos(0.11 * (double)i);
+    }
+    for (int64_t i = 0; i < nw; i++)
+        w[i] = (float)sin(1.3 * (double)i);
+    int before = ca_get_num_threads(), threads[2] = {1, 4};
+    for (int t = 0; t < 2; t++) {
+        ca_set_num_threads(threads[t]);
+        y[t] = malloc(sizeof(float) * (size_t)nx);
+        dw[t] = malloc(sizeof(float) * (size_t)nw);
+        cr_assert_eq(cai_kern_conv2d(KERN_F32, &g, x, xs, w, 64, 0.0, y[t]), 0);
+        cr_assert_eq(cai_kern_conv2d_weight_grad(KERN_F32, &g, x, xs, gy, 64, dw[t]), 0);
+    }
+    ca_set_num_threads(before);
+    cr_assert(memcmp(y[0], y[1], sizeof(float) * (size_t)nx) == 0, "conv2d's bits differ");
+    cr_assert(memcmp(dw[0], dw[1], sizeof(float) * (size_t)nw) == 0, "dw's bits differ");
+    float *all[] = {x, w, gy, y[0], y[1], dw[0], dw[1]};
+    for (int i = 0; i < 7; i++)
+        free(all[i]);
+}
+
 Test(conv_wino, taken_only_where_it_fits) {
     kern_conv_geom g = geom(2, 16, 8, 8, 1, 1, 1, 1, 1);
     cr_assert(cai_kern_conv_winograd_fits(KERN_F32, &g, 16));
