@@ -27,40 +27,51 @@ static int64_t kern_pool_skip(int64_t start, int64_t d) {
     return start < 0 ? (-start + d - 1) / d : 0;
 }
 
-/* One plane of max pooling with element type T: the first largest value of each window,
- * or its last NaN (PyTorch's `val > max || isnan(val)`). */
+/* One window of max pooling with element type T: the first largest value, or the last
+ * NaN (PyTorch's `val > max || isnan(val)`), over the taps from (ki0, kj0) on that lie in
+ * the plane; best = -1 when none does. */
+#define KERN_MAX_POOL_WINDOW(T, y0, x0, ki0, kj0)                                                  \
+    do {                                                                                           \
+        for (int64_t ki = (ki0); ki < g->kh; ki++) {                                               \
+            int64_t y = (y0) + ki * g->dh;                                                         \
+            if (y >= g->h)                                                                         \
+                break;                                                                             \
+            const T *row = x + y * g->w;                                                           \
+            for (int64_t kj = (kj0); kj < g->kw; kj++) {                                           \
+                int64_t xx = (x0) + kj * g->dw;                                                    \
+                if (xx >= g->w)                                                                    \
+                    break;                                                                         \
+                T v = row[xx];                                                                     \
+                if (best < 0 || v > bv || v != v) {                                                \
+                    bv = v;                                                                        \
+                    best = y * g->w + xx;                                                          \
+                    best_k = ki * g->kw + kj;                                                      \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* One plane of max pooling with element type T, output row by output row. */
 #define KERN_MAX_POOL_PLANE(T)                                                                     \
     do {                                                                                           \
         typedef T elem_t;                                                                          \
         const elem_t *x = (const elem_t *)j->x + p * g->h * g->w;                                  \
         elem_t *out = (elem_t *)j->out + p * L,                                                    \
                *mask = j->mask ? (elem_t *)j->mask + p * K * L : NULL;                             \
+        int64_t *idx = j->indices + p * L;                                                         \
         if (mask)                                                                                  \
             memset(mask, 0, sizeof(elem_t) * (size_t)(K * L));                                     \
-        for (int64_t o = 0; o < L; o++) {                                                          \
-            int64_t y0 = (o / g->ow) * g->sh - g->ph, x0 = (o % g->ow) * g->sw - g->pw;            \
-            int64_t best = -1, best_k = 0;                                                         \
-            elem_t bv = 0;                                                                         \
-            for (int64_t ki = kern_pool_skip(y0, g->dh); ki < g->kh; ki++) {                       \
-                int64_t y = y0 + ki * g->dh;                                                       \
-                if (y >= g->h)                                                                     \
-                    break;                                                                         \
-                for (int64_t kj = kern_pool_skip(x0, g->dw); kj < g->kw; kj++) {                   \
-                    int64_t xx = x0 + kj * g->dw;                                                  \
-                    if (xx >= g->w)                                                                \
-                        break;                                                                     \
-                    elem_t v = x[y * g->w + xx];                                                   \
-                    if (best < 0 || v > bv || v != v) {                                            \
-                        bv = v;                                                                    \
-                        best = y * g->w + xx;                                                      \
-                        best_k = ki * g->kw + kj;                                                  \
-                    }                                                                              \
-                }                                                                                  \
+        for (int64_t oy = 0, o = 0; oy < g->oh; oy++) {                                            \
+            int64_t y0 = oy * g->sh - g->ph, ki0 = kern_pool_skip(y0, g->dh);                      \
+            for (int64_t ox = 0; ox < g->ow; ox++, o++) {                                          \
+                int64_t x0 = ox * g->sw - g->pw, best = -1, best_k = 0;                            \
+                elem_t bv = 0;                                                                     \
+                KERN_MAX_POOL_WINDOW(elem_t, y0, x0, ki0, kern_pool_skip(x0, g->dw));              \
+                out[o] = best >= 0 ? bv : (elem_t)-INFINITY;                                       \
+                idx[o] = best;                                                                     \
+                if (mask && best >= 0)                                                             \
+                    mask[best_k * L + o] = 1;                                                      \
             }                                                                                      \
-            out[o] = best >= 0 ? bv : (elem_t)-INFINITY;                                           \
-            j->indices[p * L + o] = best;                                                          \
-            if (mask && best >= 0)                                                                 \
-                mask[best_k * L + o] = 1;                                                          \
         }                                                                                          \
     } while (0)
 
