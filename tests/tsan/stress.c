@@ -125,9 +125,12 @@ static int gemms(void) {
     return bad;
 }
 
-/* conv2d over [6, 16, 12, 12] (3x3, padding 1): the slab kernels' forward, grad_input (a
- * convolution of the gradient) and weight gradient (slabs side by side, their partials
- * added after) at 2 threads, eagerly and compiled, against one eager thread, bit for bit. */
+/* conv2d (3x3, padding 1): forward, grad_input (a convolution of the gradient) and weight
+ * gradient at 2 threads, eagerly and compiled, against one eager thread, bit for bit. Over
+ * [6, 8, 12, 12] to 12 channels the im2col slab kernels (the weight gradient's slabs side
+ * by side, their partials added after); over [6, 16, 12, 12] to 16 Winograd's with one slab,
+ * its stages' items on the pool; over [12, 32, 16, 16] to 32 Winograd's with three slabs
+ * side by side (and the weight gradient's partial sums). */
 static int conv_grads(ca_tensor *x, ca_tensor *w, float *dst) {
     ca_tensor *y, *sq, *loss;
     const int64_t one[2] = {1, 1};
@@ -147,25 +150,32 @@ static int conv_grads(ca_tensor *x, ca_tensor *w, float *dst) {
     return (int)(nx + nw);
 }
 
-static int convs(void) {
-    static float want[1 << 15], got[1 << 15];
-    ca_tensor *x = param(4, (int64_t[]){6, 16, 12, 12}, 1.0);
-    ca_tensor *w = param(4, (int64_t[]){16, 16, 3, 3}, 0.3);
+static int convs_of(int64_t n, int64_t c, int64_t hw, int64_t o) {
+    static float want[1 << 18], got[1 << 18];
+    ca_tensor *x = param(4, (int64_t[]){n, c, hw, hw}, 1.0);
+    ca_tensor *w = param(4, (int64_t[]){o, c, 3, 3}, 0.3);
     ca_set_num_threads(1);
-    int n = conv_grads(x, w, want), bad = 0;
+    int count = conv_grads(x, w, want), bad = 0;
     ca_set_num_threads(2);
     for (int i = 0; i < 8 && !bad; i++) {
         if (i == 4)
             CHECK(ca_compiled_autograd_enable(NULL));
         conv_grads(x, w, got);
-        bad = memcmp(want, got, sizeof(float) * (size_t)n) != 0;
+        bad = memcmp(want, got, sizeof(float) * (size_t)count) != 0;
     }
     ca_compiled_autograd_disable();
     if (bad)
-        fprintf(stderr, "conv2d's gradients at 2 threads differ from one thread's\n");
+        fprintf(stderr,
+                "conv2d's gradients over [%lld, %lld, %lld, %lld] at 2 threads differ "
+                "from one thread's\n",
+                (long long)n, (long long)c, (long long)hw, (long long)hw);
     ca_tensor_release(x);
     ca_tensor_release(w);
     return bad;
+}
+
+static int convs(void) {
+    return convs_of(6, 8, 12, 12) | convs_of(6, 16, 12, 16) | convs_of(12, 32, 16, 32);
 }
 
 int main(void) {
