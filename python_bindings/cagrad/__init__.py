@@ -18,6 +18,7 @@ from ._creation import (arange, as_tensor, empty, empty_like, from_dlpack, from_
                         set_num_threads, tensor, zeros, zeros_like)
 from ._random import (Generator, default_generator, initial_seed, multinomial, randint,
                       randperm, seed)
+from ._sampling import bernoulli, normal, poisson  # distributions (_sampling.py)
 from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
                          chunk, clamp, clip, clone, concat, concatenate, detach, div,
@@ -52,6 +53,11 @@ globals().update(_namespace(_PY_TORCH))
 globals().update(_aliases())  # their other names: arcsin, arccos, ..., fix
 conv2d = nn.functional.conv2d  # torch.conv2d, as in PyTorch
 conv1d = nn.functional.conv1d  # torch.conv1d
+# torch.<name> for these nn.functional composites too, as in PyTorch (h14)
+conv_transpose1d = nn.functional.conv_transpose1d
+conv_transpose2d = nn.functional.conv_transpose2d
+pixel_shuffle = nn.functional.pixel_shuffle
+pixel_unshuffle = nn.functional.pixel_unshuffle
 from ._einsum import einsum  # noqa: E402
 from ._more_ops import (  # noqa: E402  (composites of the ops above: _more_ops.py)
                         addcdiv, addcmul, allclose, are_deterministic_algorithms_enabled,

@@ -171,16 +171,142 @@ minimum = _checked("minimum", minimum_op)
 
 
 def div(input, other, *, rounding_mode=None):
+    """input / other. rounding_mode 'trunc' rounds the quotient toward zero and 'floor'
+    down; with a rounding mode, int64 operands give int64 and the gradient is zero, as in
+    torch."""
+    _check_rounding_mode(rounding_mode)
+    if type(input) in (int, float, bool):  # torch.div(3, t), torch.div(3, 4)
+        input = _number_like(input, other)
+    if not isinstance(input, _TensorBase):
+        raise TypeError(f"div(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
     if rounding_mode is not None:
-        raise NotImplementedError(f"cagrad's div() has no rounding_mode (got "
-                                  f"{rounding_mode!r}); only true division is supported")
+        return _rounded_div(input, other, rounding_mode)
+    if _is_int_tensor(input) or _is_int_tensor(other):
+        input, other = _as_float_operands(input, other)  # true division of int64: floats
     r = div_op(input, other)
     if r is NotImplemented:
         raise _operand_error("div", other)
     return r
 
 
-divide = true_divide = div
+divide = div
+
+
+def true_divide(input, other):
+    """input / other (true division; torch's true_divide has no rounding_mode)."""
+    return div(input, other)
+
+
+def _check_rounding_mode(mode):
+    if mode is None:
+        return
+    if not isinstance(mode, str):
+        raise TypeError(f"div() received an invalid combination of arguments - got "
+                        f"rounding_mode={type(mode).__name__}, but expected one of: "
+                        f"(Tensor input, Tensor other, *, str rounding_mode)")
+    if mode not in ("trunc", "floor"):
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or "
+                           f"'floor' but found '{mode}'")
+
+
+def _number_like(value, like):
+    """A Python number as a 0-d tensor of torch's promoted dtype next to like (a tensor,
+    else a number): like's dtype, except a float beside int64 (the default float dtype)."""
+    code = like._dtype if isinstance(like, _TensorBase) else _INT64
+    if code == _INT64 and type(value) is float:
+        code = get_default_dtype()._code
+    return _C.full(code, (), value)
+
+
+def _is_int_tensor(x):
+    return isinstance(x, _TensorBase) and x._dtype == _INT64
+
+
+def _is_integral(x):
+    if isinstance(x, _TensorBase):
+        return x._dtype == _INT64
+    return type(x) in (int, bool)
+
+
+def _rounded_div(input, other, mode):
+    if not isinstance(other, _TensorBase) and type(other) not in (int, float, bool):
+        coerced = _coerce(other)
+        if coerced is None:
+            raise _operand_error("div", other)
+        other = coerced
+    if _is_integral(input) and _is_integral(other):
+        return _integer_div(input, other, mode)
+    input, other = _as_float_operands(input, other)
+    if isinstance(input, _TensorBase) and isinstance(other, _TensorBase):
+        broadcast_shape(input._shape, other._shape)  # torch's error for shapes that differ
+    with _no_grad():
+        if mode == "floor":
+            values = _REGISTRY["floor_divide"](input, other)
+        else:
+            values = _REGISTRY["trunc"](div_op(input, other))
+    return zero_grad_link(values, (input, other))
+
+
+def _as_float_operands(input, other):
+    """An int64 tensor becomes the float dtype of the float tensor beside it, else the
+    default dtype, as torch promotes for a float result."""
+    def float_code(x, beside):
+        if isinstance(beside, _TensorBase) and beside._dtype != _INT64:
+            return beside._dtype
+        return get_default_dtype()._code
+
+    if isinstance(input, _TensorBase) and input._dtype == _INT64:
+        input = _C.to_dtype(input, float_code(input, other))
+    if isinstance(other, _TensorBase) and other._dtype == _INT64:
+        other = _C.to_dtype(other, float_code(other, input))
+    return input, other
+
+
+def _integer_div(input, other, mode):
+    """Exact int64 division rounded down ('floor') or toward zero ('trunc'); torch's
+    RuntimeError for a zero divisor."""
+    a = input.numpy() if isinstance(input, _TensorBase) else np.int64(input)
+    b = other.numpy() if isinstance(other, _TensorBase) else np.int64(other)
+    broadcast_shape(np.shape(a), np.shape(b))
+    if np.any(b == 0):
+        raise RuntimeError("ZeroDivisionError")
+    with np.errstate(over="ignore"):  # INT64_MIN // -1 wraps
+        quotient = np.floor_divide(a, b)
+        if mode == "trunc":  # floor is one below trunc where the division is inexact and
+            inexact = (a - quotient * b) != 0  # the signs differ
+            quotient = quotient + (inexact & ((a < 0) != (b < 0)))
+    return _tensor_from_data(np.asarray(quotient, dtype=np.int64))
+
+
+def broadcast_shape(a, b):
+    """The broadcast of shapes a and b, or torch's error for shapes that do not match."""
+    a, b = tuple(a), tuple(b)
+    for i in range(1, builtins.min(len(a), len(b)) + 1):  # this module shadows min/max
+        if a[-i] != b[-i] and 1 not in (a[-i], b[-i]):
+            raise RuntimeError(f"The size of tensor a ({a[-i]}) must match the size of "
+                               f"tensor b ({b[-i]}) at non-singleton dimension "
+                               f"{builtins.max(len(a), len(b)) - i}")
+    return tuple(np.broadcast_shapes(a, b))
+
+
+def zero_grad_link(values, sources):
+    """values, joined to each source tensor that requires grad by a node whose gradient is
+    zero: where torch's derivative of an op is zeros (div with a rounding mode, the
+    samplers), and a where() with an all-false condition gives exactly zeros, even for
+    inf/nan sources."""
+    needs = [s for s in sources if isinstance(s, _TensorBase) and s.requires_grad]
+    if not needs or not _C.is_grad_enabled():
+        return values
+    never = _C.full(values._dtype, (), 0)
+    for source in needs:
+        values = _C.where(never, source, values)
+    return values
+
+
+def _no_grad():
+    from ._grad_mode import no_grad  # _grad_mode imports this module's siblings
+    return no_grad()
 
 
 def pow(input, exponent):
@@ -194,8 +320,17 @@ def pow(input, exponent):
     return r
 
 
-def where(condition, input, other):
-    """input where condition is nonzero, else other. input or other may be numbers."""
+_NO_VALUE = object()  # where()'s missing input/other: None is no valid value either
+
+
+def where(condition, input=_NO_VALUE, other=_NO_VALUE):
+    """input where condition is nonzero, else other. input or other may be numbers.
+    where(condition) alone is nonzero(condition, as_tuple=True)."""
+    if input is _NO_VALUE and other is _NO_VALUE:
+        return _where_positions(condition)
+    if input is _NO_VALUE or other is _NO_VALUE:
+        raise TypeError("where() received an invalid combination of arguments: it takes "
+                        "(condition) or (condition, input, other)")
     cond = as_mask(condition)
     if isinstance(input, _TensorBase):
         if isinstance(other, _TensorBase):
@@ -208,6 +343,16 @@ def where(condition, input, other):
     code = (int64 if both_int else get_default_dtype())._code
     full = _C.full(code, cond._shape, _number(input, "where"))
     return _C.where_scalar(cond, full, _number(other, "where"))
+
+
+def _where_positions(condition):
+    """The indices of condition's nonzero elements, one int64 tensor per dimension (a 0-d
+    condition counts as 1-d, as in torch)."""
+    if not isinstance(condition, _TensorBase):
+        raise TypeError(f"where(): argument 'condition' (position 1) must be Tensor, not "
+                        f"{type(condition).__name__}")
+    values = np.atleast_1d(condition.detach().numpy())
+    return tuple(_tensor_from_data(axis.astype(np.int64)) for axis in np.nonzero(values))
 
 
 def _number(value, fname):

@@ -22,6 +22,8 @@ from . import _scatter
 from . import _more_ops
 from . import _more_ops2
 from . import _more_stats
+from . import _random
+from . import _sampling
 from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
                      float32, float64, int64, preserve_format, suggests_channels_last)
 from ._dtype import device as _device_type
@@ -445,10 +447,19 @@ class Tensor(_TensorBase):
             _C.mul_scalar_(self, _scalar_value(self, other, "mul_"))
         return self
 
-    def div_(self, other):
+    def div_(self, other, *, rounding_mode=None):
         # computed out of place so the values equal div() exactly, then copied in
-        _C.copy_(self, F.div(self, other))
+        result = F.div(self, other, rounding_mode=rounding_mode)
+        if result._dtype != self._dtype:  # int64 / x is float: copy_ would truncate it
+            raise RuntimeError(f"result type {_ops._SCALAR_TYPE[result.dtype]} can't be cast "
+                               f"to the desired output type {_ops._SCALAR_TYPE[self.dtype]}")
+        _C.copy_(self, result)
         return self
+
+    divide_ = div_
+
+    def true_divide_(self, other):
+        return self.div_(other)
 
     def index_fill_(self, dim, index, value):
         # computed out of place, then copied in (like div_)
@@ -629,6 +640,11 @@ for _name in (
 ).split():
     setattr(Tensor, _name, getattr(_more_stats, _name))
 del _name
+# the samplers of _sampling.py (draws from cagrad's Generators) and multinomial
+for _name in "random_ bernoulli_ exponential_ geometric_ cauchy_ log_normal_".split():
+    setattr(Tensor, _name, getattr(_sampling, _name))
+Tensor.bernoulli = _sampling.bernoulli_method
+Tensor.multinomial = _random.multinomial
 # ...and the ops of the C registry that PyTorch has as methods (relu, tanh, ...)
 for _name, _fn in _ops.namespace(_ops.PY_TENSOR).items():
     setattr(Tensor, _name, _fn)

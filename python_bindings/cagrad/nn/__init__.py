@@ -20,6 +20,12 @@ from . import parallel
 from .parallel import DataParallel
 # pooling (op-table rows)
 from .pooling import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
+# reshaping / resampling layers and transposed convolutions (h14)
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d
+from .rnn import GRU, LSTM, RNN
+from .transformer import TransformerEncoder, TransformerEncoderLayer
+from .shape import (Fold, PixelShuffle, PixelUnshuffle, Unflatten, Unfold, Upsample,
+                    UpsamplingBilinear2d, UpsamplingNearest2d)
 
 __all__ = [
     "functional", "init", "Module", "Parameter", "Sequential", "ModuleList", "Identity",
@@ -33,4 +39,7 @@ __all__ = [
     "InstanceNorm2d", "InstanceNorm3d", "RMSNorm",
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "MaxPool1d", "AvgPool1d",
     "parallel", "DataParallel",
+    "ConvTranspose1d", "ConvTranspose2d", "Fold", "PixelShuffle", "PixelUnshuffle",
+    "Unflatten", "Unfold", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
+    "RNN", "LSTM", "GRU", "TransformerEncoder", "TransformerEncoderLayer",
 ]

@@ -243,3 +243,11 @@ from ._norm import *  # noqa: E402,F403
 
 __all__ += (_losses.__all__ + _norm.__all__ + _dropout.__all__ + _attention.__all__
             + _conv_pad.__all__)
+
+# one_hot, pixel shuffles, unfold/fold, interpolate, transposed convolutions (h14)
+from . import _conv_transpose, _interpolate, _shape_ops  # noqa: E402
+from ._conv_transpose import *  # noqa: E402,F403
+from ._interpolate import *  # noqa: E402,F403
+from ._shape_ops import *  # noqa: E402,F403
+
+__all__ += _shape_ops.__all__ + _interpolate.__all__ + _conv_transpose.__all__

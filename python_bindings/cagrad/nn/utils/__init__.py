@@ -8,8 +8,9 @@ from .clip_grad import (
     get_total_norm,
 )
 from .convert_parameters import parameters_to_vector, vector_to_parameters
+from . import rnn
 
 __all__ = [
     "clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
-    "get_total_norm", "parameters_to_vector", "vector_to_parameters",
+    "get_total_norm", "parameters_to_vector", "vector_to_parameters", "rnn",
 ]
