@@ -37,6 +37,9 @@ BUILD_TYPE     ?= RelWithDebInfo
 BUILD_DIR      ?= build
 ASAN_DIR       ?= build-asan
 TSAN_DIR       ?= build-tsan
+FUZZ_DIR       ?= build-fuzz
+FUZZ_CC        ?= $(firstword $(shell command -v clang clang-16 clang-15 clang-14 2>/dev/null))
+FUZZ_SECONDS   ?= 60
 CMAKE_ARGS     ?=
 CRITERION_ARGS ?=
 PYTEST_ARGS    ?=
@@ -76,7 +79,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py fuzz sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
+.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py fuzz fuzz-lib sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
 
 all: build
 
@@ -130,6 +133,20 @@ tsan: deps pyenv
 	    -DPython3_EXECUTABLE=$(abspath $(VENV_PY)) $(CMAKE_ARGS)
 	$(CMAKE) --build $(TSAN_DIR) -j $(JOBS) --target tsan_stress
 	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 $(TSAN_DIR)/tsan_stress
+
+# Coverage-guided fuzzing of the C API (tests/fuzz/fuzz_backward.c) with libFuzzer, ASan
+# and UBSan, for FUZZ_SECONDS, from the corpus in tests/fuzz/corpus (new inputs go to
+# $(FUZZ_DIR)/corpus; the committed ones are replayed first).
+fuzz-lib: deps
+	@test -n "$(FUZZ_CC)" || { echo "fuzz-lib: needs clang (apt-get install clang)"; exit 1; }
+	CC=$(FUZZ_CC) $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_FUZZ=ON \
+	    -DCMAKE_C_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined" \
+	    -DCAGRAD_BUILD_TESTS=OFF -DCAGRAD_BUILD_EXAMPLES=OFF -DCAGRAD_BUILD_BENCHMARKS=OFF \
+	    -DCAGRAD_BLAS=system $(CMAKE_ARGS)
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_backward
+	mkdir -p $(FUZZ_DIR)/corpus
+	ASAN_OPTIONS=detect_leaks=1 $(FUZZ_DIR)/fuzz_backward -max_total_time=$(FUZZ_SECONDS) \
+	    -max_len=256 -print_final_stats=1 $(FUZZ_DIR)/corpus tests/fuzz/corpus
 
 sanitize: deps pyenv
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_SANITIZE=ON -DCAGRAD_PYTHON=ON \

@@ -66,6 +66,9 @@ int64_t cai_run_numel(const graph_view *v) {
 }
 
 bool cai_run_is_contig(const graph_view *v) {
+    for (int d = 0; d < v->ndim; d++)
+        if (v->shape[d] == 0) /* no elements: any strides read nothing (and the plan gave */
+            return true;      /* a copy of it no buffer) */
     int64_t want = 1;
     for (int d = v->ndim - 1; d >= 0; d--) {
         if (v->shape[d] != 1 && v->strides[d] != want)
