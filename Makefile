@@ -79,7 +79,7 @@ FORMAT_FILES := $(if $(FORMAT_DIRS),$(shell find $(FORMAT_DIRS) -type f \( -name
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py fuzz fuzz-lib sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
+.PHONY: all deps dev-deps pyenv configure build py-build py-test test test-c test-py fuzz fuzz-lib fuzz-py sanitize tsan demo demo-c bench-compiled bench bench-quick format format-check lint clean
 
 all: build
 
@@ -147,6 +147,15 @@ fuzz-lib: deps
 	mkdir -p $(FUZZ_DIR)/corpus
 	ASAN_OPTIONS=detect_leaks=1 $(FUZZ_DIR)/fuzz_backward -max_total_time=$(FUZZ_SECONDS) \
 	    -max_len=256 -print_final_stats=1 $(FUZZ_DIR)/corpus tests/fuzz/corpus
+
+# The same over the Python API with atheris, differential against torch
+# (tests/fuzz/fuzz_python.py), from tests/fuzz/pycorpus.
+fuzz-py: build
+	@$(VENV_PY) -c "import atheris" 2>/dev/null || $(VENV_PY) -m pip install -q atheris
+	mkdir -p $(FUZZ_DIR)/pycorpus
+	PYTHONPATH=$(abspath $(BUILD_DIR))/python $(VENV_PY) tests/fuzz/fuzz_python.py \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=128 -print_final_stats=1 \
+	    $(FUZZ_DIR)/pycorpus tests/fuzz/pycorpus
 
 sanitize: deps pyenv
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCAGRAD_SANITIZE=ON -DCAGRAD_PYTHON=ON \

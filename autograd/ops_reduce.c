@@ -73,15 +73,22 @@ static ca_status reduce_shape(const ca_op_def *row, const ca_meta *in, int n_in,
                        "%s: input is %s; %s needs float32 or float64 (convert "
                        "with ca_to_dtype)",
                        row->name, ca_dtype_name(in[0].dtype), row->name);
+    bool whole = a->dims.n == 0;
     CA_CHECK(canon_dims(&a->dims, in[0].ndim, row->name));
     a->i[0] = a->i[0] != 0;
     bool argreduce = row->id == CA_OP_MAX || row->id == CA_OP_MIN;
     for (int k = 0; argreduce && k < a->dims.n; k++)
-        if (in[0].shape[a->dims.v[k]] == 0) {
-            char s[96];
-            return err_set(CA_STATUS_SHAPE,
-                           "%s: reduced dim %lld of input %s has size 0; the %s "
-                           "of no elements is undefined",
+        if (in[0].shape[a->dims.v[k]] == 0) { /* torch's errors: a RuntimeError for a whole */
+            char s[96];                       /* reduction, else an IndexError */
+            if (whole)
+                return err_set(CA_STATUS_SHAPE,
+                               "%s(): Expected reduction dim to be specified for input.numel() "
+                               "== 0 (input %s). Specify the reduction dim with the 'dim' "
+                               "argument.",
+                               row->name, cai_meta_str(&in[0], s, sizeof s));
+            return err_set(CA_STATUS_INDEX,
+                           "%s(): Expected reduction dim %lld to have non-zero size (input %s); "
+                           "the %s of no elements is undefined",
                            row->name, (long long)a->dims.v[k], cai_meta_str(&in[0], s, sizeof s),
                            row->name);
         }

@@ -228,14 +228,19 @@ static ca_status cat_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca
                            "with ca_to_dtype so all dtypes match",
                            i, ca_dtype_name(in[i].dtype), ca_dtype_name(in[0].dtype));
         if (in[i].ndim == 0)
-            return err_set(CA_STATUS_DIM,
-                           "cat: tensor %d is 0-dim and cannot be concatenated; "
-                           "unsqueeze it (or use ca_stack)",
+            return err_set(CA_STATUS_SHAPE, /* torch's RuntimeError */
+                           "zero-dimensional tensor (at position %d) cannot be "
+                           "concatenated; unsqueeze it (or use ca_stack)",
                            i);
         if (in[ref].ndim == 1 && in[ref].shape[0] == 0)
             ref = i; /* the first tensor that is not a legacy empty one sets the shape */
     }
     const ca_meta *r = &in[ref];
+    if (r->ndim == 1 && r->shape[0] == 0) { /* all legacy empty: [0], whatever the dim */
+        a->i[0] = 0;
+        *out = *r;
+        return CA_OK;
+    }
     CA_CHECK(cai_dim_normalize(&a->i[0], r->ndim, "cat"));
     int d = (int)a->i[0];
     *out = *r;

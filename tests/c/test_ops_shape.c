@@ -792,7 +792,8 @@ Test(shape, cat_errors) {
     TU_FAILS(ca_cat(2, (ca_tensor *[]){a, c}, 0, &y), CA_STATUS_SHAPE, "[3, 4]");
     TU_FAILS(ca_cat(2, (ca_tensor *[]){a, c}, 0, &y), CA_STATUS_SHAPE, "except in dim 0");
     TU_FAILS(ca_cat(2, (ca_tensor *[]){a, a}, 2, &y), CA_STATUS_DIM, "cat");
-    TU_FAILS(ca_cat(2, (ca_tensor *[]){a, s}, 0, &y), CA_STATUS_DIM, "0-dim");
+    TU_FAILS(ca_cat(2, (ca_tensor *[]){a, s}, 0, &y), CA_STATUS_SHAPE,
+             "zero-dimensional tensor (at position 1)"); /* torch: a RuntimeError */
     TU_FAILS(ca_cat(0, (ca_tensor *[]){a}, 0, &y), CA_STATUS_INVALID, "non-empty");
     TU_FAILS(ca_cat(2, (ca_tensor *[]){a, NULL}, 0, &y), CA_STATUS_INVALID, "NULL");
     TU_FAILS(ca_cat(1, NULL, 0, &y), CA_STATUS_INVALID, "NULL");
