@@ -2,7 +2,8 @@
  *
  * Values are tensors. Every tensor a rule makes is tracked in the scope and released by
  * cai_eager_scope_end, so rules never release anything. The engine runs rules with grad mode
- * off, so the ops called here record no graph.
+ * off, so the ops called here record no graph; with create_graph it runs them with grad
+ * mode on, and they record the graph of the gradients (a double backward).
  */
 #include "autograd/builder.h"
 
@@ -31,13 +32,93 @@ static ca_bval eager_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
     return bv_of(out);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Saved values under create_graph. A saved tensor is a detached alias (a node holding its
+ * own output's history would be a cycle), so for a double backward the rule gets it back
+ * connected, as PyTorch's SavedVariable unpacks: a saved input joins the input's history
+ * (the node's own edge for that input: its grad_fn, or the leaf itself), a saved output
+ * the node that made it. These tensors live in the rule's scope; the nodes the rule
+ * records hold the edges, pointing back into the first graph only, so no cycle forms.
+ */
+static ca_status alias_with_edge(ca_tensor *t, ca_node *fn, int nr, ca_tensor **out) {
+    CA_CHECK(cai_tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, out));
+    (*out)->grad_fn = fn; /* the reference passes to the alias */
+    (*out)->output_nr = nr;
+    (*out)->requires_grad = true;
+    return CA_OK;
+}
+
+static bool any_edge(const ca_node *n) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->next[i].fn)
+            return true;
+    return false;
+}
+
+/* An aux value the rule treats as a constant though it depends on the inputs: its history
+ * is a node that fails when a gradient reaches it, naming the op (never a silent zero). */
+static ca_status aux_stand_in(const ca_node *n, ca_tensor *t, ca_tensor **out) {
+    ca_node *stand;
+    CA_CHECK(cai_node_alloc(CA_OP_NOT_DIFFERENTIABLE, n->n_in, &stand));
+    stand->attrs.i[0] = n->op;
+    cai_tensor_meta(t, &stand->out_meta);
+    for (int i = 0; i < n->n_in; i++) {
+        stand->in_meta[i] = n->in_meta[i];
+        stand->next[i] = (ca_edge){cai_node_retain(n->next[i].fn), n->next[i].input_nr};
+    }
+    ca_status st = alias_with_edge(t, stand, 0, out);
+    if (st != CA_OK)
+        cai_node_release(stand);
+    return st;
+}
+
+static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
+    const ca_op_def *row = cai_op_def(n->op);
+    const ca_field_desc *fd = &row->fields[n->saved[k].field];
+    ca_tensor *t = n->saved[k].t;
+    ca_edge e = {0};
+    if (fd->src == FROM_INPUT && fd->idx < n->n_in)
+        e = n->next[fd->idx];
+    else if (fd->src == FROM_OUTPUT)
+        e = (ca_edge){(ca_node *)n, 0};
+    else if (fd->src == FROM_AUX && (row->flags & CA_OPF_AUX_ONCE) && any_edge(n))
+        return aux_stand_in(n, t, out);
+    if (!e.fn) { /* a constant: an input that needs no gradient, indices, masks */
+        *out = ca_tensor_retain(t);
+        return CA_OK;
+    }
+    if (e.fn->op == CA_OP_ACCUMULATE_GRAD && e.fn->leaf) {
+        *out = ca_tensor_retain(e.fn->leaf); /* the same view: saved inputs alias it whole */
+        return CA_OK;
+    }
+    ca_status st = alias_with_edge(t, cai_node_retain(e.fn), e.input_nr, out);
+    if (st != CA_OK)
+        cai_node_release(e.fn);
+    return st;
+}
+
 static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
+    ca_eager_builder *eb = (ca_eager_builder *)b;
     ca_status st = cai_node_check_saved(n, k);
     if (st != CA_OK) {
         b->status = st;
         return NULL;
     }
-    return n->saved[k].t ? bv_of(n->saved[k].t) : NULL; /* NULL: an optional input not given */
+    if (!n->saved[k].t) /* an optional input not given */
+        return NULL;
+    if (!eb->create_graph)
+        return bv_of(n->saved[k].t);
+    ca_tensor *t;
+    if ((st = reconnect(n, k, &t)) != CA_OK) {
+        b->status = st;
+        return NULL;
+    }
+    if (!track(eb, t)) {
+        ca_tensor_release(t);
+        b->status = err_nomem("the backward's list of temporaries");
+        return NULL;
+    }
+    return bv_of(t);
 }
 
 static const ca_meta *eager_meta(ca_builder *b, ca_bval v) {

@@ -285,7 +285,9 @@ ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **g
     ca_custom *c = n->custom;
     for (int i = 0; i < n->n_in; i++)
         gin[i] = NULL;
-    bool prev = ca_set_grad_enabled(false);
+    /* grad mode = create_graph, as PyTorch: a backward written with differentiable ops is
+     * then differentiable again */
+    bool prev = ca_set_grad_enabled(cai_engine_create_graph());
     uint64_t gen = cai_err_generation();
     ca_status st = c->fn.backward(c->fn.ctx, n->n_out, grads, n->n_in, gin);
     if (st != CA_OK && cai_err_generation() == gen)

@@ -308,6 +308,8 @@ static inline void node_set_retained(ca_node *n, int k, ca_tensor *t) {
  * is set, checked against the input (a broadcast gradient is summed down, another dtype
  * converted, anything else an error naming the function). */
 ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **gin);
+/* Whether the running backward (engine.c) has create_graph: false outside a backward. */
+bool cai_engine_create_graph(void);
 /* Free the node's custom part (its ctx through ctx_free). */
 void cai_custom_free(ca_node *n);
 
@@ -457,6 +459,9 @@ typedef struct {
 
 enum {
     CA_OPF_NONDIFF = 1u << 0, /* no gradient at all (comparisons, backward-only helpers) */
+    /* its saved aux values (layer_norm's mean and rstd) depend on its inputs, but its rule
+     * treats them as constants: a double backward through them fails naming the op */
+    CA_OPF_AUX_ONCE = 1u << 1,
 };
 
 /* Shape rule: validate inputs and attrs, canonicalise attrs in place (negative dims,
@@ -658,6 +663,11 @@ typedef enum {
     /* autograd's own nodes */
     CA_OP_ACCUMULATE_GRAD,
     CA_OP_CUSTOM, /* a custom function: its backward is the user's callback (custom.c) */
+    /* double backward (create_graph): .grad's first copy (CopyBackwards, as PyTorch) */
+    CA_OP_GRAD_COPY,
+    /* double backward: a saved value the rule of op attrs.i[0] cannot differentiate through
+     * (layer_norm's mean and rstd); its edges are that node's, its rule fails naming it */
+    CA_OP_NOT_DIFFERENTIABLE,
     CA_OP__COUNT
 } ca_op_id;
 
@@ -734,6 +744,13 @@ ca_status cai_op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_
                                  ca_meta *out);
 /* The kernel op of a pointwise row (row->pw, or attrs.i[0] for CA_OP_PW). */
 kern_pw_op cai_op_pw_kind(const ca_op_def *row, const ca_attrs *a);
+
+/* The derivative of the generic pointwise row (ops_pw_deriv.c), reached by double backward:
+ * its rule, and its table's entry for a kernel op: 0 none (a hole: a bug), 1 a derivative,
+ * 2 no gradient at all (comparisons, sign, floor...: no node is recorded for them). */
+void cai_pw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin);
+int cai_pw_deriv_entry(kern_pw_op op);
+bool cai_pw_deriv_is_none(kern_pw_op op);
 
 /* ---------------------------------------------------------------------------------------
  * Grad mode, graph ids, sequence numbers (autograd_state.c)

@@ -239,6 +239,17 @@ static void nll_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
     gin[0] = bx_apply(b, CA_OP_NLL_LOSS_BACKWARD, 3, ins, &a);
 }
 
+/* nll_loss_backward is linear in g: its derivative for g is nll_loss of the incoming
+ * gradient at the same targets, reduced the same way (total_weight counts the same
+ * targets). Reached by double backward only. saved: target */
+static void nll_bw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    if (!node_needs_grad(n, 0))
+        return;
+    ca_attrs a = {.i = {n->attrs.i[0], n->attrs.i[1]}};
+    ca_bval ins[2] = {g, bx_saved(b, n, 0)};
+    gin[0] = bx_apply(b, CA_OP_NLL_LOSS, 2, ins, &a);
+}
+
 /* nll_loss_backward (internal): inputs (g, target, total_weight); attrs as nll_loss plus
  * attrs.shape = the input's shape. Zeros with -g (/ total_weight for mean, per element
  * for none) at each target class. */
@@ -597,6 +608,7 @@ static const ca_op_def rows[] = {
      .name = "layer_norm",
      .node_name = "NativeLayerNormBackward0",
      .fusion = CA_FUSE_OPAQUE,
+     .flags = CA_OPF_AUX_ONCE,
      .n_in_min = 1,
      .n_in_max = 3,
      .n_fields = 6,
@@ -626,15 +638,15 @@ static const ca_op_def rows[] = {
      .fusion = CA_FUSE_OPAQUE,
      .n_in_min = 3,
      .n_in_max = 3,
-     .flags = CA_OPF_NONDIFF,
-     .nondiff_inputs = 0x7u,
-     .n_fields = 3,
-     .fields = {{"reduction", FIELD_INT, FROM_ATTR, 0},
+     .nondiff_inputs = 0x6u, /* target, total_weight */
+     .n_fields = 4,
+     .fields = {{"target", FIELD_TENSOR, FROM_INPUT, 1},
+                {"reduction", FIELD_INT, FROM_ATTR, 0},
                 {"ignore_index", FIELD_INT, FROM_ATTR, 1},
                 {"self_sizes", FIELD_SIZES, FROM_ATTR, 0}},
      .shape = nll_bw_shape,
      .forward = nll_bw_forward,
-     .backward = NULL},
+     .backward = nll_bw_backward},
 };
 
 const ca_op_group cai_ops_nn = {rows, sizeof rows / sizeof rows[0]};

@@ -198,6 +198,7 @@ static const ca_op_def rows[] = {
      .name = "batch_norm",
      .node_name = "NativeBatchNormBackward0",
      .fusion = CA_FUSE_OPAQUE,
+     .flags = CA_OPF_AUX_ONCE,
      .n_in_min = 1,
      .n_in_max = 3,
      .n_fields = 6,

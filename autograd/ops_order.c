@@ -239,11 +239,11 @@ static const ca_op_def rows[] = {
      .name = "cumprod_backward",
      .node_name = "CumprodBackwardBackward0",
      .fusion = CA_FUSE_OPAQUE,
-     .flags = CA_OPF_NONDIFF,
      .n_in_min = 3,
      .n_in_max = 3,
      .shape = cumprod_bw_shape,
-     .forward = cumprod_bw_forward},
+     .forward = cumprod_bw_forward,
+     .backward = cai_rule_once_differentiable},
 };
 
 const ca_op_group cai_ops_order = {rows, sizeof rows / sizeof rows[0]};

@@ -604,6 +604,13 @@ typedef struct {
      * grad from then on, as in PyTorch. */
     int n_inputs;
     ca_tensor *const *inputs;
+    /* Double backward: the gradients are made with differentiable ops, so they carry a
+     * grad_fn (when they depend on something that requires grad) and can be
+     * differentiated again; a leaf's .grad becomes a non-leaf (its first value a
+     * CopyBackwards copy, then .grad + g out of place). Implies retain_graph. Under
+     * compiled autograd such a backward runs eagerly (counted in eager_fallbacks).
+     * Leaves and their .grad then hold each other: set .grad to NULL after use. */
+    bool create_graph;
 } ca_backward_options;
 
 ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options);
@@ -612,6 +619,9 @@ typedef struct {
     ca_tensor *const *grad_outputs; /* n_outputs entries (entries may be NULL), or NULL */
     bool retain_graph;
     bool allow_unused; /* an input that outputs do not depend on gives NULL, not an error */
+    /* Double backward: grads are differentiable (see ca_backward_options.create_graph);
+     * implies retain_graph. */
+    bool create_graph;
 } ca_grad_options;
 
 /* torch.autograd.grad: grads[i] receives d(outputs)/d(inputs[i]) as a new reference;

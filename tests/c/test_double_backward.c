@@ -1,0 +1,507 @@
+/* test_double_backward.c - create_graph: gradients that are differentiable again.
+ *
+ *  - the generic pointwise row's derivative table (ops_pw_deriv.c) has an entry for every
+ *    kernel op of KERN_PW_OPS, and each derivative is checked against finite differences;
+ *  - gradgradcheck (the double backward against central differences of the first
+ *    gradient, in float64) for every op of the registry with one or two tensor inputs, so
+ *    a new op is covered without editing this file, and for the everyday ops outside it;
+ *  - the engine: .grad with a history, PyTorch's errors, no reference cycle, compiled
+ *    autograd running a create_graph backward eagerly (counted).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "autograd/internal.h"
+
+#define GG_MAX_IN 4
+
+/* ---------------------------------------------------------------------------------------
+ * gradgradcheck: tu_gradcheck of F(x) = sum_k <dL/dx_k, v_k>, L = sum(f(x) * w), where
+ * the inner gradient is taken with create_graph while the outer check records (analytic
+ * pass) and plainly while it differentiates numerically (grad mode off).
+ */
+typedef struct {
+    tu_fn f;
+    void *ctx;
+    ca_tensor *w;            /* projection of f's output, made at the first call */
+    ca_tensor *v[GG_MAX_IN]; /* projections of the first gradients */
+} gg_state;
+
+static ca_status gg_first_grads(gg_state *s, int n, ca_tensor *const *in, bool create,
+                                ca_tensor **grads, ca_tensor **req, int *n_req) {
+    ca_tensor *y = NULL, *yw = NULL, *loss = NULL;
+    CA_CHECK(s->f(in, &y, s->ctx));
+    if (!s->w)
+        s->w = tu_randn(CA_FLOAT64, ca_tensor_ndim(y), ca_tensor_shape(y), false);
+    ca_status st = ca_mul(y, s->w, &yw);
+    if (st == CA_OK)
+        st = ca_sum(yw, 0, NULL, false, &loss);
+    *n_req = 0;
+    for (int k = 0; k < n; k++)
+        if (ca_tensor_requires_grad(in[k]))
+            req[(*n_req)++] = in[k];
+    ca_grad_options o = {.allow_unused = true, .create_graph = create};
+    if (st == CA_OK)
+        st = ca_grad(1, &loss, *n_req, req, &o, grads);
+    tu_release_n((ca_tensor *[]){y, yw, loss}, 3);
+    return st;
+}
+
+static ca_status gg_fn(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    gg_state *s = ctx;
+    int n = 0;
+    while (n < GG_MAX_IN && in[n] && s->v[n] != (ca_tensor *)-1)
+        n++;
+    bool create = ca_set_grad_enabled(true); /* the outer pass's mode */
+    ca_tensor *grads[GG_MAX_IN] = {0}, *req[GG_MAX_IN];
+    int n_req = 0;
+    ca_status st = gg_first_grads(s, n, in, create, grads, req, &n_req);
+    ca_set_grad_enabled(create);
+    ca_tensor *acc = NULL;
+    for (int j = 0; j < n_req && st == CA_OK; j++) {
+        if (!grads[j])
+            continue;
+        if (!s->v[j])
+            s->v[j] = tu_randn(CA_FLOAT64, ca_tensor_ndim(req[j]), ca_tensor_shape(req[j]), false);
+        ca_tensor *p = NULL, *ps = NULL, *sum = NULL;
+        st = ca_mul(grads[j], s->v[j], &p);
+        if (st == CA_OK)
+            st = ca_sum(p, 0, NULL, false, &ps);
+        if (st == CA_OK && acc)
+            st = ca_add(acc, ps, &sum);
+        else if (st == CA_OK)
+            sum = ca_tensor_retain(ps);
+        ca_tensor_release(acc);
+        acc = sum;
+        tu_release_n((ca_tensor *[]){p, ps}, 2);
+    }
+    /* a gradient that does not depend on x (a linear op) is constant: keep x in the graph
+     * with a zero term, so the outer check compares zeros with the numeric slope */
+    for (int j = 0; j < n_req && st == CA_OK && create && acc && !ca_tensor_requires_grad(acc);
+         j++) {
+        ca_tensor *xs = NULL, *z = NULL, *sum = NULL;
+        st = ca_sum(req[j], 0, NULL, false, &xs);
+        if (st == CA_OK)
+            st = ca_mul_scalar(xs, 0.0, &z);
+        if (st == CA_OK)
+            st = ca_add(acc, z, &sum);
+        tu_release_n((ca_tensor *[]){xs, z, acc}, 3);
+        acc = sum;
+    }
+    tu_release_n(grads, n_req);
+    if (st == CA_OK && !acc)
+        st = ca_sum(req[0], 0, NULL, false, &acc); /* no gradient at all: never here */
+    *out = acc;
+    return st;
+}
+
+static void gradgradcheck(tu_fn f, int n, ca_tensor *const *inputs, void *ctx, double atol,
+                          double rtol) {
+    gg_state s = {.f = f, .ctx = ctx};
+    for (int k = n; k < GG_MAX_IN; k++)
+        s.v[k] = (ca_tensor *)-1; /* marks the end of the inputs for gg_fn */
+    ca_tensor *in[GG_MAX_IN + 1] = {0};
+    memcpy(in, inputs, sizeof(ca_tensor *) * (size_t)n);
+    tu_gradcheck(gg_fn, n, in, &s, atol, rtol);
+    ca_tensor_release(s.w);
+    for (int k = 0; k < n; k++)
+        ca_tensor_release(s.v[k]);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The generic pointwise row: every kernel op has an entry, and each derivative is right
+ */
+Test(double_backward, pw_table_covers_every_kernel_op) {
+    int n = 0;
+#define CHECK_ENTRY(NAME, AR, NP, FL, VEC, REF)                                                    \
+    cr_assert(cai_pw_deriv_entry(KPW_##NAME) != 0,                                                 \
+              "kernel op " #NAME " has no derivative entry in ops_pw_deriv.c");                    \
+    n++;
+    KERN_PW_OPS(CHECK_ENTRY)
+#undef CHECK_ENTRY
+    cr_assert_eq(n, KPW__COUNT);
+    cr_assert(cai_pw_deriv_is_none(KPW_GT) && cai_pw_deriv_is_none(KPW_FLOOR));
+    cr_assert(!cai_pw_deriv_is_none(KPW_TANH_BW));
+}
+
+/* Helpers whose derivative for x (input 1) is not written: they must say so, naming the
+ * op, instead of giving a zero. Their derivative for g is checked like the others. */
+static bool x_not_implemented(kern_pw_op op) {
+    return op == KPW_GELU_TANH_BW || op == KPW_MISH_BW || op == KPW_SINC_BW;
+}
+
+/* Ops defined (or smooth) on positive inputs only: they get [0.2, 0.8], the others
+ * +-[0.2, 0.8]. */
+static bool positive_only(kern_pw_op op) {
+    static const kern_pw_op pos[] = {KPW_LOG,        KPW_SQRT,  KPW_RSQRT,    KPW_LOG2,
+                                     KPW_LOG10,      KPW_ACOSH, KPW_LOGIT,    KPW_LOGIT_BW,
+                                     KPW_POW,        KPW_POW_S, KPW_POW_S_BW, KPW_POW_BW_BASE,
+                                     KPW_POW_BW_EXP, KPW_XLOGY, KPW_FMOD,     KPW_REMAINDER};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i] == op)
+            return true;
+    return false;
+}
+
+static void pw_params(kern_pw_op op, double *p0, double *p1) {
+    *p0 = 0.7, *p1 = 0.0;
+    switch (op) {
+    case KPW_SOFTPLUS:
+    case KPW_SOFTPLUS_BW: *p0 = 1.3, *p1 = 20; break;
+    case KPW_CLAMP: *p0 = -0.5, *p1 = 0.5; break;
+    case KPW_CLAMP_BW:
+    case KPW_HARDTANH_BW: *p0 = -1, *p1 = 1; break;
+    case KPW_LOGIT:
+    case KPW_LOGIT_BW: *p0 = NAN, *p1 = NAN; break;
+    case KPW_ELU:
+    case KPW_ELU_BW: *p0 = 1.3, *p1 = 1.1; break;
+    case KPW_CELU:
+    case KPW_CELU_BW: *p0 = 1.3, *p1 = 1 / 1.3; break;
+    case KPW_POW_S:
+    case KPW_POW_S_BW: *p0 = 2.5; break;
+    case KPW_RPOW_S: *p0 = 1.7; break;
+    case KPW_MAX_S:
+    case KPW_MIN_S:
+    case KPW_LEAKY_RELU:
+    case KPW_LEAKY_RELU_BW: *p0 = 0.1; break;
+    default: break;
+    }
+}
+
+typedef struct {
+    kern_pw_op op;
+    double p0, p1;
+} pw_case;
+
+static ca_status call_pw(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    const pw_case *c = ctx;
+    ca_attrs a = {.i = {c->op}, .s = {c->p0, c->p1}};
+    return cai_op_call(CA_OP_PW, cai_kern_pw_arity(c->op), in, &a, out, NULL);
+}
+
+/* input k of op: a condition alternates 0 and 1; the others are drawn from the domain */
+static ca_tensor *pw_input(kern_pw_op op, int k, bool rg) {
+    if (k == cai_kern_pw_cond_input(op))
+        return tu_from(CA_FLOAT64, TU_SHAPE(2, 3), (double[]){1, 0, 0, 1, 1, 0}, false);
+    ca_tensor *t = tu_uniform(CA_FLOAT64, TU_SHAPE(2, 3), 0.2, 0.8, false);
+    double *d = ca_tensor_data(t);
+    for (int i = 0; i < 6; i++) {
+        if (!positive_only(op) && i % 2)
+            d[i] = -d[i];
+        if (op == KPW_ACOSH)
+            d[i] += 1.0;
+    }
+    ca_tensor_set_requires_grad(t, rg);
+    return t;
+}
+
+Test(double_backward, pw_derivative_of_every_kernel_op_gradchecks) {
+    int checked = 0;
+    for (int op = 0; op < KPW__COUNT; op++) {
+        if (cai_pw_deriv_entry((kern_pw_op)op) != 1)
+            continue;
+        pw_case c = {.op = (kern_pw_op)op};
+        pw_params(c.op, &c.p0, &c.p1);
+        int arity = cai_kern_pw_arity(c.op);
+        bool partial = x_not_implemented(c.op);
+        ca_tensor *in[3] = {0};
+        for (int k = 0; k < arity; k++) {
+            bool cond = k == cai_kern_pw_cond_input(c.op);
+            in[k] = pw_input(c.op, k, !cond && !(partial && k == 1));
+        }
+        tu_gradcheck(call_pw, arity, in, &c, 1e-6, 1e-5);
+        if (partial) { /* the x derivative: an error naming the op */
+            ca_tensor_set_requires_grad(in[1], true);
+            ca_tensor *y = NULL, *loss = NULL;
+            TU_OK(call_pw(in, &y, &c));
+            TU_OK(ca_sum(y, 0, NULL, false, &loss));
+            TU_FAILS(ca_backward(loss), CA_STATUS_AUTOGRAD, "is not implemented");
+            cr_assert(strstr(ca_last_error(), "_backward"), "%s", ca_last_error());
+            tu_release_n((ca_tensor *[]){y, loss}, 2);
+        }
+        tu_release_n(in, arity);
+        checked++;
+    }
+    cr_assert_geq(checked, 100);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Every op of the registry: gradgradcheck in float64
+ */
+typedef struct {
+    int index;
+    ca_op_info info;
+} reg_case;
+
+static ca_status call_op(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    const reg_case *c = ctx;
+    return ca_op_apply(c->index, c->info.n_tensors, in, c->info.n_scalars, c->info.defaults, out);
+}
+
+/* values away from 0 and from the kinks at +-1, +-3 and 6 of the piecewise ops; inside
+ * the domain of the ops defined on part of the line only */
+static const double *domain(unsigned fl, int k) {
+    static const double any[2][8] = {{-4.7, -2.2, -0.6, -0.15, 0.3, 1.7, 4.1, 7.3},
+                                     {0.9, -1.4, 2.3, 0.45, -0.7, 1.1, -2.6, 0.35}};
+    static const double pos[2][8] = {{0.15, 0.3, 0.6, 1.2, 1.7, 2.2, 4.1, 7.3},
+                                     {0.9, 1.4, 2.3, 0.45, 0.7, 1.1, 2.6, 0.35}};
+    static const double unit[8] = {-0.9, -0.6, -0.3, -0.15, 0.2, 0.45, 0.7, 0.85};
+    static const double above_1[8] = {1.05, 1.3, 1.7, 2.2, 3.1, 4.1, 5.5, 7.3};
+    static const double prob[8] = {0.05, 0.2, 0.3, 0.45, 0.55, 0.7, 0.8, 0.95};
+    return fl & (CA_OP_POSITIVE | CA_OP_ABOVE_M1) || k == 1 ? pos[k] /* xlogy's y */
+           : fl & CA_OP_PROB                                ? prob
+           : fl & CA_OP_UNIT                                ? unit
+           : fl & CA_OP_ABOVE_1                             ? above_1
+                                                            : any[k];
+}
+
+/* Registry ops a double backward refuses, naming them (their rules use a helper whose
+ * own derivative is not written): checked to fail, not skipped. */
+static bool refused_twice(const char *name) {
+    return strcmp(name, "mish") == 0 || strcmp(name, "sinc") == 0;
+}
+
+/* Ops whose gradient is not smooth enough at the test points for finite differences of
+ * the first gradient: discontinuous in the value (fmod, remainder: the second derivative
+ * is 0 a.e. and is checked through the pointwise test above). */
+static bool skip_numeric(const char *name) {
+    return strcmp(name, "fmod") == 0 || strcmp(name, "remainder") == 0;
+}
+
+static void expect_refused(reg_case *c, ca_tensor *const *in) {
+    ca_tensor *y = NULL, *loss = NULL, *g = NULL, *gs = NULL;
+    TU_OK(call_op(in, &y, c));
+    TU_OK(ca_sum(y, 0, NULL, false, &loss));
+    ca_grad_options o = {.create_graph = true};
+    TU_OK(ca_grad(1, &loss, 1, in, &o, &g));
+    TU_OK(ca_sum(g, 0, NULL, false, &gs));
+    TU_FAILS(ca_backward(gs), CA_STATUS_AUTOGRAD, "is not implemented");
+    tu_release_n((ca_tensor *[]){y, loss, g, gs}, 4);
+}
+
+Test(double_backward, every_registry_op_gradgradchecks) {
+    int checked = 0, refused = 0;
+    for (int k = 0; k < ca_op_count(); k++) {
+        reg_case c = {.index = k};
+        TU_OK(ca_op_describe(k, &c.info));
+        int nt = c.info.n_tensors;
+        if (nt > 2 || c.info.n_defaults != c.info.n_scalars || skip_numeric(c.info.name))
+            continue;
+        ca_tensor *in[2] = {0};
+        for (int j = 0; j < nt; j++)
+            in[j] = tu_from(CA_FLOAT64, TU_SHAPE(2, 4), domain(c.info.flags, j), true);
+        ca_tensor *probe = NULL; /* a binary op of the registry may want other shapes */
+        bool runs = call_op(in, &probe, &c) == CA_OK && ca_tensor_requires_grad(probe);
+        ca_tensor_release(probe);
+        if (runs && refused_twice(c.info.name)) {
+            expect_refused(&c, in);
+            refused++;
+        } else if (runs) {
+            cr_log_info("gradgradcheck %s", c.info.name);
+            gradgradcheck(call_op, nt, in, &c, 1e-5, 1e-4);
+            checked++;
+        }
+        tu_release_n(in, nt);
+    }
+    cr_assert_geq(checked, 60);
+    cr_assert_eq(refused, 2);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The everyday ops outside the registry (rows of the op table without a schema)
+ */
+typedef ca_status (*bin_fn)(ca_tensor *, ca_tensor *, ca_tensor **);
+
+static ca_status call_bin(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    return ((bin_fn)ctx)(in[0], in[1], out);
+}
+
+Test(double_backward, arithmetic_and_matmul_gradgradcheck) {
+    bin_fn fns[] = {ca_add, ca_sub, ca_mul, ca_div, ca_pow, ca_maximum, ca_matmul};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        bool mm = fns[i] == ca_matmul;
+        ca_tensor *a = tu_uniform(CA_FLOAT64, TU_SHAPE(3, 4), 0.5, 1.5, true);
+        ca_tensor *b = mm ? tu_randn(CA_FLOAT64, TU_SHAPE(4, 2), true)
+                          : tu_uniform(CA_FLOAT64, TU_SHAPE(4), 0.3, 1.2, true); /* broadcast */
+        gradgradcheck(call_bin, 2, (ca_tensor *[]){a, b}, (void *)fns[i], 1e-5, 1e-4);
+        tu_release_n((ca_tensor *[]){a, b}, 2);
+    }
+}
+
+static ca_status reductions(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *sm = NULL, *ls = NULL, *m = NULL, *lse = NULL, *p = NULL;
+    int64_t d1 = 1;
+    ca_status st = ca_softmax(in[0], 1, &sm);
+    if (st == CA_OK)
+        st = ca_log_softmax(in[0], 0, &ls);
+    if (st == CA_OK)
+        st = ca_mul(sm, ls, &p);
+    if (st == CA_OK)
+        st = ca_mean(p, 1, &d1, true, &m);
+    if (st == CA_OK)
+        st = ca_logsumexp(in[0], 1, &d1, true, &lse);
+    if (st == CA_OK)
+        st = ca_add(m, lse, out);
+    tu_release_n((ca_tensor *[]){sm, ls, m, lse, p}, 5);
+    return st;
+}
+
+Test(double_backward, softmax_and_reductions_gradgradcheck) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(3, 5), true);
+    gradgradcheck(reductions, 1, &x, NULL, 1e-5, 1e-4);
+    ca_tensor_release(x);
+}
+
+static ca_status losses(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    ca_tensor *target = ctx, *ce = NULL, *mse = NULL, *sq = NULL;
+    ca_status st = ca_cross_entropy(in[0], target, CA_REDUCTION_MEAN, -100, &ce);
+    if (st == CA_OK)
+        st = ca_mul(in[0], in[0], &sq);
+    if (st == CA_OK)
+        st = ca_mse_loss(sq, in[1], CA_REDUCTION_SUM, &mse);
+    if (st == CA_OK)
+        st = ca_add(ce, mse, out);
+    tu_release_n((ca_tensor *[]){ce, mse, sq}, 3);
+    return st;
+}
+
+Test(double_backward, cross_entropy_and_mse_gradgradcheck) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(4, 3), true);
+    ca_tensor *t = tu_randn(CA_FLOAT64, TU_SHAPE(4, 3), true);
+    ca_tensor *target = tu_index(TU_SHAPE(4), (int64_t[]){0, 2, 1, 2});
+    gradgradcheck(losses, 2, (ca_tensor *[]){x, t}, target, 1e-5, 1e-4);
+    tu_release_n((ca_tensor *[]){x, t, target}, 3);
+}
+
+static ca_status shapes(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *r = NULL, *p = NULL, *s = NULL, *c = NULL, *e = NULL;
+    ca_status st = ca_reshape(in[0], 2, (int64_t[]){4, 3}, &r);
+    if (st == CA_OK)
+        st = ca_permute(r, 2, (int64_t[]){1, 0}, &p);
+    if (st == CA_OK)
+        st = ca_slice(p, 1, 1, 4, 2, &s);
+    if (st == CA_OK)
+        st = ca_cat(2, (ca_tensor *[]){s, s}, 1, &c);
+    if (st == CA_OK)
+        st = ca_exp(c, &e);
+    if (st == CA_OK)
+        st = ca_cumsum(e, 1, out);
+    tu_release_n((ca_tensor *[]){r, p, s, c, e}, 5);
+    return st;
+}
+
+Test(double_backward, views_and_cat_gradgradcheck) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(2, 6), true);
+    gradgradcheck(shapes, 1, &x, NULL, 1e-5, 1e-4);
+    ca_tensor_release(x);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The engine
+ */
+/* y = sum(x^3): dy/dx = 3x^2 with a history; d(sum 3x^2)/dx = 6x; third order 6 */
+Test(double_backward, grad_create_graph_gives_higher_orders) {
+    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(3), (double[]){1, -2, 0.5}, true);
+    ca_tensor *c = NULL, *y = NULL, *g = NULL, *gs = NULL, *h = NULL, *hs = NULL, *k = NULL;
+    TU_OK(ca_pow_scalar(x, 3.0, &c));
+    TU_OK(ca_sum(c, 0, NULL, false, &y));
+    ca_grad_options o = {.create_graph = true};
+    TU_OK(ca_grad(1, &y, 1, &x, &o, &g));
+    cr_assert(ca_tensor_grad_fn(g) != NULL, "the gradient has a history");
+    tu_assert_values(g, (double[]){3, 12, 0.75}, 1e-12);
+    TU_OK(ca_sum(g, 0, NULL, false, &gs));
+    TU_OK(ca_grad(1, &gs, 1, &x, &o, &h));
+    tu_assert_values(h, (double[]){6, -12, 3}, 1e-12);
+    TU_OK(ca_sum(h, 0, NULL, false, &hs));
+    TU_OK(ca_grad(1, &hs, 1, &x, NULL, &k));
+    tu_assert_values(k, (double[]){6, 6, 6}, 1e-12);
+    cr_assert(ca_tensor_grad_fn(k) == NULL, "without create_graph: no history");
+    tu_release_n((ca_tensor *[]){x, c, y, g, gs, h, hs, k}, 8);
+}
+
+Test(double_backward, gradient_without_create_graph_is_not_differentiable) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(3), true), *y = NULL, *s = NULL, *g = NULL,
+              *gs = NULL, *h = NULL;
+    TU_OK(ca_tanh(x, &y));
+    TU_OK(ca_sum(y, 0, NULL, false, &s));
+    TU_OK(ca_grad(1, &s, 1, &x, NULL, &g));
+    cr_assert(!ca_tensor_requires_grad(g));
+    TU_OK(ca_sum(g, 0, NULL, false, &gs));
+    TU_FAILS(ca_grad(1, &gs, 1, &x, NULL, &h), CA_STATUS_AUTOGRAD, "does not require grad");
+    tu_release_n((ca_tensor *[]){x, y, s, g, gs}, 5);
+}
+
+/* backward(create_graph): .grad is CopyBackwards of the gradient, then .grad + g out of
+ * place (AddBackward0), as PyTorch; the leaf and its .grad hold each other until .grad is
+ * cleared (PyTorch warns of the same cycle), so the test clears it. */
+Test(double_backward, backward_create_graph_grad_has_history) {
+    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){1, 2}, true);
+    ca_backward_options o = {.create_graph = true};
+    for (int round = 0; round < 2; round++) {
+        ca_tensor *c = NULL, *y = NULL;
+        TU_OK(ca_pow_scalar(x, 3.0, &c));
+        TU_OK(ca_sum(c, 0, NULL, false, &y));
+        TU_OK(ca_backward_ex(y, &o));
+        ca_node *fn = ca_tensor_grad_fn(ca_tensor_grad(x));
+        cr_assert_str_eq(ca_node_name(fn), round == 0 ? "CopyBackwards" : "AddBackward0");
+        tu_release_n((ca_tensor *[]){c, y}, 2);
+    }
+    tu_assert_values(ca_tensor_grad(x), (double[]){6, 24}, 1e-12);
+    ca_tensor *gs = NULL, *h = NULL;
+    TU_OK(ca_sum(ca_tensor_grad(x), 0, NULL, false, &gs));
+    TU_OK(ca_grad(1, &gs, 1, &x, NULL, &h));
+    tu_assert_values(h, (double[]){12, 24}, 1e-12); /* d/dx of 2 * 3x^2 */
+    TU_OK(ca_tensor_set_grad(x, NULL));
+    tu_release_n((ca_tensor *[]){x, gs, h}, 3);
+}
+
+Test(double_backward, rule_without_second_derivative_names_the_op) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(2, 4), true), *y = NULL, *s = NULL, *g = NULL,
+              *gs = NULL;
+    int64_t shape[1] = {4};
+    TU_OK(ca_layer_norm(x, 1, shape, NULL, NULL, 1e-5, &y));
+    TU_OK(ca_mul(y, y, &s));
+    ca_tensor *loss = NULL;
+    TU_OK(ca_sum(s, 0, NULL, false, &loss));
+    ca_grad_options o = {.create_graph = true};
+    TU_OK(ca_grad(1, &loss, 1, &x, &o, &g));
+    TU_OK(ca_sum(g, 0, NULL, false, &gs));
+    TU_FAILS(ca_backward(gs), CA_STATUS_AUTOGRAD, "'layer_norm' is not implemented");
+    tu_release_n((ca_tensor *[]){x, y, s, loss, g, gs}, 6);
+
+    x = tu_uniform(CA_FLOAT64, TU_SHAPE(5), 0.5, 1.5, true);
+    TU_OK(ca_cumprod(x, 0, &y));
+    TU_OK(ca_sum(y, 0, NULL, false, &loss));
+    TU_OK(ca_grad(1, &loss, 1, &x, &o, &g));
+    TU_OK(ca_sum(g, 0, NULL, false, &gs));
+    TU_FAILS(ca_backward(gs), CA_STATUS_AUTOGRAD, "'cumprod_backward' is not implemented");
+    tu_release_n((ca_tensor *[]){x, y, loss, g, gs}, 5);
+}
+
+Test(double_backward, compiled_autograd_runs_it_eagerly_and_counts_it) {
+    ca_compiled_autograd_reset();
+    TU_OK(ca_compiled_autograd_enable(NULL));
+    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){1, 2}, true);
+    ca_tensor *y = NULL, *s = NULL, *g = NULL, *gs = NULL, *h = NULL;
+    TU_OK(ca_tanh(x, &y));
+    TU_OK(ca_sum(y, 0, NULL, false, &s));
+    ca_grad_options o = {.create_graph = true};
+    TU_OK(ca_grad(1, &s, 1, &x, &o, &g));
+    ca_compiled_counters c;
+    ca_compiled_autograd_counters(&c);
+    cr_assert_eq(c.eager_fallbacks, 1);
+    cr_assert_eq(c.captures, 0);
+    TU_OK(ca_sum(g, 0, NULL, false, &gs));
+    TU_OK(ca_grad(1, &gs, 1, &x, NULL, &h)); /* the second backward is an ordinary one */
+    ca_compiled_autograd_counters(&c);
+    cr_assert_eq(c.captures, 1);
+    for (int i = 0; i < 2; i++) { /* -2 tanh (1 - tanh^2) */
+        double t = tanh(tu_get(x, i));
+        cr_assert_float_eq(tu_get(h, i), -2 * t * (1 - t * t), 1e-12);
+    }
+    TU_OK(ca_compiled_autograd_disable());
+    tu_release_n((ca_tensor *[]){x, y, s, g, gs, h}, 6);
+}
