@@ -46,8 +46,13 @@ def _retain(retain_graph, create_graph):
     return bool(create_graph) if retain_graph is None else bool(retain_graph)
 
 
+_warned_cycle = False  # torch warns once per process
+
+
 def _warn_grad_cycle(create_graph, inputs):
-    if create_graph and inputs is None:
+    global _warned_cycle
+    if create_graph and inputs is None and not _warned_cycle:
+        _warned_cycle = True
         warnings.warn("Using backward() with create_graph=True will create a reference cycle "
                       "between the parameter and its gradient which can cause a memory leak. "
                       "We recommend using autograd.grad when creating the graph to avoid this. "

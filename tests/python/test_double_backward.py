@@ -1,0 +1,419 @@
+"""Double backward (create_graph=True), eager: Hessian-vector products, a WGAN-GP gradient
+penalty step, a MAML inner step, a physics-informed loss with a Laplacian, third order, a
+custom Function's differentiable backward, .grad with a history, the errors torch gives,
+and compiled autograd running such a backward eagerly (counted and logged). Every value
+and gradient is compared with torch 2.13 in float32 and float64."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import cagrad
+from helpers import assert_close, compiled_ctx, counters, needs_cagrad
+
+pytestmark = needs_cagrad
+
+DTYPES = ["float32", "float64"]
+RNG = np.random.default_rng(7)
+
+
+def arr(*shape, lo=None, hi=None):
+    if lo is not None:
+        return RNG.uniform(lo, hi, shape)
+    return RNG.standard_normal(shape)
+
+
+def leaf(L, a, dtype):
+    return L.tensor(a, dtype=getattr(L, dtype), requires_grad=True)
+
+
+def const(L, a, dtype):
+    return L.tensor(a, dtype=getattr(L, dtype))
+
+
+def check(f, dtype, *args, compiled=False, **kw):
+    with compiled_ctx(compiled):
+        ours = [v.detach().numpy() for v in f(cagrad, dtype, *args, **kw)]
+    ref = [v.detach().numpy() for v in f(torch, dtype, *args, **kw)]
+    assert len(ours) == len(ref)
+    for k, (a, b) in enumerate(zip(ours, ref)):
+        assert_close(a, b, msg=f"result {k}")
+
+
+# ---------------------------------------------------------------------------------------
+# Hessian-vector product of an MLP loss: autograd.grad twice
+# ---------------------------------------------------------------------------------------
+MLP = {"w1": arr(8, 4), "b1": arr(8), "w2": arr(1, 8), "b2": arr(1), "x": arr(5, 4),
+       "y": arr(5, 1)}
+VECS = {k: arr(*MLP[k].shape) for k in ("w1", "b1", "w2", "b2")}
+
+
+def mlp_hvp(L, dtype):
+    F = L.nn.functional
+    p = {k: leaf(L, MLP[k], dtype) for k in ("w1", "b1", "w2", "b2")}
+    x, y = const(L, MLP["x"], dtype), const(L, MLP["y"], dtype)
+    h = L.tanh(F.linear(x, p["w1"], p["b1"]))
+    loss = F.mse_loss(F.linear(F.softplus(h), p["w2"], p["b2"]), y)
+    params = list(p.values())
+    grads = L.autograd.grad(loss, params, create_graph=True)
+    gv = sum((g * const(L, VECS[k], dtype)).sum() for g, k in zip(grads, p))
+    hv = L.autograd.grad(gv, params)
+    return [loss, *grads, *hv]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hessian_vector_product_of_an_mlp_loss(dtype, compiled):
+    check(mlp_hvp, dtype, compiled=compiled)
+
+
+# ---------------------------------------------------------------------------------------
+# WGAN-GP: the norm of d critic / d input, squared, added to the loss, one SGD step
+# ---------------------------------------------------------------------------------------
+CRITIC = {"w1": arr(16, 3), "b1": arr(16), "w2": arr(1, 16), "b2": arr(1)}
+REAL, FAKE, ALPHA = arr(6, 3), arr(6, 3), arr(6, 1, lo=0.0, hi=1.0)
+
+
+def wgan_gp_step(L, dtype, steps=2):
+    F = L.nn.functional
+    p = {k: leaf(L, v, dtype) for k, v in CRITIC.items()}
+    opt = L.optim.SGD(list(p.values()), lr=0.05)
+
+    def critic(x):
+        return F.linear(F.leaky_relu(F.linear(x, p["w1"], p["b1"]), 0.2).tanh(),
+                        p["w2"], p["b2"])
+
+    real, fake = const(L, REAL, dtype), const(L, FAKE, dtype)
+    alpha = const(L, ALPHA, dtype)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad()
+        x = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        (gx,) = L.autograd.grad(critic(x).sum(), x, create_graph=True)
+        gp = ((gx.norm(2, dim=1) - 1) ** 2).mean()
+        loss = critic(fake).mean() - critic(real).mean() + 10.0 * gp
+        loss.backward()
+        out += [loss, gp] + [q.grad for q in p.values()]
+        opt.step()
+    return out + list(p.values())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_wgan_gp_gradient_penalty_step(dtype, compiled):
+    check(wgan_gp_step, dtype, compiled=compiled)
+
+
+# ---------------------------------------------------------------------------------------
+# MAML: params - lr * grad (create_graph), the outer loss differentiates through it
+# ---------------------------------------------------------------------------------------
+TASK = {"w": arr(3, 5), "b": arr(3), "xs": arr(8, 5), "xq": arr(8, 5)}
+YS, YQ = RNG.integers(0, 3, 8), RNG.integers(0, 3, 8)
+
+
+def maml_step(L, dtype, inner_steps=2):
+    F = L.nn.functional
+    w, b = leaf(L, TASK["w"], dtype), leaf(L, TASK["b"], dtype)
+    xs, xq = const(L, TASK["xs"], dtype), const(L, TASK["xq"], dtype)
+    ys, yq = L.tensor(YS), L.tensor(YQ)
+    fw, fb = w, b
+    for _ in range(inner_steps):
+        inner = F.cross_entropy(F.linear(L.sigmoid(xs), fw, fb), ys)
+        gw, gb = L.autograd.grad(inner, (fw, fb), create_graph=True)
+        fw, fb = fw - 0.4 * gw, fb - 0.4 * gb
+    outer = F.cross_entropy(F.linear(L.sigmoid(xq), fw, fb), yq)
+    outer.backward()
+    return [inner, outer, w.grad, b.grad]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_maml_inner_step(dtype, compiled):
+    check(maml_step, dtype, compiled=compiled)
+
+
+# ---------------------------------------------------------------------------------------
+# Physics-informed: the Laplacian of a tanh MLP u(x, y) in the loss
+# ---------------------------------------------------------------------------------------
+PINN = {"w1": arr(12, 2), "b1": arr(12), "w2": arr(12, 12) * 0.5, "b2": arr(12),
+        "w3": arr(1, 12), "b3": arr(1)}
+POINTS = arr(10, 2, lo=-1.0, hi=1.0)
+
+
+def pinn_step(L, dtype):
+    F = L.nn.functional
+    p = {k: leaf(L, v, dtype) for k, v in PINN.items()}
+    x = const(L, POINTS, dtype).requires_grad_(True)
+    h = L.tanh(F.linear(x, p["w1"], p["b1"]))
+    h = L.tanh(F.linear(h, p["w2"], p["b2"]))
+    u = F.linear(h, p["w3"], p["b3"])
+    (du,) = L.autograd.grad(u.sum(), x, create_graph=True)
+    lap = 0
+    for d in range(2):
+        (dd,) = L.autograd.grad(du[:, d].sum(), x, create_graph=True)
+        lap = lap + dd[:, d]
+    source = L.sin(x[:, 0]) * L.cos(x[:, 1])
+    loss = ((lap + source) ** 2).mean() + (u ** 2).mean()
+    loss.backward()
+    return [u, du, lap, loss] + [q.grad for q in p.values()]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_pinn_laplacian_of_a_tanh_mlp(dtype, compiled):
+    check(pinn_step, dtype, compiled=compiled)
+
+
+# ---------------------------------------------------------------------------------------
+# Third order, and a custom Function whose backward uses differentiable ops
+# ---------------------------------------------------------------------------------------
+X3, X5 = arr(4, lo=0.2, hi=1.5), arr(5)
+
+
+def third_order(L, dtype):
+    x = leaf(L, X3, dtype)
+    y = (L.sin(x) * x ** 3 + L.exp(-x) / x + L.log1p(x) * L.sqrt(x)).sum()
+    (g1,) = L.autograd.grad(y, x, create_graph=True)
+    (g2,) = L.autograd.grad(g1.sum(), x, create_graph=True)
+    (g3,) = L.autograd.grad(g2.sum(), x)
+    return [y, g1, g2, g3]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_third_order_of_a_scalar_function(dtype):
+    check(third_order, dtype)
+
+
+def custom_cube(L, dtype):
+    class Cube(L.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x ** 2
+
+    x = leaf(L, X5, dtype)
+    y = Cube.apply(x).sum()
+    (g,) = L.autograd.grad(y, x, create_graph=True)
+    (h,) = L.autograd.grad((g * g).sum(), x)
+    return [g, h]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_custom_function_backward_is_differentiable(dtype):
+    check(custom_cube, dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# .grad after backward(create_graph=True)
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_create_graph_gives_grad_a_history(dtype):
+    names = {}
+    for L in (cagrad, torch):
+        x = leaf(L, X5, dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's reference-cycle warning (once)
+            (x ** 3).sum().backward(create_graph=True)
+        first = (x.grad.requires_grad, x.grad.is_leaf, type(x.grad.grad_fn).__name__)
+        (x ** 3).sum().backward(create_graph=True)
+        second = type(x.grad.grad_fn).__name__
+        (h,) = L.autograd.grad(x.grad.sum(), x)
+        names[L.__name__] = (first, second, h.numpy(), x.grad.detach().numpy())
+        x.grad = None  # breaks the leaf <-> .grad cycle, as torch's warning advises
+    ours, ref = names["cagrad"], names["torch"]
+    assert ours[:2] == ref[:2] == ((True, False, "CopyBackwards"), "AddBackward0")
+    assert_close(ours[2], ref[2])
+    assert_close(ours[3], ref[3])
+
+
+def test_autograd_backward_inputs_and_create_graph():
+    res = {}
+    for L in (cagrad, torch):
+        x, w = leaf(L, X3, "float64"), leaf(L, X5[:4], "float64")
+        L.autograd.backward([(x * x * w).sum()], inputs=[x], create_graph=True)
+        (h,) = L.autograd.grad(x.grad.sum(), w)
+        res[L.__name__] = (x.grad.detach().numpy(), h.numpy(), w.grad)
+        x.grad = None
+    assert res["cagrad"][2] is None and res["torch"][2] is None
+    for a, b in zip(res["cagrad"][:2], res["torch"][:2]):
+        assert_close(a, b)
+
+
+def test_grad_of_a_constant_gradient_has_no_history():
+    for L in (cagrad, torch):
+        x = leaf(L, arr(3), "float32")
+        (g,) = L.autograd.grad((x * 2).sum(), x, create_graph=True)
+        assert g.grad_fn is None and not g.requires_grad
+
+
+# ---------------------------------------------------------------------------------------
+# Errors, as torch gives them
+# ---------------------------------------------------------------------------------------
+def errors_of(f):
+    out = []
+    for L in (cagrad, torch):
+        with pytest.raises(Exception) as e:
+            f(L)
+        out.append((type(e.value), str(e.value)))
+    return out
+
+
+def test_differentiating_a_gradient_made_without_create_graph():
+    def f(L):
+        x = leaf(L, arr(3), "float32")
+        (g,) = L.autograd.grad((x ** 3).sum(), x)
+        L.autograd.grad(g.sum(), x)
+
+    ours, ref = errors_of(f)
+    assert ours == ref
+    assert ref == (RuntimeError, "element 0 of tensors does not require grad and does not have "
+                                 "a grad_fn")
+
+
+def test_once_differentiable_function_refuses_a_double_backward():
+    def f(L):
+        class Sq(L.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            @L.autograd.function.once_differentiable
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return 2 * g * x
+
+        x = leaf(L, arr(3), "float64")
+        y = (Sq.apply(x) ** 2).sum()  # the gradient reaching Sq requires grad
+        (g,) = L.autograd.grad(y, x, create_graph=True)
+        g.sum().backward()  # reaches the error node (autograd.grad w.r.t. x would not)
+
+    ours, ref = errors_of(f)
+    assert ours[0] is ref[0] is RuntimeError
+    assert "trying to differentiate twice a function that was marked with " \
+           "@once_differentiable" in ours[1]
+    assert ref[1] == "trying to differentiate twice a function that was marked with " \
+                     "@once_differentiable"
+
+
+def test_op_without_a_second_derivative_names_it():
+    # cagrad's own limit (torch has these): an honest error naming the op, never zeros
+    x = cagrad.randn(2, 4, dtype=cagrad.float64, requires_grad=True)
+    y = cagrad.nn.functional.layer_norm(x, (4,))
+    (g,) = cagrad.autograd.grad((y * y).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="the derivative for 'layer_norm' is not implemented"):
+        g.sum().backward()
+    z = cagrad.nn.functional.mish(x)
+    (g,) = cagrad.autograd.grad(z.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="the derivative for 'mish_backward' is not "
+                                           "implemented"):
+        cagrad.autograd.grad(g.sum(), x)
+
+
+def test_custom_function_saving_its_output_refuses_create_graph():
+    class Exp(cagrad.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * y
+
+    x = cagrad.randn(3, requires_grad=True)
+    (g,) = cagrad.autograd.grad(Exp.apply(x).sum(), x, create_graph=False)  # plain: fine
+    assert_close(g.numpy(), np.exp(x.detach().numpy()))
+    with pytest.raises(RuntimeError, match="cannot differentiate twice .*through ExpBackward"):
+        cagrad.autograd.grad(Exp.apply(x).sum(), x, create_graph=True)
+
+
+def test_allow_unused_with_create_graph():
+    def f(L, allow):
+        x, u = leaf(L, arr(3), "float64"), leaf(L, arr(3), "float64")
+        (g,) = L.autograd.grad((x ** 2).sum(), x, create_graph=True)
+        return L.autograd.grad(g.sum(), [x, u], allow_unused=allow)
+
+    for L in (cagrad, torch):
+        hx, hu = f(L, True)
+        assert hu is None
+        assert_close(np.asarray(hx.numpy()), np.full(3, 2.0))
+        with pytest.raises(RuntimeError) as e:
+            f(L, False)
+        assert "allow_unused" in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Compiled autograd: create_graph runs eagerly, counted and logged
+# ---------------------------------------------------------------------------------------
+def test_compiled_mode_counts_the_create_graph_backward_as_eager(reset_counters):
+    x = cagrad.randn(4, dtype=cagrad.float64, requires_grad=True)
+    with cagrad.compiled_autograd.enable():
+        (g,) = cagrad.autograd.grad(cagrad.tanh(x).sum(), x, create_graph=True)
+        mid = counters()
+        (h,) = cagrad.autograd.grad(g.sum(), x)
+        end = counters()
+    assert mid["eager_fallbacks"] == 1 and mid["captures"] == 0
+    assert end["captures"] == 1 and end["eager_fallbacks"] == 1  # the second one compiles
+    t = np.tanh(x.detach().numpy())
+    assert_close(h.numpy(), -2 * t * (1 - t * t))
+
+
+CHILD = textwrap.dedent(
+    """
+    import cagrad as torch
+    x = torch.randn(3, requires_grad=True)
+    with torch.compiled_autograd.enable():
+        (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
+        g.sum().backward()
+    print("FALLBACKS", torch.compiled_autograd.counters["eager_fallbacks"])
+    """
+)
+
+
+def test_compiled_mode_logs_why_it_ran_eagerly():
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cagrad.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in sys.path if p])
+    env["CAGRAD_LOGS"] = "compiled_autograd_verbose"
+    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "FALLBACKS 1" in r.stdout
+    assert ("[compiled_autograd_verbose] running eagerly: the backward has create_graph=True"
+            in r.stderr), r.stderr
+
+
+def test_warning_only_for_backward_without_inputs():
+    x = cagrad.randn(3, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cagrad.autograd.grad((x ** 2).sum(), x, create_graph=True)
+        cagrad.autograd.backward((x ** 2).sum(), inputs=[x], create_graph=True)
+    x.grad = None
+
+
+def test_backward_create_graph_warns_of_the_cycle_once():
+    cagrad.autograd._warned_cycle = False
+    x = cagrad.randn(3, requires_grad=True)
+    with pytest.warns(UserWarning, match="will create a reference cycle between the parameter "
+                                         "and its gradient"):
+        (x ** 2).sum().backward(create_graph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (x ** 2).sum().backward(create_graph=True)
+    x.grad = None
