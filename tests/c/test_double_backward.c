@@ -505,3 +505,203 @@ Test(double_backward, compiled_autograd_runs_it_eagerly_and_counts_it) {
     TU_OK(ca_compiled_autograd_disable());
     tu_release_n((ca_tensor *[]){x, y, s, g, gs, h}, 6);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * More rows outside the registry: convolution and pooling, indexing, order, linear
+ * algebra, selection ops. Each composite multiplies by a nonlinear factor, so that the
+ * second derivative runs through every rule's own ops (their derivative rules).
+ */
+/* f(x) * x, so a rule linear in x still has a second derivative to check */
+static ca_status times_self(ca_tensor *y, ca_tensor *x, ca_tensor **out) {
+    ca_status st = ca_mul(y, x, out);
+    ca_tensor_release(y);
+    return st;
+}
+
+static ca_status conv_pool(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *c = NULL, *t = NULL, *m = NULL, *a = NULL, *ad = NULL, *s = NULL;
+    int64_t one[2] = {1, 1}, two[2] = {2, 2}, zero[2] = {0, 0};
+    ca_status st = ca_conv2d(in[0], in[1], in[2], one, one, one, 1, &c);
+    if (st == CA_OK)
+        st = ca_tanh(c, &t);
+    if (st == CA_OK)
+        st = ca_max_pool2d(t, two, two, zero, one, false, &m, NULL);
+    if (st == CA_OK)
+        st = ca_avg_pool2d(t, two, one, zero, false, true, 0, &a);
+    if (st == CA_OK)
+        st = ca_adaptive_avg_pool2d(a, 2, 2, &ad);
+    if (st == CA_OK)
+        st = ca_mul(m, ad, &s);
+    if (st == CA_OK)
+        st = ca_mul(s, s, out);
+    tu_release_n((ca_tensor *[]){c, t, m, a, ad, s}, 6);
+    return st;
+}
+
+Test(double_backward, conv2d_and_pooling_gradgradcheck) {
+    ca_tensor *x = tu_randn(CA_FLOAT64, TU_SHAPE(1, 2, 4, 4), true);
+    ca_tensor *w = tu_randn(CA_FLOAT64, TU_SHAPE(2, 2, 3, 3), true);
+    ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(2), true);
+    gradgradcheck(conv_pool, 3, (ca_tensor *[]){x, w, b}, NULL, 1e-5, 1e-4);
+    tu_release_n((ca_tensor *[]){x, w, b}, 3);
+}
+
+static ca_status indexing(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    ca_tensor *const *ix = ctx; /* rows [3], gather index [2, 3], filled rows [2] */
+    ca_tensor *e = NULL, *s = NULL, *g = NULL, *f = NULL, *sa = NULL, *p = NULL;
+    ca_status st = ca_embedding(in[0], ix[0], &e); /* [3, 4] */
+    if (st == CA_OK)
+        st = ca_index_select(in[0], 0, ix[0], &s); /* [3, 4] */
+    if (st == CA_OK)
+        st = ca_gather(in[0], 0, ix[1], &g); /* [2, 3] */
+    if (st == CA_OK)
+        st = ca_index_fill(e, 0, ix[2], 0.5, &f); /* rows 1 and 2 */
+    ca_tensor *src = NULL, *sa5 = NULL;           /* the embedding's first 3 columns into [3, 5] */
+    if (st == CA_OK)
+        st = ca_slice(e, 1, 0, 3, 1, &src);
+    if (st == CA_OK)
+        st = ca_index_add_zeros(2, (int64_t[]){3, 5}, 1, ix[0], src, &sa5);
+    if (st == CA_OK)
+        st = ca_slice(sa5, 1, 0, 4, 1, &sa);
+    tu_release_n((ca_tensor *[]){src, sa5}, 2);
+    if (st == CA_OK)
+        st = ca_mul(f, sa, &p);
+    ca_tensor *ps = NULL, *gs = NULL, *ss = NULL;
+    if (st == CA_OK)
+        st = ca_sum(p, 0, NULL, false, &ps);
+    if (st == CA_OK)
+        st = ca_sum(g, 0, NULL, false, &gs);
+    if (st == CA_OK)
+        st = ca_mul(s, s, &ss);
+    ca_tensor *t = NULL, *u = NULL;
+    if (st == CA_OK)
+        st = ca_sum(ss, 0, NULL, false, &t);
+    if (st == CA_OK)
+        st = ca_mul(gs, ps, &u);
+    if (st == CA_OK)
+        st = ca_add(u, t, out);
+    tu_release_n((ca_tensor *[]){e, s, g, f, sa, p, ps, gs, ss, t, u}, 11);
+    return st;
+}
+
+Test(double_backward, indexing_gradgradcheck) {
+    ca_tensor *w = tu_randn(CA_FLOAT64, TU_SHAPE(5, 4), true);
+    ca_tensor *ix[3] = {tu_index(TU_SHAPE(3), (int64_t[]){4, 0, 2}),
+                        tu_index(TU_SHAPE(2, 3), (int64_t[]){1, 0, 4, 3, 3, 2}),
+                        tu_index(TU_SHAPE(2), (int64_t[]){1, 2})};
+    gradgradcheck(indexing, 1, &w, ix, 1e-5, 1e-4);
+    tu_release_n((ca_tensor *[]){w, ix[0], ix[1], ix[2]}, 4);
+}
+
+static ca_status order_and_select(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *sv = NULL, *tv = NULL, *mx = NULL, *mn = NULL, *mask = NULL, *mf = NULL;
+    ca_tensor *cl = NULL, *w = NULL, *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    ca_tensor *ix[4] = {0};
+    int64_t d1 = 1;
+    ca_status st = ca_sort(in[0], 1, true, false, &sv, &ix[0]);
+    if (st == CA_OK)
+        st = ca_topk(in[0], 2, 1, true, true, &tv, &ix[1]);
+    if (st == CA_OK)
+        st = ca_max(in[0], 1, &d1, true, &mx, &ix[2]);
+    if (st == CA_OK)
+        st = ca_min(in[0], 1, &d1, true, &mn, &ix[3]);
+    tu_release_n(ix, 4);
+    if (st == CA_OK)
+        st = ca_gt_scalar(in[0], 0.0, &mask);
+    if (st == CA_OK)
+        st = ca_masked_fill(in[0], mask, 0.25, &mf);
+    if (st == CA_OK)
+        st = ca_clamp(in[0], -0.8, 0.9, &cl);
+    if (st == CA_OK)
+        st = ca_where(mask, sv, cl, &w);
+    if (st == CA_OK)
+        st = ca_mul(w, mf, &a);
+    if (st == CA_OK)
+        st = ca_mul(mx, mn, &b);
+    if (st == CA_OK)
+        st = ca_mul(a, b, &c);
+    if (st == CA_OK)
+        st = ca_sum(tv, 0, NULL, false, &d);
+    if (st == CA_OK)
+        st = ca_mul(c, d, out);
+    tu_release_n((ca_tensor *[]){sv, tv, mx, mn, mask, mf, cl, w, a, b, c, d}, 12);
+    return st;
+}
+
+Test(double_backward, sort_max_where_clamp_gradgradcheck) {
+    /* distinct values, away from the clamp bounds and from 0 */
+    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2, 4),
+                           (double[]){0.3, -1.2, 0.7, -0.45, 1.4, 0.15, -0.6, 0.55}, true);
+    gradgradcheck(order_and_select, 1, &x, NULL, 1e-5, 1e-4);
+    ca_tensor_release(x);
+}
+
+static ca_status linalg(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *mm = NULL, *am = NULL, *lin = NULL, *b3 = NULL, *bm = NULL, *t = NULL;
+    ca_tensor *u = NULL, *sq = NULL, *ex = NULL, *s = NULL, *tr = NULL;
+    ca_status st = ca_mm(in[0], in[1], &mm); /* [3, 2] */
+    if (st == CA_OK)
+        st = ca_addmm(in[2], in[0], in[1], &am);
+    if (st == CA_OK)
+        st = ca_t(in[1], &tr); /* [2, 4] */
+    if (st == CA_OK)
+        st = ca_linear(in[0], tr, in[2], &lin);
+    if (st == CA_OK)
+        st = ca_unsqueeze(mm, 0, &u); /* [1, 3, 2] */
+    if (st == CA_OK)
+        st = ca_expand(u, 3, (int64_t[]){2, 3, 2}, &ex);
+    if (st == CA_OK)
+        st = ca_reshape(am, 3, (int64_t[]){1, 2, 3}, &b3);
+    ca_tensor *b3e = NULL;
+    if (st == CA_OK)
+        st = ca_expand(b3, 3, (int64_t[]){2, 2, 3}, &b3e);
+    if (st == CA_OK)
+        st = ca_bmm(ex, b3e, &bm); /* [2, 3, 3] */
+    if (st == CA_OK)
+        st = ca_tanh(bm, &t);
+    if (st == CA_OK)
+        st = ca_select(t, 0, 1, &s);
+    ca_tensor *s2 = NULL, *ls = NULL;
+    if (st == CA_OK)
+        st = ca_sum(lin, 0, NULL, false, &ls);
+    if (st == CA_OK)
+        st = ca_mul(s, ls, &s2);
+    if (st == CA_OK)
+        st = ca_squeeze(s2, 0, NULL, &sq);
+    if (st == CA_OK)
+        st = times_self(ca_tensor_retain(sq), sq, out);
+    tu_release_n((ca_tensor *[]){mm, am, lin, b3, b3e, bm, t, u, sq, ex, s, tr, s2, ls}, 14);
+    return st;
+}
+
+Test(double_backward, mm_addmm_linear_bmm_views_gradgradcheck) {
+    ca_tensor *a = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4), true);
+    ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(4, 2), true);
+    ca_tensor *bias = tu_randn(CA_FLOAT64, TU_SHAPE(2), true);
+    gradgradcheck(linalg, 3, (ca_tensor *[]){a, b, bias}, NULL, 1e-5, 1e-4);
+    tu_release_n((ca_tensor *[]){a, b, bias}, 3);
+}
+
+static ca_status dtype_round_trip(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *f = NULL, *e = NULL, *d = NULL;
+    ca_status st = ca_to_dtype(in[0], CA_FLOAT32, &f);
+    if (st == CA_OK)
+        st = ca_exp(f, &e);
+    if (st == CA_OK)
+        st = ca_to_dtype(e, CA_FLOAT64, &d);
+    if (st == CA_OK)
+        st = times_self(d, in[0], out);
+    tu_release_n((ca_tensor *[]){f, e}, 2);
+    return st;
+}
+
+/* the float32 leg loses precision: a looser tolerance, still far below the values */
+Test(double_backward, to_dtype_gradgradcheck) {
+    ca_tensor *x = tu_uniform(CA_FLOAT64, TU_SHAPE(4), -1, 1, true);
+    gradgradcheck(dtype_round_trip, 1, &x, NULL, 5e-3, 5e-3);
+    ca_tensor_release(x);
+}
