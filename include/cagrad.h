@@ -493,7 +493,8 @@ ca_status ca_saved_tensors_hooks_pop(void);
  * references to outputs[k], and ctx_free runs at once.
  *
  * backward(ctx, n_outputs, grad_outputs, n_inputs, grad_inputs) runs during a backward with
- * grad mode off. grad_outputs[k] is borrowed, NULL when no gradient reached output k (its
+ * grad mode off (on with create_graph: ops it calls then record, so it is differentiable
+ * again). grad_outputs[k] is borrowed, NULL when no gradient reached output k (its
  * consumers did not need one). Set grad_inputs[i] to a new reference for each input that
  * needs one (those that require grad; the others are ignored), or leave it NULL for none.
  * A gradient of another dtype is converted; one of a shape the input broadcasts to is
