@@ -22,9 +22,6 @@ ca_bval cai_bx_fail(ca_builder *b, ca_status st, const char *fmt, ...) {
 void cai_rule_once_differentiable(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     (void)g, (void)gin;
     const ca_op_def *row = cai_op_def(n->op);
-    /* CA_OP_NOT_DIFFERENTIABLE stands for another node's saved value: name that op */
-    if (n->op == CA_OP_NOT_DIFFERENTIABLE)
-        row = cai_op_def((int)n->attrs.i[0]);
     cai_bx_fail(b, CA_STATUS_AUTOGRAD,
                 "the derivative for '%s' is not implemented: cagrad cannot differentiate its "
                 "gradient again (double backward, create_graph=True; see docs/python-api.md)",

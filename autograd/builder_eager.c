@@ -55,23 +55,6 @@ static bool any_edge(const ca_node *n) {
     return false;
 }
 
-/* An aux value the rule treats as a constant though it depends on the inputs: its history
- * is a node that fails when a gradient reaches it, naming the op (never a silent zero). */
-static ca_status aux_stand_in(const ca_node *n, ca_tensor *t, ca_tensor **out) {
-    ca_node *stand;
-    CA_CHECK(cai_node_alloc(CA_OP_NOT_DIFFERENTIABLE, n->n_in, &stand));
-    stand->attrs.i[0] = n->op;
-    cai_tensor_meta(t, &stand->out_meta);
-    for (int i = 0; i < n->n_in; i++) {
-        stand->in_meta[i] = n->in_meta[i];
-        stand->next[i] = (ca_edge){cai_node_retain(n->next[i].fn), n->next[i].input_nr};
-    }
-    ca_status st = alias_with_edge(t, stand, 0, out);
-    if (st != CA_OK)
-        cai_node_release(stand);
-    return st;
-}
-
 static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
     const ca_op_def *row = cai_op_def(n->op);
     const ca_field_desc *fd = &row->fields[n->saved[k].field];
@@ -81,8 +64,6 @@ static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
         e = n->next[fd->idx];
     else if (fd->src == FROM_OUTPUT)
         e = (ca_edge){(ca_node *)n, 0};
-    else if (fd->src == FROM_AUX && (row->flags & CA_OPF_AUX_ONCE) && any_edge(n))
-        return aux_stand_in(n, t, out);
     if (!e.fn) { /* a constant: an input that needs no gradient, indices, masks */
         *out = ca_tensor_retain(t);
         return CA_OK;
@@ -97,6 +78,13 @@ static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
     return st;
 }
 
+/* An aux value that depends on the inputs (layer_norm's mean and rstd) is recomputed from
+ * them by the row (row->aux_again), when any input carries a history. */
+static bool aux_recomputed(const ca_node *n, int k) {
+    const ca_op_def *row = cai_op_def(n->op);
+    return row->fields[n->saved[k].field].src == FROM_AUX && row->aux_again && any_edge(n);
+}
+
 static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
     ca_eager_builder *eb = (ca_eager_builder *)b;
     ca_status st = cai_node_check_saved(n, k);
@@ -108,6 +96,8 @@ static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
         return NULL;
     if (!eb->create_graph)
         return bv_of(n->saved[k].t);
+    if (aux_recomputed(n, k)) /* tracked by the builder calls that make it */
+        return cai_op_def(n->op)->aux_again(b, n, cai_op_def(n->op)->fields[n->saved[k].field].idx);
     ca_tensor *t;
     if ((st = reconnect(n, k, &t)) != CA_OK) {
         b->status = st;

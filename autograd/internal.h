@@ -459,9 +459,6 @@ typedef struct {
 
 enum {
     CA_OPF_NONDIFF = 1u << 0, /* no gradient at all (comparisons, backward-only helpers) */
-    /* its saved aux values (layer_norm's mean and rstd) depend on its inputs, but its rule
-     * treats them as constants: a double backward through them fails naming the op */
-    CA_OPF_AUX_ONCE = 1u << 1,
 };
 
 /* Shape rule: validate inputs and attrs, canonicalise attrs in place (negative dims,
@@ -496,6 +493,11 @@ struct ca_op_def {
     ca_deriv_fn backward; /* NULL only with CA_OPF_NONDIFF */
     kern_pw_op pw;        /* pointwise rows: the kernel op */
     kern_pw_op pw_bw;     /* activations: the derivative kernel (ops_activation.c) */
+    /* Rows whose saved aux values depend on the inputs (layer_norm's mean and rstd), which
+     * the rule reads as constants: aux output k recomputed from the saved inputs with
+     * builder calls. A double backward hands the rule these instead, so they carry the
+     * inputs' history. (Aux values that are constants, indices or masks need none.) */
+    ca_bval (*aux_again)(ca_builder *b, const ca_node *n, int k);
     /* The op registry (cagrad.h): rows with a schema are callable by name and become
      * Python functions. schema is the Python signature, PyTorch's names and defaults:
      * "elu(Tensor input, float alpha=1.0)"; py says where PyTorch has it (CA_OP_PY_*). */
@@ -665,9 +667,6 @@ typedef enum {
     CA_OP_CUSTOM, /* a custom function: its backward is the user's callback (custom.c) */
     /* double backward (create_graph): .grad's first copy (CopyBackwards, as PyTorch) */
     CA_OP_GRAD_COPY,
-    /* double backward: a saved value the rule of op attrs.i[0] cannot differentiate through
-     * (layer_norm's mean and rstd); its edges are that node's, its rule fails naming it */
-    CA_OP_NOT_DIFFERENTIABLE,
     CA_OP__COUNT
 } ca_op_id;
 

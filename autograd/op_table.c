@@ -25,8 +25,7 @@ static ca_status row_check(const ca_op_def *r) {
     const char *name = r->name ? r->name : "(unnamed)";
     if (!r->name || !r->node_name)
         return err_set(CA_STATUS_INTERNAL, "op table: row %d lacks a name or node name", r->id);
-    bool engine_row = r->id == CA_OP_ACCUMULATE_GRAD || r->id == CA_OP_CUSTOM ||
-                      r->id == CA_OP_NOT_DIFFERENTIABLE;
+    bool engine_row = r->id == CA_OP_ACCUMULATE_GRAD || r->id == CA_OP_CUSTOM;
     if (!engine_row && (!r->shape || !r->forward))
         return err_set(CA_STATUS_INTERNAL, "op table: op '%s' lacks a %s", name,
                        r->shape ? "forward kernel" : "shape rule");
@@ -128,14 +127,6 @@ static const ca_op_def autograd_rows[] = {
      .forward = cai_op_pointwise_forward,
      .backward = grad_copy_backward,
      .pw = KPW_COPY},
-    /* made by the eager builder only (builder_eager.c), never called */
-    {.id = CA_OP_NOT_DIFFERENTIABLE,
-     .name = "not_differentiable",
-     .node_name = "NotImplemented",
-     .fusion = CA_FUSE_OPAQUE,
-     .n_in_min = 0,
-     .n_in_max = -1,
-     .backward = cai_rule_once_differentiable},
 };
 
 const ca_op_group cai_ops_autograd = {autograd_rows,

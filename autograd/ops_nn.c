@@ -475,6 +475,26 @@ static ca_status ln_forward(const ca_op_def *row, ca_tensor *const *in, int n_in
 /* With xh = (x - mean) * rstd and gw = g * weight (or g), over the normalized dims:
  *   dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)),
  *   dweight = sum over leading dims of g * xh, dbias = sum over leading dims of g. */
+/* Double backward: aux 0 (mean) or 1 (rstd = 1 / sqrt(biased var + eps)) recomputed from
+ * the saved input with builder calls, so that they carry its history. */
+static ca_bval ln_aux_again(ca_builder *b, const ca_node *n, int k) {
+    const ca_meta *xm = &n->in_meta[0];
+    int kk = (int)n->attrs.i[0], nd = xm->ndim;
+    int64_t dims[CA_MAX_DIMS];
+    uint32_t mask = 0;
+    for (int j = 0; j < kk; j++) {
+        dims[j] = nd - kk + j;
+        mask |= 1u << (nd - kk + j);
+    }
+    ca_bval x = bx_saved(b, n, 0);
+    ca_bval mean = bx_scale_inv_numel(b, bx_sum(b, x, kk, dims, true), xm, mask);
+    if (k == 0)
+        return mean;
+    ca_bval d = bx_sub(b, x, mean);
+    ca_bval var = bx_scale_inv_numel(b, bx_sum(b, bx_mul(b, d, d), kk, dims, true), xm, mask);
+    return bx_pw(b, KPW_RSQRT, bx_add_s(b, var, n->attrs.s[0]), NULL, NULL, 0, 0);
+}
+
 static void ln_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     int k = (int)n->attrs.i[0], nd = n->in_meta[0].ndim;
     bool has_w = n->attrs.i[1] & LN_WEIGHT, has_b = n->attrs.i[1] & LN_BIAS;
@@ -608,7 +628,6 @@ static const ca_op_def rows[] = {
      .name = "layer_norm",
      .node_name = "NativeLayerNormBackward0",
      .fusion = CA_FUSE_OPAQUE,
-     .flags = CA_OPF_AUX_ONCE,
      .n_in_min = 1,
      .n_in_max = 3,
      .n_fields = 6,
@@ -620,7 +639,8 @@ static const ca_op_def rows[] = {
                 {"flags", FIELD_INT, FROM_ATTR, 1}},
      .shape = ln_shape,
      .forward = ln_forward,
-     .backward = ln_backward},
+     .backward = ln_backward,
+     .aux_again = ln_aux_again},
     {.id = CA_OP_DROPOUT,
      .name = "dropout",
      .node_name = "NativeDropoutBackward0",
