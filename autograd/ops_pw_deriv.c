@@ -12,9 +12,7 @@
  *    derivative is zero almost everywhere and PyTorch's versions return booleans or
  *    integer-valued results); op.c then records no node for them.
  * A kernel op without an entry is a hole that tests/c/test_double_backward.c finds by
- * walking KERN_PW_OPS. Where a formula is not written yet the function fails with
- * PyTorch's "the derivative for 'X' is not implemented", naming the op: never a silent
- * zero.
+ * walking KERN_PW_OPS, and then checks every entry against finite differences.
  */
 #include "autograd/builder.h"
 
@@ -57,13 +55,6 @@ static ca_bval rsub_s(ca_builder *b, double s, ca_bval x) { /* s - x */
 static ca_bval sigmoid(ca_builder *b, ca_bval x) {
     return pw1(b, KPW_SIGMOID, x, 0, 0);
 }
-static ca_bval not_implemented(ca_builder *b, const char *what) {
-    return cai_bx_fail(b, CA_STATUS_AUTOGRAD,
-                       "the derivative for '%s' is not implemented: cagrad cannot differentiate "
-                       "it a second time (see docs/python-api.md, double backward)",
-                       what);
-}
-
 /* A unary op: d[0] = EXPR over g and a. */
 #define UNARY(NAME, EXPR)                                                                          \
     static void NAME(ca_builder *b, const pw_call *c, ca_bval *d) {                                \
@@ -313,7 +304,20 @@ static ca_bval gelu_dd(ca_builder *b, ca_bval x) {
     return bx_mul(b, phi, rsub_s(b, 2.0, sq(b, x)));
 }
 HELPER(d_gelu_bw, bx_mul(b, bx_mul(b, g, h), gelu_dd(b, x)))
-HELPER(d_gelu_tanh_bw, not_implemented(b, "gelu_backward (approximate='tanh')"))
+/* gelu_tanh = x (1 + t) / 2, t = tanh(u), u = k (x + c x^3):
+ * f'' = (1 - t^2) (u' + x (u'' - 2 t u'^2) / 2), u' = k (1 + 3 c x^2), u'' = 6 c k x */
+static ca_bval gelu_tanh_dd(ca_builder *b, ca_bval x) {
+    const double k = 0.79788456080286535588, c = 0.044715;
+    ca_bval x2 = sq(b, x);
+    ca_bval u = bx_mul_s(b, bx_add(b, x, bx_mul_s(b, bx_mul(b, x2, x), c)), k);
+    ca_bval t = pw1(b, KPW_TANH, u, 0, 0);
+    ca_bval du = bx_mul_s(b, bx_add_s(b, bx_mul_s(b, x2, 3 * c), 1.0), k);
+    ca_bval ddu = bx_mul_s(b, x, 6 * c * k);
+    ca_bval bend = bx_sub(b, ddu, bx_mul(b, bx_mul_s(b, t, 2.0), sq(b, du)));
+    ca_bval inner = bx_add(b, du, bx_mul_s(b, bx_mul(b, x, bend), 0.5));
+    return bx_mul(b, rsub_s(b, 1.0, sq(b, t)), inner);
+}
+HELPER(d_gelu_tanh_bw, bx_mul(b, bx_mul(b, g, h), gelu_tanh_dd(b, x)))
 /* silu' = s (1 + x (1 - s)); silu'' = s (1 - s) (2 + x (1 - 2 s)) */
 static ca_bval silu_dd(ca_builder *b, ca_bval x) {
     ca_bval s = sigmoid(b, x);
@@ -333,7 +337,15 @@ HELPER(d_softplus_bw, bx_mul(b, bx_mul(b, g, h), softplus_dd(b, x, c->p0, c->p1)
 /* (g, y) helpers: sigmoid' = y (1 - y) -> d/dy = 1 - 2y; tanh' = 1 - y^2 -> -2y */
 HELPER(d_sigmoid_bw, bx_mul(b, bx_mul(b, g, h), rsub_s(b, 1.0, bx_mul_s(b, x, 2.0))))
 HELPER(d_tanh_bw, bx_mul(b, bx_mul(b, g, h), bx_mul_s(b, x, -2.0)))
-HELPER(d_mish_bw, not_implemented(b, "mish_backward"))
+/* mish = x t, t = tanh(softplus x), s = sigmoid x: f'' = s (1 - t^2) (2 + x (1 - s) - 2 x s t) */
+static ca_bval mish_dd(ca_builder *b, ca_bval x) {
+    ca_bval s = sigmoid(b, x);
+    ca_bval t = pw1(b, KPW_TANH, pw1(b, KPW_SOFTPLUS, x, 1.0, 20.0), 0, 0);
+    ca_bval xs = bx_mul(b, x, s);
+    ca_bval br = bx_sub(b, bx_add_s(b, bx_sub(b, x, xs), 2.0), bx_mul(b, bx_mul_s(b, xs, 2.0), t));
+    return bx_mul(b, bx_mul(b, s, rsub_s(b, 1.0, sq(b, t))), br);
+}
+HELPER(d_mish_bw, bx_mul(b, bx_mul(b, g, h), mish_dd(b, x)))
 /* hardswish'' = 1/3 inside (-3, 3) */
 static ca_bval inside3(ca_builder *b, ca_bval x) {
     return bx_mul(b, pw1(b, KPW_GT_S, x, -3.0, 0), pw1(b, KPW_LT_S, x, 3.0, 0));
@@ -364,7 +376,19 @@ HELPER(d_softsign_bw, bx_mul(b, bx_mul(b, g, h), softsign_dd(b, x)))
 HELPER(d_erf_bw, bx_mul(b, g, bx_mul(b, bx_pw(b, c->op, h, x, NULL, 0, 0), bx_mul_s(b, x, -2.0))))
 /* (g, y): erfinv' = sqrt(pi)/2 exp(y^2) -> d/dy = 2y times the helper's value */
 HELPER(d_erfinv_bw, bx_mul(b, g, bx_mul(b, bx_pw(b, c->op, h, x, NULL, 0, 0), bx_mul_s(b, x, 2.0))))
-HELPER(d_sinc_bw, not_implemented(b, "sinc_backward"))
+/* sinc' = (cos(pi x) - sinc x) / x, sinc'' = -(pi sin(pi x) + 2 sinc') / x; -pi^2 / 3
+ * at x == 0 (the limit), computed there from a stand-in x of 1 */
+static ca_bval sinc_dd(ca_builder *b, ca_bval x) {
+    const double pi = 3.14159265358979323846;
+    ca_bval zero = pw1(b, KPW_EQ_S, x, 0.0, 0);
+    ca_bval xs = pw2(b, KPW_MASKED_FILL, x, zero, 1.0, 0);
+    ca_bval px = bx_mul_s(b, xs, pi);
+    ca_bval d1 = bx_div(b, bx_sub(b, pw1(b, KPW_COS, px, 0, 0), pw1(b, KPW_SINC, xs, 0, 0)), xs);
+    ca_bval num = bx_add(b, bx_mul_s(b, pw1(b, KPW_SIN, px, 0, 0), pi), bx_mul_s(b, d1, 2.0));
+    ca_bval d2 = bx_neg(b, bx_div(b, num, xs));
+    return pw2(b, KPW_MASKED_FILL, d2, zero, -pi * pi / 3, 0);
+}
+HELPER(d_sinc_bw, bx_mul(b, bx_mul(b, g, h), sinc_dd(b, x)))
 /* logit' = 1 / (x (1 - x)) inside the bounds -> times (2x - 1) / (x (1 - x)) */
 HELPER(d_logit_bw, bx_mul(b, g,
                           bx_mul(b, bx_pw(b, c->op, h, x, NULL, c->p0, c->p1),

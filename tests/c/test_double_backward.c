@@ -125,12 +125,6 @@ Test(double_backward, pw_table_covers_every_kernel_op) {
     cr_assert(!cai_pw_deriv_is_none(KPW_TANH_BW));
 }
 
-/* Helpers whose derivative for x (input 1) is not written: they must say so, naming the
- * op, instead of giving a zero. Their derivative for g is checked like the others. */
-static bool x_not_implemented(kern_pw_op op) {
-    return op == KPW_GELU_TANH_BW || op == KPW_MISH_BW || op == KPW_SINC_BW;
-}
-
 /* Ops defined (or smooth) on positive inputs only: they get [0.2, 0.8], the others
  * +-[0.2, 0.8]. */
 static bool positive_only(kern_pw_op op) {
@@ -204,22 +198,10 @@ Test(double_backward, pw_derivative_of_every_kernel_op_gradchecks) {
         pw_case c = {.op = (kern_pw_op)op};
         pw_params(c.op, &c.p0, &c.p1);
         int arity = cai_kern_pw_arity(c.op);
-        bool partial = x_not_implemented(c.op);
         ca_tensor *in[3] = {0};
-        for (int k = 0; k < arity; k++) {
-            bool cond = k == cai_kern_pw_cond_input(c.op);
-            in[k] = pw_input(c.op, k, !cond && !(partial && k == 1));
-        }
+        for (int k = 0; k < arity; k++)
+            in[k] = pw_input(c.op, k, k != cai_kern_pw_cond_input(c.op));
         tu_gradcheck(call_pw, arity, in, &c, 1e-6, 1e-5);
-        if (partial) { /* the x derivative: an error naming the op */
-            ca_tensor_set_requires_grad(in[1], true);
-            ca_tensor *y = NULL, *loss = NULL;
-            TU_OK(call_pw(in, &y, &c));
-            TU_OK(ca_sum(y, 0, NULL, false, &loss));
-            TU_FAILS(ca_backward(loss), CA_STATUS_AUTOGRAD, "is not implemented");
-            cr_assert(strstr(ca_last_error(), "_backward"), "%s", ca_last_error());
-            tu_release_n((ca_tensor *[]){y, loss}, 2);
-        }
         tu_release_n(in, arity);
         checked++;
     }
@@ -256,12 +238,6 @@ static const double *domain(unsigned fl, int k) {
                                                             : any[k];
 }
 
-/* Registry ops a double backward refuses, naming them (their rules use a helper whose
- * own derivative is not written): checked to fail, not skipped. */
-static bool refused_twice(const char *name) {
-    return strcmp(name, "mish") == 0 || strcmp(name, "sinc") == 0;
-}
-
 /* Ops whose gradient is not smooth enough at the test points for finite differences of
  * the first gradient: discontinuous in the value (fmod, remainder: the second derivative
  * is 0 a.e. and is checked through the pointwise test above). */
@@ -269,19 +245,8 @@ static bool skip_numeric(const char *name) {
     return strcmp(name, "fmod") == 0 || strcmp(name, "remainder") == 0;
 }
 
-static void expect_refused(reg_case *c, ca_tensor *const *in) {
-    ca_tensor *y = NULL, *loss = NULL, *g = NULL, *gs = NULL;
-    TU_OK(call_op(in, &y, c));
-    TU_OK(ca_sum(y, 0, NULL, false, &loss));
-    ca_grad_options o = {.create_graph = true};
-    TU_OK(ca_grad(1, &loss, 1, in, &o, &g));
-    TU_OK(ca_sum(g, 0, NULL, false, &gs));
-    TU_FAILS(ca_backward(gs), CA_STATUS_AUTOGRAD, "is not implemented");
-    tu_release_n((ca_tensor *[]){y, loss, g, gs}, 4);
-}
-
 Test(double_backward, every_registry_op_gradgradchecks) {
-    int checked = 0, refused = 0;
+    int checked = 0;
     for (int k = 0; k < ca_op_count(); k++) {
         reg_case c = {.index = k};
         TU_OK(ca_op_describe(k, &c.info));
@@ -294,10 +259,7 @@ Test(double_backward, every_registry_op_gradgradchecks) {
         ca_tensor *probe = NULL; /* a binary op of the registry may want other shapes */
         bool runs = call_op(in, &probe, &c) == CA_OK && ca_tensor_requires_grad(probe);
         ca_tensor_release(probe);
-        if (runs && refused_twice(c.info.name)) {
-            expect_refused(&c, in);
-            refused++;
-        } else if (runs) {
+        if (runs) {
             cr_log_info("gradgradcheck %s", c.info.name);
             gradgradcheck(call_op, nt, in, &c, 1e-5, 1e-4);
             checked++;
@@ -305,7 +267,6 @@ Test(double_backward, every_registry_op_gradgradchecks) {
         tu_release_n(in, nt);
     }
     cr_assert_geq(checked, 60);
-    cr_assert_eq(refused, 2);
 }
 
 /* ---------------------------------------------------------------------------------------

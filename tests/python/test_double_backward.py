@@ -82,17 +82,31 @@ NORM_X, NORM_W, NORM_V = arr(4, 3, 5), arr(5), arr(4, 3, 5)
 def norm_hvp(L, dtype):
     F = L.nn.functional
     x, w = leaf(L, NORM_X, dtype), leaf(L, NORM_W, dtype)
-    h = F.gelu(F.layer_norm(x, (5,), w, None))
+    h = F.gelu(F.layer_norm(x, (5,), w, None), approximate="tanh")
     h = F.batch_norm(h, None, None, training=True)
-    loss = (L.sin(h) * h).sum()
+    loss = (L.sin(h) * F.mish(h)).sum()
     gx, gw = L.autograd.grad(loss, (x, w), create_graph=True)
     hx, hw = L.autograd.grad((gx * const(L, NORM_V, dtype)).sum() + gw.sum(), (x, w))
     return [loss, gx, gw, hx, hw]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_layer_norm_and_batch_norm_second_derivatives(dtype):
+def test_norms_and_activations_second_derivatives(dtype):
     check(norm_hvp, dtype)
+
+
+def sinc_orders(L, dtype):
+    x = leaf(L, np.array([0.013, -0.4, 0.9, 1.7, -2.3]), dtype)
+    (g,) = L.autograd.grad(L.sinc(x).sum(), x, create_graph=True)
+    (h,) = L.autograd.grad(g.sum(), x)
+    return [g, h]
+
+
+def test_sinc_second_derivative():
+    # float64 only: near 0 both libraries' float32 second derivative of sinc cancels
+    # (torch's is 2e-4 off the exact value at 0.013, cagrad's 1.4e-4), so float32 results
+    # differ by more than rounding
+    check(sinc_orders, "float64")
 
 
 # ---------------------------------------------------------------------------------------
@@ -338,11 +352,6 @@ def test_op_without_a_second_derivative_names_it():
     with pytest.raises(RuntimeError, match="the derivative for 'cumprod_backward' is not "
                                            "implemented"):
         g.sum().backward()
-    z = cagrad.nn.functional.mish(x)
-    (g,) = cagrad.autograd.grad(z.sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="the derivative for 'mish_backward' is not "
-                                           "implemented"):
-        cagrad.autograd.grad(g.sum(), x)
 
 
 def test_custom_function_saving_its_output_refuses_create_graph():
