@@ -37,12 +37,17 @@ def const(L, a, dtype):
     return L.tensor(a, dtype=getattr(L, dtype))
 
 
-def check(f, dtype, *args, compiled=False, tol=TOL_SUM, **kw):
+def check(f, dtype, *args, compiled=False, tol=TOL_SUM, runs=None, **kw):
     """f(L, dtype) for cagrad (under compiled autograd if asked) and torch: every result
     equal within tol. The default is TOL_SUM: the models' gradients are matmul and batch
-    sums of O(1) terms, whose float32 rounding depends on the order of the sum."""
+    sums of O(1) terms, whose float32 rounding depends on the order of the sum. Compiled:
+    runs = (create_graph backwards, which run eagerly; the others, which must compile)."""
+    before = counters()
     with compiled_ctx(compiled):
         ours = [v.detach().numpy() for v in f(cagrad, dtype, *args, **kw)]
+    after = {k: v - before[k] for k, v in counters().items()}
+    if compiled:
+        assert (after["eager_fallbacks"], after["captures"] + after["cache_hits"]) == runs, after
     ref = [v.detach().numpy() for v in f(torch, dtype, *args, **kw)]
     assert len(ours) == len(ref)
     for k, (a, b) in enumerate(zip(ours, ref)):
@@ -73,7 +78,7 @@ def mlp_hvp(L, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_hessian_vector_product_of_an_mlp_loss(dtype, compiled):
-    check(mlp_hvp, dtype, compiled=compiled)
+    check(mlp_hvp, dtype, compiled=compiled, runs=(1, 1))
 
 
 NORM_X, NORM_W, NORM_V = arr(4, 3, 5), arr(5), arr(4, 3, 5)
@@ -143,7 +148,7 @@ def wgan_gp_step(L, dtype, steps=2):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_wgan_gp_gradient_penalty_step(dtype, compiled):
-    check(wgan_gp_step, dtype, compiled=compiled)
+    check(wgan_gp_step, dtype, compiled=compiled, runs=(2, 2))
 
 
 # ---------------------------------------------------------------------------------------
@@ -171,7 +176,7 @@ def maml_step(L, dtype, inner_steps=2):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_maml_inner_step(dtype, compiled):
-    check(maml_step, dtype, compiled=compiled)
+    check(maml_step, dtype, compiled=compiled, runs=(2, 1))
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ def pinn_step(L, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_pinn_laplacian_of_a_tanh_mlp(dtype, compiled):
-    check(pinn_step, dtype, compiled=compiled)
+    check(pinn_step, dtype, compiled=compiled, runs=(3, 1))
 
 
 # ---------------------------------------------------------------------------------------
