@@ -62,15 +62,16 @@ static ca_status buffer_add(const engine_run *r, ca_node *n, int k, ca_tensor *g
     return CA_OK;
 }
 
-/* create_graph: .grad = copy of g (CopyBackwards) the first time, then .grad + g out of
- * place, so that .grad keeps g's history, as PyTorch's AccumulateGrad under grad mode. */
-static ca_status accumulate_grad_recorded(ca_tensor *leaf, ca_tensor *g) {
-    if (!leaf->grad)
-        return cai_op_call1(CA_OP_GRAD_COPY, g, NULL, &leaf->grad);
+/* create_graph: .grad = copy of g the first time (CopyBackwards for a leaf, CloneBackward0
+ * for a retained non-leaf), then .grad + g out of place, so that .grad keeps g's history,
+ * as PyTorch's AccumulateGrad and retain_grad hook under grad mode. */
+static ca_status accumulate_grad_recorded(ca_tensor *t, ca_tensor *g) {
+    if (!t->grad)
+        return cai_op_call1(t->grad_fn ? CA_OP_GRAD_CLONE : CA_OP_GRAD_COPY, g, NULL, &t->grad);
     ca_tensor *sum;
-    CA_CHECK(add_recorded(leaf->grad, g, &sum));
-    ca_tensor_release(leaf->grad);
-    leaf->grad = sum;
+    CA_CHECK(add_recorded(t->grad, g, &sum));
+    ca_tensor_release(t->grad);
+    t->grad = sum;
     return CA_OK;
 }
 

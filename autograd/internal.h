@@ -665,8 +665,10 @@ typedef enum {
     /* autograd's own nodes */
     CA_OP_ACCUMULATE_GRAD,
     CA_OP_CUSTOM, /* a custom function: its backward is the user's callback (custom.c) */
-    /* double backward (create_graph): .grad's first copy (CopyBackwards, as PyTorch) */
+    /* double backward (create_graph): a leaf's first .grad (CopyBackwards, as PyTorch),
+     * and a retained non-leaf's (CloneBackward0) */
     CA_OP_GRAD_COPY,
+    CA_OP_GRAD_CLONE,
     CA_OP__COUNT
 } ca_op_id;
 

@@ -127,6 +127,17 @@ static const ca_op_def autograd_rows[] = {
      .forward = cai_op_pointwise_forward,
      .backward = grad_copy_backward,
      .pw = KPW_COPY},
+    /* the same for retain_grad's first .grad (PyTorch clones it: CloneBackward0) */
+    {.id = CA_OP_GRAD_CLONE,
+     .name = "grad_clone",
+     .node_name = "CloneBackward0",
+     .fusion = CA_FUSE_POINTWISE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .shape = cai_op_pointwise_shape,
+     .forward = cai_op_pointwise_forward,
+     .backward = grad_copy_backward,
+     .pw = KPW_COPY},
 };
 
 const ca_op_group cai_ops_autograd = {autograd_rows,

@@ -151,6 +151,54 @@ def test_wgan_gp_gradient_penalty_step(dtype, compiled):
     check(wgan_gp_step, dtype, compiled=compiled, runs=(2, 2))
 
 
+CONV = {"w1": arr(4, 2, 3, 3) * 0.4, "b1": arr(4), "w2": arr(1, 4, 3, 3) * 0.4, "b2": arr(1)}
+IMAGES = arr(3, 2, 6, 6)
+
+
+def r1_penalty_step(L, dtype):
+    """R1: the squared gradient norm of a conv critic at real images, with pooling."""
+    F = L.nn.functional
+    p = {k: leaf(L, v, dtype) for k, v in CONV.items()}
+    x = const(L, IMAGES, dtype).requires_grad_(True)
+    h = F.softplus(F.conv2d(x, p["w1"], p["b1"], padding=1))
+    h = F.avg_pool2d(F.max_pool2d(h, 2), 1)
+    d = F.conv2d(h, p["w2"], p["b2"], stride=1, padding=1).mean(dim=(1, 2, 3))
+    (gx,) = L.autograd.grad(d.sum(), x, create_graph=True)
+    r1 = gx.pow(2).sum(dim=(1, 2, 3)).mean()
+    loss = F.softplus(-d).mean() + 5.0 * r1
+    loss.backward()
+    return [d, gx, r1] + [q.grad for q in p.values()]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_r1_penalty_of_a_conv_critic(dtype):
+    check(r1_penalty_step, dtype)
+
+
+def hooks_and_retain_grad(L, dtype):
+    x = leaf(L, X3, dtype)
+    y = L.tanh(x * 1.5)
+    y.retain_grad()
+    y.register_hook(lambda g: g * y)  # runs with grad mode on: part of the new graph
+    (x.exp() * y).sum().backward(create_graph=True)
+    names = (type(x.grad.grad_fn).__name__, type(y.grad.grad_fn).__name__)
+    out = [x.grad.detach().clone(), y.grad.detach().clone()]
+    # (torch's autograd.grad also adds into y.grad, a retained grad: not compared here)
+    (h,) = L.autograd.grad((x.grad * x).sum() + y.grad.sum(), x)
+    x.grad = None
+    return names, out + [h]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hooks_and_retain_grad_under_create_graph(dtype):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reference-cycle warning
+        ours, ref = (hooks_and_retain_grad(L, dtype) for L in (cagrad, torch))
+    assert ours[0] == ref[0] == ("CopyBackwards", "CloneBackward0")
+    for a, b in zip(ours[1], ref[1]):
+        assert_close(a.numpy(), b.numpy())
+
+
 # ---------------------------------------------------------------------------------------
 # MAML: params - lr * grad (create_graph), the outer loss differentiates through it
 # ---------------------------------------------------------------------------------------
