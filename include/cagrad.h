@@ -577,6 +577,14 @@ const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t);
 /* Nonzero while compiled autograd records a custom backward on this thread (see
  * trace_state): a callback should then report failure through its status alone. */
 int ca_custom_tracing(void);
+/* Inside a custom backward: `saved` (a detached copy or alias of the function's own output
+ * k, which a ctx must not hold with its history: the output holds the node) as the
+ * backward should read it. Under create_graph it comes back with output k of the running
+ * node as its history, so that a double backward differentiates through it (PyTorch's
+ * saved outputs do the same); otherwise a new reference to `saved` itself.
+ * Errors: CA_STATUS_INVALID (NULL arguments, called outside a custom backward, k out of
+ * range, or `saved` not of output k's dtype and shape). Thread-safe: per thread. */
+ca_status ca_custom_saved_output(ca_tensor *saved, int k, ca_tensor **out);
 
 /* ---------------------------------------------------------------------------------------
  * Backward

@@ -683,3 +683,49 @@ Test(double_backward, layer_norm_and_batch_norm_gradgradcheck) {
     gradgradcheck(norms, 4, (ca_tensor *[]){x, w, b, bw}, NULL, 1e-5, 1e-4);
     tu_release_n((ca_tensor *[]){x, w, b, bw}, 4);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * A C custom function that saves its own output (y = exp(x), dy = g * y): read through
+ * ca_custom_saved_output, it is differentiable again
+ */
+static ca_status exp_backward(void *ctx, int n_out, ca_tensor *const *gout, int n_in,
+                              ca_tensor **gin) {
+    (void)n_out, (void)n_in;
+    ca_tensor *y = NULL;
+    CA_CHECK(ca_custom_saved_output(ctx, 0, &y));
+    ca_status st = ca_mul(gout[0], y, &gin[0]);
+    ca_tensor_release(y);
+    return st;
+}
+
+static void release_ctx(void *ctx) {
+    ca_tensor_release(ctx);
+}
+
+static ca_status custom_exp(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *y = NULL, *saved = NULL;
+    bool prev = ca_set_grad_enabled(false);
+    ca_status st = ca_exp(in[0], &y);
+    ca_set_grad_enabled(prev);
+    if (st == CA_OK)
+        st = ca_tensor_detach(y, &saved);
+    ca_custom_function fn = {.name = "ExpBackward",
+                             .key = 77,
+                             .backward = exp_backward,
+                             .ctx = saved,
+                             .ctx_free = release_ctx};
+    if (st == CA_OK)
+        st = ca_custom_apply(&fn, 1, in, 1, &y, NULL, out);
+    else
+        ca_tensor_release(saved);
+    ca_tensor_release(y);
+    return st;
+}
+
+Test(double_backward, custom_function_saved_output_gradgradcheck) {
+    ca_tensor *x = tu_uniform(CA_FLOAT64, TU_SHAPE(5), -1, 1, true), *y = NULL;
+    gradgradcheck(custom_exp, 1, &x, NULL, 1e-5, 1e-4);
+    TU_FAILS(ca_custom_saved_output(x, 0, &y), CA_STATUS_INVALID, "outside a custom");
+    ca_tensor_release(x);
+}

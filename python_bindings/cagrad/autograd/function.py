@@ -113,13 +113,13 @@ class _Saved:
     """A tensor saved for backward: the tensor (a detached alias for the function's own
     outputs, so the node does not keep itself alive) and its version when saved."""
 
-    __slots__ = ("tensor", "version", "origin", "is_output")
+    __slots__ = ("tensor", "version", "origin", "output")
 
-    def __init__(self, tensor, origin, is_output=False):
+    def __init__(self, tensor, origin, output=None):
         self.tensor = tensor
         self.version = tensor._version
         self.origin = origin
-        self.is_output = is_output
+        self.output = output  # which output of the function it is, or None
 
     def unpack(self):
         t = self.tensor
@@ -203,22 +203,14 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         saved = getattr(self, "_saved", None)
         if saved is None:
             return getattr(self, "to_save", ())
-        if getattr(self, "_creating_graph", False):
-            self._check_saved_outputs(saved)
-        return tuple(None if s is None else s.unpack() for s in saved)
-
-    def _check_saved_outputs(self, saved):
-        # A saved output is a detached alias (the node must not hold its own output), so a
-        # backward that creates a graph would treat it as a constant: a silently wrong
-        # second derivative. torch reconnects it; cagrad says so instead.
-        for s in saved:
-            if isinstance(s, _Saved) and s.is_output:
-                raise RuntimeError(
-                    f"cagrad cannot differentiate twice (create_graph=True) through "
-                    f"{type(self).__name__}: its backward reads its own {s.origin.split(' of ')[0]}"
-                    f" from ctx.saved_tensors, which cagrad saves without its history. Save the "
-                    f"inputs and recompute it in backward (see docs/python-api.md, double "
-                    f"backward)")
+        values = tuple(None if s is None else s.unpack() for s in saved)
+        if not getattr(self, "_creating_graph", False):
+            return values
+        # A saved output is a detached alias (the node must not hold its own output); under
+        # create_graph it comes back with this node's output as its history, as torch's
+        return tuple(_C.saved_output(v, s.output)
+                     if isinstance(s, _Saved) and s.output is not None else v
+                     for s, v in zip(saved, values))
 
     saved_variables = saved_tensors
 
@@ -439,7 +431,7 @@ def _save(ctx, inputs, outputs):
             saved.append(_Packed(t, hooks))
         elif any(t is o for o in outputs) and not any(t is a for a in inputs):
             k = next(i for i, o in enumerate(outputs) if o is t)
-            saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}", True))
+            saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}", k))
         else:
             origin = (f"output {_C.output_nr(t)} of {t._grad_fn_name}" if t._grad_fn_name
                       else "a leaf tensor")
