@@ -331,6 +331,38 @@ def test_custom_function_saved_outputs_keep_their_history(dtype):
     check(custom_saving_outputs, dtype, tol=TOL)
 
 
+JX = arr(3, 4)
+
+
+def jvp_by_double_vjp(L, dtype):
+    """A Jacobian-vector product from two vjps: the seed u requires grad."""
+    x = leaf(L, JX, dtype)
+    y = L.tanh(x) * L.sigmoid(2 * x) + x.sum(1, keepdim=True)
+    u = L.zeros_like(y, requires_grad=True)
+    (vjp,) = L.autograd.grad(y, x, grad_outputs=u, create_graph=True)
+    (jvp,) = L.autograd.grad(vjp, u, grad_outputs=L.ones_like(x))
+    return [vjp, jvp]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_jvp_by_the_double_vjp_trick(dtype):
+    check(jvp_by_double_vjp, dtype)
+
+
+def with_saved_tensor_hooks(L, dtype):
+    x = leaf(L, JX, dtype)
+    with L.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t):
+        y = (L.exp(x) * L.sin(x)).sum()
+    (g,) = L.autograd.grad(y, x, create_graph=True)
+    (h,) = L.autograd.grad((g * g).sum(), x)
+    return [g, h]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_saved_tensor_hooks_under_create_graph(dtype):
+    check(with_saved_tensor_hooks, dtype, tol=TOL)
+
+
 # ---------------------------------------------------------------------------------------
 # .grad after backward(create_graph=True)
 # ---------------------------------------------------------------------------------------
