@@ -94,7 +94,7 @@ static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
     }
     if (!n->saved[k].t) /* an optional input not given */
         return NULL;
-    if (!eb->create_graph)
+    if (!b->create_graph)
         return bv_of(n->saved[k].t);
     if (aux_recomputed(n, k)) /* tracked by the builder calls that make it */
         return cai_op_def(n->op)->aux_again(b, n, cai_op_def(n->op)->fields[n->saved[k].field].idx);

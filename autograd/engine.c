@@ -134,7 +134,7 @@ static ca_status run_rule(const engine_run *r, ca_node *n, ca_tensor *g) {
     memset(gin, 0, sizeof(ca_bval) * (size_t)n->n_in);
     ca_eager_builder eb;
     cai_eager_builder_init(&eb);
-    eb.create_graph = r->create_graph;
+    eb.base.create_graph = r->create_graph;
     bool prev = ca_set_grad_enabled(r->create_graph);
     row->backward(&eb.base, n, bv_of(g), gin);
     ca_set_grad_enabled(prev);

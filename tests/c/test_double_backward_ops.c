@@ -462,6 +462,33 @@ Test(double_backward, scalar_forms_minimum_fmod_views_gradgradcheck) {
     tu_release_n(in, 2);
 }
 
+/* cumprod with zeros in x (one and two per row): its double backward is built from
+ * differentiable ops (ops_order.c), exact there as the kernel */
+static ca_status cumprods(ca_tensor *const *in, ca_tensor **out, void *ctx) {
+    (void)ctx;
+    ca_tensor *c0 = NULL, *c1 = NULL, *p = NULL;
+    ca_status st = ca_cumprod(in[0], 0, &c0);
+    if (st == CA_OK)
+        st = ca_cumprod(in[0], 1, &c1);
+    if (st == CA_OK)
+        st = ca_mul(c0, c1, &p);
+    if (st == CA_OK)
+        st = times_self(ca_tensor_retain(p), p, out);
+    tu_release_n((ca_tensor *[]){c0, c1, p}, 3);
+    return st;
+}
+
+static ca_tensor *cumprod_input(void) {
+    return tu_from(CA_FLOAT64, TU_SHAPE(3, 4),
+                   (double[]){0.5, 0.0, 1.3, -0.7, 1.1, 0.9, 0.0, 0.0, 0.4, -1.2, 0.8, 1.5}, true);
+}
+
+Test(double_backward, cumprod_with_zeros_gradgradcheck) {
+    ca_tensor *x = cumprod_input();
+    gradgradcheck(cumprods, 1, &x, NULL, 1e-5, 1e-4);
+    ca_tensor_release(x);
+}
+
 /* ---------------------------------------------------------------------------------------
  * Coverage: every row of the op table with a derivative rule runs (forward, or inside a
  * first backward's rules) in the gradgradchecks above, so a new row is either covered by
@@ -530,6 +557,9 @@ static void run_composites(void) {
     scalar_inputs(sc);
     second_order_pass(scalar_forms, 2, sc, NULL);
     tu_release_n(sc, 2);
+    x = cumprod_input();
+    second_order_pass(cumprods, 1, &x, NULL);
+    ca_tensor_release(x);
 }
 
 static void run_registry(void) {
@@ -555,8 +585,7 @@ static bool exempt(int id) {
     switch (id) {
     case CA_OP_PW:               /* every kernel op checked by the pointwise test above */
     case CA_OP_DROPOUT:          /* random: a new mask per call (its rule is g * mask) */
-    case CA_OP_CUMPROD:          /* refused by name: rule_without_second_derivative... */
-    case CA_OP_CUMPROD_BACKWARD: /* the refusal itself */
+    case CA_OP_CUMPROD_BACKWARD: /* refuses by name (row_without_second_derivative...) */
     case CA_OP_GRAD_COPY:        /* .grad's copies: identity rules, engine tests above */
     case CA_OP_GRAD_CLONE: return true;
     default: return false;

@@ -457,14 +457,22 @@ def test_once_differentiable_function_refuses_a_double_backward():
                      "@once_differentiable"
 
 
-def test_op_without_a_second_derivative_names_it():
-    # cagrad's own limit (torch has these): an honest error naming the op, never zeros
-    x = cagrad.rand(2, 4, dtype=cagrad.float64, requires_grad=True)
-    y = cagrad.cumprod(x + 0.5, 1)
-    (g,) = cagrad.autograd.grad(y.sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="the derivative for 'cumprod_backward' is not "
-                                           "implemented"):
-        g.sum().backward()
+CUMPROD_X = np.array([[0.5, 0.0, 1.3, -0.7], [1.1, 0.9, 0.0, 0.0], [0.4, -1.2, 0.8, 1.5]])
+
+
+def cumprod_orders(L, dtype, dim):
+    x = leaf(L, CUMPROD_X, dtype)
+    w = const(L, np.arange(12.0).reshape(3, 4) / 7, dtype)
+    (g,) = L.autograd.grad((L.cumprod(x, dim) * w).sum(), x, create_graph=True)
+    (h,) = L.autograd.grad((g * g * w).sum(), x, create_graph=True)
+    (k,) = L.autograd.grad(h.sum(), x)
+    return [g, h, k]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cumprod_with_zeros_to_third_order(dtype, dim):
+    check(cumprod_orders, dtype, dim)
 
 
 def test_allow_unused_with_create_graph():
