@@ -51,11 +51,6 @@ struct ca_builder {
 /* Record a failure from inside a rule (e.g. an unsupported case). Returns NULL. */
 ca_bval cai_bx_fail(ca_builder *b, ca_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* The rule of a row that a double backward cannot differentiate (a backward-only helper
- * such as cumprod_backward): fails with PyTorch's "the derivative for 'X' is not
- * implemented", naming the op. Only a double backward reaches it: a first backward runs
- * rules with grad mode off, so no node of such a row is ever recorded then. */
-void cai_rule_once_differentiable(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin);
 
 /* apply op `op` (a row of the op table) to n inputs; the k-th saved tensor of node n; a
  * value's dtype and shape; x * (1 / prod of m's sizes at the dims set in dim_mask) */

@@ -200,6 +200,17 @@ static void cumprod_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval
     gin[0] = bx_apply(b, CA_OP_CUMPROD_BACKWARD, 3, in, &a);
 }
 
+/* cumprod_backward is not differentiated again: under create_graph cumprod's rule builds
+ * its derivative from differentiable ops instead, so only a direct call records this row.
+ * Reached, it names itself, as PyTorch's "the derivative for 'X' is not implemented". */
+static void cumprod_bw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    (void)n, (void)g, (void)gin;
+    cai_bx_fail(b, CA_STATUS_AUTOGRAD,
+                "the derivative for 'cumprod_backward' is not implemented: cagrad cannot "
+                "differentiate it again (double backward differentiates cumprod through other "
+                "ops; see docs/python-api.md)");
+}
+
 static ca_status cumprod_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                   ca_meta *out) {
     char b1[META_STR_SIZE], b2[META_STR_SIZE];
@@ -287,7 +298,7 @@ static const ca_op_def rows[] = {
      .n_in_max = 3,
      .shape = cumprod_bw_shape,
      .forward = cumprod_bw_forward,
-     .backward = cai_rule_once_differentiable},
+     .backward = cumprod_bw_backward},
 };
 
 const ca_op_group cai_ops_order = {rows, sizeof rows / sizeof rows[0]};
