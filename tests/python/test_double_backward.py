@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import cagrad
-from helpers import TOL, TOL_SUM, assert_close, compiled_ctx, counters, needs_cagrad
+from helpers import (TOL, TOL_SUM, assert_close, compiled_ctx, counters, needs_cagrad,
+                     torch_gradient)
 
 pytestmark = needs_cagrad
 
@@ -361,6 +362,71 @@ def with_saved_tensor_hooks(L, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_saved_tensor_hooks_under_create_graph(dtype):
     check(with_saved_tensor_hooks, dtype, tol=TOL)
+
+
+# ---------------------------------------------------------------------------------------
+# Every one-tensor op of the registry: its second derivative against torch's
+# ---------------------------------------------------------------------------------------
+def _registry_unary():
+    from cagrad._ops import _params
+    ops = dict(cagrad._C.ops)
+    out = []
+    for name, (_, schema, flags) in sorted(ops.items()):
+        ps = _params(schema)
+        if ps[0][0] == "Tensor" and all(p[0] != "Tensor" and p[2] is not None for p in ps[1:]):
+            out.append((name, flags))
+    return out
+
+
+REGISTRY_UNARY = _registry_unary()
+
+
+def registry_input(flags, dtype):
+    from cagrad._ops import ABOVE_1, ABOVE_M1, POSITIVE, PROB, UNIT
+    x = np.array([[-3.5, -0.25, 0.125, 3.75, 0.6], [1.3, -1.7, 2.2, -0.8, 0.35]]) * 0.9
+    if flags & POSITIVE:
+        x = np.abs(x) + 0.125
+    if flags & ABOVE_1:
+        x = np.abs(x) + 1.125
+    if flags & ABOVE_M1:
+        x = np.abs(x) - 0.875
+    if flags & UNIT:
+        x = np.tanh(x / 4) * 0.875
+    if flags & PROB:
+        x = 0.5 + np.tanh(x / 4) * 0.4375
+    return x.astype(dtype)
+
+
+def second_derivative(L, name, nn, x, dtype):
+    fn = getattr(L.nn.functional if nn else L, name)
+    t = L.tensor(x, requires_grad=True)
+    w = L.tensor(np.linspace(-1, 1, x.size).reshape(x.shape).astype(dtype))
+    (g,) = L.autograd.grad((fn(t) * w).sum(), t, create_graph=True)
+    def values(v):  # torch's zero gradients (abs, sgn) are ZeroTensors: force=True
+        return v.detach().numpy(force=True) if L is torch else v.detach().numpy()
+
+    try:
+        (h,) = L.autograd.grad((g * g).sum(), t)
+    except RuntimeError as e:  # a gradient without a history (floor, sign, ...)
+        return values(g), str(e)
+    return values(g), values(h)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,flags", REGISTRY_UNARY, ids=[n for n, _ in REGISTRY_UNARY])
+def test_registry_op_second_derivative_matches_torch(name, flags, dtype):
+    from cagrad._ops import PY_NN
+    x = registry_input(flags, dtype)
+    (g1, h1), (g2, h2) = (second_derivative(L, name, flags & PY_NN, x, dtype)
+                          for L in (cagrad, torch))
+    assert_close(g1, torch_gradient(name, g2), msg=f"{name} gradient")
+    if name == "hardsigmoid":  # torch has no double backward for it; 0 almost everywhere
+        assert "hardsigmoid_backward is not implemented" in h2
+        np.testing.assert_array_equal(h1, np.zeros_like(h1))
+    elif isinstance(h2, str):
+        assert h1 == h2
+    else:
+        assert_close(h1, h2, msg=f"{name} second derivative")
 
 
 # ---------------------------------------------------------------------------------------
