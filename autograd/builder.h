@@ -41,6 +41,10 @@ typedef struct {
 struct ca_builder {
     const ca_builder_vtbl *vt;
     ca_status status; /* CA_OK until the first failure */
+    /* The eager builder of a double backward (create_graph): the values are recorded and
+     * differentiated again. A rule whose usual ops are differentiable once only
+     * (cumprod_backward) then builds its result from differentiable ops instead. */
+    bool create_graph;
 };
 
 /* ---- generic ---- */
@@ -266,7 +270,7 @@ static inline ca_bval bx_matmul(ca_builder *b, ca_bval x, ca_bval y, bool tx, bo
 
 /* ---- the eager builder (builder_eager.c) ---- */
 typedef struct {
-    ca_builder base;
+    ca_builder base;   /* base.create_graph: saved values come back connected to the graph */
     ca_tensor **temps; /* every value made in this scope, released by cai_eager_scope_end */
     int n_temps, cap_temps;
     ca_meta metas[16]; /* ring of answers to meta(): each is valid for 16 more calls */

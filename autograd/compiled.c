@@ -691,6 +691,14 @@ bool cai_compiled_active(void) {
     return ca_compiled_autograd_enabled() && !compiled_autograd.running;
 }
 
+void cai_compiled_note_eager(const char *why) {
+    compiled_autograd.counters.eager_fallbacks++;
+    compiled_autograd.last_graph = NULL;
+    compiled_autograd.last_eager = true;
+    if (compiled_autograd.log_verbose)
+        fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", why);
+}
+
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
     *ran = false;
     key_request req = {.capture = c->capture,

@@ -26,6 +26,9 @@ ca_walk *cai_compiled_walk(void);
 ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out);
 /* True while compiled autograd is enabled. */
 bool cai_compiled_active(void);
+/* A backward under compiled autograd runs eagerly for `why` (create_graph): counted as an
+ * eager fallback, and said in the verbose log. */
+void cai_compiled_note_eager(const char *why);
 /* Run the walked, needed-marked backward compiled. *ran is false when it must run eagerly
  * instead (nothing has been done then); errors are the eager engine's. */
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran);

@@ -281,13 +281,52 @@ static ca_status fit_grad(const ca_node *n, int i, ca_tensor **g) {
     return CA_OK;
 }
 
+/* the node whose backward callback runs on this thread (innermost), for saved outputs */
+static _Thread_local ca_node *running_node;
+
+ca_status ca_custom_saved_output(ca_tensor *saved, int k, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_custom_saved_output");
+    *out = NULL;
+    CA_ARG_NOT_NULL(saved, "ca_custom_saved_output");
+    ca_node *n = running_node;
+    if (!n)
+        return err_set(CA_STATUS_INVALID,
+                       "ca_custom_saved_output: called outside a custom function's backward");
+    if (k < 0 || k >= n->n_out)
+        return err_set(CA_STATUS_INVALID, "ca_custom_saved_output: output %d of %s, which has %d",
+                       k, n->custom->name, n->n_out);
+    ca_meta m;
+    cai_tensor_meta(saved, &m);
+    const ca_meta *want = node_out_meta(n, k);
+    if (m.dtype != want->dtype || !cai_meta_same_shape(&m, want))
+        return err_set(CA_STATUS_INVALID,
+                       "ca_custom_saved_output: the tensor is not output %d of %s (its dtype or "
+                       "shape differs)",
+                       k, n->custom->name);
+    if (!cai_engine_create_graph()) {
+        *out = ca_tensor_retain(saved);
+        return CA_OK;
+    }
+    CA_CHECK(
+        cai_tensor_alias(saved, saved->ndim, saved->shape, saved->strides, saved->offset, out));
+    (*out)->grad_fn = cai_node_retain(n); /* the backward's scope holds it, never the node */
+    (*out)->output_nr = k;
+    (*out)->requires_grad = true;
+    return CA_OK;
+}
+
 ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **gin) {
     ca_custom *c = n->custom;
     for (int i = 0; i < n->n_in; i++)
         gin[i] = NULL;
-    bool prev = ca_set_grad_enabled(false);
+    /* grad mode = create_graph, as PyTorch: a backward written with differentiable ops is
+     * then differentiable again */
+    bool prev = ca_set_grad_enabled(cai_engine_create_graph());
     uint64_t gen = cai_err_generation();
+    ca_node *outer = running_node;
+    running_node = n;
     ca_status st = c->fn.backward(c->fn.ctx, n->n_out, grads, n->n_in, gin);
+    running_node = outer;
     if (st != CA_OK && cai_err_generation() == gen)
         st = err_set(st, "the backward of %s failed with %s and set no message", c->name,
                      ca_status_name(st));

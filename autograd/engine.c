@@ -16,6 +16,9 @@ typedef enum { RUN_ACCUMULATE, RUN_CAPTURE } run_mode;
 typedef struct {
     run_mode mode;
     bool retain_graph;
+    /* create_graph: rules run with grad mode on, so the gradients they make record nodes
+     * and are differentiable again; every sum of gradients is then an out-of-place op */
+    bool create_graph;
     ca_walk *walk; /* own_walk, or the compiled backward's, which outlives this run */
     ca_walk own_walk;
     /* autograd.grad: gradient captured at each requested input's node */
@@ -35,24 +38,48 @@ typedef struct {
 /* ---------------------------------------------------------------------------------------
  * 4. run
  */
+/* a + b as an op that records its node (create_graph), the alpha of add at 1 */
+static ca_status add_recorded(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
+    ca_attrs one = {.s = {1.0}};
+    return cai_op_call2(CA_OP_ADD, a, b, &one, out);
+}
+
 /* Output k's buf += g, out of place: buf and g may alias tensors the user or a saved value
  * holds. */
-static ca_status buffer_add(ca_node *n, int k, ca_tensor *g) {
+static ca_status buffer_add(const engine_run *r, ca_node *n, int k, ca_tensor *g) {
     ca_tensor **buf = node_buf(n, k);
     if (!*buf) {
         *buf = ca_tensor_retain(g);
         return CA_OK;
     }
     ca_tensor *in[2] = {*buf, g}, *sum;
-    CA_CHECK(cai_tensor_pointwise(KPW_ADD, node_out_meta(n, k), 2, in, 1.0, 0, &sum));
+    if (r->create_graph && ((*buf)->requires_grad || g->requires_grad))
+        CA_CHECK(add_recorded(*buf, g, &sum));
+    else
+        CA_CHECK(cai_tensor_pointwise(KPW_ADD, node_out_meta(n, k), 2, in, 1.0, 0, &sum));
     ca_tensor_release(*buf);
     *buf = sum;
     return CA_OK;
 }
 
+/* create_graph: .grad = copy of g the first time (CopyBackwards for a leaf, CloneBackward0
+ * for a retained non-leaf), then .grad + g out of place, so that .grad keeps g's history,
+ * as PyTorch's AccumulateGrad and retain_grad hook under grad mode. */
+static ca_status accumulate_grad_recorded(ca_tensor *t, ca_tensor *g) {
+    if (!t->grad)
+        return cai_op_call1(t->grad_fn ? CA_OP_GRAD_CLONE : CA_OP_GRAD_COPY, g, NULL, &t->grad);
+    ca_tensor *sum;
+    CA_CHECK(add_recorded(t->grad, g, &sum));
+    ca_tensor_release(t->grad);
+    t->grad = sum;
+    return CA_OK;
+}
+
 /* .grad += g. The first gradient is stolen when nothing else can see it, else copied, so a
  * later in-place accumulation never writes into a tensor someone else holds. */
-static ca_status accumulate_grad(ca_tensor *leaf, ca_tensor *g) {
+static ca_status accumulate_grad(const engine_run *r, ca_tensor *leaf, ca_tensor *g) {
+    if (r->create_graph && (g->requires_grad || (leaf->grad && leaf->grad->requires_grad)))
+        return accumulate_grad_recorded(leaf, g);
     if (!leaf->grad) {
         bool private = g->refcnt == 1 && g->storage->refcnt == 1 && ca_tensor_is_contiguous(g);
         if (private) {
@@ -96,7 +123,7 @@ static ca_status run_post_hooks(ca_node *n, ca_bval *gin, ca_tensor *g, ca_tenso
 }
 
 /* Run n's derivative rule on g and pass the results along its needed edges. */
-static ca_status run_rule(ca_node *n, ca_tensor *g) {
+static ca_status run_rule(const engine_run *r, ca_node *n, ca_tensor *g) {
     const ca_op_def *row = cai_op_def(n->op);
     ca_bval local[8], *gin = local;
     ca_tensor *held_local[8] = {0}, **held = held_local;
@@ -107,7 +134,8 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
     memset(gin, 0, sizeof(ca_bval) * (size_t)n->n_in);
     ca_eager_builder eb;
     cai_eager_builder_init(&eb);
-    bool prev = ca_set_grad_enabled(false);
+    eb.base.create_graph = r->create_graph;
+    bool prev = ca_set_grad_enabled(r->create_graph);
     row->backward(&eb.base, n, bv_of(g), gin);
     ca_set_grad_enabled(prev);
     ca_status st = eb.base.status;
@@ -124,7 +152,7 @@ static ca_status run_rule(ca_node *n, ca_tensor *g) {
                          "%d; please report this bug",
                          row->node_name, i);
         else if ((st = check_grad_meta(n, i, bv_tensor(gin[i]))) == CA_OK)
-            st = buffer_add(c, n->next[i].input_nr, bv_tensor(gin[i]));
+            st = buffer_add(r, c, n->next[i].input_nr, bv_tensor(gin[i]));
     }
     for (int i = 0; hooked && i < n->n_in; i++)
         ca_tensor_release(held[i]);
@@ -141,13 +169,15 @@ static void capture(engine_run *r, ca_node *n, int k, ca_tensor *g) {
 }
 
 /* Retain-grad: the tensor's .grad gets this gradient (summed over backwards). */
-static ca_status retain_grad(ca_tensor *t, ca_tensor *g) {
+static ca_status retain_grad(const engine_run *r, ca_tensor *t, ca_tensor *g) {
+    if (r->create_graph && g->requires_grad)
+        return accumulate_grad(r, t, g);
     if (!t->grad) { /* a copy: g goes on to the rule, which must not see later writes */
         ca_meta m;
         cai_tensor_meta(g, &m);
         return cai_tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &t->grad);
     }
-    return accumulate_grad(t, g);
+    return accumulate_grad(r, t, g);
 }
 
 /* Output k's gradient *g through the tensor hooks `hooks` (those of output k), into
@@ -156,7 +186,7 @@ static ca_status retain_grad(ca_tensor *t, ca_tensor *g) {
 static ca_status output_grad(engine_run *r, ca_node *n, int k, ca_hook *hooks, ca_tensor **g) {
     ca_status st = cai_hook_run_pre_output(hooks, k, g, node_out_meta(n, k), cai_node_name(n));
     if (st == CA_OK && r->mode == RUN_ACCUMULATE && node_retained(n, k))
-        st = retain_grad(node_retained(n, k), *g);
+        st = retain_grad(r, node_retained(n, k), *g);
     if (st == CA_OK && r->mode == RUN_CAPTURE)
         capture(r, n, k, *g);
     return st;
@@ -192,7 +222,7 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
         for (int i = 0; i < n->n_in; i++) {
             ca_node *c = n->next[i].fn;
             if (st == CA_OK && c && c->needed && gin[i])
-                st = buffer_add(c, n->next[i].input_nr, gin[i]);
+                st = buffer_add(r, c, n->next[i].input_nr, gin[i]);
             ca_tensor_release(gin[i]);
         }
     }
@@ -220,13 +250,13 @@ static ca_status run_node(engine_run *r, ca_node *n) {
     bool ran_rule = false;
     if (st == CA_OK && !g) { /* a node pre-hook dropped the gradient */
     } else if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
-        st = accumulate_grad(n->leaf, g);
+        st = accumulate_grad(r, n->leaf, g);
         if (st == CA_OK)
             st = cai_hook_run_post(n->leaf->post_acc_hooks, n->leaf);
         if (st == CA_OK && n->node_post_hooks)
             st = cai_hook_run_node_post(n->node_post_hooks, 0, NULL, 1, &g, n);
     } else if (st == CA_OK && !is_acc && cai_node_leads_on(n)) {
-        st = run_rule(n, g);
+        st = run_rule(r, n, g);
         ran_rule = true;
     }
     ca_tensor_release(g);
@@ -243,6 +273,12 @@ static ca_status run_node(engine_run *r, ca_node *n) {
  * AccumulateGrad nodes. Their pending gradients are set aside for the inner run and put
  * back after it. */
 static _Thread_local int engine_depth;
+/* the innermost running backward's create_graph, for custom functions' backwards */
+static _Thread_local bool engine_create_graph;
+
+bool cai_engine_create_graph(void) {
+    return engine_create_graph;
+}
 
 typedef struct stashed_grad_s {
     ca_node *n;
@@ -291,8 +327,13 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
         return err_set(CA_STATUS_INVALID, "a backward started inside a custom backward that "
                                           "compiled autograd is tracing");
     }
+    /* create_graph runs eagerly: compiled autograd does not capture a double backward yet */
+    bool compiled = cai_compiled_active() && !r->create_graph;
+    if (cai_compiled_active() && r->create_graph)
+        cai_compiled_note_eager("the backward has create_graph=True (double backward is not "
+                                "captured yet)");
     /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
-    r->walk = cai_compiled_active() ? cai_compiled_walk() : &r->own_walk;
+    r->walk = compiled ? cai_compiled_walk() : &r->own_walk;
     ca_status st = cai_walk_graph(r->walk, roots, n_roots);
     bool ran = false;
     if (st == CA_OK && engine_depth > 0)
@@ -300,10 +341,15 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     for (int i = 0; i < r->walk->nodes.n && st == CA_OK; i++) /* saved-tensor hooks */
         st = cai_saved_unpack(r->walk->nodes.v[i]);
     engine_depth++;
+    bool outer_create_graph = engine_create_graph;
+    engine_create_graph = r->create_graph;
+    /* PyTorch runs the whole backward (hooks too) with grad mode = create_graph; a plain
+     * backward leaves the mode as it is (its rules turn it off themselves) */
+    bool prev_mode = r->create_graph ? ca_set_grad_enabled(true) : false;
     if (st == CA_OK) {
         cai_walk_mark_needed(r->walk, r->mode == RUN_CAPTURE || r->n_cap > 0, r->cap_nodes,
                              r->n_cap);
-        if (cai_compiled_active()) {
+        if (compiled) {
             compiled_call c = {.capture = r->mode == RUN_CAPTURE,
                                .retain_graph = r->retain_graph,
                                .n_roots = n_roots,
@@ -317,11 +363,14 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
             st = cai_compiled_run(r->walk, &c, &ran);
         }
         for (int i = 0; i < n_roots && st == CA_OK && !ran; i++)
-            st = buffer_add(roots[i], r->root_nrs[i], grads[i]);
+            st = buffer_add(r, roots[i], r->root_nrs[i], grads[i]);
     }
     for (int i = 0; i < r->walk->order.n && st == CA_OK && !ran; i++)
         if (r->walk->order.v[i]->needed)
             st = run_node(r, r->walk->order.v[i]);
+    if (r->create_graph)
+        ca_set_grad_enabled(prev_mode);
+    engine_create_graph = outer_create_graph;
     engine_depth--;
     run_cleanup(r);
     restore_outer_grads(r);
@@ -437,7 +486,11 @@ ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options) {
     ca_tensor *grad;
     CA_CHECK(roots_prepare(1, &root, &o.gradient, "ca_backward", &node, &grad));
     int nr = tensor_grad_nr(root);
-    engine_run r = {.mode = RUN_ACCUMULATE, .retain_graph = o.retain_graph, .root_nrs = &nr};
+    /* create_graph keeps the graph too: the new graph reaches into it */
+    engine_run r = {.mode = RUN_ACCUMULATE,
+                    .retain_graph = o.retain_graph || o.create_graph,
+                    .create_graph = o.create_graph,
+                    .root_nrs = &nr};
     ca_status st = o.n_inputs ? inputs_prepare(&r, node, &o) : CA_OK;
     if (st == CA_OK)
         st = engine_run_graph(&r, &node, &grad, 1);
@@ -521,7 +574,10 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
         return err_nomem("ca_grad's bookkeeping");
     ca_node **roots = (ca_node **)mem;
     ca_tensor **seeds = (ca_tensor **)(mem + n_outputs);
-    engine_run r = {.mode = RUN_CAPTURE, .retain_graph = o.retain_graph, .n_cap = n_inputs};
+    engine_run r = {.mode = RUN_CAPTURE,
+                    .retain_graph = o.retain_graph || o.create_graph,
+                    .create_graph = o.create_graph,
+                    .n_cap = n_inputs};
     r.cap_nodes = (ca_node **)(mem + 2 * n_outputs);
     r.cap_grads = (ca_tensor **)(mem + 2 * n_outputs + n_inputs);
     int *nrs = (int *)(mem + n_ptrs);

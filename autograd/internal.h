@@ -308,6 +308,8 @@ static inline void node_set_retained(ca_node *n, int k, ca_tensor *t) {
  * is set, checked against the input (a broadcast gradient is summed down, another dtype
  * converted, anything else an error naming the function). */
 ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **gin);
+/* Whether the running backward (engine.c) has create_graph: false outside a backward. */
+bool cai_engine_create_graph(void);
 /* Free the node's custom part (its ctx through ctx_free). */
 void cai_custom_free(ca_node *n);
 
@@ -491,6 +493,11 @@ struct ca_op_def {
     ca_deriv_fn backward; /* NULL only with CA_OPF_NONDIFF */
     kern_pw_op pw;        /* pointwise rows: the kernel op */
     kern_pw_op pw_bw;     /* activations: the derivative kernel (ops_activation.c) */
+    /* Rows whose saved aux values depend on the inputs (layer_norm's mean and rstd), which
+     * the rule reads as constants: aux output k recomputed from the saved inputs with
+     * builder calls. A double backward hands the rule these instead, so they carry the
+     * inputs' history. (Aux values that are constants, indices or masks need none.) */
+    ca_bval (*aux_again)(ca_builder *b, const ca_node *n, int k);
     /* The op registry (cagrad.h): rows with a schema are callable by name and become
      * Python functions. schema is the Python signature, PyTorch's names and defaults:
      * "elu(Tensor input, float alpha=1.0)"; py says where PyTorch has it (CA_OP_PY_*). */
@@ -658,6 +665,10 @@ typedef enum {
     /* autograd's own nodes */
     CA_OP_ACCUMULATE_GRAD,
     CA_OP_CUSTOM, /* a custom function: its backward is the user's callback (custom.c) */
+    /* double backward (create_graph): a leaf's first .grad (CopyBackwards, as PyTorch),
+     * and a retained non-leaf's (CloneBackward0) */
+    CA_OP_GRAD_COPY,
+    CA_OP_GRAD_CLONE,
     CA_OP__COUNT
 } ca_op_id;
 
@@ -734,6 +745,13 @@ ca_status cai_op_pointwise_shape(const ca_op_def *row, const ca_meta *in, int n_
                                  ca_meta *out);
 /* The kernel op of a pointwise row (row->pw, or attrs.i[0] for CA_OP_PW). */
 kern_pw_op cai_op_pw_kind(const ca_op_def *row, const ca_attrs *a);
+
+/* The derivative of the generic pointwise row (ops_pw_deriv.c), reached by double backward:
+ * its rule, and its table's entry for a kernel op: 0 none (a hole: a bug), 1 a derivative,
+ * 2 no gradient at all (comparisons, sign, floor...: no node is recorded for them). */
+void cai_pw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin);
+int cai_pw_deriv_entry(kern_pw_op op);
+bool cai_pw_deriv_is_none(kern_pw_op op);
 
 /* ---------------------------------------------------------------------------------------
  * Grad mode, graph ids, sequence numbers (autograd_state.c)

@@ -21,23 +21,23 @@ static ca_status edge_for(ca_tensor *t, ca_edge *e) {
     return cai_node_grad_accumulator(t, &e->fn);
 }
 
-static ca_tensor *field_tensor(const ca_field_desc *f, ca_tensor *const *in, ca_tensor *res,
-                               ca_tensor *const *aux) {
+static ca_tensor *field_tensor(const ca_field_desc *f, ca_tensor *const *in, int n_in,
+                               ca_tensor *res, ca_tensor *const *aux) {
     switch (f->src) {
-    case FROM_INPUT: return in[f->idx];
+    case FROM_INPUT: return f->idx < n_in ? in[f->idx] : NULL; /* CA_OP_PW: 1 to 3 inputs */
     case FROM_OUTPUT: return res;
     case FROM_AUX: return aux[f->idx];
     default: return NULL;
     }
 }
 
-static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const *in, ca_tensor *res,
-                             ca_tensor *const *aux) {
+static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const *in, int n_in,
+                             ca_tensor *res, ca_tensor *const *aux) {
     for (int f = 0; f < row->n_fields; f++) {
         const ca_field_desc *fd = &row->fields[f];
         if (fd->kind != FIELD_TENSOR)
             continue;
-        ca_tensor *t = field_tensor(fd, in, res, aux);
+        ca_tensor *t = field_tensor(fd, in, n_in, res, aux);
         ca_saved *s = &n->saved[n->n_saved++];
         s->field = f;
         if (!t) /* an optional input that was not given (e.g. layer_norm without weight) */
@@ -53,8 +53,12 @@ static bool input_differentiable(const ca_op_def *row, ca_tensor *const *in, int
     return !(row->nondiff_inputs & (1u << (i < 31 ? i : 31))) && in[i]->requires_grad;
 }
 
-static bool needs_record(const ca_op_def *row, ca_tensor *const *in, int n_in) {
+static bool needs_record(const ca_op_def *row, ca_tensor *const *in, int n_in, const ca_attrs *a) {
     if (!cai_grad_mode_enabled() || (row->flags & CA_OPF_NONDIFF))
+        return false;
+    /* the generic pointwise row's comparisons, sign, floor, fill...: no gradient, as
+     * PyTorch's boolean or integer-valued results (reached by double backward only) */
+    if (row->id == CA_OP_PW && cai_pw_deriv_is_none((kern_pw_op)a->i[0]))
         return false;
     for (int i = 0; i < n_in; i++)
         if (input_differentiable(row, in, i))
@@ -76,7 +80,7 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
             st = edge_for(in[i], &n->next[i]);
     }
     if (st == CA_OK)
-        st = save_fields(row, n, in, res, aux);
+        st = save_fields(row, n, in, n_in, res, aux);
     if (st != CA_OK) {
         cai_node_release(n);
         return st;
@@ -110,7 +114,7 @@ static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca
     CA_CHECK(row->shape(row, metas, n_in, a, &om));
     CA_CHECK(row->forward(row, in, n_in, a, &om, &res, aux));
     ca_status st = CA_OK;
-    if (needs_record(row, in, n_in))
+    if (needs_record(row, in, n_in, a))
         st = record_node(row, in, n_in, a, metas, res, aux);
     for (int k = 0; k < CA_MAX_AUX; k++) {
         if (st == CA_OK && aux_out)

@@ -4,7 +4,7 @@
  * shape rule and a forward kernel, and every differentiable row a derivative rule. A
  * missing rule is a start-up error, not a surprise in the middle of a backward.
  */
-#include "autograd/internal.h"
+#include "autograd/builder.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -96,6 +96,12 @@ ca_status cai_op_table_check(void) {
 /* ---------------------------------------------------------------------------------------
  * The autograd engine's own node kinds
  */
+static void grad_copy_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    (void)b;
+    if (node_needs_grad(n, 0))
+        gin[0] = g;
+}
+
 static const ca_op_def autograd_rows[] = {
     {.id = CA_OP_ACCUMULATE_GRAD,
      .name = "accumulate_grad",
@@ -109,6 +115,30 @@ static const ca_op_def autograd_rows[] = {
      .node_name = "CustomFunctionBackward",
      .fusion = CA_FUSE_OPAQUE,
      .flags = CA_OPF_NONDIFF},
+    /* backward(create_graph=True): a leaf's first .grad, a copy of the gradient that keeps
+     * its history (PyTorch's CopyBackwards) */
+    {.id = CA_OP_GRAD_COPY,
+     .name = "grad_copy",
+     .node_name = "CopyBackwards",
+     .fusion = CA_FUSE_POINTWISE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .shape = cai_op_pointwise_shape,
+     .forward = cai_op_pointwise_forward,
+     .backward = grad_copy_backward,
+     .pw = KPW_COPY},
+    /* the same for retain_grad's first .grad (PyTorch clones it: CloneBackward0) */
+    {.id = CA_OP_GRAD_CLONE,
+     .name = "grad_clone",
+     .node_name = "CloneBackward0",
+     .fusion = CA_FUSE_POINTWISE,
+     .n_in_min = 1,
+     .n_in_max = 1,
+     .shape = cai_op_pointwise_shape,
+     .forward = cai_op_pointwise_forward,
+     .backward = grad_copy_backward,
+     .pw = KPW_COPY},
 };
 
-const ca_op_group cai_ops_autograd = {autograd_rows, 2};
+const ca_op_group cai_ops_autograd = {autograd_rows,
+                                      sizeof autograd_rows / sizeof autograd_rows[0]};

@@ -239,6 +239,17 @@ static void nll_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gi
     gin[0] = bx_apply(b, CA_OP_NLL_LOSS_BACKWARD, 3, ins, &a);
 }
 
+/* nll_loss_backward is linear in g: its derivative for g is nll_loss of the incoming
+ * gradient at the same targets, reduced the same way (total_weight counts the same
+ * targets). Reached by double backward only. saved: target */
+static void nll_bw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    if (!node_needs_grad(n, 0))
+        return;
+    ca_attrs a = {.i = {n->attrs.i[0], n->attrs.i[1]}};
+    ca_bval ins[2] = {g, bx_saved(b, n, 0)};
+    gin[0] = bx_apply(b, CA_OP_NLL_LOSS, 2, ins, &a);
+}
+
 /* nll_loss_backward (internal): inputs (g, target, total_weight); attrs as nll_loss plus
  * attrs.shape = the input's shape. Zeros with -g (/ total_weight for mean, per element
  * for none) at each target class. */
@@ -464,6 +475,26 @@ static ca_status ln_forward(const ca_op_def *row, ca_tensor *const *in, int n_in
 /* With xh = (x - mean) * rstd and gw = g * weight (or g), over the normalized dims:
  *   dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)),
  *   dweight = sum over leading dims of g * xh, dbias = sum over leading dims of g. */
+/* Double backward: aux 0 (mean) or 1 (rstd = 1 / sqrt(biased var + eps)) recomputed from
+ * the saved input with builder calls, so that they carry its history. */
+static ca_bval ln_aux_again(ca_builder *b, const ca_node *n, int k) {
+    const ca_meta *xm = &n->in_meta[0];
+    int kk = (int)n->attrs.i[0], nd = xm->ndim;
+    int64_t dims[CA_MAX_DIMS];
+    uint32_t mask = 0;
+    for (int j = 0; j < kk; j++) {
+        dims[j] = nd - kk + j;
+        mask |= 1u << (nd - kk + j);
+    }
+    ca_bval x = bx_saved(b, n, 0);
+    ca_bval mean = bx_scale_inv_numel(b, bx_sum(b, x, kk, dims, true), xm, mask);
+    if (k == 0)
+        return mean;
+    ca_bval d = bx_sub(b, x, mean);
+    ca_bval var = bx_scale_inv_numel(b, bx_sum(b, bx_mul(b, d, d), kk, dims, true), xm, mask);
+    return bx_pw(b, KPW_RSQRT, bx_add_s(b, var, n->attrs.s[0]), NULL, NULL, 0, 0);
+}
+
 static void ln_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     int k = (int)n->attrs.i[0], nd = n->in_meta[0].ndim;
     bool has_w = n->attrs.i[1] & LN_WEIGHT, has_b = n->attrs.i[1] & LN_BIAS;
@@ -608,7 +639,8 @@ static const ca_op_def rows[] = {
                 {"flags", FIELD_INT, FROM_ATTR, 1}},
      .shape = ln_shape,
      .forward = ln_forward,
-     .backward = ln_backward},
+     .backward = ln_backward,
+     .aux_again = ln_aux_again},
     {.id = CA_OP_DROPOUT,
      .name = "dropout",
      .node_name = "NativeDropoutBackward0",
@@ -626,15 +658,15 @@ static const ca_op_def rows[] = {
      .fusion = CA_FUSE_OPAQUE,
      .n_in_min = 3,
      .n_in_max = 3,
-     .flags = CA_OPF_NONDIFF,
-     .nondiff_inputs = 0x7u,
-     .n_fields = 3,
-     .fields = {{"reduction", FIELD_INT, FROM_ATTR, 0},
+     .nondiff_inputs = 0x6u, /* target, total_weight */
+     .n_fields = 4,
+     .fields = {{"target", FIELD_TENSOR, FROM_INPUT, 1},
+                {"reduction", FIELD_INT, FROM_ATTR, 0},
                 {"ignore_index", FIELD_INT, FROM_ATTR, 1},
                 {"self_sizes", FIELD_SIZES, FROM_ATTR, 0}},
      .shape = nll_bw_shape,
      .forward = nll_bw_forward,
-     .backward = NULL},
+     .backward = nll_bw_backward},
 };
 
 const ca_op_group cai_ops_nn = {rows, sizeof rows / sizeof rows[0]};

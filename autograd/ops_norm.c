@@ -165,6 +165,22 @@ static ca_bval bn_channel_sum(ca_builder *b, ca_bval v, const bn_dims *r) {
     return bx_sum(b, v, 1, r->dims, true);
 }
 
+/* Double backward: aux 0 (the channel means) or 1 (invstd = 1 / sqrt(biased var + eps)),
+ * [C], recomputed from the saved input with builder calls, so they carry its history. */
+static ca_bval bn_aux_again(ca_builder *b, const ca_node *n, int k) {
+    const ca_meta *xm = &n->in_meta[0];
+    bn_dims r = bn_reduced_dims(xm->ndim);
+    ca_bval x = bx_saved(b, n, 0);
+    ca_bval v = bx_scale_inv_numel(b, bn_channel_sum(b, x, &r), xm, r.mask);
+    if (k == 1) {
+        ca_bval d = bx_sub(b, x, v);
+        ca_bval var = bx_scale_inv_numel(b, bn_channel_sum(b, bx_mul(b, d, d), &r), xm, r.mask);
+        v = bx_pw(b, KPW_RSQRT, bx_add_s(b, var, n->attrs.s[0]), NULL, NULL, 0, 0);
+    }
+    ca_meta c = {.dtype = xm->dtype, .ndim = 1, .shape = {xm->shape[1]}};
+    return bx_reshape(b, v, &c);
+}
+
 static void bn_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     int nd = n->in_meta[0].ndim;
     bool has_w = n->attrs.i[0] & BN_WEIGHT, has_b = n->attrs.i[0] & BN_BIAS;
@@ -209,7 +225,8 @@ static const ca_op_def rows[] = {
                 {"flags", FIELD_INT, FROM_ATTR, 0}},
      .shape = bn_shape,
      .forward = bn_forward,
-     .backward = bn_backward},
+     .backward = bn_backward,
+     .aux_again = bn_aux_again},
 };
 
 const ca_op_group cai_ops_norm = {rows, sizeof rows / sizeof rows[0]};

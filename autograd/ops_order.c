@@ -148,12 +148,67 @@ ca_status ca_cumsum(ca_tensor *x, int64_t dim, ca_tensor **out) {
 
 /* ---------------------------------------------------------------------------------------
  * cumprod(x, dim): attrs.i[0] = dim. Its derivative is an internal row of its own,
- * cumprod_backward(x, result, g), exact where x has zeros.
+ * cumprod_backward(x, result, g), exact where x has zeros; a double backward builds it from
+ * differentiable ops instead (cumprod_backward_graph).
  */
+static ca_bval tri(ca_builder *b, int op, ca_bval x, int64_t diagonal) {
+    ca_attrs a = {.i = {diagonal}};
+    return bx_apply(b, op, 1, &x, &a);
+}
+
+static ca_bval cumprod_along(ca_builder *b, ca_bval x, int dim) {
+    ca_attrs a = {.i = {dim}};
+    return bx_apply(b, CA_OP_CUMPROD, 1, &x, &a);
+}
+
+/* The derivative as differentiable ops, O(n^2) in the size n of dim (double backward only;
+ * exact where x has zeros, as the kernel). With dim moved last, the [n, n] matrices
+ *   C[j, i] = prod_{j<k<=i} x_k for i >= j, else 0;   L[j, i] = x_i for i < j, else 1
+ * give dx_j = E_j sum_i C[j, i] g_i, where E_j = prod_{k<j} x_k is L's row product (its
+ * cumprod's last column). */
+static ca_bval cumprod_backward_graph(ca_builder *b, const ca_node *n, ca_bval x, ca_bval g) {
+    int nd = n->in_meta[0].ndim, dim = (int)n->attrs.i[0];
+    if (nd == 0) /* a 0-d cumprod is the identity */
+        return g;
+    x = bx_transpose(b, x, dim, nd - 1);
+    g = bx_transpose(b, g, dim, nd - 1);
+    const ca_meta *xm = bx_meta(b, x);
+    if (!xm)
+        return NULL;
+    ca_meta last = *xm, sq = *xm;
+    int64_t len = last.shape[nd - 1];
+    sq.ndim = nd + 1;
+    sq.shape[nd - 1] = sq.shape[nd] = len;
+    ca_bval rows = bx_expand(b, bx_unsqueeze(b, x, nd - 1), &sq); /* rows[j, i] = x_i */
+    ca_bval ones = bx_add_s(b, bx_zeros_like(b, rows), 1.0);
+    ca_bval above = tri(b, CA_OP_TRIU, ones, 1), below = tri(b, CA_OP_TRIL, ones, -1);
+    ca_bval c = tri(b, CA_OP_TRIU, cumprod_along(b, bx_where(b, above, rows, ones), nd), 0);
+    ca_bval l = cumprod_along(b, bx_where(b, below, rows, ones), nd);
+    ca_bval e = bx_slice(b, l, nd, len - 1, len, 1); /* [.., n, 1] */
+    ca_bval s = bx_matmul(b, c, bx_unsqueeze(b, g, nd), false, false);
+    ca_bval d = bx_reshape(b, bx_mul(b, e, s), &last);
+    return bx_transpose(b, d, dim, nd - 1);
+}
+
 static void cumprod_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    if (b->create_graph) {
+        gin[0] = cumprod_backward_graph(b, n, bx_saved(b, n, 0), g);
+        return;
+    }
     ca_attrs a = {.i = {n->attrs.i[0]}};
     ca_bval in[3] = {bx_saved(b, n, 0), bx_saved(b, n, 1), g};
     gin[0] = bx_apply(b, CA_OP_CUMPROD_BACKWARD, 3, in, &a);
+}
+
+/* cumprod_backward is not differentiated again: under create_graph cumprod's rule builds
+ * its derivative from differentiable ops instead, so only a direct call records this row.
+ * Reached, it names itself, as PyTorch's "the derivative for 'X' is not implemented". */
+static void cumprod_bw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
+    (void)n, (void)g, (void)gin;
+    cai_bx_fail(b, CA_STATUS_AUTOGRAD,
+                "the derivative for 'cumprod_backward' is not implemented: cagrad cannot "
+                "differentiate it again (double backward differentiates cumprod through other "
+                "ops; see docs/python-api.md)");
 }
 
 static ca_status cumprod_bw_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
@@ -239,11 +294,11 @@ static const ca_op_def rows[] = {
      .name = "cumprod_backward",
      .node_name = "CumprodBackwardBackward0",
      .fusion = CA_FUSE_OPAQUE,
-     .flags = CA_OPF_NONDIFF,
      .n_in_min = 3,
      .n_in_max = 3,
      .shape = cumprod_bw_shape,
-     .forward = cumprod_bw_forward},
+     .forward = cumprod_bw_forward,
+     .backward = cumprod_bw_backward},
 };
 
 const ca_op_group cai_ops_order = {rows, sizeof rows / sizeof rows[0]};

@@ -295,18 +295,20 @@ static ca_status to_dtype_forward(const ca_op_def *row, ca_tensor *const *in, in
  * The rows
  */
 static const ca_op_def rows[] = {
-    /* internal generic pointwise: backward helpers are built from it, never differentiated */
+    /* internal generic pointwise: backward helpers are built from it; a double backward
+     * differentiates it (ops_pw_deriv.c), so it saves its inputs */
     {.id = CA_OP_PW,
      .name = "pointwise",
      .node_name = "PointwiseBackward",
      .fusion = CA_FUSE_POINTWISE,
      .n_in_min = 1,
      .n_in_max = 3,
-     .flags = CA_OPF_NONDIFF,
-     .n_fields = 3,
-     .fields = {F_INT("op", 0), F_DBL("p0", 0), F_DBL("p1", 1)},
+     .n_fields = 6,
+     .fields = {F_INT("op", 0), F_DBL("p0", 0), F_DBL("p1", 1), F_IN("a", 0), F_IN("b", 1),
+                F_IN("c", 2)},
      .shape = cai_op_pointwise_shape,
      .forward = cai_op_pointwise_forward,
+     .backward = cai_pw_backward,
      .pw = KPW_COPY},
 
     /* binary */

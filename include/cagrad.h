@@ -493,7 +493,8 @@ ca_status ca_saved_tensors_hooks_pop(void);
  * references to outputs[k], and ctx_free runs at once.
  *
  * backward(ctx, n_outputs, grad_outputs, n_inputs, grad_inputs) runs during a backward with
- * grad mode off. grad_outputs[k] is borrowed, NULL when no gradient reached output k (its
+ * grad mode off (on with create_graph: ops it calls then record, so it is differentiable
+ * again). grad_outputs[k] is borrowed, NULL when no gradient reached output k (its
  * consumers did not need one). Set grad_inputs[i] to a new reference for each input that
  * needs one (those that require grad; the others are ignored), or leave it NULL for none.
  * A gradient of another dtype is converted; one of a shape the input broadcasts to is
@@ -576,6 +577,14 @@ const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t);
 /* Nonzero while compiled autograd records a custom backward on this thread (see
  * trace_state): a callback should then report failure through its status alone. */
 int ca_custom_tracing(void);
+/* Inside a custom backward: `saved` (a detached copy or alias of the function's own output
+ * k, which a ctx must not hold with its history: the output holds the node) as the
+ * backward should read it. Under create_graph it comes back with output k of the running
+ * node as its history, so that a double backward differentiates through it (PyTorch's
+ * saved outputs do the same); otherwise a new reference to `saved` itself.
+ * Errors: CA_STATUS_INVALID (NULL arguments, called outside a custom backward, k out of
+ * range, or `saved` not of output k's dtype and shape). Thread-safe: per thread. */
+ca_status ca_custom_saved_output(ca_tensor *saved, int k, ca_tensor **out);
 
 /* ---------------------------------------------------------------------------------------
  * Backward
@@ -604,6 +613,13 @@ typedef struct {
      * grad from then on, as in PyTorch. */
     int n_inputs;
     ca_tensor *const *inputs;
+    /* Double backward: the gradients are made with differentiable ops, so they carry a
+     * grad_fn (when they depend on something that requires grad) and can be
+     * differentiated again; a leaf's .grad becomes a non-leaf (its first value a
+     * CopyBackwards copy, then .grad + g out of place). Implies retain_graph. Under
+     * compiled autograd such a backward runs eagerly (counted in eager_fallbacks).
+     * Leaves and their .grad then hold each other: set .grad to NULL after use. */
+    bool create_graph;
 } ca_backward_options;
 
 ca_status ca_backward_ex(ca_tensor *root, const ca_backward_options *options);
@@ -612,6 +628,9 @@ typedef struct {
     ca_tensor *const *grad_outputs; /* n_outputs entries (entries may be NULL), or NULL */
     bool retain_graph;
     bool allow_unused; /* an input that outputs do not depend on gives NULL, not an error */
+    /* Double backward: grads are differentiable (see ca_backward_options.create_graph);
+     * implies retain_graph. */
+    bool create_graph;
 } ca_grad_options;
 
 /* torch.autograd.grad: grads[i] receives d(outputs)/d(inputs[i]) as a new reference;

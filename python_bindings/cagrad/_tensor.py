@@ -165,9 +165,8 @@ class Tensor(_TensorBase):
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's .grad. gradient is needed unless
         self has one element; retain_graph=True keeps the graph for another backward."""
-        _autograd._check_create_graph(create_graph)
-        if inputs is not None:
-            _autograd.backward(self, gradient, retain_graph, inputs=inputs)
+        if inputs is not None or create_graph:
+            _autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
             return
         _C.backward(self, gradient, bool(retain_graph))
 

@@ -153,14 +153,15 @@ static PyObject *py_remove_hook(PyObject *module, PyObject *const *args, Py_ssiz
 static PyObject *py_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames) {
     glue_args p;
-    if (glue_parse("backward", "root:t gradient:T retain_graph:b |inputs:l", args, nargs, kwnames,
-                   &p) < 0)
+    if (glue_parse("backward", "root:t gradient:T retain_graph:b |inputs:l create_graph:b", args,
+                   nargs, kwnames, &p) < 0)
         return NULL;
     /* an omitted inputs= is an empty list: every leaf */
     ca_backward_options options = {.gradient = p.a[1].t,
                                    .retain_graph = p.a[2].b,
                                    .n_inputs = p.a[3].list.n,
-                                   .inputs = p.a[3].list.v};
+                                   .inputs = p.a[3].list.v,
+                                   .create_graph = p.a[4].b};
     ca_status st;
     glue_hook_clear();
     GLUE_CALL(st = ca_backward_ex(p.a[0].t, &options));
@@ -199,8 +200,10 @@ static PyObject *grad_run(glue_args *p) {
     ca_tensor **grads = PyMem_Calloc((size_t)(inputs.n ? inputs.n : 1), sizeof(ca_tensor *));
     if (!grads)
         return PyErr_NoMemory();
-    ca_grad_options options = {
-        .grad_outputs = seeds.v, .retain_graph = p->a[3].b, .allow_unused = p->a[4].b};
+    ca_grad_options options = {.grad_outputs = seeds.v,
+                               .retain_graph = p->a[3].b,
+                               .allow_unused = p->a[4].b,
+                               .create_graph = p->a[5].b};
     ca_status st;
     glue_hook_clear();
     GLUE_CALL(st = ca_grad(outputs.n, outputs.v, inputs.n, inputs.v, &options, grads));
@@ -218,8 +221,10 @@ static PyObject *grad_run(glue_args *p) {
 static PyObject *py_grad(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames) {
     glue_args p;
-    if (glue_parse("grad", "outputs:l inputs:l grad_outputs:m retain_graph:b allow_unused:b", args,
-                   nargs, kwnames, &p) < 0)
+    if (glue_parse(
+            "grad",
+            "outputs:l inputs:l grad_outputs:m retain_graph:b allow_unused:b |create_graph:b", args,
+            nargs, kwnames, &p) < 0)
         return NULL;
     PyObject *result = grad_run(&p);
     glue_args_done(&p);
@@ -427,8 +432,10 @@ static PyObject *py_graph_write_dot(PyObject *module, PyObject *const *args, Py_
     { #name, py_##name, METH_NOARGS, doc }
 
 PyMethodDef glue_autograd_methods[] = {
-    FASTCALL(backward, "backward(root, gradient_or_None, retain_graph, inputs=()) -> None"),
-    FASTCALL(grad, "grad(outputs, inputs, grad_outputs_or_None, retain_graph, allow_unused) "
+    FASTCALL(backward, "backward(root, gradient_or_None, retain_graph, inputs=(), "
+                       "create_graph=False) -> None"),
+    FASTCALL(grad, "grad(outputs, inputs, grad_outputs_or_None, retain_graph, allow_unused, "
+                   "create_graph=False) "
                    "-> list of Tensor or None"),
     FASTCALL(register_hook, "register_hook(t, fn) -> handle; fn(grad) -> None or Tensor"),
     FASTCALL(register_post_accumulate_grad_hook,

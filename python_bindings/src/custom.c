@@ -269,6 +269,22 @@ static PyObject *py_output_nr(PyObject *module, PyObject *const *args, Py_ssize_
     return PyLong_FromLong(nr);
 }
 
+/* saved_output(t, k) -> a saved output k as a custom backward reads it: with the running
+ * node's output k as its history under create_graph (ca_custom_saved_output) */
+static PyObject *py_saved_output(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+    glue_args p;
+    if (glue_parse("saved_output", "t:t k:i", args, nargs, kwnames, &p) < 0)
+        return NULL;
+    ca_tensor *out = NULL;
+    ca_status st;
+    GLUE_CALL_QUICK(st = ca_custom_saved_output(p.a[0].t, (int)p.a[1].i, &out));
+    glue_args_done(&p);
+    if (st != CA_OK)
+        return glue_raise(st);
+    return glue_wrap(out);
+}
+
 #define FASTCALL(name, doc)                                                                        \
     { #name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL | METH_KEYWORDS, doc }
 
@@ -277,5 +293,7 @@ PyMethodDef glue_custom_methods[] = {
                            "a custom Function's node; ctx._run_backward(grads) is its backward"),
     FASTCALL(grad_fn_ctx, "grad_fn_ctx(t) -> the Function ctx that is t's grad_fn, or None"),
     FASTCALL(output_nr, "output_nr(t) -> int"),
+    FASTCALL(saved_output, "saved_output(t, k) -> t with output k of the running custom "
+                           "backward's node as its history under create_graph"),
     {NULL, NULL, 0, NULL},
 };

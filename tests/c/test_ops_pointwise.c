@@ -623,12 +623,19 @@ Test(pointwise, add_with_alpha_attr) {
     ca_tensor_release(b);
 }
 
-Test(pointwise, generic_pw_row_runs_any_kernel_op_without_grad) {
+/* The generic row is differentiable (double backward reaches it, ops_pw_deriv.c), but a
+ * kernel op without a gradient (a comparison) records no node. */
+Test(pointwise, generic_pw_row_runs_any_kernel_op) {
     ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(3), (double[]){1, -2, 3}, true), *y = NULL;
     ca_attrs at = {.i = {KPW_SQUARE}};
     TU_OK(cai_op_call1(CA_OP_PW, x, &at, &y));
     tu_assert_values(y, (double[]){1, 4, 9}, 0);
-    cr_assert(!ca_tensor_requires_grad(y), "the internal PW row must not record a node");
+    cr_assert(ca_tensor_requires_grad(y), "square through the PW row records its node");
+    ca_tensor_release(y);
+    at = (ca_attrs){.i = {KPW_GT_S}, .s = {0}};
+    TU_OK(cai_op_call1(CA_OP_PW, x, &at, &y));
+    tu_assert_values(y, (double[]){1, 0, 1}, 0);
+    cr_assert(!ca_tensor_requires_grad(y), "a comparison has no gradient");
     ca_tensor_release(y);
     at.i[0] = KPW_MUL; /* binary op with one input */
     TU_FAILS(cai_op_call1(CA_OP_PW, x, &at, &y), CA_STATUS_INVALID, "takes 2 inputs");

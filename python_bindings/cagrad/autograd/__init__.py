@@ -1,5 +1,7 @@
 """cagrad.autograd: grad() and backward(), with torch.autograd's signatures."""
 
+import warnings
+
 from .. import _C
 from .._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
@@ -31,11 +33,32 @@ def _as_tuple(value, what):
     raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, not {type(value).__name__}")
 
 
-def _check_create_graph(create_graph):
-    if create_graph:
-        raise NotImplementedError("cagrad does not support higher-order gradients "
-                                  "(create_graph=True): its backward graphs are not "
-                                  "differentiable. Compute first-order gradients only.")
+def _check_outputs(outputs):
+    # torch's message, e.g. for a gradient made without create_graph=True
+    for i, t in enumerate(outputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not "
+                               f"have a grad_fn")
+
+
+def _retain(retain_graph, create_graph):
+    # torch: retain_graph defaults to create_graph (the new graph reaches into the old one)
+    return bool(create_graph) if retain_graph is None else bool(retain_graph)
+
+
+_warned_cycle = False  # torch warns once per process
+
+
+def _warn_grad_cycle(create_graph, inputs):
+    global _warned_cycle
+    if create_graph and inputs is None and not _warned_cycle:
+        _warned_cycle = True
+        warnings.warn("Using backward() with create_graph=True will create a reference cycle "
+                      "between the parameter and its gradient which can cause a memory leak. "
+                      "We recommend using autograd.grad when creating the graph to avoid this. "
+                      "If you have to use this function, make sure to reset the .grad fields of "
+                      "your parameters to None after use to break the cycle and avoid the leak.",
+                      UserWarning, stacklevel=3)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -45,12 +68,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     .grad fields are not touched. An input that the outputs do not depend on is an error,
     unless allow_unused=True (then its entry is None, or zeros with materialize_grads=True).
     """
-    _check_create_graph(create_graph)
     if is_grads_batched:
         raise NotImplementedError("cagrad does not support is_grads_batched=True; "
                                   "call grad() once per batch entry")
     outputs = _as_tuple(outputs, "outputs")
     inputs = _as_tuple(inputs, "inputs")
+    _check_outputs(outputs)
     if grad_outputs is not None:
         grad_outputs = (grad_outputs,) if isinstance(grad_outputs, _C.TensorBase) else tuple(
             grad_outputs)
@@ -59,7 +82,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                              f"{len(outputs)} outputs; give one per output (None allowed)")
     if allow_unused is None:
         allow_unused = materialize_grads
-    grads = _C.grad(outputs, inputs, grad_outputs, bool(retain_graph), bool(allow_unused))
+    grads = _C.grad(outputs, inputs, grad_outputs, _retain(retain_graph, create_graph),
+                    bool(allow_unused), bool(create_graph))
     if materialize_grads:
         grads = [_C.zeros(x._dtype, x._shape) if g is None else g for g, x in zip(grads, inputs)]
     return tuple(grads)
@@ -67,7 +91,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate the gradients of tensors into the leaves' .grad (torch.autograd.backward)."""
-    _check_create_graph(create_graph)
+    _warn_grad_cycle(create_graph, inputs)
+    retain = _retain(retain_graph, create_graph)
     tensors = _as_tuple(tensors, "tensors")
     if inputs is not None:
         inputs = _as_tuple(inputs, "inputs")
@@ -80,9 +105,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if len(grad_tensors) != len(tensors):
         raise ValueError(f"grad_tensors has {len(grad_tensors)} entries but there are "
                          f"{len(tensors)} tensors")
-    extra = () if inputs is None else (inputs,)
+    inputs = () if inputs is None else inputs
     if len(tensors) == 1:
-        _C.backward(tensors[0], grad_tensors[0], bool(retain_graph), *extra)
+        _check_outputs(tensors)
+        _C.backward(tensors[0], grad_tensors[0], retain, inputs, bool(create_graph))
         return
     # Several roots run as one backward through sum_i <t_i, g_i>, so that hooks and
     # accumulation happen once, as in torch.
@@ -98,4 +124,4 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                                    f"{list(t._shape)}")
             term = _C.sum(t if g is None else _C.mul(t, g), (), False)
             root = term if root is None else _C.add(root, term)
-    _C.backward(root, None, bool(retain_graph), *extra)
+    _C.backward(root, None, retain, inputs, bool(create_graph))

@@ -27,7 +27,7 @@ import itertools
 import weakref
 
 from .. import _C
-from .._grad_mode import no_grad
+from .._grad_mode import is_grad_enabled, no_grad
 from .graph import Node, _HookMixin, current_saved_tensors_hooks
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
@@ -45,7 +45,8 @@ _class_ids = itertools.count(1)
 # backward (see BackwardCFunction._trace_state)
 _CTX_OWN = frozenset({"needs_input_grad", "_arg_is_tensor", "to_save", "_saved", "dirty_tensors",
                       "non_differentiable", "saved_for_forward", "materialize_grads",
-                      "_output_metas", "_output_ref", "_metadata", "_released"})
+                      "_output_metas", "_output_ref", "_metadata", "_released",
+                      "_creating_graph"})
 # distinct ctx states of one Function that get traced backwards; past this, call-outs
 _MAX_TRACE_STATES = 8
 # ints a traced backward may bake in as size slots of the key (CA_CUSTOM_MAX_SIZES); past
@@ -112,12 +113,13 @@ class _Saved:
     """A tensor saved for backward: the tensor (a detached alias for the function's own
     outputs, so the node does not keep itself alive) and its version when saved."""
 
-    __slots__ = ("tensor", "version", "origin")
+    __slots__ = ("tensor", "version", "origin", "output")
 
-    def __init__(self, tensor, origin):
+    def __init__(self, tensor, origin, output=None):
         self.tensor = tensor
         self.version = tensor._version
         self.origin = origin
+        self.output = output  # which output of the function it is, or None
 
     def unpack(self):
         t = self.tensor
@@ -201,7 +203,14 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         saved = getattr(self, "_saved", None)
         if saved is None:
             return getattr(self, "to_save", ())
-        return tuple(None if s is None else s.unpack() for s in saved)
+        values = tuple(None if s is None else s.unpack() for s in saved)
+        if not getattr(self, "_creating_graph", False):
+            return values
+        # A saved output is a detached alias (the node must not hold its own output); under
+        # create_graph it comes back with this node's output as its history, as torch's
+        return tuple(_C.saved_output(v, s.output)
+                     if isinstance(s, _Saved) and s.output is not None else v
+                     for s, v in zip(saved, values))
 
     saved_variables = saved_tensors
 
@@ -267,7 +276,12 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         if self.materialize_grads:
             grads = tuple(_C.zeros(dt, shape) if g is None else g
                           for g, (dt, shape) in zip(grads, self._output_metas))
-        return self._check_grads(self._forward_cls.backward(self, *grads))
+        # the library runs backward with grad mode = create_graph, as torch
+        self._creating_graph = is_grad_enabled()
+        try:
+            return self._check_grads(self._forward_cls.backward(self, *grads))
+        finally:
+            self._creating_graph = False
 
     def _check_grads(self, result):
         if not isinstance(result, tuple):
@@ -417,7 +431,7 @@ def _save(ctx, inputs, outputs):
             saved.append(_Packed(t, hooks))
         elif any(t is o for o in outputs) and not any(t is a for a in inputs):
             k = next(i for i, o in enumerate(outputs) if o is t)
-            saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}"))
+            saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}", k))
         else:
             origin = (f"output {_C.output_nr(t)} of {t._grad_fn_name}" if t._grad_fn_name
                       else "a leaf tensor")
@@ -427,13 +441,23 @@ def _save(ctx, inputs, outputs):
 
 
 def once_differentiable(fn):
-    """Mark a backward as not differentiable itself (cagrad has no double backward yet, so
-    this only runs fn with grad mode off, as PyTorch does)."""
+    """Mark a backward as not differentiable itself: fn runs with grad mode off, and under
+    create_graph its gradients lead to a node that fails if a double backward reaches it
+    (when an incoming gradient requires grad), as PyTorch does."""
 
     @functools.wraps(fn)
     def wrapper(ctx, *args):
         with no_grad():
-            return fn(ctx, *args)
+            outputs = fn(ctx, *args)
+        if not is_grad_enabled():
+            return outputs
+        if not any(_is_tensor(a) and a.requires_grad for a in args):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        outs = tuple(_DelayedError.apply(_C.detach(o).requires_grad_()) if _is_tensor(o) else o
+                     for o in outs)
+        return outs[0] if single else outs
 
     return wrapper
 
@@ -447,3 +471,17 @@ class InplaceFunction(Function):
 class NestedIOFunction(Function):
     pass
 
+
+
+class _DelayedError(Function):
+    """Passes a gradient made by a @once_differentiable backward through; differentiating
+    it again is torch's error."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("trying to differentiate twice a function that was marked with "
+                           "@once_differentiable")
