@@ -63,7 +63,7 @@ static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
     if (fd->src == FROM_INPUT && fd->idx < n->n_in)
         e = n->next[fd->idx];
     else if (fd->src == FROM_OUTPUT)
-        e = (ca_edge){(ca_node *)n, 0};
+        e = (ca_edge){(ca_node *)n, fd->idx}; /* output idx of the node itself */
     if (!e.fn) { /* a constant: an input that needs no gradient, indices, masks */
         *out = ca_tensor_retain(t);
         return CA_OK;
