@@ -193,3 +193,16 @@ void cai_kern_blas_info(kern_blas_info *out) {
     out->core_isa = kern_blas_core_isa(out->core);
     out->cpu_isa = cai_kern_isa_cpu();
 }
+
+void cai_kern_gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
+                    int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+    enum CBLAS_TRANSPOSE t = tb ? CblasTrans : CblasNoTrans;
+    if (dt == KERN_F32)
+        kern_cblas_sgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0f,
+                         (const float *)a, (int)lda, (const float *)b, (int)ldb, (float)beta,
+                         (float *)c, (int)ldc);
+    else
+        kern_cblas_dgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0,
+                         (const double *)a, (int)lda, (const double *)b, (int)ldb, beta,
+                         (double *)c, (int)ldc);
+}

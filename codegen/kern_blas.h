@@ -10,6 +10,9 @@
 
 #include <cblas.h>
 #include <stdbool.h>
+#include <stdint.h>
+
+#include "kern.h"
 
 #ifdef BLAS_SYMBOL_PREFIX
 #define KERN_BLAS_CAT2(a, b) a##b
@@ -41,5 +44,11 @@ bool cai_kern_blas_threads_gemm(double mnk);
  * only under a lock and set back to one after the call. */
 void cai_kern_blas_threaded_begin(void);
 void cai_kern_blas_threaded_end(void);
+
+/* One single-threaded row-major GEMM of dtype dt (float32 or float64):
+ * C = A @ op(B) + beta * C, A M x K, op(B) = B^T when tb. The convolutions' GEMMs, each
+ * an item of the pool whose size comes from the problem, not the thread count. */
+void cai_kern_gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
+                    int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 
 #endif /* CAGRAD_KERN_BLAS_H */

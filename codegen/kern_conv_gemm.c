@@ -27,20 +27,6 @@
 #define KERN_CONV_PARTIALS (1 << 20) /* entries of the weight gradient's partials, at most */
 #define KERN_CONV_W_BLOCKS 4         /* column blocks of the weight gradient, at most */
 
-/* One single-threaded row-major GEMM: C = A @ op(B) + beta * C, A M x K. */
-static void gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
-                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
-    enum CBLAS_TRANSPOSE t = tb ? CblasTrans : CblasNoTrans;
-    if (dt == KERN_F32)
-        kern_cblas_sgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0f,
-                         (const float *)a, (int)lda, (const float *)b, (int)ldb, (float)beta,
-                         (float *)c, (int)ldc);
-    else
-        kern_cblas_dgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0,
-                         (const double *)a, (int)lda, (const double *)b, (int)ldb, beta,
-                         (double *)c, (int)ldc);
-}
-
 /* The sizes of a convolution's GEMMs and its slab: K the columns' rows per group, L the
  * output positions, M the output channels per group. */
 typedef struct {
@@ -130,7 +116,7 @@ static void conv_items(void *ctx, int64_t begin, int64_t end) {
         const char *a = j->w + (size_t)(grp * j->M * j->K) * j->es;
         const char *b = j->cv + (size_t)(i * j->cv_img + grp * j->K * j->L + lo) * j->es;
         char *c = j->y + (size_t)(((j->n0 + i) * j->O + grp * j->M) * j->L + lo) * j->es;
-        gemm1(j->dt, false, j->M, n, j->K, a, j->K, b, j->L, j->beta, c, j->L);
+        cai_kern_gemm1(j->dt, false, j->M, n, j->K, a, j->K, b, j->L, j->beta, c, j->L);
     }
 }
 
@@ -187,7 +173,7 @@ static void wgrad_items(void *ctx, int64_t begin, int64_t end) {
         for (int64_t i = 0; i < j->s; i++) {
             const char *a = j->gy + (size_t)(((j->n0 + i) * j->O + grp * j->M) * j->L) * j->es;
             const char *b = j->cv + (size_t)(i * j->cv_img + (grp * j->K + lo) * j->L) * j->es;
-            gemm1(j->dt, true, j->M, n, j->L, a, j->L, b, j->L, 1.0, c, j->K);
+            cai_kern_gemm1(j->dt, true, j->M, n, j->L, a, j->L, b, j->L, 1.0, c, j->K);
         }
     }
 }

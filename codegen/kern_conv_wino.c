@@ -130,20 +130,6 @@ static void unweight_items(void *ctx, int64_t begin, int64_t end) {
         (j->dt == KERN_F32 ? weight_untransform_f32 : weight_untransform_f64)(j, o);
 }
 
-/* One single-threaded row-major GEMM: C = A @ op(B) + beta * C. */
-static void gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
-                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
-    enum CBLAS_TRANSPOSE t = tb ? CblasTrans : CblasNoTrans;
-    if (dt == KERN_F32)
-        kern_cblas_sgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0f,
-                         (const float *)a, (int)lda, (const float *)b, (int)ldb, (float)beta,
-                         (float *)c, (int)ldc);
-    else
-        kern_cblas_dgemm(CblasRowMajor, CblasNoTrans, t, (int)M, (int)N, (int)K, 1.0,
-                         (const double *)a, (int)lda, (const double *)b, (int)ldb, beta,
-                         (double *)c, (int)ldc);
-}
-
 /* Forward GEMMs: item (k, group, block of tiles): M_k[group] = U_k[group] @ V_k[group]. */
 static void forward_gemms(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
@@ -154,7 +140,7 @@ static void forward_gemms(void *ctx, int64_t begin, int64_t end) {
         const char *a = j->U + (size_t)(k * j->uplane + grp * j->Og * j->Cg) * es;
         const char *b = j->V + (size_t)(k * j->vplane + grp * j->Cg * j->nt + lo) * es;
         char *c = j->M + (size_t)(k * j->mplane + grp * j->Og * j->nt + lo) * es;
-        gemm1(j->dt, false, j->Og, n, j->Cg, a, j->Cg, b, j->nt, 0.0, c, j->nt);
+        cai_kern_gemm1(j->dt, false, j->Og, n, j->Cg, a, j->Cg, b, j->nt, 0.0, c, j->nt);
     }
 }
 
@@ -168,7 +154,7 @@ static void grad_gemms(void *ctx, int64_t begin, int64_t end) {
         const char *a = j->M + (size_t)(k * j->mplane + grp * j->Og * j->nt) * es;
         const char *b = j->V + (size_t)(k * j->vplane + grp * j->Cg * j->nt) * es;
         char *c = j->U + (size_t)(k * j->uplane + grp * j->Og * j->Cg) * es;
-        gemm1(j->dt, true, j->Og, j->Cg, j->nt, a, j->nt, b, j->nt, 1.0, c, j->Cg);
+        cai_kern_gemm1(j->dt, true, j->Og, j->Cg, j->nt, a, j->nt, b, j->nt, 1.0, c, j->Cg);
     }
 }
 

@@ -239,3 +239,18 @@ def this_python_env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return env
+
+
+def outcome(fn):
+    """(exception type name, message) of fn(), or ("ok", None) when it returns."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - any error is compared with torch's
+        return type(e).__name__, str(e)
+    return "ok", None
+
+
+def same_outcome(make):
+    """make(L) raises the same error type and message with cagrad as with torch."""
+    c, t = outcome(lambda: make(ca)), outcome(lambda: make(torch))
+    assert c == t

@@ -11,24 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import ca, needs_cagrad
+from helpers import ca, needs_cagrad, outcome, same_outcome
 
 pytestmark = needs_cagrad
-
-
-def outcome(fn):
-    """(exception type name, message) of fn(), or ("ok", None) when it returns."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - any error is compared with torch's
-        return type(e).__name__, str(e)
-    return "ok", None
-
-
-def same_outcome(make):
-    """make(L) raises the same error type and message with cagrad as with torch."""
-    c, t = outcome(lambda: make(ca)), outcome(lambda: make(torch))
-    assert c == t
 
 
 def dtype_name(x):

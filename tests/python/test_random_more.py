@@ -13,27 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import assert_close, ca, needs_cagrad, to_both, to_np
+from helpers import assert_close, ca, needs_cagrad, outcome, same_outcome, to_both, to_np
 
 pytestmark = needs_cagrad
 
 N = 100_000
 LIBS = (ca, torch)
-
-
-def outcome(fn):
-    """(exception type name, message) of fn(), or ("ok", None) when it returns."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - any error is compared with torch's
-        return type(e).__name__, str(e)
-    return "ok", None
-
-
-def same_outcome(make):
-    """make(L) raises the same error type and message with cagrad as with torch."""
-    c, t = outcome(lambda: make(ca)), outcome(lambda: make(torch))
-    assert c == t
 
 
 def same_error_type(make):

@@ -5,11 +5,9 @@ output_size argument."""
 
 import math
 
-from .._creation import empty
 from .._dtype import check_device
 from . import functional as F
 from .layers import _ConvNd, _default_init
-from .parameter import Parameter
 
 __all__ = ["ConvTranspose1d", "ConvTranspose2d"]
 
@@ -19,8 +17,8 @@ def _single(name, value):
 
 
 class _ConvTransposeNd(_ConvNd):
-    """What ConvTranspose1d and ConvTranspose2d share: parameters, init, repr and the
-    output_padding an output_size asks for."""
+    """What ConvTranspose1d and ConvTranspose2d share: parameters, init and the
+    output_padding an output_size asks for (the repr is _ConvNd's)."""
 
     _RANK = 0
 
@@ -30,23 +28,8 @@ class _ConvTransposeNd(_ConvNd):
             raise ValueError(f'Only "zeros" padding mode is supported for '
                              f"{type(self).__name__}")
         self._check_groups(in_channels, out_channels, groups)
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.dilation = dilation
-        self.transposed = True
-        self.output_padding = output_padding
-        self.groups = groups
-        self.padding_mode = padding_mode
-        self.weight = Parameter(empty(in_channels, out_channels // groups, *kernel_size,
-                                      dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_channels, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        self._set_fields(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         True, output_padding, groups, bias, padding_mode, dtype)
 
     def reset_parameters(self):
         # PyTorch's fan_in of this weight layout: its dim 1 (out/groups) times the kernel
@@ -74,22 +57,6 @@ class _ConvTransposeNd(_ConvNd):
                                  f"range from {smallest} to {largest} (for an input of "
                                  f"{input.shape[outer:]})")
         return tuple(size - low for size, low in zip(output_size, smallest))
-
-    def extra_repr(self):
-        rank = len(self.kernel_size)
-        text = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}")
-        if self.padding != (0,) * rank:
-            text += f", padding={self.padding}"
-        if self.dilation != (1,) * rank:
-            text += f", dilation={self.dilation}"
-        if self.output_padding != (0,) * rank:
-            text += f", output_padding={self.output_padding}"
-        if self.groups != 1:
-            text += f", groups={self.groups}"
-        if self.bias is None:
-            text += ", bias=False"
-        return text
 
 
 class ConvTranspose1d(_ConvTransposeNd):

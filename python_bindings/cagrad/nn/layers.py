@@ -94,18 +94,25 @@ class _ConvNd(Module):
             if padding == "same" and stride != (1,) * rank:
                 raise ValueError("padding='same' is not supported for strided convolutions")
         self._check_padding_mode(padding_mode)
+        self._set_fields(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         False, (0,) * rank, groups, bias, padding_mode, dtype)
+
+    def _set_fields(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                    transposed, output_padding, groups, bias, padding_mode, dtype):
+        """PyTorch's _ConvNd attributes and parameters: the weight is [out, in/groups, *k],
+        or [in, out/groups, *k] for a transposed convolution; then reset_parameters()."""
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
         self.dilation = dilation
-        self.transposed = False
-        self.output_padding = (0,) * rank
+        self.transposed = transposed
+        self.output_padding = output_padding
         self.groups = groups
         self.padding_mode = padding_mode
-        self.weight = Parameter(empty(out_channels, in_channels // groups, *kernel_size,
-                                      dtype=dtype))
+        rows, cols = (in_channels, out_channels) if transposed else (out_channels, in_channels)
+        self.weight = Parameter(empty(rows, cols // groups, *kernel_size, dtype=dtype))
         if bias:
             self.bias = Parameter(empty(out_channels, dtype=dtype))
         else:
@@ -125,6 +132,8 @@ class _ConvNd(Module):
             text += f", padding={self.padding}"
         if self.dilation != (1,) * rank:
             text += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * rank:  # the transposed convolutions' (as torch)
+            text += f", output_padding={self.output_padding}"
         if self.groups != 1:
             text += f", groups={self.groups}"
         if self.bias is None:
