@@ -5,7 +5,7 @@ import warnings
 from .. import _C
 from .._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
-from . import function, graph
+from . import function, functional, graph
 from .function import Function
 
 __all__ = ["grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
