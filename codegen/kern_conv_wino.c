@@ -209,30 +209,38 @@ static int64_t slab_count(const wino_job *j) {
     return (j->g->n + j->S - 1) / j->S;
 }
 
-/* One slab's forward, stage after stage, its items on the pool (in_pool) or all on the
- * calling thread: the same GEMM calls either way, so the same bits. */
+/* A stage's items on the pool (in_pool) or all on the calling thread: the same calls
+ * either way, so the same bits. */
+static void stage(wino_job *j, bool in_pool, int64_t items, kern_range_fn fn) {
+    if (in_pool)
+        cai_kern_parallel_for(items, 1, fn, j);
+    else
+        fn(j, 0, items);
+}
+
+/* One slab's forward, stage after stage. */
 static void forward_slab(wino_job *j, bool in_pool) {
-    if (in_pool) {
-        cai_kern_parallel_for(j->s * j->C, 1, input_items, j);
-        cai_kern_parallel_for(16 * j->G * j->blocks, 1, forward_gemms, j);
-        cai_kern_parallel_for(j->s * j->O, 1, output_items, j);
-    } else {
-        input_items(j, 0, j->s * j->C);
-        forward_gemms(j, 0, 16 * j->G * j->blocks);
-        output_items(j, 0, j->s * j->O);
-    }
+    stage(j, in_pool, j->s * j->C, input_items);
+    stage(j, in_pool, 16 * j->G * j->blocks, forward_gemms);
+    stage(j, in_pool, j->s * j->O, output_items);
 }
 
 /* One slab's part of the weight gradient: its 16 * groups products added into j->U. */
 static void grad_slab(wino_job *j, bool in_pool) {
-    if (in_pool) {
-        cai_kern_parallel_for(j->s * j->C, 1, input_items, j);
-        cai_kern_parallel_for(j->s * j->O, 1, grad_items, j);
-        cai_kern_parallel_for(16 * j->G, 1, grad_gemms, j);
-    } else {
-        input_items(j, 0, j->s * j->C);
-        grad_items(j, 0, j->s * j->O);
-        grad_gemms(j, 0, 16 * j->G);
+    stage(j, in_pool, j->s * j->C, input_items);
+    stage(j, in_pool, j->s * j->O, grad_items);
+    stage(j, in_pool, 16 * j->G, grad_gemms);
+}
+
+/* Partial sum p of the weight gradient, at parts + p * 16 * uplane: slabs
+ * [p * per_part, (p + 1) * per_part) added in order. */
+static void grad_partial(wino_job *j, char *parts, int64_t p, int64_t per_part, bool in_pool) {
+    int64_t slabs = slab_count(j), part = 16 * j->uplane;
+    j->U = parts + (size_t)(p * part) * j->es;
+    memset(j->U, 0, (size_t)part * j->es);
+    for (int64_t k = p * per_part; k < (p + 1) * per_part && k < slabs; k++) {
+        slab_at(j, k);
+        grad_slab(j, in_pool);
     }
 }
 
@@ -266,15 +274,8 @@ static void grad_side_range(void *ctx, int64_t begin, int64_t end) {
         __atomic_store_n(&w->rc, -2, __ATOMIC_RELAXED);
         return;
     }
-    int64_t slabs = slab_count(&j), part = 16 * j.uplane;
-    for (int64_t p = begin; p < end; p++) {
-        j.U = w->base.U + (size_t)(p * part) * j.es;
-        memset(j.U, 0, (size_t)part * j.es);
-        for (int64_t k = p * w->per_part; k < (p + 1) * w->per_part && k < slabs; k++) {
-            slab_at(&j, k);
-            grad_slab(&j, false);
-        }
-    }
+    for (int64_t p = begin; p < end; p++)
+        grad_partial(&j, w->base.U, p, w->per_part, false);
     slab_free(&j);
 }
 
@@ -336,14 +337,8 @@ int cai_kern_conv2d_weight_grad_winograd(kern_dtype dt, const kern_conv_geom *g,
         sd.rc = -2;
     } else { /* a partial at a time, each slab's stages on the pool */
         char *U = j->U;
-        for (int64_t p = 0; p < parts; p++) {
-            j->U = U + (size_t)(p * part) * j->es;
-            memset(j->U, 0, (size_t)part * j->es);
-            for (int64_t k = p * sd.per_part; k < (p + 1) * sd.per_part && k < slabs; k++) {
-                slab_at(j, k);
-                grad_slab(j, true);
-            }
-        }
+        for (int64_t p = 0; p < parts; p++)
+            grad_partial(j, U, p, sd.per_part, true);
         j->U = U;
         slab_free(j);
     }

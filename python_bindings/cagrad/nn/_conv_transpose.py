@@ -101,20 +101,25 @@ def _groups(fn, groups):
     return groups
 
 
+def _check_args(fn, input, weight, bias, rank):
+    """PyTorch's checks of a rank-d transposed convolution's tensors and their dims."""
+    F._tensor(fn, "input", input)
+    F._tensor(fn, "weight", weight)
+    F._optional_tensor(fn, "bias", bias)
+    if weight.ndim != rank + 2:
+        raise RuntimeError(f"Expected {rank + 2}-dimensional weight for {fn}, but got "
+                           f"weight of size {list(weight.shape)} instead")
+    if input.ndim not in (rank + 1, rank + 2):
+        raise RuntimeError(f"Expected {rank + 1}D (unbatched) or {rank + 2}D (batched) input "
+                           f"to {fn}, but got input of size: {list(input.shape)}")
+
+
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups=1, dilation=1):
     """Transposed 2-D convolution of input [N, C_in, H, W] (or [C_in, H, W]) with weight
     [C_in, C_out/groups, kH, kW]: output size (H-1)*stride - 2*padding + dilation*(kH-1) +
     output_padding + 1 per spatial dim."""
-    F._tensor("conv_transpose2d", "input", input)
-    F._tensor("conv_transpose2d", "weight", weight)
-    F._optional_tensor("conv_transpose2d", "bias", bias)
-    if weight.ndim != 4:
-        raise RuntimeError(f"Expected 4-dimensional weight for conv_transpose2d, but got "
-                           f"weight of size {list(weight.shape)} instead")
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to "
-                           f"conv_transpose2d, but got input of size: {list(input.shape)}")
+    _check_args("conv_transpose2d", input, weight, bias, 2)
     return _transposed_2d(input, weight, bias, F._pair("stride", stride),
                           F._pair("padding", padding), F._pair("output_padding",
                                                                output_padding),
@@ -125,15 +130,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                      groups=1, dilation=1):
     """Transposed 1-D convolution of input [N, C_in, L] (or [C_in, L]) with weight
     [C_in, C_out/groups, k] (a height-1 conv_transpose2d)."""
-    F._tensor("conv_transpose1d", "input", input)
-    F._tensor("conv_transpose1d", "weight", weight)
-    F._optional_tensor("conv_transpose1d", "bias", bias)
-    if weight.ndim != 3:
-        raise RuntimeError(f"Expected 3-dimensional weight for conv_transpose1d, but got "
-                           f"weight of size {list(weight.shape)} instead")
-    if input.ndim not in (2, 3):
-        raise RuntimeError(f"Expected 2D (unbatched) or 3D (batched) input to "
-                           f"conv_transpose1d, but got input of size: {list(input.shape)}")
+    _check_args("conv_transpose1d", input, weight, bias, 1)
     groups = _groups("conv_transpose1d", groups)
     _check_channels(input, weight, groups, 1)  # (PyTorch names the 1-D shapes here)
     out = _transposed_2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
