@@ -161,9 +161,12 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
             return true;
         }
         return lower_narrow(tb, at, a);
-    case CA_OP_SLICE_BACKWARD:
+    case CA_OP_SLICE_BACKWARD: /* start and end as size expressions: symbolic from a dim's end */
         a->op = GOP_SLICE_BACKWARD;
-        return plain_ints(at->i, 4) && decode_shape(tb, &at->shape, a);
+        a->i[1] = size_sx(tb, at->i[1]);
+        a->i[2] = size_sx(tb, at->i[2]);
+        return a->i[1] >= 0 && a->i[2] >= 0 && plain_ints(&at->i[3], 1) &&
+               decode_shape(tb, &at->shape, a);
     case CA_OP_CONTIGUOUS: a->op = GOP_CONTIGUOUS; return true;
     case CA_OP_MATMUL: a->op = GOP_MATMUL; return true;
     case CA_OP_INDEX_ADD: a->op = GOP_INDEX_ADD; return decode_shape(tb, &at->shape, a);
@@ -302,12 +305,14 @@ static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
     return v < 0 ? NULL : bval_of(v);
 }
 
-/* x + y as a size expression (a number when both are); a corrupt handle fails the trace. */
+/* x + y as a size expression (a number when both are); y may be a negative number (a
+ * position counted from a dim's end: size - 2). A corrupt handle fails the trace. */
 static int64_t trace_size_add(ca_builder *b, int64_t x, int64_t y) {
     trace_builder *tb = (trace_builder *)b;
-    graph_sx a = size_sx(tb, x), c = size_sx(tb, y), s = -1;
+    bool minus = y < 0 && y > INT64_MIN;
+    graph_sx a = size_sx(tb, x), c = size_sx(tb, minus ? -y : y), s = -1;
     if (a >= 0 && c >= 0)
-        s = cai_graph_sx_op(tb->g, GSX_ADD, a, c);
+        s = cai_graph_sx_op(tb->g, minus ? GSX_SUB : GSX_ADD, a, c);
     if (s < 0) {
         trace_fail(tb, "%s: a size sum could not be formed", tb->origin.name);
         return 0;
