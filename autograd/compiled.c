@@ -11,6 +11,7 @@
 #include "autograd/compiled.h"
 
 #include "autograd/compiled_callout.h"
+#include "autograd/compiled_double.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@ typedef struct {
     int64_t *sym_values;
     int n_inputs;
     graph_view *inputs;
+    dbl_tape *tape;      /* create_graph: what makes its gradients differentiable */
     bool verdict_logged; /* the verbose log has said how its plan runs on the pool */
 } compiled_graph;
 
@@ -247,6 +249,7 @@ static void compiled_free(void *p) {
     cai_mem_data_free(cg->arena);
     cai_mem_free(cg->sym_values);
     cai_mem_free(cg->inputs);
+    cai_dbl_tape_release(cg->tape);
     cai_mem_free(cg);
 }
 
@@ -300,12 +303,14 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     trace_request tr = {.k = &compiled_autograd.key,
                         .e = e,
                         .capture = c->capture,
+                        .create_graph = c->create_graph,
                         .n_targets = c->n_targets,
                         .targets = c->targets,
                         .target_nrs = c->target_nrs};
     trace_result res;
     ca_status st = cai_trace_backward(&tr, &res);
     cg->g = res.g;
+    cg->tape = res.tape;
     cg->reads = res.reads;
     cg->n_reads = res.n_reads;
     cg->callouts = res.callouts;
@@ -702,6 +707,7 @@ void cai_compiled_note_eager(const char *why) {
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
     *ran = false;
     key_request req = {.capture = c->capture,
+                       .create_graph = c->create_graph,
                        .n_roots = c->n_roots,
                        .roots = c->roots,
                        .root_nrs = c->root_nrs,
@@ -721,6 +727,9 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
     compiled_autograd.running = true;
     ca_status st = run_entry(c, e);
     compiled_autograd.running = false;
+    if (st == CA_OK && c->create_graph)
+        st = cai_dbl_attach(((compiled_graph *)e->compiled)->tape, &compiled_autograd.key,
+                            c->n_targets, c->grads_out);
     if (st == CA_OK && !c->retain_graph)
         release_saved();
     return st;

@@ -327,11 +327,13 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
         return err_set(CA_STATUS_INVALID, "a backward started inside a custom backward that "
                                           "compiled autograd is tracing");
     }
-    /* create_graph runs eagerly: compiled autograd does not capture a double backward yet */
-    bool compiled = cai_compiled_active() && !r->create_graph;
-    if (cai_compiled_active() && r->create_graph)
-        cai_compiled_note_eager("the backward has create_graph=True (double backward is not "
-                                "captured yet)");
+    /* create_graph is captured for autograd.grad (compiled_double.h); backward() into .grad
+     * with create_graph runs eagerly */
+    bool eager_double = r->create_graph && r->mode != RUN_CAPTURE;
+    bool compiled = cai_compiled_active() && !eager_double;
+    if (cai_compiled_active() && eager_double)
+        cai_compiled_note_eager("backward(create_graph=True) into .grad is not captured yet "
+                                "(autograd.grad with create_graph=True is)");
     /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
     r->walk = compiled ? cai_compiled_walk() : &r->own_walk;
     ca_status st = cai_walk_graph(r->walk, roots, n_roots);
@@ -351,6 +353,7 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
                              r->n_cap);
         if (compiled) {
             compiled_call c = {.capture = r->mode == RUN_CAPTURE,
+                               .create_graph = r->create_graph,
                                .retain_graph = r->retain_graph,
                                .n_roots = n_roots,
                                .roots = roots,

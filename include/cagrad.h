@@ -629,7 +629,9 @@ typedef struct {
     bool retain_graph;
     bool allow_unused; /* an input that outputs do not depend on gives NULL, not an error */
     /* Double backward: grads are differentiable (see ca_backward_options.create_graph);
-     * implies retain_graph. */
+     * implies retain_graph. Under compiled autograd it is captured and cached: the grads
+     * are the outputs of a CompiledAutogradBackward0 node (a custom function's; a backward
+     * through it is traced into that backward's compiled graph). */
     bool create_graph;
 } ca_grad_options;
 
