@@ -458,6 +458,14 @@ static graph_val run_hooks(trace_builder *tb, int call, int nr, graph_val g) {
     return g;
 }
 
+static bool post_hooked(const trace_builder *tb, int call) {
+    const key_collect *k = tb->req->k;
+    for (int h = 0; h < k->n_hooks; h++)
+        if (k->hooks[h].node_call == call && k->hooks[h].leaf)
+            return true;
+    return false;
+}
+
 static void run_post_hooks(trace_builder *tb, int call, graph_val acc, int leaf) {
     const key_collect *k = tb->req->k;
     for (int h = 0; h < k->n_hooks; h++)
@@ -762,6 +770,15 @@ static void trace_node(trace_builder *tb, int call) {
     if (is_acc && !tb->req->capture) {
         int leaf = cai_key_find_lifted(tb->req->k, n->leaf, LIFT_LEAF);
         CA_ASSERT(leaf >= 0); /* the key lifts every AccumulateGrad's leaf */
+        if (tb->tape) {       /* an output: .grad takes it differentiably after the run */
+            side_effect(tb, GOP_OUTPUT, g, tb->req->n_targets + leaf, 0);
+            if (n->node_post_hooks || post_hooked(tb, call))
+                trace_fail(tb,
+                           "%s: create_graph=True with post-accumulate-grad or node hooks is "
+                           "not captured yet",
+                           tb->origin.name);
+            return;
+        }
         graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);
@@ -778,8 +795,8 @@ static ca_status start_tape(trace_builder *tb) {
     if (tb->req->e->n_symbols > 0)
         return err_set(CA_STATUS_INTERNAL, "create_graph=True with dynamic sizes is not captured "
                                            "yet");
-    tb->base.create_graph = true;
-    tb->tape = cai_dbl_tape_new(tb->req->n_targets);
+    tb->base.create_graph = true; /* outputs: autograd.grad's, then one per lifted leaf */
+    tb->tape = cai_dbl_tape_new(tb->req->n_targets + tb->req->k->n_lifted);
     return tb->tape ? CA_OK : err_nomem("the compiled double backward's tape");
 }
 

@@ -1,10 +1,11 @@
-/* compiled_double.h - a double backward under compiled autograd: autograd.grad with
- * create_graph=True captured, cached and fused like any other backward, its gradients
- * differentiable.
+/* compiled_double.h - a double backward under compiled autograd: autograd.grad or
+ * backward() with create_graph=True captured, cached and fused like any other backward,
+ * its gradients differentiable.
  *
  * The trace of such a backward keeps a tape beside its graph: each op-table call its rules
  * made (op, inputs, attributes, output, as values of the trace), which lifted tensors they
- * read (the tape's inputs) and which values are autograd.grad's outputs. The compiled graph
+ * read (the tape's inputs) and which values are the outputs (autograd.grad's, or each
+ * leaf's gradient, which the caller then accumulates into .grad). The compiled graph
  * computes the gradients. Then one node, CompiledAutogradBackward0, a custom function made
  * here, takes the tape's inputs joined to their histories (a saved input to the input's
  * grad_fn, a saved output to its node, as the eager double backward unpacks them) and gives
@@ -15,8 +16,8 @@
  * cached graph. The tape is shared by every node the cache entry makes, and keys the
  * second backward's cache.
  *
- * Not captured (the backward then runs eagerly, counted and logged): backward(create_graph=
- * True) into .grad, tensor and node hooks, retain_grad, custom functions and dynamic sizes.
+ * Not captured (the backward then runs eagerly, counted and logged): tensor, node and
+ * post-accumulate hooks, retain_grad, custom functions and dynamic sizes.
  */
 #ifndef CAGRAD_COMPILED_DOUBLE_H
 #define CAGRAD_COMPILED_DOUBLE_H

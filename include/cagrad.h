@@ -617,7 +617,7 @@ typedef struct {
      * grad_fn (when they depend on something that requires grad) and can be
      * differentiated again; a leaf's .grad becomes a non-leaf (its first value a
      * CopyBackwards copy, then .grad + g out of place). Implies retain_graph. Under
-     * compiled autograd such a backward runs eagerly (counted in eager_fallbacks).
+     * compiled autograd it is captured and cached (see ca_grad_options.create_graph).
      * Leaves and their .grad then hold each other: set .grad to NULL after use. */
     bool create_graph;
 } ca_backward_options;

@@ -223,24 +223,35 @@ Test(double_backward, compiled_autograd_captures_ca_grad_with_create_graph) {
     ca_tensor_release(x);
 }
 
-/* backward(create_graph) into .grad is not captured yet: it runs eagerly, counted. */
-Test(double_backward, compiled_autograd_runs_backward_into_grad_eagerly) {
-    ca_compiled_autograd_reset();
-    TU_OK(ca_compiled_autograd_enable(NULL));
-    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){1, 2}, true);
-    ca_tensor *y = NULL, *s = NULL;
-    TU_OK(ca_tanh(x, &y));
-    TU_OK(ca_sum(y, 0, NULL, false, &s));
-    ca_backward_options o = {.create_graph = true};
-    TU_OK(ca_backward_ex(s, &o));
-    ca_compiled_counters c;
-    ca_compiled_autograd_counters(&c);
-    cr_assert_eq(c.eager_fallbacks, 1);
-    cr_assert_eq(c.captures, 0);
-    cr_assert(ca_tensor_requires_grad(ca_tensor_grad(x)));
-    TU_OK(ca_tensor_set_grad(x, NULL)); /* the leaf and its .grad hold each other */
-    TU_OK(ca_compiled_autograd_disable());
-    tu_release_n((ca_tensor *[]){x, y, s}, 3);
+/* ca_backward_ex with create_graph is captured too: .grad is a CopyBackwards copy of the
+ * compiled gradient, which a second backward differentiates. With dynamic sizes (a tape
+ * holds numbers) it runs eagerly, counted. */
+Test(double_backward, compiled_autograd_captures_backward_into_grad) {
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        ca_compiled_autograd_reset();
+        ca_compiled_options opts = {.dynamic = dynamic};
+        TU_OK(ca_compiled_autograd_enable(&opts));
+        ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){1, 2}, true);
+        ca_tensor *y = NULL, *s = NULL, *gs = NULL;
+        TU_OK(ca_tanh(x, &y));
+        TU_OK(ca_sum(y, 0, NULL, false, &s));
+        ca_backward_options o = {.create_graph = true};
+        TU_OK(ca_backward_ex(s, &o));
+        ca_compiled_counters c;
+        ca_compiled_autograd_counters(&c);
+        cr_assert_eq(c.eager_fallbacks, dynamic);
+        cr_assert_eq(c.captures, 1 - dynamic);
+        cr_assert_str_eq(ca_tensor_grad_fn_name(ca_tensor_grad(x)), "CopyBackwards");
+        TU_OK(ca_sum(ca_tensor_grad(x), 0, NULL, false, &gs));
+        TU_OK(ca_tensor_set_grad(x, NULL)); /* the leaf and its .grad hold each other */
+        TU_OK(ca_backward(gs));
+        for (int i = 0; i < 2; i++) { /* tanh'' = -2 tanh (1 - tanh^2) */
+            double t = tanh(tu_get(x, i));
+            cr_assert_float_eq(tu_get(ca_tensor_grad(x), i), -2 * t * (1 - t * t), 1e-12);
+        }
+        TU_OK(ca_compiled_autograd_disable());
+        tu_release_n((ca_tensor *[]){x, y, s, gs}, 4);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Double backward (create_graph=True), eager: Hessian-vector products, a WGAN-GP gradient
 penalty step, a MAML inner step, a physics-informed loss with a Laplacian, third order, a
 custom Function's differentiable backward, .grad with a history, the errors torch gives,
-and compiled autograd capturing such a backward (autograd.grad; backward() into .grad runs
-eagerly, counted and logged). Every value
+and compiled autograd capturing such a backward (hooks in it run eagerly, counted and
+logged). Every value
 and gradient is compared with torch 2.13 in float32 and float64."""
 
 import os
@@ -560,7 +560,8 @@ def test_allow_unused_with_create_graph():
 
 # ---------------------------------------------------------------------------------------
 # Compiled autograd: autograd.grad(create_graph=True) is captured and cached, its gradients
-# differentiable; backward(create_graph=True) into .grad runs eagerly, counted and logged
+# differentiable, and backward(create_graph=True) into .grad too; a hook in such a backward
+# runs it eagerly, counted and logged
 # ---------------------------------------------------------------------------------------
 def test_compiled_create_graph_grad_is_captured_then_cached(reset_counters):
     x = cagrad.randn(4, dtype=cagrad.float64, requires_grad=True)
@@ -594,6 +595,36 @@ def test_compiled_create_graph_and_plain_grads_never_share_a_graph(reset_counter
     assert_close(a.numpy(), b.detach().numpy(), rtol=0, atol=0)
 
 
+def hvp_by_backward(L, dtype, steps=3):
+    """The Hessian-vector product written with backward(create_graph=True): .grad carries a
+    history (CopyBackwards), and a second backward differentiates it."""
+    p = {k: leaf(L, MLP[k], dtype) for k in ("w1", "b1", "w2", "b2")}
+    x, y = const(L, MLP["x"], dtype), const(L, MLP["y"], dtype)
+    F = L.nn.functional
+    out = []
+    for _ in range(steps):
+        for q in p.values():
+            q.grad = None
+        loss = F.mse_loss(F.linear(L.tanh(F.linear(x, p["w1"], p["b1"])), p["w2"], p["b2"]), y)
+        loss.backward(create_graph=True)
+        names = {type(q.grad.grad_fn).__name__ for q in p.values()}
+        assert names == {"CopyBackwards"}, names
+        grads = [q.grad for q in p.values()]
+        for q in p.values():
+            q.grad = None
+        sum((g * const(L, VECS[k], dtype)).sum() for g, k in zip(grads, p)).backward()
+        out += [g.detach() for g in grads] + [q.grad for q in p.values()]
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hessian_vector_product_through_backward_create_graph(dtype, compiled):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reference-cycle warning
+        check(hvp_by_backward, dtype, compiled=compiled, runs=(0, 6))
+
+
 CHILD = textwrap.dedent(
     """
     import cagrad as torch
@@ -602,9 +633,10 @@ CHILD = textwrap.dedent(
         (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
         g.sum().backward()
         print("FALLBACKS", torch.compiled_autograd.counters["eager_fallbacks"])
-        (x ** 3).sum().backward(create_graph=True)
+        y = x ** 3
+        y.register_hook(lambda g: g * 2)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
     print("FALLBACKS", torch.compiled_autograd.counters["eager_fallbacks"])
-    x.grad = None
     """
 )
 
@@ -621,8 +653,8 @@ def test_compiled_mode_logs_both_graphs_and_why_a_backward_ran_eagerly():
     assert r.stderr.count("TRACED GRAPH") == 2, r.stderr  # the double backward's two graphs
     assert re.search(r"CompiledAutogradBackward0 \(NodeCall \d+\): custom backward traced",
                      r.stderr), r.stderr
-    assert ("[compiled_autograd_verbose] running eagerly: backward(create_graph=True) into "
-            ".grad is not captured yet" in r.stderr), r.stderr
+    assert ("create_graph=True with tensor or node hooks, retain_grad or .grad accumulation "
+            "is not captured yet" in r.stderr), r.stderr
 
 
 def test_warning_only_for_backward_without_inputs():
