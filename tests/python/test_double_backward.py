@@ -99,8 +99,9 @@ def norm_hvp(L, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_norms_and_activations_second_derivatives(dtype):
-    check(norm_hvp, dtype)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_norms_and_activations_second_derivatives(dtype, compiled):
+    check(norm_hvp, dtype, compiled=compiled, runs=(0, 2))
 
 
 def sinc_orders(L, dtype):
@@ -174,8 +175,9 @@ def r1_penalty_step(L, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_r1_penalty_of_a_conv_critic(dtype):
-    check(r1_penalty_step, dtype)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_r1_penalty_of_a_conv_critic(dtype, compiled):
+    check(r1_penalty_step, dtype, compiled=compiled, runs=(0, 2))
 
 
 def hooks_and_retain_grad(L, dtype):
