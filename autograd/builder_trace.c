@@ -179,6 +179,8 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
         return true;
     case CA_OP_NLL_LOSS_BACKWARD: a->op = GOP_NLL_BW; return decode_shape(tb, &at->shape, a);
     case CA_OP_INDEX_FILL: a->op = GOP_INDEX_FILL; return true;
+    case CA_OP_INDEX_SELECT: a->op = GOP_INDEX_SELECT; return true;
+    case CA_OP_GATHER: a->op = GOP_GATHER; return true;
     case CA_OP_CUMSUM: a->op = GOP_CUMSUM; return true;
     case CA_OP_CUMPROD_BACKWARD: a->op = GOP_CUMPROD_BW; return true;
     case CA_OP_IM2COL:

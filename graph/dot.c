@@ -80,7 +80,9 @@ static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
             cai_graph_sb_printf(b, " tb=1");
         break;
     case GOP_INDEX_ADD:
-    case GOP_SCATTER_ADD: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_SCATTER_ADD:
+    case GOP_INDEX_SELECT:
+    case GOP_GATHER: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
     case GOP_CUMSUM:
         cai_graph_sb_printf(b, " dim=%lld%s", (long long)a->i[0], a->i[1] ? " reverse=1" : "");
         break;

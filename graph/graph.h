@@ -100,6 +100,10 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     /* in: index, src; shape = full; i[0] = dim */                                                 \
     X(INDEX_ADD, "index_add", 2, 1, GOPF_SHAPE)                                                    \
     X(SCATTER_ADD, "scatter_add", 2, 1, GOPF_SHAPE)                                                \
+    /* in: x, index (0-D or 1-D); i[0] = dim: x's rows index[j] along dim, in order       */    \
+    X(INDEX_SELECT, "index_select", 2, 1, 0)                                                       \
+    /* in: x, index (x's ndim); i[0] = dim: x[.., index[o, j, i], ..], of index's shape */     \
+    X(GATHER, "gather", 2, 1, 0)                                                                   \
     /* in: x, index; i[0] = dim, p[0] = value: x with value at the index along dim */          \
     X(INDEX_FILL, "index_fill", 2, 1, 0)                                                           \
     /* conv2d's unfold: x [N, C, H, W] -> [N, groups, C/groups*kh*kw, OH*OW]; i[0..2] =     */ \

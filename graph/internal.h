@@ -199,6 +199,8 @@ const char *cai_shape_str(const graph *g, const graph_node *n, char *buf);
 /* shape_ops.c: inference of the index, scatter, nll, scan and convolution ops; 0 or -1. */
 int cai_shape_infer_index_add(graph *g, graph_node *n);
 int cai_shape_infer_scatter_add(graph *g, graph_node *n);
+int cai_shape_infer_index_select(graph *g, graph_node *n);
+int cai_shape_infer_gather(graph *g, graph_node *n);
 int cai_shape_infer_scale_size(graph *g, graph_node *n);
 int cai_shape_infer_nll_bw(graph *g, graph_node *n);
 int cai_shape_infer_index_fill(graph *g, graph_node *n);
@@ -231,6 +233,8 @@ bool cai_run_view_matches(const graph_view *v, kern_dtype dt, int nd, const int6
  * recorded). */
 int cai_run_index_add(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_scatter_add(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_index_select(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_gather(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_index_fill(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_cumsum(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_cumprod_bw(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);

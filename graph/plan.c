@@ -155,9 +155,12 @@ static void take_temps(planner *pl, const graph *g, graph_val v) {
     const graph_node *x = cai_graph_node_at(g, v);
     plan_node *pn = &pl->nodes[v];
     plan_buf k;
-    bool copies = x->a.op == GOP_MATMUL || x->a.op == GOP_INDEX_ADD || x->a.op == GOP_SCATTER_ADD;
+    bool copies = x->a.op == GOP_MATMUL || x->a.op == GOP_INDEX_ADD || x->a.op == GOP_SCATTER_ADD ||
+                  x->a.op == GOP_INDEX_SELECT || x->a.op == GOP_GATHER;
     for (int i = 0; copies && i < 2; i++) {
-        if (!maybe_strided(g, pl->nodes, x->a.in[i]))
+        /* gather reads its input cut down to the index's sizes: a copy even when contiguous */
+        bool cut = x->a.op == GOP_GATHER && i == 0;
+        if (!cut && !maybe_strided(g, pl->nodes, x->a.in[i]))
             continue;
         val_key(g, x->a.in[i], &k);
         pn->tmp[i] = take_temp(pl, &k);
@@ -247,8 +250,9 @@ static void take_group_bufs(planner *pl, const graph *g, const plan_group *G) {
  * out of range), so the run stops with the eager engine's .grad state. */
 static bool fold_barrier(graph_op op) {
     return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_CALLOUT || op == GOP_INDEX_ADD ||
-           op == GOP_SCATTER_ADD || op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_NARROW ||
-           op == GOP_SLICE_BACKWARD || op == GOP_INDEX_FILL || op == GOP_COL2IM;
+           op == GOP_SCATTER_ADD || op == GOP_INDEX_SELECT || op == GOP_GATHER ||
+           op == GOP_NLL_BW || op == GOP_SLICE || op == GOP_NARROW || op == GOP_SLICE_BACKWARD ||
+           op == GOP_INDEX_FILL || op == GOP_COL2IM;
 }
 
 /* A matmul whose one reader is an ACCUMULATE node may write the leaf's .grad itself

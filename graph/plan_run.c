@@ -595,6 +595,8 @@ static int run_buffer(run_ctx *r, graph_val v) {
                                         : run_matmul(r, v, x, out, 0.0);
     case GOP_INDEX_ADD: return cai_run_index_add(r, v, x, out);
     case GOP_SCATTER_ADD: return cai_run_scatter_add(r, v, x, out);
+    case GOP_INDEX_SELECT: return cai_run_index_select(r, v, x, out);
+    case GOP_GATHER: return cai_run_gather(r, v, x, out);
     case GOP_NLL_BW: return cai_run_nll_bw(r, v, x, out);
     case GOP_INDEX_FILL: return cai_run_index_fill(r, v, x, out);
     case GOP_CUMSUM: return cai_run_cumsum(r, v, x, out);

@@ -1,6 +1,6 @@
 /* plan_run_ops.c - the runners of the ops whose kernels read their inputs contiguous or
- * follow indices: index_add, scatter_add, index_fill, the scans' derivatives, im2col,
- * col2im and conv2d's, and nll_loss's derivative (called from plan_run.c's run_buffer).
+ * follow indices: index_add, scatter_add, index_select, gather, index_fill, the scans' derivatives,
+ * im2col, col2im and conv2d's, and nll_loss's derivative (called from plan_run.c's run_buffer).
  */
 #include "graph/internal.h"
 #include "graph/shape_rules.h"
@@ -48,6 +48,57 @@ int cai_run_index_add(run_ctx *r, graph_val v, const graph_node *x, const graph_
     if (rc == -1 && bad_pos >= 0)
         return index_fail(r, v, "index_add", bad_pos, bad_val, d, n);
     return rc ? cai_run_kern_fail(r->p, v, rc, "index_add") : 0;
+}
+
+/* index_select and gather: both inputs contiguous (copies in the plan's temporaries), the
+ * kernel checks every index against the dim's size. */
+int cai_run_index_select(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    const plan_node *pn = &r->p->nodes[v];
+    graph_view src, idx;
+    int d = (int)x->a.i[0];
+    if (contiguous_input(r, v, cai_run_in(r, x, 0), pn->tmp[0], &src) ||
+        contiguous_input(r, v, cai_run_in(r, x, 1), pn->tmp[1], &idx))
+        return -1;
+    if (cai_run_numel(out) == 0)
+        return 0;
+    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
+    cai_kern_split_dim(src.ndim, src.shape, d, &outer, &n, &inner);
+    int rc = cai_kern_index_select(out->dtype, outer, n, inner, src.data, idx.data,
+                                   cai_run_numel(&idx), out->data, &bad_pos, &bad_val);
+    if (rc == -1 && bad_pos >= 0)
+        return index_fail(r, v, "index_select", bad_pos, bad_val, d, n);
+    return rc ? cai_run_kern_fail(r->p, v, rc, "index_select") : 0;
+}
+
+/* gather reads x as [outer, n, inner] of the index's other sizes: x cut down to them (a
+ * view, copied contiguous). */
+int cai_run_gather(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    const plan_node *pn = &r->p->nodes[v];
+    graph_view src, idx, cut = *cai_run_in(r, x, 0);
+    int d = (int)x->a.i[0];
+    if (contiguous_input(r, v, cai_run_in(r, x, 1), pn->tmp[1], &idx))
+        return -1;
+    for (int k = 0; k < cut.ndim; k++) {
+        if (k == d)
+            continue;
+        if (idx.shape[k] > cut.shape[k])
+            return cai_run_fail(r->p, v,
+                                "gather: the index is larger than the input at dim %d (%lld > "
+                                "%lld)",
+                                k, (long long)idx.shape[k], (long long)cut.shape[k]);
+        cut.shape[k] = idx.shape[k];
+    }
+    if (contiguous_input(r, v, &cut, pn->tmp[0], &src))
+        return -1;
+    if (cai_run_numel(out) == 0)
+        return 0;
+    int64_t outer, n, inner, bad_pos = -1, bad_val = 0;
+    cai_kern_split_dim(src.ndim, src.shape, d, &outer, &n, &inner);
+    int rc = cai_kern_gather(out->dtype, outer, n, inner, src.data, idx.data, idx.shape[d],
+                             out->data, &bad_pos, &bad_val);
+    if (rc == -1 && bad_pos >= 0)
+        return index_fail(r, v, "gather", bad_pos, bad_val, d, n);
+    return rc ? cai_run_kern_fail(r->p, v, rc, "gather") : 0;
 }
 
 /* The index covers only a corner of the output in the kept dims: scatter into a block of

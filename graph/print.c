@@ -72,7 +72,8 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
                             cai_graph_sx_str(g, (graph_sx)a->i[1], s1, sizeof s1),
                             cai_graph_sx_str(g, (graph_sx)a->i[2], s2, sizeof s2),
                             (long long)a->i[3]);
-    } else if (a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD)
+    } else if (a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD || a->op == GOP_INDEX_SELECT ||
+               a->op == GOP_GATHER)
         cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
     else if (a->op == GOP_NLL_BW)
         cai_graph_sb_printf(b, ", reduction=%lld, ignore_index=%lld", (long long)a->i[0],

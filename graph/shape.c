@@ -670,6 +670,8 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_MATMUL: return infer_matmul(g, n);
     case GOP_INDEX_ADD: return cai_shape_infer_index_add(g, n);
     case GOP_SCATTER_ADD: return cai_shape_infer_scatter_add(g, n);
+    case GOP_INDEX_SELECT: return cai_shape_infer_index_select(g, n);
+    case GOP_GATHER: return cai_shape_infer_gather(g, n);
     case GOP_CAST: return infer_cast(g, n);
     case GOP_NLL_BW: return cai_shape_infer_nll_bw(g, n);
     case GOP_SCALE_SIZE: return cai_shape_infer_scale_size(g, n);

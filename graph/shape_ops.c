@@ -44,6 +44,62 @@ int cai_shape_infer_scatter_add(graph *g, graph_node *n) {
     return infer_scatter(g, n, cai_rule_scatter_add);
 }
 
+/* The index operand of index_select and gather: int64. */
+static int check_index(graph *g, const char *op, const graph_node *idx) {
+    if (idx->dtype != KERN_I64)
+        return cai_graph_fail(g, "%s: the index must be int64, got %s", op,
+                              cai_shape_dtype_name(idx->dtype));
+    return 0;
+}
+
+/* x's shape with dim i[0] as long as the (0-D or 1-D) index. */
+int cai_shape_infer_index_select(graph *g, graph_node *n) {
+    const graph_node *x = cai_shape_in(g, n, 0), *idx = cai_shape_in(g, n, 1);
+    if (check_index(g, "index_select", idx))
+        return -1;
+    if (idx->ndim > 1 || x->ndim == 0)
+        return cai_graph_fail(g,
+                              "index_select: expects an input of at least 1 dim and a 0-D or "
+                              "1-D index, got %d and %d dims",
+                              x->ndim, idx->ndim);
+    if (n->a.i[0] < 0)
+        n->a.i[0] += x->ndim;
+    if (n->a.i[0] < 0 || n->a.i[0] >= x->ndim)
+        return cai_graph_fail(g, "index_select: dim %lld is out of range for %d dims",
+                              (long long)n->a.i[0], x->ndim);
+    graph_sx shape[KERN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[n->a.i[0]] = idx->ndim ? idx->shape[0] : cai_graph_sx_const(g, 1);
+    cai_shape_set_out(n, x->dtype, x->ndim, shape);
+    return 0;
+}
+
+/* The index's shape (as many dims as x; no larger than x but along dim, checked here where
+ * sizes are numbers and by the kernel's index check at run time). */
+int cai_shape_infer_gather(graph *g, graph_node *n) {
+    const graph_node *x = cai_shape_in(g, n, 0), *idx = cai_shape_in(g, n, 1);
+    if (check_index(g, "gather", idx))
+        return -1;
+    if (idx->ndim != x->ndim || x->ndim == 0)
+        return cai_graph_fail(g,
+                              "gather: the index must have as many dims as the input (at "
+                              "least 1), got %d and %d",
+                              idx->ndim, x->ndim);
+    if (n->a.i[0] < 0)
+        n->a.i[0] += x->ndim;
+    if (n->a.i[0] < 0 || n->a.i[0] >= x->ndim)
+        return cai_graph_fail(g, "gather: dim %lld is out of range for %d dims",
+                              (long long)n->a.i[0], x->ndim);
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t a, b;
+        if (d != n->a.i[0] && cai_graph_sx_const_value(g, idx->shape[d], &a) &&
+            cai_graph_sx_const_value(g, x->shape[d], &b) && a > b)
+            return cai_graph_fail(g, "gather: the index is larger than the input at dim %d", d);
+    }
+    cai_shape_set_out(n, x->dtype, idx->ndim, idx->shape);
+    return 0;
+}
+
 static int nll_check_target(graph *g, const graph_op_args *a, const graph_node *t) {
     int64_t x64[KERN_MAX_DIMS], t64[KERN_MAX_DIMS];
     cai_shape_to64(a->n_shape, a->shape, x64);

@@ -96,6 +96,8 @@ static bool makes_contiguous(graph_op op) {
     case GOP_MATMUL:
     case GOP_INDEX_ADD:
     case GOP_SCATTER_ADD:
+    case GOP_INDEX_SELECT:
+    case GOP_GATHER:
     case GOP_CAST:
     case GOP_SCALE_SIZE:
     case GOP_INDEX_FILL:

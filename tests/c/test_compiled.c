@@ -789,6 +789,10 @@ FWD(f_index_select1, ca_index_select(x[0], 1, x[1], o))
 FWD(f_embedding, ca_embedding(x[0], x[1], o))
 FWD(f_gather1, ca_gather(x[0], 1, x[1], o))
 FWD(f_gather0, ca_gather(x[0], 0, x[1], o))
+/* whose derivatives pick with index_select and gather (graph ops of their own) */
+FWD(f_index_add0, ca_index_add_zeros(2, (int64_t[]){6, 3}, 0, x[1], x[0], o))
+FWD(f_index_add1, ca_index_add_zeros(2, (int64_t[]){3, 7}, 1, x[1], x[0], o))
+FWD(f_scatter_add1, ca_scatter_add_zeros(2, (int64_t[]){4, 6}, 1, x[1], x[0], o))
 
 Test(compiled, indexing) {
     static const op_case cases[] = {
@@ -803,6 +807,12 @@ Test(compiled, indexing) {
         {"gather dim 1", f_gather1, 2, {{'n', 2, {3, 5}}, {'i', 2, {3, 4}, 5}}},
         {"gather dim 0", f_gather0, 2, {{'n', 2, {4, 3}}, {'i', 2, {6, 3}, 4}}},
         {"gather non-contiguous", f_gather1, 2, {{'c', 2, {3, 5}}, {'i', 2, {2, 7}, 5}}},
+        {"index_add dim 0 (index_select)", f_index_add0, 2, {{'n', 2, {5, 3}}, {'i', 1, {5}, 6}}},
+        {"index_add dim 1 (index_select)", f_index_add1, 2, {{'c', 2, {3, 4}}, {'i', 1, {4}, 7}}},
+        {"scatter_add (gather of a cut gradient)",
+         f_scatter_add1,
+         2,
+         {{'n', 2, {3, 4}}, {'i', 2, {3, 4}, 6}}},
     };
     RUN_CASES(cases);
 }

@@ -776,3 +776,29 @@ def test_slices_from_the_end_keep_one_graph_across_sizes(dynamic):
     c = counters()
     assert c["eager_fallbacks"] == 0, c
     assert c["captures"] == (1 if dynamic else 2), c
+
+
+def test_index_add_scatter_add_gather_and_embedding_are_traced():
+    """index_add and scatter_add (custom Functions in the package) pick their gradients with
+    index_select and gather, graph ops of the compiled backward: traced into the graph, not
+    called out. Gradients as PyTorch's, with repeated indices."""
+    rng = np.random.default_rng(3)
+    S, R, E = rng.standard_normal((4, 3)), rng.standard_normal((5, 3)), rng.standard_normal((6, 3))
+    grads = {}
+    ca.compiled_autograd.reset()
+    for L in (torch, ca):
+        src, emb = L.tensor(S, requires_grad=True), L.tensor(E, requires_grad=True)
+        sidx = L.tensor([[0, 1, 2], [4, 4, 4], [1, 1, 1], [0, 0, 0]])
+        y = L.zeros(5, 3, dtype=L.float64).index_add(0, L.tensor([0, 2, 2, 4]), src)
+        z = L.zeros(5, 3, dtype=L.float64).scatter_add(0, sidx, src)
+        e = L.nn.functional.embedding(L.tensor([1, 5, 5, 0]), emb)
+        g = L.gather(emb, 0, L.tensor([[1, 2, 0], [5, 5, 3]]))
+        loss = ((y * L.tensor(R)).sum() + (z * z).sum() + (e * src).sin().sum()
+                + g.pow(2).sum() + emb.index_select(0, L.tensor([3, 3, 1])).exp().sum())
+        with compiled_ctx(L is ca):
+            backward_checked(loss, L is ca)
+        grads[L] = (src.grad, emb.grad)
+    c = counters()
+    assert c["eager_fallbacks"] == 0 and c["custom_callouts"] == 0 and c["custom_traced"] == 2, c
+    for got, want in zip(grads[ca], grads[torch]):
+        assert_close(got, want, rtol=1e-12, atol=1e-12)
