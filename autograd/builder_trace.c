@@ -182,6 +182,12 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
     case CA_OP_INDEX_SELECT: a->op = GOP_INDEX_SELECT; return true;
     case CA_OP_GATHER: a->op = GOP_GATHER; return true;
     case CA_OP_CUMSUM: a->op = GOP_CUMSUM; return true;
+    case CA_OP_CUMPROD: a->op = GOP_CUMPROD; return true;
+    case CA_OP_TRIL:
+    case CA_OP_TRIU:
+        a->op = GOP_TRI;
+        a->i[1] = op == CA_OP_TRIU;
+        return true;
     case CA_OP_CUMPROD_BACKWARD: a->op = GOP_CUMPROD_BW; return true;
     case CA_OP_IM2COL:
     case CA_OP_COL2IM: {

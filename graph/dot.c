@@ -86,6 +86,10 @@ static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
     case GOP_CUMSUM:
         cai_graph_sb_printf(b, " dim=%lld%s", (long long)a->i[0], a->i[1] ? " reverse=1" : "");
         break;
+    case GOP_CUMPROD: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
+    case GOP_TRI:
+        cai_graph_sb_printf(b, " diagonal=%lld%s", (long long)a->i[0], a->i[1] ? " upper=1" : "");
+        break;
     case GOP_INDEX_FILL:
         cai_graph_sb_printf(b, " dim=%lld value=%g", (long long)a->i[0], a->p[0]);
         break;

@@ -121,6 +121,10 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(CAST, "cast", 1, 0, 0)                                                                       \
     /* i[0] = dim, i[1] = 1: running sums taken from the end (cumsum's derivative) */             \
     X(CUMSUM, "cumsum", 1, 2, 0)                                                                   \
+    /* i[0] = diagonal, i[1] = 1: triu, else tril, over the last two dims (cumprod's rule) */   \
+    X(TRI, "tri", 1, 2, 0)                                                                         \
+    /* i[0] = dim: running products (cumprod's twice-differentiable rule) */                      \
+    X(CUMPROD, "cumprod", 1, 1, 0)                                                                 \
     /* in: x, cumprod(x), g; i[0] = dim: cumprod's derivative */                                  \
     X(CUMPROD_BW, "cumprod_backward", 3, 1, 0)                                                     \
     /* shape[0] = N (n_shape 1): x * (p[0] / N); a mean's gradient over symbolic dims, where N  */ \

@@ -200,6 +200,8 @@ const char *cai_shape_str(const graph *g, const graph_node *n, char *buf);
 int cai_shape_infer_index_add(graph *g, graph_node *n);
 int cai_shape_infer_scatter_add(graph *g, graph_node *n);
 int cai_shape_infer_index_select(graph *g, graph_node *n);
+int cai_shape_infer_tri(graph *g, graph_node *n);
+int cai_shape_infer_cumprod(graph *g, graph_node *n);
 int cai_shape_infer_gather(graph *g, graph_node *n);
 int cai_shape_infer_scale_size(graph *g, graph_node *n);
 int cai_shape_infer_nll_bw(graph *g, graph_node *n);
@@ -235,6 +237,8 @@ int cai_run_index_add(plan_run_ctx *r, graph_val v, const graph_node *x, const g
 int cai_run_scatter_add(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_index_select(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_gather(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_tri(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
+int cai_run_cumprod(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_index_fill(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_cumsum(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);
 int cai_run_cumprod_bw(plan_run_ctx *r, graph_val v, const graph_node *x, const graph_view *out);

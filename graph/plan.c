@@ -172,6 +172,10 @@ static void take_temps(planner *pl, const graph *g, graph_val v) {
         val_key(g, x->a.in[conv_dense], &k);
         pn->tmp[conv_dense] = take_temp(pl, &k);
     }
+    if (x->a.op == GOP_CUMPROD && maybe_strided(g, pl->nodes, x->a.in[0])) {
+        val_key(g, x->a.in[0], &k);
+        pn->tmp[0] = take_temp(pl, &k);
+    }
     for (int i = 0; x->a.op == GOP_CUMPROD_BW && i < 3; i++) {
         if (!maybe_strided(g, pl->nodes, x->a.in[i]))
             continue;

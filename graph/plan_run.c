@@ -600,6 +600,8 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_NLL_BW: return cai_run_nll_bw(r, v, x, out);
     case GOP_INDEX_FILL: return cai_run_index_fill(r, v, x, out);
     case GOP_CUMSUM: return cai_run_cumsum(r, v, x, out);
+    case GOP_TRI: return cai_run_tri(r, v, x, out);
+    case GOP_CUMPROD: return cai_run_cumprod(r, v, x, out);
     case GOP_CUMPROD_BW: return cai_run_cumprod_bw(r, v, x, out);
     case GOP_IM2COL:
     case GOP_COL2IM: return cai_run_conv(r, v, x, out);

@@ -186,6 +186,29 @@ int cai_run_cumsum(run_ctx *r, graph_val v, const graph_node *x, const graph_vie
     return rc ? cai_run_kern_fail(r->p, v, rc, "cumsum") : 0;
 }
 
+/* tril / triu: a contiguous copy, then the kernel in place */
+int cai_run_tri(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    int rc = cai_run_copy_strided(out->data, out->strides, cai_run_in(r, x, 0));
+    if (rc)
+        return cai_run_kern_fail(r->p, v, rc, "copy");
+    int64_t rows = out->shape[out->ndim - 2], cols = out->shape[out->ndim - 1];
+    int64_t numel = cai_run_numel(out), batch = rows * cols > 0 ? numel / (rows * cols) : 0;
+    rc = cai_kern_tri(out->dtype, batch, rows, cols, x->a.i[0], x->a.i[1] != 0, out->data,
+                      out->data);
+    return rc ? cai_run_kern_fail(r->p, v, rc, "tri") : 0;
+}
+
+/* running products along dim i[0], from a contiguous x */
+int cai_run_cumprod(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
+    graph_view in;
+    if (contiguous_input(r, v, cai_run_in(r, x, 0), r->p->nodes[v].tmp[0], &in))
+        return -1;
+    int64_t outer, n, inner;
+    cai_kern_split_dim(out->ndim, out->shape, (int)x->a.i[0], &outer, &n, &inner);
+    int rc = cai_kern_cumprod(out->dtype, outer, n, inner, in.data, out->data);
+    return rc ? cai_run_kern_fail(r->p, v, rc, "cumprod") : 0;
+}
+
 /* cumprod's derivative from x, cumprod(x) and g, each made contiguous when it is not */
 int cai_run_cumprod_bw(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
     const plan_node *pn = &r->p->nodes[v];

@@ -82,6 +82,10 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         cai_graph_sb_printf(b, ", mul=1");
     else if (a->op == GOP_INDEX_FILL)
         cai_graph_sb_printf(b, ", dim=%lld, value=%g", (long long)a->i[0], a->p[0]);
+    else if (a->op == GOP_CUMPROD)
+        cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
+    else if (a->op == GOP_TRI)
+        cai_graph_sb_printf(b, ", diagonal=%lld%s", (long long)a->i[0], a->i[1] ? ", upper=1" : "");
     else if (a->op == GOP_CUMSUM)
         cai_graph_sb_printf(b, ", dim=%lld%s", (long long)a->i[0], a->i[1] ? ", reverse=1" : "");
     else if (a->op == GOP_IM2COL || a->op == GOP_COL2IM || a->op == GOP_CONV2D ||

@@ -680,6 +680,8 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_CALLOUT_RESULT: return infer_opaque(g, n);
     case GOP_INDEX_FILL: return cai_shape_infer_index_fill(g, n);
     case GOP_CUMSUM: return cai_shape_infer_cumsum(g, n);
+    case GOP_TRI: return cai_shape_infer_tri(g, n);
+    case GOP_CUMPROD: return cai_shape_infer_cumprod(g, n);
     case GOP_CUMPROD_BW: return cai_shape_infer_cumprod_bw(g, n);
     case GOP_IM2COL:
     case GOP_COL2IM: return cai_shape_infer_conv(g, n);

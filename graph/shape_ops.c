@@ -167,6 +167,24 @@ int cai_shape_infer_index_fill(graph *g, graph_node *n) {
 }
 
 /* cumsum(x) along i[0]: x's dtype and shape */
+int cai_shape_infer_tri(graph *g, graph_node *n) {
+    const graph_node *x = cai_shape_in(g, n, 0);
+    if (x->ndim < 2)
+        return cai_graph_fail(g, "tri: input tensor must have at least 2 dimensions");
+    n->a.i[1] = n->a.i[1] != 0;
+    cai_shape_copy_out(n, x);
+    return 0;
+}
+
+int cai_shape_infer_cumprod(graph *g, graph_node *n) {
+    const graph_node *x = cai_shape_in(g, n, 0);
+    cai_rule_error e;
+    if (cai_rule_dim(&n->a.i[0], x->ndim, "cumprod", &e))
+        return cai_shape_rule_fail(g, &e);
+    cai_shape_copy_out(n, x);
+    return 0;
+}
+
 int cai_shape_infer_cumsum(graph *g, graph_node *n) {
     const graph_node *x = cai_shape_in(g, n, 0);
     cai_rule_error e;

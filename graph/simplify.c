@@ -102,6 +102,8 @@ static bool makes_contiguous(graph_op op) {
     case GOP_SCALE_SIZE:
     case GOP_INDEX_FILL:
     case GOP_CUMSUM:
+    case GOP_TRI:
+    case GOP_CUMPROD:
     case GOP_CUMPROD_BW:
     case GOP_IM2COL:
     case GOP_COL2IM:
