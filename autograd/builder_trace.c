@@ -338,8 +338,11 @@ static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
     graph_op_args a = {.op = GOP_SCALE_SIZE, .n_in = 1, .in = {val_of(x)}, .n_shape = 1};
     a.shape[0] = count;
     a.p[0] = 1.0;
+    int before = cai_graph_count(tb->g);
     graph_val v = add_node(tb, &a);
-    return v < 0 ? NULL : bval_of(v);
+    if (v >= before && tb->tape && !cai_dbl_record_scale(tb->tape, val_of(x), count, v))
+        tb->base.status = err_nomem("the compiled double backward's tape");
+    return v < 0 || tb->base.status != CA_OK ? NULL : bval_of(v);
 }
 
 /* x + y as a size expression (a number when both are); y may be a negative number (a
@@ -798,11 +801,8 @@ static void trace_node(trace_builder *tb, int call) {
 }
 
 /* A double backward's tape: its rules choose their twice-differentiable forms, as the
- * eager create_graph backward's do. Sizes must be static (the tape holds numbers). */
+ * eager create_graph backward's do. Symbolic sizes stay handles there, resolved per run. */
 static ca_status start_tape(trace_builder *tb) {
-    if (tb->req->e->n_symbols > 0)
-        return err_set(CA_STATUS_INTERNAL, "create_graph=True with dynamic sizes is not captured "
-                                           "yet");
     tb->base.create_graph = true; /* outputs: autograd.grad's, then one per lifted leaf */
     tb->tape = cai_dbl_tape_new(tb->req->n_targets + tb->req->k->n_lifted);
     return tb->tape ? CA_OK : err_nomem("the compiled double backward's tape");

@@ -602,8 +602,10 @@ static ca_status run_double(const compiled_call *c, const cache_entry *e) {
     if (!outs)
         return err_nomem("a compiled double backward's outputs");
     ca_status st = run_entry(c, e, outs);
+    const compiled_graph *cg = e->compiled;
+    dbl_sizes z = {cg->g, cg->sym_values, e->n_symbols};
     if (st == CA_OK)
-        st = cai_dbl_attach(((compiled_graph *)e->compiled)->tape, k, n, outs);
+        st = cai_dbl_attach(cg->tape, k, &z, n, outs);
     for (int i = 0; i < c->n_targets; i++) {
         if (st == CA_OK)
             c->grads_out[i] = outs[i];

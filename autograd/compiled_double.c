@@ -4,8 +4,10 @@
 #include "autograd/compiled_double.h"
 
 #include "autograd/builder.h"
+#include "autograd/builder_trace.h"
 #include "graph/graph.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +19,9 @@ typedef struct {
     int op;
     int n_in;
     int32_t in[GRAPH_MAX_IN];
-    ca_attrs a;
+    ca_attrs a; /* sizes of a symbolic trace are handles (SIZE_HANDLE_BASE + expression) */
     int32_t out;
+    int32_t count; /* >= 0: a mean's 1 / N, N this size expression, is a's s[0] */
 } dbl_op;
 
 typedef struct {
@@ -89,6 +92,7 @@ bool cai_dbl_record_op(dbl_tape *t, int op, int n_in, const int32_t *in, const c
     o->op = op;
     o->n_in = n_in;
     o->out = out;
+    o->count = -1;
     if (a)
         o->a = *a;
     for (int i = 0; i < n_in; i++) {
@@ -96,6 +100,14 @@ bool cai_dbl_record_op(dbl_tape *t, int op, int n_in, const int32_t *in, const c
         note_val(t, in[i]);
     }
     note_val(t, out);
+    return true;
+}
+
+bool cai_dbl_record_scale(dbl_tape *t, int32_t x, int32_t count, int32_t out) {
+    ca_attrs a = {.i = {KPW_MUL_S}};
+    if (!cai_dbl_record_op(t, CA_OP_PW, 1, &x, &a, out))
+        return false;
+    t->ops[t->n_ops - 1].count = count;
     return true;
 }
 
@@ -167,6 +179,9 @@ void cai_dbl_record_output(dbl_tape *t, int target, int32_t val) {
  */
 typedef struct {
     dbl_tape *tape; /* held */
+    dbl_op *ops;    /* the tape's ops with this run's sizes, when the trace had symbols */
+    int n_sizes;
+    int64_t sizes[CA_CUSTOM_MAX_SIZES]; /* the symbols' values: they key a traced backward */
     int n_in;
     ca_tensor **in; /* held: the tape's inputs, joined to their histories */
     int n_out;
@@ -192,6 +207,7 @@ static void dbl_ctx_free(void *ctx) {
     if (!c->released)
         release_inputs(c);
     cai_mem_free(c->in);
+    cai_mem_free(c->ops);
     cai_mem_free(c->out_vals);
     cai_dbl_tape_release(c->tape);
     cai_mem_free(c);
@@ -199,16 +215,20 @@ static void dbl_ctx_free(void *ctx) {
 
 static ca_status dbl_trace_state(void *ctx, ca_custom_trace_info *info) {
     dbl_ctx *c = ctx;
-    if (c->released || c->n_in > CA_CUSTOM_MAX_SAVED) {
+    if (c->released || c->n_in > CA_CUSTOM_MAX_SAVED || c->n_sizes < 0) {
         snprintf(info->why, sizeof info->why, "%s",
-                 c->released ? "its saved tensors were freed"
-                             : "its graph reads more tensors than a traced backward may save");
+                 c->released      ? "its saved tensors were freed"
+                 : c->n_sizes < 0 ? "its graph has more symbolic sizes than a traced backward "
+                                    "may key"
+                                  : "its graph reads more tensors than a traced backward may save");
         return CA_OK;
     }
     info->state = c->tape->id;
     info->n_saved = c->n_in;
     for (int j = 0; j < c->n_in; j++)
         info->saved[j] = c->in[j];
+    info->n_sizes = c->n_sizes;
+    memcpy(info->sizes, c->sizes, sizeof(int64_t) * (size_t)c->n_sizes);
     return CA_OK;
 }
 
@@ -229,12 +249,13 @@ static ca_status acc_add(ca_tensor **slot, ca_tensor *g) {
  * carry a history records its usual node, whose rule the reverse pass runs. */
 static ca_status replay(const dbl_ctx *c, ca_tensor **vals) {
     const dbl_tape *t = c->tape;
+    const dbl_op *ops = c->ops ? c->ops : t->ops;
     for (int j = 0; j < c->n_in; j++)
         vals[t->ins[j].val] = ca_tensor_retain(c->in[j]);
     bool prev = ca_set_grad_enabled(true);
     ca_status st = CA_OK;
     for (int o = 0; o < t->n_ops && st == CA_OK; o++) {
-        const dbl_op *e = &t->ops[o];
+        const dbl_op *e = &ops[o];
         ca_tensor *in[GRAPH_MAX_IN] = {0};
         for (int i = 0; i < e->n_in && st == CA_OK; i++)
             if (!(in[i] = vals[e->in[i]]))
@@ -273,9 +294,11 @@ static ca_status reverse_one(const dbl_op *e, ca_tensor *y, ca_tensor *g, ca_ten
 }
 
 /* From the last op to the first: each value's summed gradient through its op's rule. */
-static ca_status reverse(const dbl_tape *t, ca_tensor **vals, ca_tensor **acc) {
+static ca_status reverse(const dbl_ctx *c, ca_tensor **vals, ca_tensor **acc) {
+    const dbl_tape *t = c->tape;
+    const dbl_op *ops = c->ops ? c->ops : t->ops;
     for (int o = t->n_ops - 1; o >= 0; o--) {
-        const dbl_op *e = &t->ops[o];
+        const dbl_op *e = &ops[o];
         ca_tensor *g = acc[e->out], *y = vals[e->out];
         if (!g || !y->requires_grad)
             continue;
@@ -311,7 +334,7 @@ static ca_status dbl_backward(void *ctx, int n_outputs, ca_tensor *const *grad_o
         if (grad_outputs[k])
             st = acc_add(&acc[c->out_vals[k]], grad_outputs[k]);
     if (st == CA_OK)
-        st = reverse(t, vals, acc);
+        st = reverse(c, vals, acc);
     for (int j = 0; j < n_inputs && st == CA_OK; j++)
         grad_inputs[j] = acc[t->ins[j].val] ? ca_tensor_retain(acc[t->ins[j].val]) : NULL;
     cai_op_release_all(vals, 2 * t->n_vals);
@@ -334,8 +357,40 @@ bool cai_dbl_is_node(const ca_node *n) {
            n->custom->fn.backward == dbl_backward;
 }
 
-static ca_status make_ctx(dbl_tape *t, const key_collect *k, int n, ca_tensor *const *grads,
-                          dbl_ctx **out) {
+/* A size the trace kept symbolic (a handle) as this run's number. */
+static int64_t resolve(const dbl_sizes *z, int64_t v) {
+    if (v < BX_SIZE_NUMBER_LIMIT)
+        return v;
+    return cai_graph_sx_eval(z->g, (graph_sx)(v - SIZE_HANDLE_BASE), z->values);
+}
+
+/* The tape's ops with the handles in their attributes replaced by this run's sizes. */
+static ca_status resolve_ops(dbl_ctx *c, const dbl_sizes *z) {
+    const dbl_tape *t = c->tape;
+    if (!(c->ops = cai_mem_alloc(sizeof(dbl_op) * ((size_t)t->n_ops + 1))))
+        return err_nomem("CompiledAutogradBackward0");
+    memcpy(c->ops, t->ops, sizeof(dbl_op) * (size_t)t->n_ops);
+    for (int o = 0; o < t->n_ops; o++) {
+        ca_attrs *a = &c->ops[o].a;
+        for (int k = 0; k < 4; k++)
+            a->i[k] = resolve(z, a->i[k]);
+        for (int d = 0; d < a->shape.n; d++)
+            a->shape.v[d] = resolve(z, a->shape.v[d]);
+        for (int d = 0; d < a->dims.n; d++)
+            a->dims.v[d] = resolve(z, a->dims.v[d]);
+        if (c->ops[o].count >= 0) {
+            int64_t n = cai_graph_sx_eval(z->g, c->ops[o].count, z->values);
+            a->s[0] = n > 0 ? 1.0 / (double)n : INFINITY; /* a mean over nothing, as eager */
+        }
+    }
+    c->n_sizes = z->n <= CA_CUSTOM_MAX_SIZES ? z->n : -1;
+    if (c->n_sizes > 0)
+        memcpy(c->sizes, z->values, sizeof(int64_t) * (size_t)z->n);
+    return CA_OK;
+}
+
+static ca_status make_ctx(dbl_tape *t, const key_collect *k, const dbl_sizes *z, int n,
+                          ca_tensor *const *grads, dbl_ctx **out) {
     dbl_ctx *c = cai_mem_calloc(1, sizeof *c);
     if (!c)
         return err_nomem("CompiledAutogradBackward0");
@@ -344,6 +399,8 @@ static ca_status make_ctx(dbl_tape *t, const key_collect *k, int n, ca_tensor *c
     c->in = cai_mem_calloc((size_t)t->n_ins + 1, sizeof(ca_tensor *));
     c->out_vals = cai_mem_calloc((size_t)n + 1, sizeof(int32_t));
     ca_status st = c->in && c->out_vals ? CA_OK : err_nomem("CompiledAutogradBackward0");
+    if (st == CA_OK && z->n > 0)
+        st = resolve_ops(c, z);
     for (int j = 0; j < t->n_ins && st == CA_OK; j++)
         st = input_of(k, &t->ins[j], &c->in[j]);
     for (int i = 0; i < n && st == CA_OK; i++) {
@@ -365,9 +422,10 @@ static ca_status make_ctx(dbl_tape *t, const key_collect *k, int n, ca_tensor *c
     return CA_OK;
 }
 
-ca_status cai_dbl_attach(dbl_tape *t, const key_collect *k, int n, ca_tensor **grads) {
+ca_status cai_dbl_attach(dbl_tape *t, const key_collect *k, const dbl_sizes *z, int n,
+                         ca_tensor **grads) {
     dbl_ctx *c;
-    CA_CHECK(make_ctx(t, k, n, grads, &c));
+    CA_CHECK(make_ctx(t, k, z, n, grads, &c));
     if (c->n_out == 0) {
         dbl_ctx_free(c);
         return CA_OK;

@@ -17,12 +17,14 @@
  * second backward's cache.
  *
  * Not captured (the backward then runs eagerly, counted and logged): tensor, node and
- * post-accumulate hooks, retain_grad, custom functions and dynamic sizes.
+ * post-accumulate hooks, retain_grad and custom functions. Sizes a trace keeps symbolic
+ * are handles on the tape, resolved per run (dbl_sizes).
  */
 #ifndef CAGRAD_COMPILED_DOUBLE_H
 #define CAGRAD_COMPILED_DOUBLE_H
 
 #include "autograd/compiled_key.h"
+#include "graph/graph.h"
 
 typedef struct dbl_tape dbl_tape;
 
@@ -54,8 +56,22 @@ bool cai_dbl_is_node(const ca_node *n);
 /* autograd.grad's output `target` is value val (the first one recorded stays). */
 void cai_dbl_record_output(dbl_tape *t, int target, int32_t val);
 
+/* Value out is x * (1 / N), N the size expression `count` of a symbolic trace (a mean's
+ * scale). False: out of memory. */
+bool cai_dbl_record_scale(dbl_tape *t, int32_t x, int32_t count, int32_t out);
+
+/* The sizes of a run of a graph traced with symbols: its size expressions' graph and the
+ * symbols' values (n of them; 0 for a static graph). */
+typedef struct {
+    const graph *g;
+    const int64_t *values;
+    int n;
+} dbl_sizes;
+
 /* After a run: grads[i] (n of them, NULL where none) become outputs of one new
- * CompiledAutogradBackward0 node over the tape's inputs, as found in key k. */
-ca_status cai_dbl_attach(dbl_tape *t, const key_collect *k, int n, ca_tensor **grads);
+ * CompiledAutogradBackward0 node over the tape's inputs, as found in key k; sizes the trace
+ * kept symbolic take the values z gives. */
+ca_status cai_dbl_attach(dbl_tape *t, const key_collect *k, const dbl_sizes *z, int n,
+                         ca_tensor **grads);
 
 #endif /* CAGRAD_COMPILED_DOUBLE_H */

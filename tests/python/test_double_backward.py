@@ -584,6 +584,34 @@ def test_compiled_create_graph_grad_is_captured_then_cached(reset_counters):
             assert_close(h.numpy(), -2 * t * (1 - t * t))
 
 
+def gp_sizes(L, dtype, sizes=(6, 8, 5, 7, 6)):
+    """WGAN-GP steps whose batch changes: the batch dim turns dynamic, and the compiled
+    double backward (its tape's sizes resolved per run) keeps capturing and hitting."""
+    F = L.nn.functional
+    p = {k: leaf(L, v, dtype) for k, v in CRITIC.items()}
+    rng = np.random.default_rng(11)
+    out = []
+    for b in sizes:
+        x = const(L, rng.standard_normal((b, 3)), dtype).requires_grad_(True)
+        h = F.linear(F.leaky_relu(F.linear(x, p["w1"], p["b1"]), 0.2).tanh(), p["w2"], p["b2"])
+        (gx,) = L.autograd.grad(h.mean(), x, create_graph=True)
+        gp = ((gx.norm(2, dim=1) - 1) ** 2).mean()
+        for q in p.values():
+            q.grad = None
+        (h.mean() + 10.0 * gp).backward()
+        out += [gx, gp] + [q.grad for q in p.values()]
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compiled_double_backward_across_batch_sizes(dtype, reset_counters):
+    check(gp_sizes, dtype, compiled=True, runs=(0, 10))
+    c = counters()
+    # the first backward: static, then dynamic; the backward through its node: one graph
+    # per tape (the static and the dynamic entry's), then dynamic; later sizes hit
+    assert c["captures"] <= 5 and c["cache_hits"] >= 5, c
+
+
 def test_compiled_create_graph_and_plain_grads_never_share_a_graph(reset_counters):
     """create_graph is part of the key: the same backward with and without it are two
     graphs, and only the create_graph one gives gradients with a history."""
