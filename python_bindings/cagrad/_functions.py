@@ -329,6 +329,10 @@ def where(condition, input=_NO_VALUE, other=_NO_VALUE):
     cond = as_mask(condition)
     if isinstance(input, _TensorBase):
         if isinstance(other, _TensorBase):
+            if input._dtype != other._dtype:  # a bool or int64 branch takes the other's dtype
+                r = _bool_ops.tensors("where", lambda a, b: _C.where(cond, a, b), input, other)
+                if r is not None:
+                    return r
             return _C.where(cond, input, other)
         return _C.where_scalar(cond, input, _number(other, "where"))
     if isinstance(other, _TensorBase):  # swap the branches by negating the condition
@@ -560,13 +564,17 @@ def argmin(input, dim=None, keepdim=False):
 
 
 def any(input, dim=None, keepdim=False):
-    """True where any value along dim is nonzero (a bool tensor)."""
-    return _max(_truth(input), _dims(dim, "any"), keepdim)[0]
+    """True where any value along dim is nonzero (a bool tensor): a count of the nonzeros,
+    so that an empty reduction is False, as in torch."""
+    nonzero = _C.to_dtype(_truth(input), _INT64)
+    return _C.gt_scalar(_C.sum(nonzero, _dims(dim, "any"), keepdim), 0)
 
 
 def all(input, dim=None, keepdim=False):
-    """True where every value along dim is nonzero (a bool tensor)."""
-    return _min(_truth(input), _dims(dim, "all"), keepdim)[0]
+    """True where every value along dim is nonzero (a bool tensor): no zero counted, so an
+    empty reduction is True, as in torch."""
+    zeros = _C.to_dtype(_C.eq_scalar(input, 0), _INT64)
+    return _C.eq_scalar(_C.sum(zeros, _dims(dim, "all"), keepdim), 0)
 
 
 # ------------------------------------------------------------------------------ shapes

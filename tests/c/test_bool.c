@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* ---------------------------------------------------------------------------------------
  * Creation
@@ -244,4 +245,34 @@ Test(bool_dtype, tril_keeps_bools_and_other_kernels_refuse_them) {
     TU_FAILS(ca_matmul(b, b, &y), CA_STATUS_DTYPE, "bool");
     cr_assert_null(y);
     ca_tensor_release(b);
+}
+
+/* The flat (typed, pooled) and strided (element by element) cast paths agree, both ways,
+ * over more elements than one pool grain. */
+Test(bool_dtype, flat_and_strided_casts_agree) {
+    const int64_t rows = 300, cols = 100; /* 30000 elements: more than KERN_GRAIN */
+    const ca_dtype dts[3] = {CA_FLOAT32, CA_FLOAT64, CA_INT64};
+    double *v = malloc(sizeof(double) * (size_t)(rows * cols));
+    cr_assert(v != NULL);
+    for (int64_t i = 0; i < rows * cols; i++)
+        v[i] = (double)((i * 7) % 5) - 2.0; /* -2..2: zeros among them */
+    for (int k = 0; k < 3; k++) {
+        ca_tensor *x = tu_from(dts[k], TU_SHAPE(rows, cols), v, false);
+        ca_tensor *xt = NULL, *flat = NULL, *strided = NULL, *back = NULL;
+        TU_OK(ca_transpose(x, 0, 1, &xt));
+        TU_OK(ca_to_dtype(x, CA_BOOL, &flat));
+        TU_OK(ca_to_dtype(xt, CA_BOOL, &strided));
+        TU_OK(ca_to_dtype(flat, dts[k], &back));
+        for (int64_t i = 0; i < rows * cols; i += 997) {
+            int64_t r = i / cols, c = i % cols;
+            cr_assert_eq(tu_get(flat, i), v[i] != 0, "%s flat element %lld", ca_dtype_name(dts[k]),
+                         (long long)i);
+            cr_assert_eq(tu_get(strided, c * rows + r), v[i] != 0, "%s strided element %lld",
+                         ca_dtype_name(dts[k]), (long long)i);
+            cr_assert_eq(tu_get(back, i), v[i] != 0, "%s back element %lld", ca_dtype_name(dts[k]),
+                         (long long)i);
+        }
+        tu_release_n((ca_tensor *[]){x, xt, flat, strided, back}, 5);
+    }
+    free(v);
 }

@@ -104,6 +104,7 @@ def test_comparisons_have_no_gradient():
     "L.ones(3, 3, dtype=L.bool).tril()", "L.ones(3, 3, dtype=L.bool).triu(1)",
     "m.unsqueeze(0).expand(2, 2, 3)", "m.sort(dim=1).values", "m.sort(dim=1).indices",
     "(x * m).sum() / m.sum()", "x.sum(1) / m.sum(1)", "i * x", "x - i",
+    "L.where(m, n, x)", "L.where(m, x, n)", "L.where(m, i, x)",
 ])
 def test_bool_operands_promote_as_torch(expr):
     def make(L):
@@ -151,6 +152,8 @@ def test_inplace_with_bool_operands():
     "x.any()", "(x > 0).all(1)", "m.max()", "m.min()", "m.max(1).values", "m.max(1).indices",
     "m.cumsum(1)", "m.cumprod(0)", "m.count_nonzero()", "m.float().mean()",
     "(x > 0).sum()", "(x == x).float().mean()", "m.nonzero()",
+    "L.zeros(0, dtype=L.bool).all()", "L.zeros(0).any()", "L.zeros(2, 0).all(1)",
+    "L.zeros(2, 0).any(0)", "x.all(dim=0)", "x.any(1, keepdim=True)",
 ])
 def test_reductions(expr):
     def make(L):
