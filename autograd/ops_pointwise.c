@@ -330,12 +330,41 @@ static ca_status cast_copy(ca_tensor *x, ca_dtype dt, ca_tensor **out) {
     return CA_OK;
 }
 
+/* Whether x is contiguous with the result's shape (nothing broadcast). */
+static bool dense_as(const ca_tensor *x, const ca_meta *m) {
+    if (x->ndim != m->ndim || !ca_tensor_is_contiguous(x))
+        return false;
+    for (int d = 0; d < m->ndim; d++)
+        if (x->shape[d] != m->shape[d])
+            return false;
+    return true;
+}
+
+/* The common case in one pass: float inputs of one dtype, contiguous, not broadcast. */
+static bool cmp_direct(const ca_op_def *row, ca_tensor *const *in, int n_in, const ca_attrs *a,
+                       const ca_meta *m, ca_tensor **out, ca_status *st) {
+    ca_dtype dt = in[0]->dtype;
+    if ((dt != CA_FLOAT32 && dt != CA_FLOAT64) || in[n_in - 1]->dtype != dt)
+        return false;
+    for (int i = 0; i < n_in; i++)
+        if (!dense_as(in[i], m))
+            return false;
+    if ((*st = cai_tensor_new(m, out)) != CA_OK)
+        return true;
+    cai_kern_compare_bool(row->pw, kdt(dt), cai_meta_numel(m), cai_tensor_ptr(in[0]),
+                          n_in > 1 ? cai_tensor_ptr(in[1]) : NULL, a->s[0], cai_tensor_ptr(*out));
+    return true;
+}
+
 /* Compares in the promoted dtype: bool inputs straight into the bool result, others into
- * 0/1 of their dtype first, then converted. */
+ * 0/1 of their dtype first, then converted (contiguous floats in one pass, cmp_direct). */
 static ca_status cmp_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
                              const ca_attrs *a, const ca_meta *m, ca_tensor **out,
                              ca_tensor **aux) {
     (void)aux;
+    ca_status direct_st = CA_OK;
+    if (cmp_direct(row, in, n_in, a, m, out, &direct_st))
+        return direct_st;
     ca_dtype dt[2] = {in[0]->dtype, in[n_in - 1]->dtype};
     ca_dtype cdt = cmp_dtype(dt, n_in);
     ca_tensor *conv[2] = {NULL, NULL}, *args[2] = {in[0], in[n_in - 1]}, *tmp = NULL;

@@ -7,6 +7,10 @@
 #include "codegen/cast.h"
 #include "codegen/kern_internal.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* Element so of out = element si of src, converted. */
 static inline void cast_one(kern_dtype out_dt, kern_dtype src_dt, void *out, int64_t so,
                             const void *src, int64_t si) {
@@ -29,14 +33,22 @@ static bool cast_flat(int ndim, const int64_t *shape, const int64_t *out_strides
     return true;
 }
 
-/* The flat loops of the bool casts, which every comparison of floats runs: typed, so the
- * compiler vectorises them, and split over the pool. */
+/* The flat loops of the bool casts: typed, so the compiler vectorises them (restrict
+ * locals: a byte store could otherwise alias the job's own pointers), split over the pool. */
 #define CAST_TO_BOOL(T)                                                                            \
-    for (int64_t i = begin; i < end; i++)                                                          \
-        ((uint8_t *)j->out)[i] = ((const T *)j->src)[i] != 0;
+    do {                                                                                           \
+        uint8_t *restrict o = j->out;                                                              \
+        const T *restrict x = j->src;                                                              \
+        for (int64_t i = begin; i < end; i++)                                                      \
+            o[i] = x[i] != 0;                                                                      \
+    } while (0);
 #define CAST_FROM_BOOL(T)                                                                          \
-    for (int64_t i = begin; i < end; i++)                                                          \
-        ((T *)j->out)[i] = (T)((const uint8_t *)j->src)[i];
+    do {                                                                                           \
+        T *restrict o = j->out;                                                                    \
+        const uint8_t *restrict x = j->src;                                                        \
+        for (int64_t i = begin; i < end; i++)                                                      \
+            o[i] = (T)x[i];                                                                        \
+    } while (0);
 
 typedef struct {
     kern_dtype out_dt, src_dt;
@@ -97,4 +109,175 @@ void cai_kern_cast(kern_dtype out_dt, kern_dtype src_dt, int ndim, const int64_t
             idx[d] = 0;
         }
     }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Comparisons of contiguous floats straight into bool bytes
+ */
+typedef enum { REL_LT, REL_LE, REL_GT, REL_GE, REL_EQ, REL_NE, REL_NONE } cmp_rel;
+
+static cmp_rel cmp_relation(kern_pw_op op, bool *scalar) {
+    static const struct {
+        kern_pw_op op;
+        cmp_rel rel;
+        bool scalar;
+    } table[] = {
+        {KPW_LT, REL_LT, false},  {KPW_LE, REL_LE, false},  {KPW_GT, REL_GT, false},
+        {KPW_GE, REL_GE, false},  {KPW_EQ, REL_EQ, false},  {KPW_NE, REL_NE, false},
+        {KPW_LT_S, REL_LT, true}, {KPW_LE_S, REL_LE, true}, {KPW_GT_S, REL_GT, true},
+        {KPW_GE_S, REL_GE, true}, {KPW_EQ_S, REL_EQ, true}, {KPW_NE_S, REL_NE, true},
+    };
+    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
+        if (table[k].op == op) {
+            *scalar = table[k].scalar;
+            return table[k].rel;
+        }
+    return REL_NONE;
+}
+
+typedef struct {
+    cmp_rel rel;
+    kern_dtype dt;
+    const void *a, *b; /* b NULL: compare with p0 */
+    double p0;
+    uint8_t *out;
+} cmp_job;
+
+/* The scalar is rounded to T first, as the pointwise kernels compare (and PyTorch). */
+#define CMP_RUN(T, OPR)                                                                            \
+    do {                                                                                           \
+        const T *restrict x = j->a, *restrict y = j->b;                                            \
+        uint8_t *restrict o = j->out;                                                              \
+        T s = (T)j->p0;                                                                            \
+        if (y)                                                                                     \
+            for (int64_t i = begin; i < end; i++)                                                  \
+                o[i] = x[i] OPR y[i];                                                              \
+        else                                                                                       \
+            for (int64_t i = begin; i < end; i++)                                                  \
+                o[i] = x[i] OPR s;                                                                 \
+    } while (0)
+
+#define CMP_OPS(T)                                                                                 \
+    switch (j->rel) {                                                                              \
+    case REL_LT: CMP_RUN(T, <); break;                                                             \
+    case REL_LE: CMP_RUN(T, <=); break;                                                            \
+    case REL_GT: CMP_RUN(T, >); break;                                                             \
+    case REL_GE: CMP_RUN(T, >=); break;                                                            \
+    case REL_EQ: CMP_RUN(T, ==); break;                                                            \
+    default: CMP_RUN(T, !=); break;                                                                \
+    }
+
+#if defined(__SSE2__)
+/* 16 elements at a time with SSE2 (every x86-64 has it): the compiler does not vectorise a
+ * float compare into bytes at -O2. Lane masks are all ones or zero; packing them down to
+ * bytes and keeping bit 0 gives 0/1. The ordered compares are false with a NaN, and
+ * cmpneq true, as C's operators. One loop per relation, so none branches inside. */
+
+/* Four 4-lane masks as 16 bytes of 0/1. */
+static inline __m128i masks_to_bytes(__m128 m0, __m128 m1, __m128 m2, __m128 m3) {
+    __m128i lo = _mm_packs_epi32(_mm_castps_si128(m0), _mm_castps_si128(m1));
+    __m128i hi = _mm_packs_epi32(_mm_castps_si128(m2), _mm_castps_si128(m3));
+    return _mm_and_si128(_mm_packs_epi16(lo, hi), _mm_set1_epi8(1));
+}
+
+/* Two 2-lane double masks as one 4-lane mask (the low half of each 64-bit lane). */
+static inline __m128 narrow_pd(__m128d m0, __m128d m1) {
+    return _mm_shuffle_ps(_mm_castpd_ps(m0), _mm_castpd_ps(m1), _MM_SHUFFLE(2, 0, 2, 0));
+}
+
+/* Block k of 4 lanes (k = 0..3) at i; Y(off) is the other operand at x + off's place. */
+#define PS_AT(k, Y) CMP(_mm_loadu_ps(x + i + 4 * (k)), Y(i + 4 * (k)))
+#define PD_AT(k, Y)                                                                                \
+    narrow_pd(CMP(_mm_loadu_pd(x + i + 4 * (k)), Y##D(i + 4 * (k))),                               \
+              CMP(_mm_loadu_pd(x + i + 4 * (k) + 2), Y##D(i + 4 * (k) + 2)))
+#define Y_LOAD(off)   _mm_loadu_ps(y + (off))
+#define Y_LOADD(off)  _mm_loadu_pd(y + (off))
+#define Y_SPLAT(off)  s
+#define Y_SPLATD(off) s
+#define BLOCK(AT, Y)  masks_to_bytes(AT(0, Y), AT(1, Y), AT(2, Y), AT(3, Y))
+
+/* One relation's blocks: a loop for a tensor operand, one for the scalar. */
+#define CMP_BLOCKS_FN(NAME, T, VS, SET1, AT)                                                       \
+    static int64_t NAME(const cmp_job *j, int64_t i, int64_t end) {                                \
+        const T *x = j->a, *y = j->b;                                                              \
+        uint8_t *o = j->out;                                                                       \
+        VS s = SET1((T)j->p0);                                                                     \
+        if (y)                                                                                     \
+            for (; i + 16 <= end; i += 16)                                                         \
+                _mm_storeu_si128((__m128i *)(o + i), BLOCK(AT, Y_LOAD));                           \
+        else                                                                                       \
+            for (; i + 16 <= end; i += 16)                                                         \
+                _mm_storeu_si128((__m128i *)(o + i), BLOCK(AT, Y_SPLAT));                          \
+        return i;                                                                                  \
+    }
+
+#define CMP _mm_cmplt_ps
+CMP_BLOCKS_FN(lt_ps, float, __m128, _mm_set1_ps, PS_AT)
+#undef CMP
+#define CMP _mm_cmple_ps
+CMP_BLOCKS_FN(le_ps, float, __m128, _mm_set1_ps, PS_AT)
+#undef CMP
+#define CMP _mm_cmpgt_ps
+CMP_BLOCKS_FN(gt_ps, float, __m128, _mm_set1_ps, PS_AT)
+#undef CMP
+#define CMP _mm_cmpge_ps
+CMP_BLOCKS_FN(ge_ps, float, __m128, _mm_set1_ps, PS_AT)
+#undef CMP
+#define CMP _mm_cmpeq_ps
+CMP_BLOCKS_FN(eq_ps, float, __m128, _mm_set1_ps, PS_AT)
+#undef CMP
+#define CMP _mm_cmpneq_ps
+CMP_BLOCKS_FN(ne_ps, float, __m128, _mm_set1_ps, PS_AT)
+#undef CMP
+#define CMP _mm_cmplt_pd
+CMP_BLOCKS_FN(lt_pd, double, __m128d, _mm_set1_pd, PD_AT)
+#undef CMP
+#define CMP _mm_cmple_pd
+CMP_BLOCKS_FN(le_pd, double, __m128d, _mm_set1_pd, PD_AT)
+#undef CMP
+#define CMP _mm_cmpgt_pd
+CMP_BLOCKS_FN(gt_pd, double, __m128d, _mm_set1_pd, PD_AT)
+#undef CMP
+#define CMP _mm_cmpge_pd
+CMP_BLOCKS_FN(ge_pd, double, __m128d, _mm_set1_pd, PD_AT)
+#undef CMP
+#define CMP _mm_cmpeq_pd
+CMP_BLOCKS_FN(eq_pd, double, __m128d, _mm_set1_pd, PD_AT)
+#undef CMP
+#define CMP _mm_cmpneq_pd
+CMP_BLOCKS_FN(ne_pd, double, __m128d, _mm_set1_pd, PD_AT)
+#undef CMP
+
+/* The 16-element blocks of [begin, end); returns where the scalar tail starts. */
+static int64_t cmp_blocks(const cmp_job *j, int64_t begin, int64_t end) {
+    typedef int64_t (*blocks_fn)(const cmp_job *, int64_t, int64_t);
+    static const blocks_fn ps[] = {lt_ps, le_ps, gt_ps, ge_ps, eq_ps, ne_ps};
+    static const blocks_fn pd[] = {lt_pd, le_pd, gt_pd, ge_pd, eq_pd, ne_pd};
+    return (j->dt == KERN_F32 ? ps : pd)[j->rel](j, begin, end);
+}
+#else
+static int64_t cmp_blocks(const cmp_job *j, int64_t begin, int64_t end) {
+    (void)j, (void)end;
+    return begin;
+}
+#endif
+
+static void cmp_range(void *ctx, int64_t begin, int64_t end) {
+    const cmp_job *j = ctx;
+    begin = cmp_blocks(j, begin, end);
+    if (j->dt == KERN_F32)
+        CMP_OPS(float)
+    else
+        CMP_OPS(double)
+}
+
+int cai_kern_compare_bool(kern_pw_op op, kern_dtype dt, int64_t n, const void *a, const void *b,
+                          double p0, uint8_t *out) {
+    bool scalar = false;
+    cmp_rel rel = cmp_relation(op, &scalar);
+    if (rel == REL_NONE || (dt != KERN_F32 && dt != KERN_F64) || scalar != (b == NULL) || n < 0)
+        return -1;
+    cmp_job j = {rel, dt, a, b, p0, out};
+    cai_kern_parallel_for(n, KERN_GRAIN, cmp_range, &j);
+    return 0;
 }

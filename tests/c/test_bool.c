@@ -276,3 +276,47 @@ Test(bool_dtype, flat_and_strided_casts_agree) {
     }
     free(v);
 }
+
+/* Every comparison on contiguous floats (16-element vector blocks and the scalar tail)
+ * against C's operators, NaN, signed zeros and ties included. */
+typedef ca_status (*cmp_fn)(ca_tensor *, ca_tensor *, ca_tensor **);
+typedef ca_status (*cmp_s_fn)(ca_tensor *, double, ca_tensor **);
+
+static bool rel(int k, double a, double b) {
+    switch (k) {
+    case 0: return a < b;
+    case 1: return a <= b;
+    case 2: return a > b;
+    case 3: return a >= b;
+    case 4: return a == b;
+    default: return a != b;
+    }
+}
+
+Test(bool_dtype, comparisons_of_contiguous_floats_in_blocks_and_tail) {
+    const cmp_fn fns[6] = {ca_lt, ca_le, ca_gt, ca_ge, ca_eq, ca_ne};
+    const cmp_s_fn sfns[6] = {ca_lt_scalar, ca_le_scalar, ca_gt_scalar,
+                              ca_ge_scalar, ca_eq_scalar, ca_ne_scalar};
+    const ca_dtype dts[2] = {CA_FLOAT32, CA_FLOAT64};
+    enum { N = 37 }; /* two blocks of 16 and a tail of 5 */
+    double av[N], bv[N];
+    for (int i = 0; i < N; i++) {
+        av[i] = (double)(i % 7) - 3.0;
+        bv[i] = (double)(i % 5) - 2.0;
+    }
+    av[3] = NAN, bv[20] = NAN, av[33] = NAN, av[7] = -0.0, bv[7] = 0.0;
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 6; k++) {
+            ca_tensor *a = tu_from(dts[d], TU_SHAPE(N), av, false);
+            ca_tensor *b = tu_from(dts[d], TU_SHAPE(N), bv, false), *y = NULL, *ys = NULL;
+            TU_OK(fns[k](a, b, &y));
+            TU_OK(sfns[k](a, 1.0, &ys));
+            for (int i = 0; i < N; i++) {
+                cr_assert_eq(tu_get(y, i), rel(k, av[i], bv[i]), "%s relation %d element %d",
+                             ca_dtype_name(dts[d]), k, i);
+                cr_assert_eq(tu_get(ys, i), rel(k, av[i], 1.0), "%s scalar relation %d element %d",
+                             ca_dtype_name(dts[d]), k, i);
+            }
+            tu_release_n((ca_tensor *[]){a, b, y, ys}, 4);
+        }
+}

@@ -73,7 +73,9 @@ def test_conversions(make):
     "m == n", "m < n", "m != n", "m > 0.5", "m == 1", "m == True", "x > m", "m <= i",
     "L.isnan(x)", "L.isinf(x)", "L.isfinite(x)", "L.isclose(x, y)",
     "L.logical_not(x)", "L.logical_and(x, m)", "L.logical_or(m, n)", "L.logical_xor(x, y)",
-    "L.eq(x, 1.5)", "x.gt(y)",
+    "L.eq(x, 1.5)", "x.gt(y)", "x.t() > y.t()", "x > y[0]", "x[:, ::2] <= 0",
+    "L.tensor([0.1, 0.2]) == 0.1", "L.tensor([0.1, 0.2]) > 0.1",
+    "L.tensor([0.1, 0.2], dtype=L.float64) > 0.1", "x.double() != y.double()",
 ])
 def test_comparisons_return_bool(expr):
     def make(L):
@@ -83,6 +85,23 @@ def test_comparisons_return_bool(expr):
         m, n = L.tensor(MASK), L.tensor([[True, True, False], [False, True, True]])
         return eval(expr, {"L": L, "x": x, "y": y, "i": i, "m": m, "n": n})
     check(make, expr)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_long_comparisons_match_torch(op, dtype):
+    """Past the vector blocks: NaN, ties, and a scalar that rounds in float32 (0.1)."""
+    rng = np.random.default_rng(3)
+    a = np.round(rng.standard_normal(1003), 1)
+    b = np.round(rng.standard_normal(1003), 1)
+    a[::17] = np.nan
+    b[5::13] = a[5::13]
+    for other in ("b", 0.1):
+        def make(L):
+            x = L.tensor(a, dtype=getattr(L, dtype))
+            y = L.tensor(b, dtype=getattr(L, dtype)) if other == "b" else other
+            return getattr(L, op)(x, y)
+        check(make, f"{op} {other}")
 
 
 def test_comparisons_have_no_gradient():
