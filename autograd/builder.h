@@ -280,6 +280,15 @@ typedef struct {
 void cai_eager_builder_init(ca_eager_builder *eb);
 /* Release every value made since init. A caller that keeps a value retains it first. */
 void cai_eager_scope_end(ca_eager_builder *eb);
+/* Saved values under create_graph (builder_eager.c; the compiled double backward uses them
+ * too). cai_saved_reconnect: node n's saved tensor k as a new reference joined to its
+ * history, as PyTorch's SavedVariable unpacks it (a saved input to the input's grad_fn or
+ * leaf, a saved output to n itself; a constant as it is). cai_saved_aux_recomputed: whether
+ * saved k is an aux value that the row recomputes from its inputs (row->aux_again), because
+ * an input carries a history. */
+ca_status cai_saved_reconnect(const ca_node *n, int k, ca_tensor **out);
+bool cai_saved_aux_recomputed(const ca_node *n, int k);
+
 static inline ca_tensor *bv_tensor(ca_bval v) {
     return (ca_tensor *)v;
 }

@@ -55,7 +55,7 @@ static bool any_edge(const ca_node *n) {
     return false;
 }
 
-static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
+ca_status cai_saved_reconnect(const ca_node *n, int k, ca_tensor **out) {
     const ca_op_def *row = cai_op_def(n->op);
     const ca_field_desc *fd = &row->fields[n->saved[k].field];
     ca_tensor *t = n->saved[k].t;
@@ -80,7 +80,7 @@ static ca_status reconnect(const ca_node *n, int k, ca_tensor **out) {
 
 /* An aux value that depends on the inputs (layer_norm's mean and rstd) is recomputed from
  * them by the row (row->aux_again), when any input carries a history. */
-static bool aux_recomputed(const ca_node *n, int k) {
+bool cai_saved_aux_recomputed(const ca_node *n, int k) {
     const ca_op_def *row = cai_op_def(n->op);
     return row->fields[n->saved[k].field].src == FROM_AUX && row->aux_again && any_edge(n);
 }
@@ -96,10 +96,10 @@ static ca_bval eager_saved(ca_builder *b, const ca_node *n, int k) {
         return NULL;
     if (!b->create_graph)
         return bv_of(n->saved[k].t);
-    if (aux_recomputed(n, k)) /* tracked by the builder calls that make it */
+    if (cai_saved_aux_recomputed(n, k)) /* tracked by the builder calls that make it */
         return cai_op_def(n->op)->aux_again(b, n, cai_op_def(n->op)->fields[n->saved[k].field].idx);
     ca_tensor *t;
-    if ((st = reconnect(n, k, &t)) != CA_OK) {
+    if ((st = cai_saved_reconnect(n, k, &t)) != CA_OK) {
         b->status = st;
         return NULL;
     }

@@ -9,6 +9,7 @@
 #include "autograd/builder_trace.h"
 
 #include "autograd/builder.h"
+#include "autograd/compiled_double.h"
 #include "autograd/custom_trace.h"
 
 #include <stdio.h>
@@ -36,6 +37,7 @@ typedef struct {
     int max_in;
     ca_meta metas[16]; /* ring of meta() answers */
     int next_meta;
+    dbl_tape *tape; /* create_graph: the ops, inputs and outputs of a differentiable result */
 } trace_builder;
 
 static ca_bval bval_of(graph_val v) {
@@ -161,9 +163,12 @@ static bool lower(trace_builder *tb, int op, const ca_attrs *at, int in_ndim, gr
             return true;
         }
         return lower_narrow(tb, at, a);
-    case CA_OP_SLICE_BACKWARD:
+    case CA_OP_SLICE_BACKWARD: /* start and end as size expressions: symbolic from a dim's end */
         a->op = GOP_SLICE_BACKWARD;
-        return plain_ints(at->i, 4) && decode_shape(tb, &at->shape, a);
+        a->i[1] = size_sx(tb, at->i[1]);
+        a->i[2] = size_sx(tb, at->i[2]);
+        return a->i[1] >= 0 && a->i[2] >= 0 && plain_ints(&at->i[3], 1) &&
+               decode_shape(tb, &at->shape, a);
     case CA_OP_CONTIGUOUS: a->op = GOP_CONTIGUOUS; return true;
     case CA_OP_MATMUL: a->op = GOP_MATMUL; return true;
     case CA_OP_INDEX_ADD: a->op = GOP_INDEX_ADD; return decode_shape(tb, &at->shape, a);
@@ -236,8 +241,11 @@ static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
                           "cannot trace op '%s' here (no graph op for it, or a rule computed a "
                           "position from a symbolic size)",
                           cai_op_def(op)->name);
+    int before = cai_graph_count(tb->g);
     graph_val v = add_node(tb, &a);
-    return v < 0 ? NULL : bval_of(v);
+    if (v >= before && tb->tape && !cai_dbl_record_op(tb->tape, op, n, a.in, at, v))
+        tb->base.status = err_nomem("the compiled double backward's tape");
+    return v < 0 || tb->base.status != CA_OK ? NULL : bval_of(v);
 }
 
 static bool record_read(trace_builder *tb, int k) {
@@ -245,6 +253,26 @@ static bool record_read(trace_builder *tb, int k) {
         return false;
     tb->reads[tb->n_reads++] = (trace_read){tb->call, k};
     return true;
+}
+
+/* A double backward's read of lifted tensor idx: its value, or a value of its own when an
+ * earlier read joined the tensor to another history; recorded on the tape. -1 on failure. */
+static graph_val tape_input(trace_builder *tb, int idx, dbl_read kind, int call, int k) {
+    bool used;
+    graph_val v = cai_dbl_input_val(tb->tape, tb->req->k, idx, kind, call, k, &used);
+    if (v >= 0)
+        return v;
+    v = tb->lifted[idx];
+    if (used) { /* a copy in the graph, which its passes fold back into v */
+        graph_op_args copy = {.op = GOP_PW, .n_in = 1, .in = {v}, .i = {KPW_COPY}};
+        if ((v = add_node(tb, &copy)) < 0)
+            return -1;
+    }
+    if (!cai_dbl_record_input(tb->tape, v, idx, kind, call, k)) {
+        tb->base.status = err_nomem("the compiled double backward's tape");
+        return -1;
+    }
+    return v;
 }
 
 static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
@@ -260,11 +288,15 @@ static ca_bval trace_saved(ca_builder *b, const ca_node *n, int k) {
         b->status = err_nomem("the compiled backward's trace");
         return NULL;
     }
+    const ca_node *real = tb->req->k->nodes[tb->call - 1]; /* n is its shadow */
+    if (tb->tape && cai_saved_aux_recomputed(real, k)) /* a double backward's: from its inputs */
+        return cai_op_def(n->op)->aux_again(b, n, cai_op_def(n->op)->fields[n->saved[k].field].idx);
     int idx = cai_key_find_lifted(tb->req->k, n->saved[k].t, LIFT_SAVED);
     CA_ASSERT(idx < tb->req->k->n_lifted);
     if (idx < 0)
         return trace_fail(tb, "saved tensor of %s was not lifted by the key", cai_node_name(n));
-    return bval_of(tb->lifted[idx]);
+    graph_val v = tb->tape ? tape_input(tb, idx, DBL_SAVED, tb->call, k) : tb->lifted[idx];
+    return v < 0 ? NULL : bval_of(v);
 }
 
 static const ca_meta *trace_meta(ca_builder *b, ca_bval v) {
@@ -302,12 +334,14 @@ static ca_bval trace_scale_inv_numel(ca_builder *b, ca_bval x, const ca_meta *m,
     return v < 0 ? NULL : bval_of(v);
 }
 
-/* x + y as a size expression (a number when both are); a corrupt handle fails the trace. */
+/* x + y as a size expression (a number when both are); y may be a negative number (a
+ * position counted from a dim's end: size - 2). A corrupt handle fails the trace. */
 static int64_t trace_size_add(ca_builder *b, int64_t x, int64_t y) {
     trace_builder *tb = (trace_builder *)b;
-    graph_sx a = size_sx(tb, x), c = size_sx(tb, y), s = -1;
+    bool minus = y < 0 && y > INT64_MIN;
+    graph_sx a = size_sx(tb, x), c = size_sx(tb, minus ? -y : y), s = -1;
     if (a >= 0 && c >= 0)
-        s = cai_graph_sx_op(tb->g, GSX_ADD, a, c);
+        s = cai_graph_sx_op(tb->g, minus ? GSX_SUB : GSX_ADD, a, c);
     if (s < 0) {
         trace_fail(tb, "%s: a size sum could not be formed", tb->origin.name);
         return 0;
@@ -378,6 +412,15 @@ static void make_shadow(trace_builder *tb, const ca_node *n, int call) {
  * The backward, node by node
  */
 static graph_val side_effect(trace_builder *tb, graph_op op, graph_val in, int64_t i0, int64_t i1) {
+    if (tb->tape && op != GOP_OUTPUT) {
+        trace_fail(tb,
+                   "%s: create_graph=True with tensor or node hooks, retain_grad or .grad "
+                   "accumulation is not captured yet",
+                   tb->origin.name ? tb->origin.name : "the backward");
+        return -1;
+    }
+    if (tb->tape)
+        cai_dbl_record_output(tb->tape, (int)i0, in);
     graph_op_args a = {.op = op, .n_in = 1, .in = {in}, .i = {i0, i1}};
     return add_node(tb, &a);
 }
@@ -397,7 +440,12 @@ static void accumulate(trace_builder *tb, int call, int nr, graph_val v) {
     }
     graph_op_args a = {.op = GOP_PW, .n_in = 2, .in = {*b, v}, .i = {KPW_ADD}};
     a.p[0] = 1.0;
-    *b = add_node(tb, &a);
+    int before = cai_graph_count(tb->g);
+    graph_val sum = add_node(tb, &a);
+    ca_attrs add = {.s = {1.0}, .i = {KPW_ADD}}; /* bx_add's, for a double backward's tape */
+    if (sum >= before && tb->tape && !cai_dbl_record_op(tb->tape, CA_OP_PW, 2, a.in, &add, sum))
+        tb->base.status = err_nomem("the compiled double backward's tape");
+    *b = sum;
 }
 
 /* Tensor hooks of output nr of NodeCall `call`, in order; each may replace the gradient. */
@@ -408,6 +456,14 @@ static graph_val run_hooks(trace_builder *tb, int call, int nr, graph_val g) {
             k->hooks[h].hook->output_nr == nr)
             g = side_effect(tb, GOP_HOOK, g, h, 0);
     return g;
+}
+
+static bool post_hooked(const trace_builder *tb, int call) {
+    const key_collect *k = tb->req->k;
+    for (int h = 0; h < k->n_hooks; h++)
+        if (k->hooks[h].node_call == call && k->hooks[h].leaf)
+            return true;
+    return false;
 }
 
 static void run_post_hooks(trace_builder *tb, int call, graph_val acc, int leaf) {
@@ -424,6 +480,13 @@ static void run_post_hooks(trace_builder *tb, int call, graph_val acc, int leaf)
  * entry (its meta from metas[i], symbolic); other results are not read. */
 static void emit_callout(trace_builder *tb, trace_callout c, const graph_val *args, graph_val *res,
                          const ca_meta *metas) {
+    if (tb->tape) {
+        trace_fail(tb,
+                   "%s: create_graph=True with a call-out (a custom function's backward "
+                   "or a node hook) is not captured yet",
+                   tb->origin.name ? tb->origin.name : "the backward");
+        return;
+    }
     if (!mem_grow((void **)&tb->callouts, &tb->cap_callouts, tb->n_callouts + 1,
                   sizeof(trace_callout))) {
         tb->base.status = err_nomem("the compiled backward's trace");
@@ -578,7 +641,7 @@ static bool custom_traceable(trace_builder *tb, const ca_node *n, int call, char
 }
 
 /* Replay a recorded tape: the gradients g and the node's saved tensors are its inputs. */
-static bool replay_custom(trace_builder *tb, const ca_node *n, const cai_tape *t,
+static bool replay_custom(trace_builder *tb, const ca_node *n, int call, const cai_tape *t,
                           const graph_val *g, graph_val *gin, char *why, size_t size) {
     const ca_custom *c = n->custom;
     ca_bval grads[64] = {0}, saved[CA_CUSTOM_MAX_SAVED] = {0}, res[128] = {0};
@@ -587,7 +650,14 @@ static bool replay_custom(trace_builder *tb, const ca_node *n, const cai_tape *t
     for (int j = 0; j < c->trace.n_saved; j++) {
         const ca_tensor *s = c->trace.saved[j];
         int idx = s ? cai_key_find_lifted(tb->req->k, s, LIFT_SAVED) : -1;
-        saved[j] = idx >= 0 ? bval_of(tb->lifted[idx]) : NULL;
+        graph_val v = idx < 0    ? -1
+                      : tb->tape ? tape_input(tb, idx, DBL_CUSTOM_SAVED, call, j)
+                                 : tb->lifted[idx];
+        if (idx >= 0 && v < 0) {
+            snprintf(why, size, "%s", ca_last_error());
+            return false;
+        }
+        saved[j] = v >= 0 ? bval_of(v) : NULL;
     }
     if (!cai_tape_replay(t, &tb->base, grads, c->trace.n_saved, c->trace.saved, saved, res, why,
                          size))
@@ -612,7 +682,7 @@ static bool trace_custom_ops(trace_builder *tb, ca_node *n, int call, const grap
         tb->base.status = st;
     else if (t.why[0])
         snprintf(why, size, "%s", t.why);
-    if (ok && !(ok = replay_custom(tb, n, &t, g, gin, why, size)) &&
+    if (ok && !(ok = replay_custom(tb, n, call, &t, g, gin, why, size)) &&
         tb->base.status != CA_STATUS_NOMEM && !cai_graph_out_of_memory(tb->g)) {
         tb->base.status = CA_OK; /* what was added is unreachable: dead-code elimination */
         cai_graph_clear_error(tb->g);
@@ -627,6 +697,11 @@ static bool trace_custom_ops(trace_builder *tb, ca_node *n, int call, const grap
  * opaque, its output gradients staged as arguments, the call-out running the user's
  * callback, and each input's gradient a result. */
 static void trace_custom(trace_builder *tb, ca_node *n, int call) {
+    if (tb->tape && !cai_dbl_is_node(n)) {
+        trace_fail(tb, "%s: create_graph=True through a custom function is not captured yet",
+                   cai_node_name(n));
+        return;
+    }
     bool any = false;
     graph_val g[64];
     if (n->n_out > 64) {
@@ -695,6 +770,15 @@ static void trace_node(trace_builder *tb, int call) {
     if (is_acc && !tb->req->capture) {
         int leaf = cai_key_find_lifted(tb->req->k, n->leaf, LIFT_LEAF);
         CA_ASSERT(leaf >= 0); /* the key lifts every AccumulateGrad's leaf */
+        if (tb->tape) {       /* an output: .grad takes it differentiably after the run */
+            side_effect(tb, GOP_OUTPUT, g, tb->req->n_targets + leaf, 0);
+            if (n->node_post_hooks || post_hooked(tb, call))
+                trace_fail(tb,
+                           "%s: create_graph=True with post-accumulate-grad or node hooks is "
+                           "not captured yet",
+                           tb->origin.name);
+            return;
+        }
         graph_val acc = side_effect(tb, GOP_ACCUMULATE, g, leaf, 0);
         if (acc >= 0)
             run_post_hooks(tb, call, acc, leaf);
@@ -703,6 +787,17 @@ static void trace_node(trace_builder *tb, int call) {
     } else if (!is_acc && cai_node_leads_on(n)) {
         run_rule(tb, n, call, g);
     }
+}
+
+/* A double backward's tape: its rules choose their twice-differentiable forms, as the
+ * eager create_graph backward's do. Sizes must be static (the tape holds numbers). */
+static ca_status start_tape(trace_builder *tb) {
+    if (tb->req->e->n_symbols > 0)
+        return err_set(CA_STATUS_INTERNAL, "create_graph=True with dynamic sizes is not captured "
+                                           "yet");
+    tb->base.create_graph = true; /* outputs: autograd.grad's, then one per lifted leaf */
+    tb->tape = cai_dbl_tape_new(tb->req->n_targets + tb->req->k->n_lifted);
+    return tb->tape ? CA_OK : err_nomem("the compiled double backward's tape");
 }
 
 static ca_status trace_alloc(trace_builder *tb, const key_collect *k) {
@@ -749,17 +844,24 @@ ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
     trace_builder tb = {.base = {.vt = &trace_vtbl, .status = CA_OK}, .req = req};
     const key_collect *k = req->k;
     ca_status st = trace_alloc(&tb, k);
+    if (st == CA_OK && req->create_graph && !req->unify)
+        st = start_tape(&tb);
     if (st == CA_OK)
         st = add_inputs(&tb);
     if (st == CA_OK) {
-        for (int r = 0; r < k->n_roots; r++) /* the GraphRoot's edges: seed r enters its root */
-            accumulate(&tb, k->root_call[r], k->root_nr[r], tb.lifted[k->root_seed[r]]);
+        for (int r = 0; r < k->n_roots; r++) { /* the GraphRoot's edges: seed r enters its root */
+            graph_val seed = tb.lifted[k->root_seed[r]];
+            if (tb.tape && (seed = tape_input(&tb, k->root_seed[r], DBL_SEED, 0, r)) < 0)
+                break;
+            accumulate(&tb, k->root_call[r], k->root_nr[r], seed);
+        }
         for (int c = 1; c <= k->n_nodes && tb.base.status == CA_OK; c++)
             trace_node(&tb, c);
         st = tb.base.status;
     }
     trace_free_scratch(&tb);
     if (st != CA_OK) {
+        cai_dbl_tape_release(tb.tape);
         cai_graph_free(tb.g);
         cai_mem_free(tb.reads);
         cai_mem_free(tb.callouts);
@@ -767,6 +869,6 @@ ca_status cai_trace_backward(const trace_request *req, trace_result *out) {
         return st;
     }
     *out = (trace_result){tb.g,          tb.reads, tb.n_reads, tb.callouts,
-                          tb.n_callouts, tb.notes, tb.n_notes};
+                          tb.n_callouts, tb.notes, tb.n_notes, tb.tape};
     return CA_OK;
 }

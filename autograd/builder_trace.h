@@ -52,6 +52,7 @@ typedef struct {
     int n_callouts;
     trace_custom_note *notes; /* the same */
     int n_notes;
+    struct dbl_tape *tape; /* create_graph: the tape (compiled_double.h); else NULL */
 } trace_result;
 
 typedef struct {
@@ -60,7 +61,8 @@ typedef struct {
     /* non-NULL: each symbol's value; the graph unifies symbols of equal value that must be
      * equal (cai_graph_unify), to learn which ones it needs equal. Not a graph to run. */
     const int64_t *unify;
-    bool capture; /* autograd.grad: outputs instead of accumulation */
+    bool capture;      /* autograd.grad: outputs instead of accumulation */
+    bool create_graph; /* keep a tape that makes the gradients differentiable */
     int n_targets;
     ca_node *const *targets; /* autograd.grad's nodes (NULL: not reached) */
     const int *target_nrs;   /* which output of each (NULL: all 0) */

@@ -11,6 +11,7 @@
 #include "autograd/compiled.h"
 
 #include "autograd/compiled_callout.h"
+#include "autograd/compiled_double.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@ typedef struct {
     int64_t *sym_values;
     int n_inputs;
     graph_view *inputs;
+    dbl_tape *tape;      /* create_graph: what makes its gradients differentiable */
     bool verdict_logged; /* the verbose log has said how its plan runs on the pool */
 } compiled_graph;
 
@@ -247,6 +249,7 @@ static void compiled_free(void *p) {
     cai_mem_data_free(cg->arena);
     cai_mem_free(cg->sym_values);
     cai_mem_free(cg->inputs);
+    cai_dbl_tape_release(cg->tape);
     cai_mem_free(cg);
 }
 
@@ -300,12 +303,14 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
     trace_request tr = {.k = &compiled_autograd.key,
                         .e = e,
                         .capture = c->capture,
+                        .create_graph = c->create_graph,
                         .n_targets = c->n_targets,
                         .targets = c->targets,
                         .target_nrs = c->target_nrs};
     trace_result res;
     ca_status st = cai_trace_backward(&tr, &res);
     cg->g = res.g;
+    cg->tape = res.tape;
     cg->reads = res.reads;
     cg->n_reads = res.n_reads;
     cg->callouts = res.callouts;
@@ -419,6 +424,7 @@ static ca_status compile_symbols(const compiled_call *c, cache_entry *e, bool *u
 typedef struct {
     const compiled_call *c;
     const compiled_graph *cg;
+    ca_tensor **outs; /* where GOP_OUTPUT i writes: c->grads_out, or a double backward's */
     callout_state co; /* call-outs, and what the run still reads (hook replacements) */
     ca_status st;
 } run_ctx;
@@ -483,7 +489,7 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
         return cai_hook_run_post(&one, compiled_autograd.key.lifted[n->a.i[0]].t);
     }
     case GOP_OUTPUT: {
-        ca_tensor **slot = &r->c->grads_out[n->a.i[0]];
+        ca_tensor **slot = &r->outs[n->a.i[0]];
         if (*slot)
             return CA_OK; /* the first gradient to arrive is the one, as in eager */
         return cai_tensor_from_view(in, slot);
@@ -552,7 +558,7 @@ static int run_profiled(compiled_graph *cg, graph_callbacks cb) {
     return rc;
 }
 
-static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
+static ca_status run_entry(const compiled_call *c, const cache_entry *e, ca_tensor **outs) {
     compiled_graph *cg = e->compiled;
     bind(e);
     size_t bytes = cai_graph_plan_arena_bytes(cg->plan, cg->sym_values);
@@ -563,8 +569,11 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
             return err_nomem("a compiled backward's arena");
         cg->arena_cap = bytes;
     }
-    run_ctx r = {
-        .c = c, .cg = cg, .co = {.k = &compiled_autograd.key, .table = cg->callouts}, .st = CA_OK};
+    run_ctx r = {.c = c,
+                 .cg = cg,
+                 .outs = outs,
+                 .co = {.k = &compiled_autograd.key, .table = cg->callouts},
+                 .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
     int rc = compiled_autograd.profiling
                  ? run_profiled(cg, cb)
@@ -583,6 +592,33 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e) {
 /* ---------------------------------------------------------------------------------------
  * One compiled backward
  */
+/* A double backward (compiled_double.h): the outputs (autograd.grad's, then each leaf's
+ * gradient) become differentiable, then leaves accumulate theirs as the eager create_graph
+ * backward does (CopyBackwards, then AddBackward0). */
+static ca_status run_double(const compiled_call *c, const cache_entry *e) {
+    const key_collect *k = &compiled_autograd.key;
+    int n = c->n_targets + k->n_lifted;
+    ca_tensor **outs = cai_mem_calloc((size_t)n + 1, sizeof(ca_tensor *));
+    if (!outs)
+        return err_nomem("a compiled double backward's outputs");
+    ca_status st = run_entry(c, e, outs);
+    if (st == CA_OK)
+        st = cai_dbl_attach(((compiled_graph *)e->compiled)->tape, k, n, outs);
+    for (int i = 0; i < c->n_targets; i++) {
+        if (st == CA_OK)
+            c->grads_out[i] = outs[i];
+        else
+            ca_tensor_release(outs[i]);
+    }
+    for (int i = 0; i < k->n_lifted; i++) {
+        ca_tensor *g = outs[c->n_targets + i];
+        if (g && st == CA_OK)
+            st = cai_grad_accumulate(k->lifted[i].t, g, true);
+        ca_tensor_release(g);
+    }
+    cai_mem_free(outs);
+    return st;
+}
 /* Free saved values as the eager engine does: those of every node whose rule ran. */
 static void release_saved(void) {
     for (int i = 0; i < compiled_autograd.key.n_nodes; i++) {
@@ -702,6 +738,7 @@ void cai_compiled_note_eager(const char *why) {
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
     *ran = false;
     key_request req = {.capture = c->capture,
+                       .create_graph = c->create_graph,
                        .n_roots = c->n_roots,
                        .roots = c->roots,
                        .root_nrs = c->root_nrs,
@@ -719,7 +756,7 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
         return CA_OK;
     *ran = true;
     compiled_autograd.running = true;
-    ca_status st = run_entry(c, e);
+    ca_status st = c->create_graph ? run_double(c, e) : run_entry(c, e, c->grads_out);
     compiled_autograd.running = false;
     if (st == CA_OK && !c->retain_graph)
         release_saved();

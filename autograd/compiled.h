@@ -8,6 +8,7 @@
  * (capture) the target nodes and where their gradients go. */
 typedef struct {
     bool capture;
+    bool create_graph; /* capture only: the gradients become differentiable */
     bool retain_graph;
     int n_roots;
     ca_node *const *roots;

@@ -260,7 +260,7 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
 
 /* GraphRoot: the mode, where each seed enters, and autograd.grad's targets. */
 static ca_status root_key(key_collect *k, const key_request *req) {
-    CA_CHECK(put_i32(k, req->capture));
+    CA_CHECK(put_i32(k, req->capture | req->create_graph << 1)); /* never mixed */
     CA_CHECK(put_i32(k, req->n_roots));
     k->n_roots = req->n_roots;
     CA_CHECK(grow((void **)&k->root_call, &k->cap_root_call, req->n_roots, sizeof(int)));

@@ -68,7 +68,8 @@ typedef struct {
 
 /* What a backward asks for: accumulate into leaves' .grad, or return gradients. */
 typedef struct {
-    bool capture; /* autograd.grad */
+    bool capture;      /* autograd.grad */
+    bool create_graph; /* differentiable gradients (compiled_double.h): another graph */
     int n_roots;
     ca_node *const *roots;
     const int *root_nrs;     /* which output of each root its seed enters (NULL: all 0) */

@@ -77,8 +77,8 @@ static ca_status accumulate_grad_recorded(ca_tensor *t, ca_tensor *g) {
 
 /* .grad += g. The first gradient is stolen when nothing else can see it, else copied, so a
  * later in-place accumulation never writes into a tensor someone else holds. */
-static ca_status accumulate_grad(const engine_run *r, ca_tensor *leaf, ca_tensor *g) {
-    if (r->create_graph && (g->requires_grad || (leaf->grad && leaf->grad->requires_grad)))
+ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
+    if (create_graph && (g->requires_grad || (leaf->grad && leaf->grad->requires_grad)))
         return accumulate_grad_recorded(leaf, g);
     if (!leaf->grad) {
         bool private = g->refcnt == 1 && g->storage->refcnt == 1 && ca_tensor_is_contiguous(g);
@@ -171,13 +171,13 @@ static void capture(engine_run *r, ca_node *n, int k, ca_tensor *g) {
 /* Retain-grad: the tensor's .grad gets this gradient (summed over backwards). */
 static ca_status retain_grad(const engine_run *r, ca_tensor *t, ca_tensor *g) {
     if (r->create_graph && g->requires_grad)
-        return accumulate_grad(r, t, g);
+        return cai_grad_accumulate(t, g, r->create_graph);
     if (!t->grad) { /* a copy: g goes on to the rule, which must not see later writes */
         ca_meta m;
         cai_tensor_meta(g, &m);
         return cai_tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &t->grad);
     }
-    return accumulate_grad(r, t, g);
+    return cai_grad_accumulate(t, g, r->create_graph);
 }
 
 /* Output k's gradient *g through the tensor hooks `hooks` (those of output k), into
@@ -250,7 +250,7 @@ static ca_status run_node(engine_run *r, ca_node *n) {
     bool ran_rule = false;
     if (st == CA_OK && !g) { /* a node pre-hook dropped the gradient */
     } else if (st == CA_OK && is_acc && r->mode == RUN_ACCUMULATE && n->leaf) {
-        st = accumulate_grad(r, n->leaf, g);
+        st = cai_grad_accumulate(n->leaf, g, r->create_graph);
         if (st == CA_OK)
             st = cai_hook_run_post(n->leaf->post_acc_hooks, n->leaf);
         if (st == CA_OK && n->node_post_hooks)
@@ -327,11 +327,8 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
         return err_set(CA_STATUS_INVALID, "a backward started inside a custom backward that "
                                           "compiled autograd is tracing");
     }
-    /* create_graph runs eagerly: compiled autograd does not capture a double backward yet */
-    bool compiled = cai_compiled_active() && !r->create_graph;
-    if (cai_compiled_active() && r->create_graph)
-        cai_compiled_note_eager("the backward has create_graph=True (double backward is not "
-                                "captured yet)");
+    /* create_graph too (compiled_double.h) */
+    bool compiled = cai_compiled_active();
     /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
     r->walk = compiled ? cai_compiled_walk() : &r->own_walk;
     ca_status st = cai_walk_graph(r->walk, roots, n_roots);
@@ -351,6 +348,7 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
                              r->n_cap);
         if (compiled) {
             compiled_call c = {.capture = r->mode == RUN_CAPTURE,
+                               .create_graph = r->create_graph,
                                .retain_graph = r->retain_graph,
                                .n_roots = n_roots,
                                .roots = roots,

@@ -308,6 +308,10 @@ static inline void node_set_retained(ca_node *n, int k, ca_tensor *t) {
  * is set, checked against the input (a broadcast gradient is summed down, another dtype
  * converted, anything else an error naming the function). */
 ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **gin);
+/* leaf.grad += g, as the engine's AccumulateGrad: out of place, recorded (CopyBackwards,
+ * then AddBackward0) when create_graph and either side has a history; else in place, the
+ * first g stolen when no one else holds it. */
+ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph);
 /* Whether the running backward (engine.c) has create_graph: false outside a backward. */
 bool cai_engine_create_graph(void);
 /* Free the node's custom part (its ctx through ctx_free). */

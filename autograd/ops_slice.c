@@ -16,14 +16,34 @@
  * slice / narrow / select
  */
 
-/* Python's clamping of a slice bound against a dim of `size`. */
-static int64_t slice_clamp(int64_t v, int64_t size) {
-    if (v < 0)
-        v += size;
-    return v < 0 ? 0 : v > size ? size : v;
+/* A slice's canonical bounds (attrs i[1] and i[2]) say where each bound sits in a form that
+ * holds for every size of the dim that gives the same form, so that the compiled backward's
+ * key stays the same when a dynamic dim changes and x[1:-1] does not recompile:
+ *  - SLICE_FROM_START(p), p >= 0: position p (a bound in [0, size] that the user gave as a
+ *    number from the start, or one clamped to 0);
+ *  - SLICE_FROM_END(k), k <= 0: position size + k (a bound the user gave from the end,
+ *    -2 or INT64_MAX, or one clamped to the size).
+ * slice_pos turns a canonical bound back into a position; in a trace the size may be a
+ * symbolic handle, and bx_slice_pos keeps the position symbolic. */
+#define SLICE_FROM_END(k) ((k)-1)
+
+static int64_t slice_pos(int64_t bound, int64_t size) {
+    return bound >= 0 ? bound : size + bound + 1;
 }
 
-/* Canonicalise (dim, start, end, step) in a->i[0..3] against a tensor of shape in. */
+static int64_t bx_slice_pos(ca_builder *b, int64_t bound, int64_t size) {
+    return bound >= 0 ? bound : bx_size_add(b, size, bound + 1);
+}
+
+/* Python's clamping of a user's bound against a dim of `size`, in canonical form. */
+static int64_t slice_bound(int64_t v, int64_t size) {
+    if (v >= 0)
+        return v <= size ? v : SLICE_FROM_END(0);
+    return v >= -size ? SLICE_FROM_END(v) : 0;
+}
+
+/* Canonicalise (dim, start, end, step) in a->i[0..3] against a tensor of shape in; an end
+ * before the start becomes the start (an empty slice). */
 static ca_status slice_canon(const char *op, const ca_meta *in, ca_attrs *a) {
     if (in->ndim == 0)
         return err_set(CA_STATUS_DIM,
@@ -35,18 +55,26 @@ static ca_status slice_canon(const char *op, const ca_meta *in, ca_attrs *a) {
         return err_set(CA_STATUS_INVALID, "%s: step must be positive, got %lld", op,
                        (long long)a->i[3]);
     int64_t size = in->shape[a->i[0]];
-    a->i[1] = slice_clamp(a->i[1], size);
-    a->i[2] = slice_clamp(a->i[2], size);
-    if (a->i[2] < a->i[1])
+    a->i[1] = slice_bound(a->i[1], size);
+    a->i[2] = slice_bound(a->i[2], size);
+    if (slice_pos(a->i[2], size) < slice_pos(a->i[1], size))
         a->i[2] = a->i[1];
     return CA_OK;
+}
+
+/* The start and end positions of a canonical slice of a dim of `size`. */
+static void slice_span(const ca_attrs *a, int64_t size, int64_t *start, int64_t *end) {
+    *start = slice_pos(a->i[1], size);
+    *end = slice_pos(a->i[2], size);
 }
 
 static ca_status slice_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                              ca_meta *out) {
     CA_CHECK(slice_canon("slice", in, a));
+    int64_t start, end;
+    slice_span(a, in->shape[a->i[0]], &start, &end);
     *out = *in;
-    out->shape[a->i[0]] = cai_rule_slice_len(a->i[1], a->i[2], a->i[3]);
+    out->shape[a->i[0]] = cai_rule_slice_len(start, end, a->i[3]);
     return CA_OK;
 }
 
@@ -56,15 +84,20 @@ static ca_status slice_forward(const ca_op_def *row, ca_tensor *const *in, int n
     ca_tensor *x = in[0];
     int d = (int)a->i[0];
     geom g = geom_of(x);
-    g.offset += a->i[1] * x->strides[d];
+    g.offset += slice_pos(a->i[1], x->shape[d]) * x->strides[d];
     g.shape[d] = m->shape[d];
     g.strides[d] *= a->i[3];
     return geom_alias(x, &g, out);
 }
 
+/* The positions come from the input's size, so a trace with that size symbolic places the
+ * gradient at a symbolic start. */
 static void slice_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     const ca_attrs *a = &n->attrs;
-    gin[0] = bx_slice_backward(b, g, &n->in_meta[0], (int)a->i[0], a->i[1], a->i[2], a->i[3]);
+    int d = (int)a->i[0];
+    int64_t size = n->in_meta[0].shape[d];
+    int64_t start = bx_slice_pos(b, a->i[1], size), end = bx_slice_pos(b, a->i[2], size);
+    gin[0] = bx_slice_backward(b, g, &n->in_meta[0], d, start, end, a->i[3]);
 }
 
 ca_status ca_slice(ca_tensor *x, int64_t dim, int64_t start, int64_t end, int64_t step,
@@ -173,9 +206,11 @@ static ca_status slice_bw_shape(const ca_op_def *row, const ca_meta *in, int n_i
         return err_set(CA_STATUS_SHAPE, "slice_backward: full shape has %d dims", a->shape.n);
     memcpy(full.shape, a->shape.v, sizeof(int64_t) * (size_t)a->shape.n);
     CA_CHECK(slice_canon("slice_backward", &full, a));
+    int64_t start, end;
+    slice_span(a, full.shape[a->i[0]], &start, &end);
     cai_rule_error e;
     if (cai_rule_slice_backward(&cai_sizes_concrete, in->ndim, in->shape, full.ndim, full.shape,
-                                a->i, &e))
+                                (int)a->i[0], cai_rule_slice_len(start, end, a->i[3]), &e))
         return cai_rule_raise(&e);
     *out = full;
     return CA_OK;
@@ -190,8 +225,9 @@ static ca_status slice_bw_forward(const ca_op_def *row, ca_tensor *const *in, in
     int64_t strides[CA_MAX_DIMS];
     memcpy(strides, r->strides, sizeof strides);
     strides[d] *= a->i[3];
+    int64_t start = slice_pos(a->i[1], m->shape[d]);
     char *dst =
-        (char *)cai_tensor_ptr(r) + a->i[1] * r->strides[d] * (int64_t)ca_dtype_size(m->dtype);
+        (char *)cai_tensor_ptr(r) + start * r->strides[d] * (int64_t)ca_dtype_size(m->dtype);
     ca_status st = cai_op_copy_into(dst, strides, in[0], "slice_backward");
     if (st != CA_OK) {
         ca_tensor_release(r);
@@ -203,7 +239,10 @@ static ca_status slice_bw_forward(const ca_op_def *row, ca_tensor *const *in, in
 
 static void slice_bw_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     const ca_attrs *a = &n->attrs;
-    gin[0] = bx_slice(b, g, (int)a->i[0], a->i[1], a->i[2], a->i[3]);
+    int d = (int)a->i[0];
+    int64_t size = n->out_meta.shape[d];
+    int64_t start = bx_slice_pos(b, a->i[1], size), end = bx_slice_pos(b, a->i[2], size);
+    gin[0] = bx_slice(b, g, d, start, end, a->i[3]);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ Timing child (``run_timing``): both libraries in one process, alternating rep by
 Each rep of each config is one training step, timed in parts:
   zero_grad(set_to_none=True); loss = forward(); loss.backward(); SGD step
 The backward figure is the loss.backward() part; the step figure is the whole step. The
-heap-allocation count is read from the LD_PRELOAD shim around loss.backward().
+heap-allocation count is read from the LD_PRELOAD shim around loss.backward(). A workload
+with a backward closure (w10, w11: create_graph grads, then the total's backward) has that
+closure run and timed in place of loss.backward(), in all four configurations.
 
 Cost of a cache miss (``miss_cost``), one code path for both libraries: each rep is a
 steady-state backward, a reset of the library's compile caches, the miss backward, and
@@ -26,16 +28,16 @@ import gc
 import json
 import math
 import os
-import re
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 import workloads as W
+from bench_env import (Sgemm, child_environment, cpu_info, find_openblas,  # noqa: F401
+                         tool_version)
 
 CONFIGS = ("ce", "cc", "te", "tc")
 CONFIG_NAMES = {
@@ -44,6 +46,8 @@ CONFIG_NAMES = {
     "te": "torch eager",
     "tc": "torch compiled autograd",
 }
+# PyTorch 2.13's compiled autograd refuses a create_graph grad of a gradient it compiled
+TORCH_NO_HIGHER_ORDER = "does not currently support higher order gradients"
 LR = 1e-4  # SGD step: small, so the values hardly drift over the reps
 # Before each timed step: a pause, then one untimed step of the same configuration. Both
 # libraries keep worker threads in one process: libgomp's (PyTorch/MKL, inductor kernels)
@@ -233,6 +237,14 @@ class Lib:
     def grads(self):
         return [p.grad.detach().numpy().astype(np.float64).copy() for p in self.b.params]
 
+    def backward(self, loss):
+        """The timed gradient work: loss.backward(), or the workload's own backward closure
+        (create_graph grads and the final backward). Returns the step's total loss."""
+        if self.b.backward is None:
+            loss.backward()
+            return loss
+        return self.b.backward(loss)
+
     def backward_once(self, compiled):
         """A fresh forward and one backward; returns the backward's seconds."""
         self.zero()
@@ -240,14 +252,14 @@ class Lib:
             with self.compiled_ctx():
                 loss = self.b.loss()
                 t0 = time.perf_counter()
-                loss.backward()
+                total = self.backward(loss)
                 t1 = time.perf_counter()
         else:
             loss = self.b.loss()
             t0 = time.perf_counter()
-            loss.backward()
+            total = self.backward(loss)
             t1 = time.perf_counter()
-        self.last_loss = float(loss.detach().numpy())
+        self.last_loss = float(total.detach().numpy())
         return t1 - t0
 
     def step(self, compiled, counter):
@@ -263,7 +275,7 @@ class Lib:
         loss = self.b.loss()
         a0, y0 = counter.read(), counter.read_bytes()
         t1 = time.perf_counter()
-        loss.backward()
+        self.backward(loss)
         t2 = time.perf_counter()
         a1, y1 = counter.read(), counter.read_bytes()
         self.opt.step()
@@ -315,168 +327,9 @@ def check_grads(spec, names, ref, torch32, candidates):
 
 
 # ---------------------------------------------------------------------------------------
-# sgemm reference for workload 6
-# ---------------------------------------------------------------------------------------
-class PrefixedLib:
-    """A ctypes library whose symbols carry a prefix (scipy-openblas32's `scipy_`), looked
-    up by their plain names."""
-
-    def __init__(self, lib, prefix):
-        self._lib, self._prefix = lib, prefix
-
-    def __getattr__(self, name):
-        return getattr(self._lib, self._prefix + name)
-
-
-def find_openblas():
-    """The OpenBLAS that cagrad._C links (already mapped into this process): the
-    scipy-openblas32 wheel's libscipy_openblas.so (symbols prefixed scipy_), or a system
-    libopenblas. NumPy's own copy (libscipy_openblas64_) is never it."""
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "/" in line}
-    wheel = sorted(p for p in paths if os.path.basename(p) == "libscipy_openblas.so")
-    if wheel:
-        return wheel[0], PrefixedLib(ctypes.CDLL(wheel[0]), "scipy_")
-    cands = sorted(p for p in paths if re.search(r"/libopenblas[^/]*\.so", p)
-                   and "scipy_openblas" not in p and "numpy" not in p)
-    if not cands:
-        return None, None
-    lib = ctypes.CDLL(cands[0])
-    return cands[0], lib
-
-
-def aligned_empty(shape, align=64):
-    n = int(np.prod(shape))
-    raw = np.empty(n * 4 + align, dtype=np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off:off + n * 4].view(np.float32).reshape(shape)
-
-
-class Sgemm:
-    """cblas_sgemm of the same GEMM shapes as a workload's backward, row-major, each item of
-    a batched one a call of its own, with OpenBLAS threaded as it would be on its own:
-    cagrad tells OpenBLAS to use one thread (its own pool runs GEMMs in parallel), so this
-    baseline sets OpenBLAS's threads for its calls and puts cagrad's setting back after."""
-
-    ROW, NOTRANS, TRANS = 101, 111, 112
-
-    def __init__(self, lib, gemms, threads):
-        self.threads = threads
-        self.set_threads = getattr(lib, "openblas_set_num_threads", None)
-        self.get_threads = getattr(lib, "openblas_get_num_threads", None)
-        if self.get_threads is not None:
-            self.get_threads.restype = ctypes.c_int
-        self.f = lib.cblas_sgemm
-        self.f.restype = None
-        i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-        self.f.argtypes = [i, i, i, i, i, i, f, p, i, p, i, f, p, i]
-        rng = np.random.default_rng(0)
-        self.calls = []
-        for g in gemms:
-            m, n, k, ta, tb = g[:5]
-            for _ in range(g[5] if len(g) > 5 else 1):
-                a = aligned_empty((k, m) if ta else (m, k))
-                b = aligned_empty((n, k) if tb else (k, n))
-                c = aligned_empty((m, n))
-                a[...] = rng.standard_normal(a.shape)
-                b[...] = rng.standard_normal(b.shape)
-                c[...] = 0
-                lda = m if ta else k
-                ldb = k if tb else n
-                self.calls.append((self.ROW, self.TRANS if ta else self.NOTRANS,
-                                   self.TRANS if tb else self.NOTRANS, m, n, k, 1.0,
-                                   a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data,
-                                   n, (a, b, c)))
-
-    def _timed(self, threads):
-        if self.set_threads is not None:
-            self.set_threads(threads)
-        t0 = time.perf_counter()
-        for c in self.calls:
-            self.f(*c[:-1])
-        return time.perf_counter() - t0
-
-    def run(self):
-        """The faster of OpenBLAS threaded at this thread count and OpenBLAS on one thread:
-        OpenBLAS threads small GEMMs too, and loses there (each call then waits for a
-        second thread), so the limit is what plain sgemm does at its best."""
-        before = self.get_threads() if self.get_threads is not None else None
-        elapsed = self._timed(self.threads)
-        if self.threads > 1 and self.set_threads is not None:
-            elapsed = min(elapsed, self._timed(1))
-        if self.set_threads is not None and before is not None:
-            self.set_threads(before)
-        return elapsed
-
-
-# ---------------------------------------------------------------------------------------
-# Environment
-# ---------------------------------------------------------------------------------------
-def cpu_info():
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        for key in ("model name", "cpu family", "model", "stepping", "flags"):
-            m = re.search(rf"^{key}\s*:\s*(.*)$", text, re.M)
-            if m:
-                info[key] = m.group(1).strip()
-        flags = set(info.pop("flags", "").split())
-        info["isa_flags"] = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl",
-                                         "avx512_bf16", "amx_tile") if f in flags]
-        info["logical_cpus"] = os.cpu_count()
-        m = re.search(r"^flags\s*:.*\bhypervisor\b", text, re.M)
-        info["virtualised"] = bool(m)
-    except OSError:
-        pass
-    return info
-
-
-def tool_version(cmd):
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
-        return out.splitlines()[0].strip() if out else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def child_environment(cagrad, torch, blas_path, blas):
-    env = {}
-    bi = dict(cagrad._C.blas_info())
-    env["cagrad"] = {"version": getattr(cagrad, "__version__", "?"), "blas_info": bi,
-                     "num_threads": cagrad.get_num_threads(), "module": cagrad.__file__}
-    ob = {"path": blas_path}
-    if blas is not None:
-        for name in ("openblas_get_corename", "openblas_get_config"):
-            fn = getattr(blas, name)
-            fn.restype = ctypes.c_char_p
-            ob[name[len("openblas_get_"):]] = fn().decode()
-        blas.openblas_get_num_threads.restype = ctypes.c_int
-        ob["num_threads"] = blas.openblas_get_num_threads()
-    env["openblas"] = ob
-    tinfo = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
-             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-             "mkl": torch.backends.mkl.is_available(),
-             "mkldnn": torch.backends.mkldnn.is_available()}
-    m = re.search(r"Math Kernel Library Version ([^\n]*)", torch.__config__.show())
-    if m:
-        tinfo["mkl_version"] = m.group(1).strip()
-    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    if m:
-        tinfo["blas"] = m.group(1)
-    env["torch"] = tinfo
-    env["numpy"] = np.__version__
-    env["vars"] = {k: os.environ.get(k) for k in (
-        "OPENBLAS_NUM_THREADS", "CAGRAD_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-        "OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "LD_PRELOAD",
-        "TORCHINDUCTOR_CACHE_DIR")}
-    return env
-
-
-# ---------------------------------------------------------------------------------------
 # The cost of a cache miss, measured the same way for both libraries
 # ---------------------------------------------------------------------------------------
-def miss_cost(lib, reset, reps, internal=None):
+def miss_cost(lib, reset, reps, internal=None, captures=1):
     """What a cache miss adds to a backward, the way PyTorch's compile cost is usually
     measured (the first backward minus a steady-state one), with one code path for both
     libraries. Per rep:
@@ -493,7 +346,9 @@ def miss_cost(lib, reset, reps, internal=None):
     collector is off for B and A, and on for the miss, which is where a compile's garbage
     would trigger it in a training loop; what was alive before the first rep is frozen
     (gc.freeze), so the collection at the start of each rep is quick. Each miss must
-    capture exactly one graph, and the hits none (both libraries count captures).
+    capture `captures` graphs (one for a single backward; a step with create_graph grads
+    can have one per backward, as many as its first compiled step captured), and the hits
+    none (both libraries count captures).
     `internal`, if given, is read after each miss (cagrad's compile_seconds()). Times in
     microseconds."""
     L = lib.L
@@ -527,7 +382,7 @@ def miss_cost(lib, reset, reps, internal=None):
                 c2 = probe()
             finally:
                 gc.enable()
-            if c1 - c0 != 1 or c2 != c1:
+            if c1 - c0 != captures or c2 != c1:
                 bad.append(f"captures {c0} -> {c1} (miss) -> {c2} (hits)")
             rec["miss"].append(m * 1e6)
             rec["before"].append(b * 1e6)
@@ -536,11 +391,13 @@ def miss_cost(lib, reset, reps, internal=None):
     finally:
         gc.unfreeze()
     if bad:
-        log(f"warning: {L.__name__}: a miss did not capture exactly one graph: {bad}")
+        log(f"warning: {L.__name__}: a miss did not capture exactly {captures} graph(s): "
+            f"{bad}")
     out = {"cost": spread_stats(rec["diff"]), "miss_backward": stats(rec["miss"]),
            "steady_backward": stats(rec["before"] + rec["after"]),
            "steady_drift": spread_stats([a - b for a, b in zip(rec["after"], rec["before"])]),
-           "reps": reps, "capture_check": "ok" if not bad else bad,
+           "reps": reps, "captures_per_miss": captures,
+           "capture_check": "ok" if not bad else bad,
            "samples_us": {k: [round(v, 1) for v in rec[k]]
                           for k in ("miss", "before", "after")}}
     if internal is not None:
@@ -622,13 +479,30 @@ def run_timing(threads, reps, big_reps, miss_reps, torch_miss_reps, keys):
         r = res["workloads"][key]
         bw = r["backward_us"]
         log(f"[{threads} thr] {key} {spec.title}: backward median us  "
-            + "  ".join(f"{c} {bw[c]['median']:.0f}" for c in CONFIGS)
+            + "  ".join(f"{c} {bw[c]['median']:.0f}" for c in CONFIGS if bw[c])
             + f"  ({time.perf_counter() - tw:.1f} s)")
         torch_reset_compiled(torch)
         cagrad.compiled_autograd.reset()
         trim_heap()
     res["wall_s"] = time.perf_counter() - t_start
     return res
+
+
+def torch_compiled_first(tl, torch):
+    """The first backward under PyTorch's compiled autograd (a miss): (seconds, gradients,
+    None), or (None, None, the error) when it cannot run the workload. PyTorch 2.13 refuses
+    a create_graph grad of a gradient it compiled ("torch.compile does not currently support
+    higher order gradients"): that configuration is then left out of the workload."""
+    try:
+        seconds = tl.backward_once(True)
+    except RuntimeError as e:
+        if TORCH_NO_HIGHER_ORDER not in str(e):
+            raise  # any other failure stops the run
+        torch_reset_compiled(torch)
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+        log(f"warning: torch compiled autograd cannot run this workload: {msg}")
+        return None, None, msg
+    return seconds, tl.grads(), None
 
 
 def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx, tc_ctx,
@@ -658,8 +532,9 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
     g_t32 = tl.grads()
     torch_loss = tl.last_loss
     before = torch_ca_counters(torch)
-    torch_miss_s = tl.backward_once(True)  # first backward under compiled autograd: a miss
-    g_tc = tl.grads()
+    torch_miss_s, g_tc, tc_error = torch_compiled_first(tl, torch)
+    out["torch_compiled_error"] = tc_error
+    configs = [c for c in CONFIGS if c != "tc" or tc_error is None]
     mark("torch eager + compile")
     after = torch_ca_counters(torch)
     out["torch_compiled_counters_first"] = {k: after.get(k, 0) - before.get(k, 0)
@@ -667,17 +542,24 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
     cl.backward_once(False)
     g_ce = cl.grads()
     cagrad.compiled_autograd.reset()
+    caps0 = cagrad.compiled_autograd.counters["captures"]
     cl.backward_once(True)
     g_cc_miss = cl.grads()
+    # graphs a miss captures: one per backward that compiles (create_graph ones run eagerly
+    # in cagrad today; PyTorch captures those too)
+    captures = {"cagrad": cagrad.compiled_autograd.counters["captures"] - caps0,
+                "torch": None if tc_error else out["torch_compiled_counters_first"].get(
+                    "captures", 0)}
+    out["captures_per_miss"] = captures
     cl.backward_once(True)
     g_cc_hit = cl.grads()
     out["loss"] = {"torch": torch_loss, "cagrad": cl.last_loss}
     out["grad_check"] = check_grads(spec, cl.b.names, g_ref, g_t32,
                                     {"cagrad eager": g_ce, "cagrad compiled (miss)": g_cc_miss,
                                      "cagrad compiled (hit)": g_cc_hit})
-    tc_err = max(rel_err(g, r) for g, r in zip(g_tc, g_ref))
+    tc_err = None if g_tc is None else max(rel_err(g, r) for g, r in zip(g_tc, g_ref))
     out["grad_check"]["torch_compiled_err"] = tc_err
-    if tc_err > 10 * max(out["grad_check"]["torch32_err"]) + 100 * U32:
+    if tc_err is not None and tc_err > 10 * max(out["grad_check"]["torch32_err"]) + 100 * U32:
         log(f"warning: {spec.key}: torch compiled autograd's gradients differ from torch "
             f"eager's (relative error {tc_err:.3g})")
 
@@ -686,7 +568,8 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
     big = spec.key == "w6"
     cagrad_miss = miss_cost(cl, lambda: cagrad_reset(cagrad),
                             max(5, miss_reps // 3) if big else miss_reps,
-                            internal=cagrad.compiled_autograd.compile_seconds)
+                            internal=cagrad.compiled_autograd.compile_seconds,
+                            captures=max(1, captures["cagrad"]))
     mark("cagrad misses")
 
     # -- steady state: alternate the configs rep by rep ------------------------------------
@@ -701,15 +584,15 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
     # w6 takes 0.3-0.6 s per step: no untimed step per rep, and no warm pass either when
     # there are few reps (every configuration already ran above)
     if not big or reps >= 10:
-        for c in CONFIGS:
+        for c in configs:
             runners[c]()
         if sg:
             sg.run()
     c_before = dict(cagrad.compiled_autograd.counters)
     t_before = torch_ca_counters(torch)
-    rec = {c: {"fwd": [], "bw": [], "step": [], "allocs": [], "bytes": []} for c in CONFIGS}
+    rec = {c: {"fwd": [], "bw": [], "step": [], "allocs": [], "bytes": []} for c in configs}
     sgemm_s = []
-    order = list(CONFIGS) + (["sgemm"] if sg else [])
+    order = list(configs) + (["sgemm"] if sg else [])
     gc.collect()
     gc.disable()
     try:
@@ -744,23 +627,29 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
 
     # -- PyTorch's miss cost: the same code, after the steady reps (each miss is a cold
     # compile of seconds, whose garbage and caches should not sit under the timed reps) --
-    torch_miss = miss_cost(tl, lambda: torch_cold_compile(torch), torch_miss_reps)
+    torch_miss = None if tc_error else miss_cost(tl, lambda: torch_cold_compile(torch),
+                                                 torch_miss_reps,
+                                                 captures=max(1, captures["torch"]))
     mark("torch misses")
 
     out["samples_us"] = {c: {m: [round(v, 1) for v in rec[c][m]] for m in ("bw", "step")}
-                         for c in CONFIGS}  # per rep, in the order they ran
+                         for c in configs}  # per rep, in the order they ran
     if sgemm_s:
         out["samples_us"]["sgemm"] = [round(v * 1e6, 1) for v in sgemm_s]
-    out["backward_us"] = {c: stats(rec[c]["bw"]) for c in CONFIGS}
-    out["step_us"] = {c: stats(rec[c]["step"]) for c in CONFIGS}
-    out["forward_us"] = {c: stats(rec[c]["fwd"]) for c in CONFIGS}
-    out["allocs_per_backward"] = {c: stats(rec[c]["allocs"]) if counter.active else None
-                                  for c in CONFIGS}
-    out["alloc_bytes_per_backward"] = {c: stats(rec[c]["bytes"]) if counter.active else None
-                                       for c in CONFIGS}
+    # a configuration that cannot run the workload (tc on a third-order graph) gets None
+    def per_config(m, active=True):
+        return {c: stats(rec[c][m]) if c in rec and active else None for c in CONFIGS}
+
+    out["backward_us"] = per_config("bw")
+    out["step_us"] = per_config("step")
+    out["forward_us"] = per_config("fwd")
+    out["allocs_per_backward"] = per_config("allocs", counter.active)
+    out["alloc_bytes_per_backward"] = per_config("bytes", counter.active)
     # Three views of a miss. cagrad's internal compile timer (compile_seconds(): trace,
     # graph passes and memory plan); and for both libraries what a miss adds to a backward
     # measured the same way (miss_cost: the miss minus the steady backwards around it).
+    torch_miss = torch_miss or {"cost": None, "miss_backward": None, "steady_backward": None,
+                                "reps": 0}
     ca_reps, to_reps = cagrad_miss["reps"], torch_miss["reps"]
     out["compile_us"] = {
         "cagrad": cagrad_miss.pop("internal"),
@@ -781,9 +670,9 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
                        "cleared and a fresh empty inductor cache directory per miss "
                        "(torch._inductor.utils.fresh_cache): a cold compile",
         "cagrad_reset": "compiled_autograd.reset()",
-        "torch_first_backward": torch_miss_s * 1e6,
+        "torch_first_backward": None if torch_miss_s is None else torch_miss_s * 1e6,
     }
-    out["miss_runs"] = {"cagrad": cagrad_miss, "torch": torch_miss}
+    out["miss_runs"] = {"cagrad": cagrad_miss, "torch": None if tc_error else torch_miss}
     if sg:
         flops = W.gemm_flops(spec.gemms)
         out["gemm"] = {
@@ -832,7 +721,16 @@ def run_rss(lib_name, threads, keys, steps, compiled):
         r = {"before_build_mb": before, "start_mb": start, "eager_peak_mb": peak_rss_mb()}
         if ctx is not None:
             reset_peak_rss()
-            lib.step(True, counter)  # the miss
+            try:
+                lib.step(True, counter)  # the miss
+            except RuntimeError as e:  # torch compiled autograd and a third-order graph
+                if TORCH_NO_HIGHER_ORDER not in str(e):
+                    raise
+                r["compiled_error"] = str(e).strip().splitlines()[0]
+                torch_reset_compiled(L)
+                out["workloads"][key] = r
+                del lib
+                continue
             r["compile_peak_mb"] = peak_rss_mb()
             reset_peak_rss()
             for _ in range(steps):

@@ -1,5 +1,6 @@
 """The benchmark workloads (six from issue 5, a custom-Function MLP from issue 13, two
-convolutional training steps from issue 15), written once against PyTorch's API.
+convolutional training steps from issue 15, a WGAN-GP critic step and a physics-informed
+step from issue 16), written once against PyTorch's API.
 
 Each factory receives the library module ``L`` (``cagrad`` or ``torch``) and builds the
 same model with it, so `import cagrad as torch` code is what is measured. Weights and data
@@ -7,7 +8,9 @@ come from NumPy with a fixed seed and are loaded into both libraries, so both ru
 bit-identical float32 inputs.
 
 A workload is a ``Spec``: ``build(L, threads)`` returns a ``Bound`` with the model's
-parameters, a ``loss()`` closure (the forward) and the leaves whose gradients are checked.
+parameters, a ``loss()`` closure (the forward) and the leaves whose gradients are checked;
+and, for the double-backward workloads, a ``backward(loss)`` closure that the harness calls
+instead of ``loss.backward()``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ class Bound:
     names: list  # their names, for messages
     loss: Callable  # runs the forward, returns the scalar loss
     model: object = None
+    # The gradient work of a step, run on the forward's result instead of loss.backward()
+    # (and timed as the backward): it returns the step's total loss. Workloads whose loss
+    # needs gradients themselves (a gradient penalty, a PDE residual) make those with
+    # create_graph=True here, so that the timed region is the whole gradient work.
+    backward: Callable = None
 
 
 @dataclass
@@ -383,6 +391,76 @@ def _conv_gemms(cin, cout, k, out_hw, batch, input_grad=True):
     return g
 
 
+# ---------------------------------------------------------------------------------------
+# 10, 11: double backward (issue 16): a gradient penalty and a physics-informed loss
+# ---------------------------------------------------------------------------------------
+def _gp_critic(L, seed, dtype=np.float32, B=64, D=128, H=256, lam=10.0):
+    """A WGAN-GP critic step: critic(fake).mean() - critic(real).mean() plus
+    lam * ((|d critic(x_hat) / d x_hat|_2 - 1)^2).mean() at points x_hat between real and
+    fake samples. The forward runs the critic on the three batches; the backward makes the
+    input gradient with create_graph=True, adds the penalty and backpropagates the total to
+    the critic's parameters."""
+    nn = L.nn
+    model = nn.Sequential(nn.Linear(D, H), nn.LeakyReLU(0.2), nn.Linear(H, H),
+                          nn.LeakyReLU(0.2), nn.Linear(H, H), nn.LeakyReLU(0.2),
+                          nn.Linear(H, 1))
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    real = _tensor(L, (rng.standard_normal((B, D)) + 0.5).astype(np.float32), dtype)
+    fake = _tensor(L, rng.standard_normal((B, D)).astype(np.float32), dtype)
+    alpha = _tensor(L, rng.uniform(0, 1, (B, 1)).astype(np.float32), dtype)
+    state = {}
+
+    def loss():
+        x_hat = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        state["x_hat"], state["d_hat"] = x_hat, model(x_hat)
+        return model(fake).mean() - model(real).mean()
+
+    def backward(wasserstein):
+        x_hat, d_hat = state.pop("x_hat"), state.pop("d_hat")
+        g, = L.autograd.grad(d_hat.sum(), x_hat, create_graph=True)
+        total = wasserstein + ((g.norm(2, dim=1) - 1) ** 2).mean() * lam
+        total.backward()
+        return total
+
+    return Bound(params=params, names=names, loss=loss, model=model, backward=backward)
+
+
+def _pinn_burgers(L, seed, dtype=np.float32, N=256, NB=64, H=64, nu=0.01 / math.pi):
+    """A physics-informed step for Burgers' equation u_t + u u_x - nu u_xx = 0 with a tanh
+    MLP u(x, t): the mean squared residual at N collocation points plus the squared error
+    against u(x, 0) = -sin(pi x) at NB boundary points. The forward evaluates u; the backward
+    makes u_x, u_t (one create_graph grad) and u_xx (a second one), forms the loss and
+    backpropagates it to the parameters."""
+    nn = L.nn
+    model = nn.Sequential(nn.Linear(2, H), nn.Tanh(), nn.Linear(H, H), nn.Tanh(),
+                          nn.Linear(H, H), nn.Tanh(), nn.Linear(H, 1))
+    names, params = _init_params(L, model, seed, dtype)
+    rng = np.random.default_rng(seed + 1)
+    pts = np.stack([rng.uniform(-1, 1, N), rng.uniform(0, 1, N)], 1).astype(np.float32)
+    xb = rng.uniform(-1, 1, NB)
+    bnd = _tensor(L, np.stack([xb, np.zeros(NB)], 1).astype(np.float32), dtype)
+    u0 = _tensor(L, (-np.sin(np.pi * xb)).reshape(NB, 1).astype(np.float32), dtype)
+    state = {}
+
+    def loss():
+        xt = _tensor(L, pts, dtype).requires_grad_(True)
+        state["xt"], state["u"] = xt, model(xt)
+        return ((model(bnd) - u0) ** 2).mean()
+
+    def backward(boundary):
+        xt, u = state.pop("xt"), state.pop("u")
+        du, = L.autograd.grad(u.sum(), xt, create_graph=True)
+        u_x, u_t = du[:, 0:1], du[:, 1:2]
+        u_xx = L.autograd.grad(u_x.sum(), xt, create_graph=True)[0][:, 0:1]
+        residual = u_t + u * u_x - nu * u_xx
+        total = (residual ** 2).mean() + boundary
+        total.backward()
+        return total
+
+    return Bound(params=params, names=names, loss=loss, model=model, backward=backward)
+
+
 W1 = (784, 256, 256, 10)
 W2 = (128, 128, 128, 128, 128)
 W6 = (1024, 4096, 4096, 1024)
@@ -430,6 +508,16 @@ SPECS = [
          "training mode, adaptive_avg_pool2d(1), Linear 64-10, cross_entropy",
          gemms=_conv_gemms(64, 64, 3, 16, 16, input_grad=False) + _conv_gemms(64, 64, 3, 16, 16)
          + _linear_gemms(64, 10, 16)),
+    Spec("w10", "WGAN-GP critic step, MLP 128-256-256-256-1, batch 64",
+         lambda L, dtype=np.float32: _gp_critic(L, SEED + 10, dtype),
+         "critic: Linear stack with LeakyReLU(0.2) on real, fake and interpolated batches of "
+         "64; penalty 10 ((|grad_x critic(x_hat)|_2 - 1)^2).mean() with autograd.grad("
+         "create_graph=True); timed: the penalty's grad and the total's backward"),
+    Spec("w11", "PINN step (Burgers), tanh MLP 2-64-64-64-1, 256 points",
+         lambda L, dtype=np.float32: _pinn_burgers(L, SEED + 11, dtype),
+         "u(x, t) tanh MLP; residual u_t + u u_x - nu u_xx at 256 collocation points by two "
+         "create_graph grads, mean squared, plus 64 boundary points against -sin(pi x); "
+         "timed: both grads and the total's backward"),
 ]
 
 BY_KEY = {s.key: s for s in SPECS}

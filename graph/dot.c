@@ -64,8 +64,15 @@ static void label_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         break;
     case GOP_UNSQUEEZE:
     case GOP_NARROW: cai_graph_sb_printf(b, " dim=%lld", (long long)a->i[0]); break;
-    case GOP_SLICE:
-    case GOP_SLICE_BACKWARD: label_slice(b, a->i); break;
+    case GOP_SLICE: label_slice(b, a->i); break;
+    case GOP_SLICE_BACKWARD: {
+        char s1[64], s2[64];
+        cai_graph_sb_printf(b, " dim=%lld %s:%s:%lld", (long long)a->i[0],
+                            cai_graph_sx_str(g, (graph_sx)a->i[1], s1, sizeof s1),
+                            cai_graph_sx_str(g, (graph_sx)a->i[2], s2, sizeof s2),
+                            (long long)a->i[3]);
+        break;
+    }
     case GOP_MATMUL:
         if (a->i[0])
             cai_graph_sb_printf(b, " ta=1");

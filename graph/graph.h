@@ -86,7 +86,9 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(UNSQUEEZE, "unsqueeze", 1, 1, 0)                                                             \
     /* i[0..3] = dim, start, end, step, canonical (a view) */                                     \
     X(SLICE, "slice", 1, 4, 0)                                                                     \
-    /* shape = full; i[0..3] as SLICE: zeros(full) with x at the slice */                         \
+    /* shape = full; i[0] = dim, i[1], i[2] = start, end as size expressions (a slice of a */    \
+    /* dynamic dim from its end starts at a symbolic position), i[3] = step: zeros(full) with */  \
+    /* x at the slice; a length that is symbolic is checked at run time                    */    \
     X(SLICE_BACKWARD, "slice_backward", 1, 4, GOPF_SHAPE)                                          \
     /* i[0] = dim, shape = {start, length} as size expressions: a slice at a symbolic       */ \
     /* offset (cat's derivative along a dynamic dim), checked against the dim at run time (a view) */ \

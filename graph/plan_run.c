@@ -380,17 +380,23 @@ static int run_sum_to(run_ctx *r, const graph_node *x, const graph_view *out) {
 
 static int run_slice_backward(run_ctx *r, graph_val v, const graph_node *x, const graph_view *out) {
     int d = (int)x->a.i[0];
-    if (x->a.i[2] > out->shape[d])
-        return cai_run_fail(r->p, v, "slice end %lld is past the end of dim %d (size %lld)",
-                            (long long)x->a.i[2], d, (long long)out->shape[d]);
+    const graph_view *in = cai_run_in(r, x, 0);
+    int64_t start = r->p->val[x->a.i[1]], end = r->p->val[x->a.i[2]], step = x->a.i[3];
+    if (start < 0 || end < start || end > out->shape[d] ||
+        in->shape[d] != cai_rule_slice_len(start, end, step))
+        return cai_run_fail(r->p, v,
+                            "slice %lld:%lld:%lld of dim %d (size %lld) does not take the "
+                            "gradient's %lld elements",
+                            (long long)start, (long long)end, (long long)step, d,
+                            (long long)out->shape[d], (long long)in->shape[d]);
     int rc = cai_run_fill_zero(out);
     if (rc)
         return rc;
     int64_t strides[KERN_MAX_DIMS];
     memcpy(strides, out->strides, sizeof strides);
-    strides[d] *= x->a.i[3];
-    char *dst = (char *)out->data + x->a.i[1] * out->strides[d] * (int64_t)esize(out);
-    return cai_run_copy_strided(dst, strides, cai_run_in(r, x, 0));
+    strides[d] *= step;
+    char *dst = (char *)out->data + start * out->strides[d] * (int64_t)esize(out);
+    return cai_run_copy_strided(dst, strides, in);
 }
 
 static int run_cast(run_ctx *r, const graph_node *x, const graph_view *out) {

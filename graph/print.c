@@ -66,9 +66,13 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
             cai_graph_sb_shape(b, g, a->n_shape, a->shape);
         }
     }
-    if (a->op == GOP_SLICE_BACKWARD)
-        print_slice(b, a->i);
-    else if (a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD)
+    if (a->op == GOP_SLICE_BACKWARD) {
+        char s1[64], s2[64];
+        cai_graph_sb_printf(b, ", dim=%lld, start=%s, end=%s, step=%lld", (long long)a->i[0],
+                            cai_graph_sx_str(g, (graph_sx)a->i[1], s1, sizeof s1),
+                            cai_graph_sx_str(g, (graph_sx)a->i[2], s2, sizeof s2),
+                            (long long)a->i[3]);
+    } else if (a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD)
         cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
     else if (a->op == GOP_NLL_BW)
         cai_graph_sb_printf(b, ", reduction=%lld, ignore_index=%lld", (long long)a->i[0],

@@ -520,19 +520,38 @@ static int infer_narrow(graph *g, graph_node *n) {
     return 0;
 }
 
+/* slice_backward's start and end are size expressions: where they and x's length along the
+ * dim are numbers the length is checked here, else at run time. */
 static int infer_slice_backward(graph *g, graph_node *n) {
     const graph_node *x = cai_shape_in(g, n, 0);
     graph_op_args *a = &n->a;
-    graph_sx len;
-    if (cai_shape_check_attr(g, a, false) ||
-        slice_check(g, "slice_backward", a->i, a->n_shape, a->shape, &len))
+    if (cai_shape_check_attr(g, a, false))
         return -1;
+    if (a->n_shape == 0)
+        return cai_graph_fail(g, "slice_backward: a 0-d value cannot be sliced");
+    if (norm_dim(g, "slice_backward", &a->i[0], a->n_shape))
+        return -1;
+    int d = (int)a->i[0];
+    int64_t start, end, len, size;
+    bool numbers = cai_graph_sx_const_value(g, (graph_sx)a->i[1], &start) &&
+                   cai_graph_sx_const_value(g, (graph_sx)a->i[2], &end);
+    if (a->i[3] <= 0 || (numbers && (start < 0 || end < start)))
+        return cai_graph_fail(g, "slice_backward: the slice is not canonical; expected 0 <= start "
+                                 "<= end and step > 0");
+    if (numbers && cai_graph_sx_const_value(g, a->shape[d], &size) && end > size)
+        return cai_graph_fail(g,
+                              "slice_backward: slice end %lld is past the end of dim %d (size "
+                              "%lld)",
+                              (long long)end, d, (long long)size);
+    graph_sx expect = x->ndim > d ? x->shape[d] : -1; /* g's own length: checked at run time */
+    if (numbers && x->ndim > d && cai_graph_sx_const_value(g, x->shape[d], &len))
+        expect = cai_graph_sx_const(g, cai_rule_slice_len(start, end, a->i[3]));
     int64_t g64[KERN_MAX_DIMS], f64[KERN_MAX_DIMS];
     cai_shape_to64(x->ndim, x->shape, g64);
     cai_shape_to64(a->n_shape, a->shape, f64);
     cai_sizes z = cai_shape_sizes(g);
     cai_rule_error e;
-    if (cai_rule_slice_backward(&z, x->ndim, g64, a->n_shape, f64, a->i, &e))
+    if (cai_rule_slice_backward(&z, x->ndim, g64, a->n_shape, f64, d, expect, &e))
         return cai_shape_rule_fail(g, &e);
     cai_shape_set_out(n, x->dtype, a->n_shape, a->shape);
     return 0;

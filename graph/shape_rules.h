@@ -110,10 +110,11 @@ int cai_rule_matmul(const cai_sizes *z, const char *op, int na, const int64_t *a
 /* The length of a canonical slice start:end:step (0 <= start, step > 0). */
 int64_t cai_rule_slice_len(int64_t start, int64_t end, int64_t step);
 
-/* slice_backward: the gradient g must have the shape of the canonical slice (dim, start,
- * end, step) of full. */
+/* slice_backward: the gradient g must have full's shape but for dim `dim`, which is `len`
+ * long (the slice's length; a graph whose slice starts at a symbolic position passes g's
+ * own size there and checks the length at run time). */
 int cai_rule_slice_backward(const cai_sizes *z, int ng, const int64_t *g, int nf,
-                            const int64_t *full, const int64_t *slice, cai_rule_error *e);
+                            const int64_t *full, int dim, int64_t len, cai_rule_error *e);
 
 /* reshape x to target t (nt dims). At most one -1 (the id -1 or the constant -1), whose
  * position goes to *infer (-1: none); other constant sizes must be >= 0. When every size

@@ -623,7 +623,7 @@ typedef struct {
      * grad_fn (when they depend on something that requires grad) and can be
      * differentiated again; a leaf's .grad becomes a non-leaf (its first value a
      * CopyBackwards copy, then .grad + g out of place). Implies retain_graph. Under
-     * compiled autograd such a backward runs eagerly (counted in eager_fallbacks).
+     * compiled autograd it is captured and cached (see ca_grad_options.create_graph).
      * Leaves and their .grad then hold each other: set .grad to NULL after use. */
     bool create_graph;
 } ca_backward_options;
@@ -635,7 +635,9 @@ typedef struct {
     bool retain_graph;
     bool allow_unused; /* an input that outputs do not depend on gives NULL, not an error */
     /* Double backward: grads are differentiable (see ca_backward_options.create_graph);
-     * implies retain_graph. */
+     * implies retain_graph. Under compiled autograd it is captured and cached: the grads
+     * are the outputs of a CompiledAutogradBackward0 node (a custom function's; a backward
+     * through it is traced into that backward's compiled graph). */
     bool create_graph;
 } ca_grad_options;
 

@@ -74,12 +74,35 @@ ca_status gg_fn(ca_tensor *const *in, ca_tensor **out, void *ctx) {
 }
 
 void gradgradcheck(tu_fn f, int n, ca_tensor *const *inputs, void *ctx, double atol, double rtol) {
+    gradgradcheck_falls_back(f, n, inputs, ctx, atol, rtol, NULL);
+}
+
+void gradgradcheck_falls_back(tu_fn f, int n, ca_tensor *const *inputs, void *ctx, double atol,
+                              double rtol, const char *why) {
     gg_state s = {.f = f, .ctx = ctx};
     for (int k = n; k < GG_MAX_IN; k++)
         s.v[k] = (ca_tensor *)-1; /* marks the end of the inputs for gg_fn */
     ca_tensor *in[GG_MAX_IN + 1] = {0};
     memcpy(in, inputs, sizeof(ca_tensor *) * (size_t)n);
     tu_gradcheck(gg_fn, n, in, &s, atol, rtol);
+    if (!ca_compiled_autograd_enabled()) { /* again, compiled: both backwards captured */
+        ca_compiled_autograd_reset();
+        TU_OK(ca_compiled_autograd_enable(NULL));
+        tu_gradcheck(gg_fn, n, in, &s, atol, rtol);
+        ca_compiled_counters c;
+        ca_compiled_autograd_counters(&c);
+        TU_OK(ca_compiled_autograd_disable());
+        if (why) /* once it is captured, the caller moves to gradgradcheck */
+            cr_assert(c.eager_fallbacks > 0,
+                      "compiled gradgradcheck: no eager fallback any more "
+                      "(%s): call gradgradcheck",
+                      why);
+        else
+            cr_assert(c.eager_fallbacks == 0 && c.captures >= 2,
+                      "compiled gradgradcheck: %lld eager fallbacks, %lld captures (see "
+                      "CAGRAD_LOGS=compiled_autograd_verbose)",
+                      (long long)c.eager_fallbacks, (long long)c.captures);
+    }
     ca_tensor_release(s.w);
     for (int k = 0; k < n; k++)
         ca_tensor_release(s.v[k]);

@@ -1745,6 +1745,42 @@ Test(compiled, dynamic_dim_at_one_and_zero_gives_eager_gradients) {
     diff_sizes("softmax dim 0", 1, mean, f_softmax0, NULL, seq, 7, 3);
 }
 
+/* x [B, 4] -> x[1:-1].sum(0) * x[-2:].sum(0) + x[::2].sum(0) + x[:3].sum(0): bounds from
+ * the dim's end and strided slices */
+static ca_status f_slices(ca_tensor *const *x, ca_tensor **o, void *ctx) {
+    (void)ctx;
+    static const int64_t bounds[4][3] = {
+        {1, -1, 1}, {-2, INT64_MAX, 1}, {0, INT64_MAX, 2}, {0, 3, 1}};
+    ca_tensor *s[4] = {0}, *p = NULL, *q = NULL;
+    ca_status st = CA_OK;
+    for (int k = 0; k < 4 && st == CA_OK; k++) {
+        ca_tensor *v = NULL;
+        st = ca_slice(x[0], 0, bounds[k][0], bounds[k][1], bounds[k][2], &v);
+        if (st == CA_OK)
+            st = ca_sum(v, 1, (int64_t[]){0}, false, &s[k]);
+        ca_tensor_release(v);
+    }
+    if (st == CA_OK)
+        st = ca_mul(s[0], s[1], &p);
+    if (st == CA_OK)
+        st = ca_add(p, s[2], &q);
+    if (st == CA_OK)
+        st = ca_add(q, s[3], o);
+    tu_release_n(s, 4);
+    ca_tensor_release(p);
+    ca_tensor_release(q);
+    return st;
+}
+
+/* Slice bounds counted from a dim's end (x[1:-1], x[-2:]) are kept in that form, so a batch
+ * dim that changes makes one dynamic graph that later sizes hit, with eager's gradients
+ * (before, each size was a new key: x[1:-1] stored its end as B - 1). */
+Test(compiled, slices_from_the_end_hit_the_dynamic_graph) {
+    static const int64_t seq[] = {5, 7, 9, 11, 6};
+    static const in_spec spec[1] = {{'n', 2, {5, 4}}};
+    diff_sizes("slices from the end", 1, spec, f_slices, NULL, seq, 5, 2);
+}
+
 FWD(f_sin, ca_sin(x[0], o))
 /* x [B, T] -> softmax(sin(x), 1) @ x^T + mean(x, 1, keepdim): [B, B] */
 static ca_status f_bt(ca_tensor *const *x, ca_tensor **o, void *ctx) {

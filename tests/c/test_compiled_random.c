@@ -22,13 +22,11 @@
  * with dropout, whose masks are drawn per dtype, has no oracle: within 1e-5 of eager.)
  *
  * Every compiled backward must really run compiled (a capture or a cache hit), or the
- * comparison would be eager against eager. The only exceptions are the graph kinds in
- * allowed_fallbacks below, each with the reason it still falls back to the eager engine;
- * a fallback is matched to an entry by what the graph contains, its sizes and the trace's
- * message. Any other fallback fails and names the seed, the graph index and the reason.
+ * comparison would be eager against eager: any eager fallback fails and names the seed,
+ * the graph index and the trace's reason.
  *
  * CI runs 1000 graphs in under a second (20000 take about 5 s). A longer campaign, which
- * also prints how many fallbacks each allowed_fallbacks entry excused:
+ * also prints its counts of captures, hits and fallbacks:
  *     CAGRAD_RANDOM_GRAPHS=200000 ./build/cagrad_tests --filter compiled_random/differential \
  *         --verbose
  * CAGRAD_RANDOM_SEED=S changes the base seed (default 20240611). A failure names the seed
@@ -890,41 +888,6 @@ typedef struct {
     const ca_compiled_options *opts;
 } graph_case;
 
-/* ---------------------------------------------------------------------------------------
- * The graphs that may still run eagerly under compiled autograd
- *
- * A compiled backward that falls back to the eager engine is excused only by an entry
- * here: the graph contains one of its ops (as spelled in the build's trace), its sizes are
- * symbolic in the way the entry says, and the trace's failure message contains the
- * entry's. Match by what the graph is, never by seed or index, so that fixing a cause
- * means deleting its entry: the list can only shrink. A campaign prints each entry's count.
- */
-typedef enum {
-    SYMBOLIC_ANY,     /* dynamic=true, or the recompile after the second variant's resize */
-    SYMBOLIC_DYNAMIC, /* dynamic=true only */
-} symbolic_when;
-
-typedef struct {
-    const char *ops[3]; /* the graph contains at least one of these */
-    symbolic_when when;
-    const char *message; /* a substring of the trace's failure message */
-    const char *reason;  /* why it falls back, for the reader and the campaign's log */
-    long count;          /* fallbacks it excused in this run */
-} allowed_fallback;
-
-static allowed_fallback allowed_fallbacks[] = {
-    {{"slice", "transpose+slice"},
-     SYMBOLIC_DYNAMIC,
-     "slice_backward: the gradient has shape",
-     "slice of a symbolic dim with dynamic=true: ca_slice stores its bounds as numbers "
-     "clamped at forward time (end INT64_MAX becomes the dim's size, start -2 becomes "
-     "size - 2), so SliceBackward0's slice_backward has a static length where its "
-     "gradient's dim is a symbol, and the graph's shape check refuses it",
-     0},
-};
-
-#define N_ALLOWED ((int)(sizeof allowed_fallbacks / sizeof allowed_fallbacks[0]))
-
 /* Whether the build's trace (space-separated op names) contains op as a whole word. */
 static bool trace_has(const char *trace, const char *op) {
     size_t n = strlen(op);
@@ -934,46 +897,25 @@ static bool trace_has(const char *trace, const char *op) {
     return false;
 }
 
-/* The entry that excuses a fallback of this graph with this message, or NULL. */
-static allowed_fallback *fallback_excuse(const graph_case *gc, const char *trace, const char *why) {
-    bool dynamic = gc->opts && gc->opts->dynamic;
-    for (int i = 0; i < N_ALLOWED; i++) {
-        allowed_fallback *a = &allowed_fallbacks[i];
-        bool has = false;
-        for (int k = 0; k < 3 && a->ops[k]; k++)
-            has |= trace_has(trace, a->ops[k]);
-        bool sym = dynamic || (a->when == SYMBOLIC_ANY && gc->resized);
-        if (has && sym && strstr(why, a->message))
-            return a;
-    }
-    return NULL;
-}
-
-/* A compiled backward must have run compiled (a capture or a cache hit), or have fallen
- * back for a reason allowed_fallbacks excuses. A trace failure leaves its message in
- * ca_last_error (status CA_STATUS_INTERNAL) and the eager run that follows sets none; the
- * cache_size_limit bound sets none at all. A backward that fails counts neither a hit nor
- * a miss: compare() checks its error against the eager one. */
-static void check_compiled(const graph_case *gc, const outcome *o, const ca_compiled_counters *c0,
+/* A compiled backward must have run compiled: a capture or a cache hit, and no eager
+ * fallback. A trace failure leaves its message in ca_last_error (status
+ * CA_STATUS_INTERNAL) and the eager run that follows sets none; the cache_size_limit bound
+ * sets none at all. A backward that fails counts neither a hit nor a miss: compare()
+ * checks its error against the eager one. */
+static void check_compiled(const outcome *o, const ca_compiled_counters *c0,
                            const ca_compiled_counters *c1, bool error_set, const char *what) {
     int64_t fallbacks = c1->eager_fallbacks - c0->eager_fallbacks;
     int64_t runs = c1->captures - c0->captures + c1->cache_hits - c0->cache_hits;
-    if (fallbacks == 0) {
-        cr_assert(o->st != CA_OK || runs == 1,
-                  "%s: the compiled backward neither compiled nor hit the cache (%lld captures "
-                  "and hits, no fallback) [ops: %s]",
-                  what, (long long)runs, o->trace);
-        return;
-    }
     const char *why = error_set && ca_last_status() == CA_STATUS_INTERNAL
                           ? ca_last_error()
                           : "no message (the cache_size_limit bound?)";
-    allowed_fallback *a = fallback_excuse(gc, o->trace, why);
-    cr_assert(fallbacks == 1 && a,
-              "%s: the compiled backward ran eagerly (%lld fallbacks) and no entry of "
-              "allowed_fallbacks excuses it: %s [ops: %s]",
-              what, (long long)fallbacks, why, o->trace);
-    a->count++;
+    cr_assert(fallbacks == 0,
+              "%s: the compiled backward ran eagerly (%lld fallbacks): %s [ops: %s]", what,
+              (long long)fallbacks, why, o->trace);
+    cr_assert(o->st != CA_OK || runs == 1,
+              "%s: the compiled backward neither compiled nor hit the cache (%lld captures "
+              "and hits, no fallback) [ops: %s]",
+              what, (long long)runs, o->trace);
 }
 
 static outcome run_case(const graph_case *gc, bool compiled, const char *what) {
@@ -1014,7 +956,7 @@ static outcome run_case(const graph_case *gc, bool compiled, const char *what) {
     o.hooks = hook_calls;
     ca_compiled_autograd_counters(&c1);
     if (compiled)
-        check_compiled(gc, &o, &c0, &c1, cai_err_generation() != gen, what);
+        check_compiled(&o, &c0, &c1, cai_err_generation() != gen, what);
     build_free(&b);
     return o;
 }
@@ -1144,8 +1086,6 @@ static void differential_run(uint64_t seed, long first, long n_graphs) {
     ca_compiled_options dyn = {.dynamic = true};
     long compared = 0, skipped = 0, oracles = 0;
     int64_t captures = 0, hits = 0, fallbacks = 0;
-    for (int i = 0; i < N_ALLOWED; i++)
-        allowed_fallbacks[i].count = 0;
     ca_compiled_autograd_reset();
     for (long g = first; g < first + n_graphs; g++) {
         rng gr = {seed * 0x9E3779B97F4A7C15ull + (uint64_t)g};
@@ -1196,9 +1136,6 @@ static void differential_run(uint64_t seed, long first, long n_graphs) {
                 "%lld captures, %lld hits, %lld eager fallbacks",
                 n_graphs, (unsigned long long)seed, first, compared, oracles, skipped,
                 (long long)captures, (long long)hits, (long long)fallbacks);
-    for (int i = 0; i < N_ALLOWED; i++)
-        cr_log_info("compiled_random: %ld eager fallbacks allowed for %s",
-                    allowed_fallbacks[i].count, allowed_fallbacks[i].reason);
     ca_compiled_autograd_reset();
     if (n_graphs < 64)
         return; /* a replay: too few graphs for the counts below */

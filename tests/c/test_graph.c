@@ -421,13 +421,21 @@ Test(graph, shape_views_and_slices) {
     sl.i[3] = 0;
     tg_fails(g, sl, "not canonical");
     graph_op_args sb = tg_shape_op(GOP_SLICE_BACKWARD, s, 3, (graph_sx[]){s0, c3, c10});
-    sb.i[0] = 2;
-    sb.i[1] = 1;
-    sb.i[2] = 8;
+    sb.i[0] = 2; /* start and end are size expressions */
+    sb.i[1] = cai_graph_sx_const(g, 1);
+    sb.i[2] = cai_graph_sx_const(g, 8);
     sb.i[3] = 3;
     TG_SHAPE_IS(g, tg_add(g, sb), "[s0, 3, 10]");
     sb.i[3] = 2; /* 1:8:2 has 4 elements, the gradient 3 */
     tg_fails(g, sb, "has shape [s0, 3, 4]");
+    sb.i[2] = cai_graph_sx_const(g, 11);
+    tg_fails(g, sb, "past the end");
+    /* a start from a symbolic end (s1 - 9): the length is checked at run time */
+    graph_sx s1 = cai_graph_sx_slot(g, 1);
+    sb.i[1] = cai_graph_sx_op(g, GSX_SUB, s1, cai_graph_sx_const(g, 9));
+    sb.i[2] = s1;
+    sb.i[3] = 3;
+    TG_SHAPE_IS(g, tg_add(g, sb), "[s0, 3, 10]");
     TG_SHAPE_IS(g, tg_add(g, (graph_op_args){.op = GOP_CONTIGUOUS, .n_in = 1, .in = {p}}),
                 "[10, s0, 3]");
     graph_val c =
@@ -1240,12 +1248,13 @@ Test(graph, run_index_ops_slice_backward_and_nll) {
                                              .n_shape = 2,
                                              .shape = {c3, c4},
                                              .i = {0, -100}});
-    graph_val sb = tg_add(g, (graph_op_args){.op = GOP_SLICE_BACKWARD,
-                                             .n_in = 1,
-                                             .in = {src},
-                                             .n_shape = 2,
-                                             .shape = {c3, c4},
-                                             .i = {1, 1, 4, 2}});
+    graph_val sb =
+        tg_add(g, (graph_op_args){.op = GOP_SLICE_BACKWARD,
+                                  .n_in = 1,
+                                  .in = {src},
+                                  .n_shape = 2,
+                                  .shape = {c3, c4},
+                                  .i = {1, cai_graph_sx_const(g, 1), cai_graph_sx_const(g, 4), 2}});
     graph_val outs[] = {ia, sa, nm, nn};
     for (int k = 0; k < 4; k++)
         tg_add(g, tg_callout(GOP_OUTPUT, outs[k], k));

@@ -1,10 +1,12 @@
 """Double backward (create_graph=True), eager: Hessian-vector products, a WGAN-GP gradient
 penalty step, a MAML inner step, a physics-informed loss with a Laplacian, third order, a
 custom Function's differentiable backward, .grad with a history, the errors torch gives,
-and compiled autograd running such a backward eagerly (counted and logged). Every value
+and compiled autograd capturing such a backward (hooks in it run eagerly, counted and
+logged). Every value
 and gradient is compared with torch 2.13 in float32 and float64."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -42,7 +44,7 @@ def check(f, dtype, *args, compiled=False, tol=TOL_SUM, runs=None, **kw):
     """f(L, dtype) for cagrad (under compiled autograd if asked) and torch: every result
     equal within tol. The default is TOL_SUM: the models' gradients are matmul and batch
     sums of O(1) terms, whose float32 rounding depends on the order of the sum. Compiled:
-    runs = (create_graph backwards, which run eagerly; the others, which must compile)."""
+    runs = (backwards that ran eagerly, backwards that compiled or hit the cache)."""
     before = counters()
     with compiled_ctx(compiled):
         ours = [v.detach().numpy() for v in f(cagrad, dtype, *args, **kw)]
@@ -79,7 +81,7 @@ def mlp_hvp(L, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_hessian_vector_product_of_an_mlp_loss(dtype, compiled):
-    check(mlp_hvp, dtype, compiled=compiled, runs=(1, 1))
+    check(mlp_hvp, dtype, compiled=compiled, runs=(0, 2))
 
 
 NORM_X, NORM_W, NORM_V = arr(4, 3, 5), arr(5), arr(4, 3, 5)
@@ -97,8 +99,9 @@ def norm_hvp(L, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_norms_and_activations_second_derivatives(dtype):
-    check(norm_hvp, dtype)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_norms_and_activations_second_derivatives(dtype, compiled):
+    check(norm_hvp, dtype, compiled=compiled, runs=(0, 2))
 
 
 def sinc_orders(L, dtype):
@@ -149,7 +152,7 @@ def wgan_gp_step(L, dtype, steps=2):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_wgan_gp_gradient_penalty_step(dtype, compiled):
-    check(wgan_gp_step, dtype, compiled=compiled, runs=(2, 2))
+    check(wgan_gp_step, dtype, compiled=compiled, runs=(0, 4))
 
 
 CONV = {"w1": arr(4, 2, 3, 3) * 0.4, "b1": arr(4), "w2": arr(1, 4, 3, 3) * 0.4, "b2": arr(1)}
@@ -172,8 +175,9 @@ def r1_penalty_step(L, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_r1_penalty_of_a_conv_critic(dtype):
-    check(r1_penalty_step, dtype)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_r1_penalty_of_a_conv_critic(dtype, compiled):
+    check(r1_penalty_step, dtype, compiled=compiled, runs=(0, 2))
 
 
 def hooks_and_retain_grad(L, dtype):
@@ -225,7 +229,7 @@ def maml_step(L, dtype, inner_steps=2):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_maml_inner_step(dtype, compiled):
-    check(maml_step, dtype, compiled=compiled, runs=(2, 1))
+    check(maml_step, dtype, compiled=compiled, runs=(0, 3))
 
 
 # ---------------------------------------------------------------------------------------
@@ -257,7 +261,7 @@ def pinn_step(L, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("compiled", [False, True])
 def test_pinn_laplacian_of_a_tanh_mlp(dtype, compiled):
-    check(pinn_step, dtype, compiled=compiled, runs=(3, 1))
+    check(pinn_step, dtype, compiled=compiled, runs=(0, 4))
 
 
 # ---------------------------------------------------------------------------------------
@@ -557,19 +561,70 @@ def test_allow_unused_with_create_graph():
 
 
 # ---------------------------------------------------------------------------------------
-# Compiled autograd: create_graph runs eagerly, counted and logged
+# Compiled autograd: autograd.grad(create_graph=True) is captured and cached, its gradients
+# differentiable, and backward(create_graph=True) into .grad too; a hook in such a backward
+# runs it eagerly, counted and logged
 # ---------------------------------------------------------------------------------------
-def test_compiled_mode_counts_the_create_graph_backward_as_eager(reset_counters):
+def test_compiled_create_graph_grad_is_captured_then_cached(reset_counters):
     x = cagrad.randn(4, dtype=cagrad.float64, requires_grad=True)
     with cagrad.compiled_autograd.enable():
-        (g,) = cagrad.autograd.grad(cagrad.tanh(x).sum(), x, create_graph=True)
-        mid = counters()
-        (h,) = cagrad.autograd.grad(g.sum(), x)
-        end = counters()
-    assert mid["eager_fallbacks"] == 1 and mid["captures"] == 0
-    assert end["captures"] == 1 and end["eager_fallbacks"] == 1  # the second one compiles
-    t = np.tanh(x.detach().numpy())
-    assert_close(h.numpy(), -2 * t * (1 - t * t))
+        for step in range(3):
+            before = counters()
+            (g,) = cagrad.autograd.grad(cagrad.tanh(x).sum(), x, create_graph=True)
+            assert type(g.grad_fn).__name__ == "CompiledAutogradBackward0"
+            (h,) = cagrad.autograd.grad(g.sum(), x)
+            after = {k: v - before[k] for k, v in counters().items()}
+            # the first step captures both graphs (the second traces the node's backward),
+            # later steps hit both
+            want = (2, 0, 1) if step == 0 else (0, 2, 0)
+            assert (after["captures"], after["cache_hits"], after["custom_traced"]) == want, after
+            assert after["eager_fallbacks"] == 0, after
+            t = np.tanh(x.detach().numpy())
+            assert_close(g.detach().numpy(), 1 - t * t)
+            assert_close(h.numpy(), -2 * t * (1 - t * t))
+
+
+def test_compiled_create_graph_and_plain_grads_never_share_a_graph(reset_counters):
+    """create_graph is part of the key: the same backward with and without it are two
+    graphs, and only the create_graph one gives gradients with a history."""
+    x = cagrad.randn(3, 2, dtype=cagrad.float64, requires_grad=True)
+    with cagrad.compiled_autograd.enable():
+        (a,) = cagrad.autograd.grad((x.sin() * x).sum(), x)
+        (b,) = cagrad.autograd.grad((x.sin() * x).sum(), x, create_graph=True)
+        (c,) = cagrad.autograd.grad((x.sin() * x).sum(), x)
+    assert a.grad_fn is None and c.grad_fn is None and b.grad_fn is not None
+    assert counters()["captures"] == 2 and counters()["cache_hits"] == 1
+    assert_close(a.numpy(), b.detach().numpy(), rtol=0, atol=0)
+
+
+def hvp_by_backward(L, dtype, steps=3):
+    """The Hessian-vector product written with backward(create_graph=True): .grad carries a
+    history (CopyBackwards), and a second backward differentiates it."""
+    p = {k: leaf(L, MLP[k], dtype) for k in ("w1", "b1", "w2", "b2")}
+    x, y = const(L, MLP["x"], dtype), const(L, MLP["y"], dtype)
+    F = L.nn.functional
+    out = []
+    for _ in range(steps):
+        for q in p.values():
+            q.grad = None
+        loss = F.mse_loss(F.linear(L.tanh(F.linear(x, p["w1"], p["b1"])), p["w2"], p["b2"]), y)
+        loss.backward(create_graph=True)
+        names = {type(q.grad.grad_fn).__name__ for q in p.values()}
+        assert names == {"CopyBackwards"}, names
+        grads = [q.grad for q in p.values()]
+        for q in p.values():
+            q.grad = None
+        sum((g * const(L, VECS[k], dtype)).sum() for g, k in zip(grads, p)).backward()
+        out += [g.detach() for g in grads] + [q.grad for q in p.values()]
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hessian_vector_product_through_backward_create_graph(dtype, compiled):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reference-cycle warning
+        check(hvp_by_backward, dtype, compiled=compiled, runs=(0, 6))
 
 
 CHILD = textwrap.dedent(
@@ -579,12 +634,16 @@ CHILD = textwrap.dedent(
     with torch.compiled_autograd.enable():
         (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
         g.sum().backward()
+        print("FALLBACKS", torch.compiled_autograd.counters["eager_fallbacks"])
+        y = x ** 3
+        y.register_hook(lambda g: g * 2)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
     print("FALLBACKS", torch.compiled_autograd.counters["eager_fallbacks"])
     """
 )
 
 
-def test_compiled_mode_logs_why_it_ran_eagerly():
+def test_compiled_mode_logs_both_graphs_and_why_a_backward_ran_eagerly():
     env = dict(os.environ)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(cagrad.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in sys.path if p])
@@ -592,9 +651,12 @@ def test_compiled_mode_logs_why_it_ran_eagerly():
     r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "FALLBACKS 1" in r.stdout
-    assert ("[compiled_autograd_verbose] running eagerly: the backward has create_graph=True"
-            in r.stderr), r.stderr
+    assert r.stdout.split() == ["FALLBACKS", "0", "FALLBACKS", "1"], r.stdout
+    assert r.stderr.count("TRACED GRAPH") == 2, r.stderr  # the double backward's two graphs
+    assert re.search(r"CompiledAutogradBackward0 \(NodeCall \d+\): custom backward traced",
+                     r.stderr), r.stderr
+    assert ("create_graph=True with tensor or node hooks, retain_grad or .grad accumulation "
+            "is not captured yet" in r.stderr), r.stderr
 
 
 def test_warning_only_for_backward_without_inputs():

@@ -7,18 +7,21 @@ from .._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
 from . import function, functional, graph
 from .function import Function
+# As in torch, the submodule's functions shadow it on the package: autograd.gradcheck is the
+# function, and `from cagrad.autograd.gradcheck import GradcheckError` still finds the module.
+from .gradcheck import gradcheck, gradgradcheck
 
 __all__ = ["grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-           "Function", "function", "graph"]
+           "Function", "function", "graph", "gradcheck", "gradgradcheck"]
 
 
 def __getattr__(name):
-    # only reached for names cagrad lacks (Function, gradcheck, functional, ...)
+    # only reached for names cagrad lacks (forward_ad, profiler, ...)
     if name.startswith("__"):
         raise AttributeError(name)
-    raise AttributeError(f"module 'cagrad.autograd' has no attribute {name!r}: cagrad "
-                         f"supports grad(), backward() and the grad-mode context managers "
-                         f"only (custom autograd Functions are not supported)")
+    raise AttributeError(f"module 'cagrad.autograd' has no attribute {name!r}: cagrad's "
+                         f"autograd has grad(), backward(), Function, functional, graph, "
+                         f"gradcheck and gradgradcheck (see docs/python-api.md)")
 
 
 def _as_tuple(value, what):
