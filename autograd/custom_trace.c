@@ -181,10 +181,43 @@ static bool pointwise_row(const ca_op_def *row) {
     return row->forward == cai_op_pointwise_forward;
 }
 
+/* A comparison row (a bool result): its kernel gives 0/1 in the inputs' dtype, converted
+ * to bool. Inputs of two dtypes (compared in the promoted one) are left to bx_apply. */
+static bool comparison_row(const ca_op_def *row) {
+    switch (row->id) {
+    case CA_OP_LT:
+    case CA_OP_LE:
+    case CA_OP_GT:
+    case CA_OP_GE:
+    case CA_OP_EQ:
+    case CA_OP_NE:
+    case CA_OP_LT_S:
+    case CA_OP_LE_S:
+    case CA_OP_GT_S:
+    case CA_OP_GE_S:
+    case CA_OP_EQ_S:
+    case CA_OP_NE_S: return true;
+    default: return false;
+    }
+}
+
+static ca_bval replay_comparison(ca_builder *b, const cai_tape_op *o, const ca_bval *in) {
+    ca_bval v = bx_pw(b, cai_op_def(o->op)->pw, in[0], o->n_in > 1 ? in[1] : NULL, NULL, o->a.s[0],
+                      o->a.s[1]);
+    return bx_apply(b, CA_OP_TO_DTYPE, 1, &v, &(ca_attrs){.i = {CA_BOOL}});
+}
+
+static bool same_dtypes(ca_builder *b, const cai_tape_op *o, const ca_bval *in) {
+    const ca_meta *m0 = bx_meta(b, in[0]), *m1 = o->n_in > 1 ? bx_meta(b, in[1]) : m0;
+    return m0 && m1 && m0->dtype == m1->dtype;
+}
+
 /* Rows without a graph op of their own, as the builder calls derivative rules use. */
 static ca_bval replay_one(ca_builder *b, const cai_tape_op *o, const ca_bval *in,
                           const ca_meta *out) {
     const ca_op_def *row = cai_op_def(o->op);
+    if (comparison_row(row) && same_dtypes(b, o, in))
+        return replay_comparison(b, o, in);
     if (pointwise_row(row))
         return bx_pw(b, cai_op_pw_kind(row, &o->a), in[0], o->n_in > 1 ? in[1] : NULL,
                      o->n_in > 2 ? in[2] : NULL, o->a.s[0], o->a.s[1]);

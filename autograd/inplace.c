@@ -62,8 +62,10 @@ static ca_status inplace_unary(ca_tensor *self, kern_pw_op op, double p0, const 
     CA_CHECK(inplace_check(self, NULL, fn));
     kern_src src;
     cai_tensor_src(self, self->ndim, self->shape, &src);
-    cai_kern_pointwise(op, kdt(self->dtype), KERN_F32, self->ndim, self->shape,
-                       cai_tensor_ptr(self), self->strides, &src, p0, 0);
+    if (cai_kern_pointwise(op, kdt(self->dtype), KERN_F32, self->ndim, self->shape,
+                           cai_tensor_ptr(self), self->strides, &src, p0, 0) != 0)
+        return err_set(CA_STATUS_DTYPE, "%s: not supported for %s tensors", fn,
+                       ca_dtype_name(self->dtype));
     cai_tensor_bump_version(self);
     return CA_OK;
 }

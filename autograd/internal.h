@@ -107,7 +107,7 @@ const char *cai_meta_str(const ca_meta *m, char *buf, size_t size);
 
 /* The public dtypes and dims are the kernels' own, so kdt is a cast. */
 _Static_assert((int)CA_FLOAT32 == (int)KERN_F32 && (int)CA_FLOAT64 == (int)KERN_F64 &&
-                   (int)CA_INT64 == (int)KERN_I64,
+                   (int)CA_INT64 == (int)KERN_I64 && (int)CA_BOOL == (int)KERN_BOOL,
                "ca_dtype and kern_dtype differ");
 _Static_assert(CA_MAX_DIMS == KERN_MAX_DIMS, "CA_MAX_DIMS and KERN_MAX_DIMS differ");
 

@@ -60,6 +60,9 @@ static bool needs_record(const ca_op_def *row, ca_tensor *const *in, int n_in, c
      * PyTorch's boolean or integer-valued results (reached by double backward only) */
     if (row->id == CA_OP_PW && cai_pw_deriv_is_none((kern_pw_op)a->i[0]))
         return false;
+    /* a conversion to bool or int64 has no gradient: PyTorch's result does not require it */
+    if (row->id == CA_OP_TO_DTYPE && (a->i[0] == CA_BOOL || a->i[0] == CA_INT64))
+        return false;
     for (int i = 0; i < n_in; i++)
         if (input_differentiable(row, in, i))
             return true;
@@ -93,6 +96,49 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
 /* ---------------------------------------------------------------------------------------
  * The call
  */
+/* Whether the row computes on bool inputs: pointwise rows (their dtype rule asks the
+ * kernel), comparisons, conversions, views and the ops that only move elements. Every
+ * other kernel is written for float or int64 elements and must never see a bool one. */
+static bool takes_bool(const ca_op_def *row) {
+    if (row->fusion == CA_FUSE_POINTWISE || row->fusion == CA_FUSE_VIEW)
+        return true;
+    switch (row->id) {
+    case CA_OP_LT:
+    case CA_OP_LE:
+    case CA_OP_GT:
+    case CA_OP_GE:
+    case CA_OP_EQ:
+    case CA_OP_NE:
+    case CA_OP_LT_S:
+    case CA_OP_LE_S:
+    case CA_OP_GT_S:
+    case CA_OP_GE_S:
+    case CA_OP_EQ_S:
+    case CA_OP_NE_S:
+    case CA_OP_TO_DTYPE:
+    case CA_OP_RESHAPE:
+    case CA_OP_VIEW:
+    case CA_OP_UNSAFE_VIEW:
+    case CA_OP_PERMUTE:
+    case CA_OP_TRANSPOSE:
+    case CA_OP_T:
+    case CA_OP_EXPAND:
+    case CA_OP_SQUEEZE:
+    case CA_OP_UNSQUEEZE:
+    case CA_OP_SLICE:
+    case CA_OP_SELECT:
+    case CA_OP_CAT:
+    case CA_OP_CONTIGUOUS:
+    case CA_OP_MASKED_FILL:
+    case CA_OP_INDEX_SELECT:
+    case CA_OP_GATHER:
+    case CA_OP_TRIL:
+    case CA_OP_TRIU:
+    case CA_OP_CUSTOM: return true;
+    default: return false;
+    }
+}
+
 static ca_status check_inputs(const ca_op_def *row, int n_in, ca_tensor *const *in) {
     bool too_few = n_in < row->n_in_min, too_many = row->n_in_max >= 0 && n_in > row->n_in_max;
     if (too_few || too_many || (n_in > 0 && !in))
@@ -102,6 +148,12 @@ static ca_status check_inputs(const ca_op_def *row, int n_in, ca_tensor *const *
         if (!in[i])
             return err_set(CA_STATUS_INVALID, "%s: input tensor %d is NULL; pass a valid tensor",
                            row->name, i);
+    for (int i = 0; i < n_in; i++)
+        if (in[i]->dtype == CA_BOOL && !takes_bool(row))
+            return err_set(CA_STATUS_DTYPE,
+                           "%s: bool inputs are not supported; convert them with "
+                           "ca_to_dtype first",
+                           row->name);
     return CA_OK;
 }
 

@@ -24,12 +24,13 @@
         .pw = (KOP)                                                                                \
     }
 
-/* A comparison row: 1 or 0 in the inputs' dtype, no gradient. */
+/* A comparison row: a bool result, no gradient. Inputs of different dtypes compare in
+ * the promoted one (cmp_shape). Opaque to fusion: its result's dtype is not its inputs'. */
 #define CMP_ROW(ID, NAME, NODE, NIN, KOP)                                                          \
     {                                                                                              \
-        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_POINTWISE,              \
+        .id = (ID), .name = (NAME), .node_name = (NODE), .fusion = CA_FUSE_OPAQUE,                 \
         .n_in_min = (NIN), .n_in_max = (NIN), .flags = CA_OPF_NONDIFF, .n_fields = 0,              \
-        .shape = cai_op_pointwise_shape, .forward = cai_op_pointwise_forward, .pw = (KOP)          \
+        .shape = cmp_shape, .forward = cmp_forward, .pw = (KOP)                                    \
     }
 
 static ca_bval saved(ca_builder *b, const ca_node *n, int k) {
@@ -255,22 +256,24 @@ static ca_status clamp_shape(const ca_op_def *row, const ca_meta *in, int n_in, 
 }
 
 static bool dtype_valid(int64_t dt) {
-    return dt == CA_FLOAT32 || dt == CA_FLOAT64 || dt == CA_INT64;
+    return dt == CA_FLOAT32 || dt == CA_FLOAT64 || dt == CA_INT64 || dt == CA_BOOL;
 }
 
-/* float <-> float, int64 -> float, and any dtype to itself */
+/* float <-> float, int64 -> float, anything <-> bool (x != 0; 0 or 1), and any dtype to
+ * itself */
 static ca_status to_dtype_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
                                 ca_meta *out) {
     int64_t to = a->i[0];
     if (!dtype_valid(to))
         return err_set(CA_STATUS_INVALID,
                        "to_dtype: %lld is not a dtype; pass CA_FLOAT32, "
-                       "CA_FLOAT64 or CA_INT64",
+                       "CA_FLOAT64, CA_INT64 or CA_BOOL",
                        (long long)to);
-    if (to == CA_INT64 && in[0].dtype != CA_INT64)
+    if (to == CA_INT64 && in[0].dtype != CA_INT64 && in[0].dtype != CA_BOOL)
         return err_set(CA_STATUS_DTYPE,
                        "to_dtype: converting %s to int64 is not supported; "
-                       "only float <-> float and int64 -> float conversions are",
+                       "only float <-> float, int64 -> float and conversions to and "
+                       "from bool are",
                        ca_dtype_name(in[0].dtype));
     *out = in[0];
     out->dtype = (ca_dtype)to;
@@ -289,6 +292,96 @@ static ca_status to_dtype_forward(const ca_op_def *row, ca_tensor *const *in, in
     cai_kern_cast(kdt(m->dtype), kdt(x->dtype), m->ndim, m->shape, cai_tensor_ptr(*out),
                   (*out)->strides, &src);
     return CA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Comparisons: bool results, inputs promoted as PyTorch's (bool < int64 < float32 < float64)
+ */
+static ca_dtype promote_dtype(ca_dtype a, ca_dtype b) {
+    static const int rank[] = {[CA_BOOL] = 0, [CA_INT64] = 1, [CA_FLOAT32] = 2, [CA_FLOAT64] = 3};
+    return rank[a] >= rank[b] ? a : b;
+}
+
+static ca_dtype cmp_dtype(const ca_dtype *dt, int n_in) {
+    return n_in == 2 ? promote_dtype(dt[0], dt[1]) : dt[0];
+}
+
+static ca_status cmp_shape(const ca_op_def *row, const ca_meta *in, int n_in, ca_attrs *a,
+                           ca_meta *out) {
+    ca_meta as[2] = {in[0], in[n_in - 1]};
+    ca_dtype dt[2] = {in[0].dtype, in[n_in - 1].dtype};
+    for (int i = 0; i < n_in; i++)
+        as[i].dtype = cmp_dtype(dt, n_in);
+    CA_CHECK(cai_op_pointwise_shape(row, as, n_in, a, out));
+    out->dtype = CA_BOOL;
+    return CA_OK;
+}
+
+/* A contiguous copy of x in dtype dt. */
+static ca_status cast_copy(ca_tensor *x, ca_dtype dt, ca_tensor **out) {
+    ca_meta m;
+    cai_tensor_meta(x, &m);
+    m.dtype = dt;
+    CA_CHECK(cai_tensor_new(&m, out));
+    kern_src src;
+    cai_tensor_src(x, m.ndim, m.shape, &src);
+    cai_kern_cast(kdt(dt), kdt(x->dtype), m.ndim, m.shape, cai_tensor_ptr(*out), (*out)->strides,
+                  &src);
+    return CA_OK;
+}
+
+/* Whether x is contiguous with the result's shape (nothing broadcast). */
+static bool dense_as(const ca_tensor *x, const ca_meta *m) {
+    if (x->ndim != m->ndim || !ca_tensor_is_contiguous(x))
+        return false;
+    for (int d = 0; d < m->ndim; d++)
+        if (x->shape[d] != m->shape[d])
+            return false;
+    return true;
+}
+
+/* The common case in one pass: float inputs of one dtype, contiguous, not broadcast. */
+static bool cmp_direct(const ca_op_def *row, ca_tensor *const *in, int n_in, const ca_attrs *a,
+                       const ca_meta *m, ca_tensor **out, ca_status *st) {
+    ca_dtype dt = in[0]->dtype;
+    if ((dt != CA_FLOAT32 && dt != CA_FLOAT64) || in[n_in - 1]->dtype != dt)
+        return false;
+    for (int i = 0; i < n_in; i++)
+        if (!dense_as(in[i], m))
+            return false;
+    if ((*st = cai_tensor_new(m, out)) != CA_OK)
+        return true;
+    cai_kern_compare_bool(row->pw, kdt(dt), cai_meta_numel(m), cai_tensor_ptr(in[0]),
+                          n_in > 1 ? cai_tensor_ptr(in[1]) : NULL, a->s[0], cai_tensor_ptr(*out));
+    return true;
+}
+
+/* Compares in the promoted dtype: bool inputs straight into the bool result, others into
+ * 0/1 of their dtype first, then converted (contiguous floats in one pass, cmp_direct). */
+static ca_status cmp_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
+                             const ca_attrs *a, const ca_meta *m, ca_tensor **out,
+                             ca_tensor **aux) {
+    (void)aux;
+    ca_status direct_st = CA_OK;
+    if (cmp_direct(row, in, n_in, a, m, out, &direct_st))
+        return direct_st;
+    ca_dtype dt[2] = {in[0]->dtype, in[n_in - 1]->dtype};
+    ca_dtype cdt = cmp_dtype(dt, n_in);
+    ca_tensor *conv[2] = {NULL, NULL}, *args[2] = {in[0], in[n_in - 1]}, *tmp = NULL;
+    ca_status st = CA_OK;
+    for (int i = 0; i < n_in && st == CA_OK; i++)
+        if (in[i]->dtype != cdt && (st = cast_copy(in[i], cdt, &conv[i])) == CA_OK)
+            args[i] = conv[i];
+    ca_meta tm = *m;
+    tm.dtype = cdt;
+    if (st == CA_OK && cdt == CA_BOOL)
+        st = cai_tensor_pointwise(row->pw, m, n_in, args, a->s[0], a->s[1], out);
+    else if (st == CA_OK &&
+             (st = cai_tensor_pointwise(row->pw, &tm, n_in, args, a->s[0], a->s[1], &tmp)) == CA_OK)
+        st = cast_copy(tmp, CA_BOOL, out);
+    ca_tensor_release(tmp);
+    cai_op_release_all(conv, 2);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ static void storage_release(ca_storage *s) {
  * Construction and geometry
  */
 size_t ca_dtype_size(ca_dtype dtype) {
-    return dtype == CA_FLOAT32 ? 4 : 8;
+    return dtype == CA_BOOL ? 1 : dtype == CA_FLOAT32 ? 4 : 8;
 }
 
 const char *ca_dtype_name(ca_dtype dtype) {
@@ -52,6 +52,7 @@ const char *ca_dtype_name(ca_dtype dtype) {
     case CA_FLOAT32: return "float32";
     case CA_FLOAT64: return "float64";
     case CA_INT64: return "int64";
+    case CA_BOOL: return "bool";
     }
     return "invalid-dtype";
 }
@@ -65,10 +66,10 @@ void cai_tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *stri
 }
 
 static ca_status meta_validate(const ca_meta *m, const char *fn) {
-    if ((unsigned)m->dtype > CA_INT64)
+    if ((unsigned)m->dtype > CA_BOOL)
         return err_set(CA_STATUS_DTYPE,
-                       "%s: invalid dtype %d; use CA_FLOAT32, CA_FLOAT64 or "
-                       "CA_INT64",
+                       "%s: invalid dtype %d; use CA_FLOAT32, CA_FLOAT64, CA_INT64 or "
+                       "CA_BOOL",
                        fn, (int)m->dtype);
     if (m->ndim < 0 || m->ndim > CA_MAX_DIMS)
         return err_set(CA_STATUS_SHAPE,
@@ -307,6 +308,8 @@ ca_status ca_arange(double start, double end, double step, ca_dtype dt, ca_tenso
                        "ca_arange: step %g goes away from end (start %g, end "
                        "%g); flip the sign of step",
                        step, start, end);
+    if (dt == CA_BOOL) /* as torch: arange has no bool kernel */
+        return err_set(CA_STATUS_DTYPE, "ca_arange: \"arange_cpu\" not implemented for 'Bool'");
     int64_t n = (int64_t)ceil((end - start) / step);
     ca_tensor *t;
     CA_CHECK(ca_empty(dt, 1, &n, &t));
@@ -328,11 +331,11 @@ static ca_status create_random(ca_dtype dt, int ndim, const int64_t *shape, bool
     CA_CHECK(ca_init());
     CA_ARG_NOT_NULL(out, fn);
     *out = NULL;
-    if (dt == CA_INT64)
+    if (dt == CA_INT64 || dt == CA_BOOL)
         return err_set(CA_STATUS_DTYPE,
                        "%s: random values need a float dtype (CA_FLOAT32 or "
-                       "CA_FLOAT64), got int64",
-                       fn);
+                       "CA_FLOAT64), got %s",
+                       fn, ca_dtype_name(dt));
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, fn));
     CA_CHECK(cai_tensor_new(&m, out));
@@ -500,9 +503,7 @@ ca_status ca_tensor_item(const ca_tensor *t, double *out) {
                        (long long)ca_tensor_numel(t));
     }
     const void *p = cai_tensor_ptr(t);
-    *out = t->dtype == CA_FLOAT32   ? *(const float *)p
-           : t->dtype == CA_FLOAT64 ? *(const double *)p
-                                    : (double)*(const int64_t *)p;
+    *out = kern_load(kdt(t->dtype), p, 0);
     return CA_OK;
 }
 
@@ -550,10 +551,12 @@ ca_status ca_tensor_set_requires_grad(ca_tensor *t, bool requires_grad) {
                        "the graph",
                        cai_node_name(t->grad_fn));
     }
-    if (requires_grad && t->dtype == CA_INT64)
-        return err_set(CA_STATUS_DTYPE, "ca_tensor_set_requires_grad: only float tensors can "
-                                        "require grad, this one is int64; convert it with "
-                                        "ca_to_dtype first");
+    if (requires_grad && (t->dtype == CA_INT64 || t->dtype == CA_BOOL))
+        return err_set(CA_STATUS_DTYPE,
+                       "ca_tensor_set_requires_grad: only float tensors can "
+                       "require grad, this one is %s; convert it with "
+                       "ca_to_dtype first",
+                       ca_dtype_name(t->dtype));
     t->requires_grad = requires_grad;
     return CA_OK;
 }

@@ -23,7 +23,7 @@
 /* ------------------------------------------------------------------ validation */
 
 static bool kf_dtype_ok(kern_dtype dt) {
-    return (unsigned)dt <= KERN_I64;
+    return (unsigned)dt <= KERN_BOOL;
 }
 
 /* Registers op reads (the clamp spells out 0..3 for static analysis). */

@@ -22,7 +22,8 @@
 
 #define KERN_MAX_DIMS 8
 
-typedef enum { KERN_F32 = 0, KERN_F64 = 1, KERN_I64 = 2 } kern_dtype;
+/* KERN_BOOL: one byte per element, always 0 or 1 */
+typedef enum { KERN_F32 = 0, KERN_F64 = 1, KERN_I64 = 2, KERN_BOOL = 3 } kern_dtype;
 
 size_t cai_kern_dtype_size(kern_dtype dt);
 
@@ -32,16 +33,18 @@ static inline double kern_load(kern_dtype dt, const void *p, int64_t i) {
     switch (dt) {
     case KERN_F32: return ((const float *)p)[i];
     case KERN_F64: return ((const double *)p)[i];
+    case KERN_BOOL: return ((const uint8_t *)p)[i] != 0;
     default: return (double)((const int64_t *)p)[i];
     }
 }
 
-/* Element i of a dt array = v: rounded to float32, or truncated toward zero to int64, as
- * PyTorch converts. kern_load's other half. */
+/* Element i of a dt array = v: rounded to float32, truncated toward zero to int64, or
+ * v != 0 for bool, as PyTorch converts. kern_load's other half. */
 static inline void kern_store(kern_dtype dt, void *p, int64_t i, double v) {
     switch (dt) {
     case KERN_F32: ((float *)p)[i] = (float)v; break;
     case KERN_F64: ((double *)p)[i] = v; break;
+    case KERN_BOOL: ((uint8_t *)p)[i] = v != 0; break; /* NaN is nonzero: true, as in torch */
     default: ((int64_t *)p)[i] = (int64_t)v; break;
     }
 }

@@ -15,6 +15,7 @@ size_t cai_kern_dtype_size(kern_dtype dt) {
     case KERN_F32: return 4;
     case KERN_F64:
     case KERN_I64: return 8;
+    case KERN_BOOL: return 1;
     }
     return 0;
 }

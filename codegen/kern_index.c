@@ -144,7 +144,9 @@ static void kern_gather_range(void *ctx, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r++) { /* r = o * m + jj */
         int64_t o = r / j->m;
         const int64_t *ix = j->index + r * j->inner;
-        if (cai_kern_dtype_size(j->dt) == 4)
+        if (cai_kern_dtype_size(j->dt) == 1)
+            KERN_GATHER_LOOP(uint8_t)
+        else if (cai_kern_dtype_size(j->dt) == 4)
             KERN_GATHER_LOOP(uint32_t)
         else
             KERN_GATHER_LOOP(uint64_t)

@@ -148,7 +148,10 @@ static inline void kern_move_strided(int64_t esz, char *dst, int64_t ds, const c
             memcpy(dst + k * esz, dst, (size_t)((n - k < k ? n - k : k) * esz));
         return;
     }
-    if (esz == 4)
+    if (esz == 1)
+        for (int64_t i = 0; i < n; i++)
+            dst[i * ds] = src[i * s];
+    else if (esz == 4)
         for (int64_t i = 0; i < n; i++)
             memcpy(dst + 4 * i * ds, src + 4 * i * s, 4);
     else

@@ -122,9 +122,54 @@ static const kern_pw_fn kern_i64_table[KPW__COUNT] = {
 #undef I64_TAB
 };
 
+/* ------------------------------------------------------------------ bool kernels */
+
+/* Bytes that are 0 or 1. Arithmetic on bools is logical, as PyTorch's: add (alpha 1) and
+ * max are or, mul and min are and; comparisons with a scalar read a bool as 0 or 1. */
+#define BOOL_KERNELS(X)                                                                            \
+    X(COPY, x[i])                                                                                  \
+    X(FILL, p0 != 0)                                                                               \
+    X(LT_S, x[i] < p0)                                                                             \
+    X(LE_S, x[i] <= p0)                                                                            \
+    X(GT_S, x[i] > p0)                                                                             \
+    X(GE_S, x[i] >= p0)                                                                            \
+    X(EQ_S, x[i] == p0)                                                                            \
+    X(NE_S, x[i] != p0)                                                                            \
+    X(ADD, x[i] | (p0 != 0 && y[i]))                                                               \
+    X(MUL, x[i] & y[i])                                                                            \
+    X(MAX, x[i] | y[i])                                                                            \
+    X(MIN, x[i] & y[i])                                                                            \
+    X(LT, x[i] < y[i])                                                                             \
+    X(LE, x[i] <= y[i])                                                                            \
+    X(GT, x[i] > y[i])                                                                             \
+    X(GE, x[i] >= y[i])                                                                            \
+    X(EQ, x[i] == y[i])                                                                            \
+    X(NE, x[i] != y[i])                                                                            \
+    X(MASKED_FILL, y[i] ? p0 != 0 : x[i])                                                          \
+    X(WHERE, x[i] ? y[i] : z[i])
+
+#define BOOL_DEF(NAME, EXPR)                                                                       \
+    static void kern_bool_##NAME(int64_t n, void *out, const void *a, const void *b,               \
+                                 const void *c, double p0, double p1) {                            \
+        uint8_t *o = out;                                                                          \
+        const uint8_t *x = a, *y = b, *z = c;                                                      \
+        (void)x, (void)y, (void)z, (void)p0, (void)p1;                                             \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            o[i] = (uint8_t)((EXPR) != 0);                                                         \
+    }
+BOOL_KERNELS(BOOL_DEF)
+
+static const kern_pw_fn kern_bool_table[KPW__COUNT] = {
+#define BOOL_TAB(NAME, EXPR) [KPW_##NAME] = kern_bool_##NAME,
+    BOOL_KERNELS(BOOL_TAB)
+#undef BOOL_TAB
+};
+
 bool cai_kern_pw_supports(kern_pw_op op, kern_dtype dt) {
     if ((unsigned)op >= KPW__COUNT)
         return false;
+    if (dt == KERN_BOOL)
+        return kern_bool_table[op] != NULL;
     return dt == KERN_I64 ? kern_i64_table[op] != NULL : dt == KERN_F32 || dt == KERN_F64;
 }
 
@@ -134,7 +179,7 @@ kern_pw_fn cai_kern_pw_kernel(kern_pw_op op, kern_dtype dt) {
     const kern_simd *simd = cai_kern_simd_for(dt);
     if (simd)
         return simd->pw[op];
-    return dt == KERN_I64 ? kern_i64_table[op] : NULL;
+    return dt == KERN_I64 ? kern_i64_table[op] : dt == KERN_BOOL ? kern_bool_table[op] : NULL;
 }
 
 /* ------------------------------------------------------------------ the iterator */
@@ -200,13 +245,13 @@ void cai_kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, co
     int64_t isz = (int64_t)cai_kern_dtype_size(mdt);
     for (int64_t i = 0; i < n; i++) {
         const char *q = src + i * s * isz;
-        bool on = mdt == KERN_I64   ? *(const int64_t *)q != 0
-                  : mdt == KERN_F32 ? *(const float *)q != 0
-                                    : *(const double *)q != 0;
+        bool on = kern_load(mdt, q, 0) != 0;
         if (dt == KERN_F32)
             ((float *)dst)[i * ds] = on;
         else if (dt == KERN_F64)
             ((double *)dst)[i * ds] = on;
+        else if (dt == KERN_BOOL)
+            ((uint8_t *)dst)[i * ds] = on;
         else
             ((int64_t *)dst)[i * ds] = on;
     }

@@ -183,9 +183,9 @@ static bool reshape_strides(const graph_view *in, graph_view *out) {
  */
 /* "f32[2, 3]" into buf (size >= 96). */
 const char *cai_run_view_str(kern_dtype dt, int nd, const int64_t *shape, char *buf) {
-    static const char *const names[] = {"f32", "f64", "i64"};
+    static const char *const names[] = {"f32", "f64", "i64", "b8"};
     size_t size = 96;
-    int len = snprintf(buf, size, "%s[", (unsigned)dt <= KERN_I64 ? names[dt] : "?");
+    int len = snprintf(buf, size, "%s[", (unsigned)dt <= KERN_BOOL ? names[dt] : "?");
     for (int d = 0; d < nd && len > 0 && (size_t)len < size; d++)
         len +=
             snprintf(buf + len, size - (size_t)len, "%s%lld", d ? ", " : "", (long long)shape[d]);

@@ -15,7 +15,11 @@
 #include <string.h>
 
 const char *cai_shape_dtype_name(kern_dtype dt) {
-    return dt == KERN_F32 ? "f32" : dt == KERN_F64 ? "f64" : dt == KERN_I64 ? "i64" : "?";
+    return dt == KERN_F32    ? "f32"
+           : dt == KERN_F64  ? "f64"
+           : dt == KERN_I64  ? "i64"
+           : dt == KERN_BOOL ? "b8"
+                             : "?";
 }
 
 const char *cai_shape_str(const graph *g, const graph_node *n, char *buf) {
@@ -217,7 +221,7 @@ static int infer_input(graph *g, graph_node *n) {
     graph_op_args *a = &n->a;
     if (a->i[0] < 0)
         return cai_graph_fail(g, "getitem: input number %lld is negative", (long long)a->i[0]);
-    if ((unsigned)a->dtype > KERN_I64)
+    if ((unsigned)a->dtype > KERN_BOOL)
         return cai_graph_fail(g, "getitem: dtype %d is not a kern_dtype", (int)a->dtype);
     if (cai_shape_check_attr(g, a, false))
         return -1;
@@ -559,7 +563,7 @@ static int infer_same(graph *g, graph_node *n) {
 }
 
 static int infer_cast(graph *g, graph_node *n) {
-    if ((unsigned)n->a.dtype > KERN_I64)
+    if ((unsigned)n->a.dtype > KERN_BOOL)
         return cai_graph_fail(g, "cast: dtype %d is not a kern_dtype", (int)n->a.dtype);
     const graph_node *x = cai_shape_in(g, n, 0);
     cai_shape_set_out(n, n->a.dtype, x->ndim, x->shape);
@@ -630,7 +634,7 @@ static int infer_opaque(graph *g, graph_node *n) {
         cai_shape_set_out(n, KERN_F32, 0, NULL);
         return 0;
     }
-    if ((unsigned)n->a.dtype > KERN_I64)
+    if ((unsigned)n->a.dtype > KERN_BOOL)
         return cai_graph_fail(g, "%s: dtype %d is not a kern_dtype", op, (int)n->a.dtype);
     if (cai_shape_check_attr(g, &n->a, false))
         return -1;

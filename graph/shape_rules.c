@@ -83,7 +83,11 @@ static const char *concrete_size_str(const void *ctx, int64_t s, char *buf, size
 }
 
 static const char *concrete_dtype_name(kern_dtype dt) {
-    return dt == KERN_F32 ? "float32" : dt == KERN_F64 ? "float64" : dt == KERN_I64 ? "int64" : "?";
+    return dt == KERN_F32    ? "float32"
+           : dt == KERN_F64  ? "float64"
+           : dt == KERN_I64  ? "int64"
+           : dt == KERN_BOOL ? "bool"
+                             : "?";
 }
 
 static int64_t concrete_arith(void *ctx, cai_size_op op, int64_t a, int64_t b) {

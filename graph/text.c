@@ -85,7 +85,11 @@ void cai_graph_sb_pw_params(graph_sbuf *b, const graph_node *x, const char *sep)
  * Small spellings
  */
 const char *cai_graph_dtype_short(kern_dtype dt) {
-    return dt == KERN_F32 ? "f32" : dt == KERN_F64 ? "f64" : dt == KERN_I64 ? "i64" : "?";
+    return dt == KERN_F32    ? "f32"
+           : dt == KERN_F64  ? "f64"
+           : dt == KERN_I64  ? "i64"
+           : dt == KERN_BOOL ? "b8"
+                             : "?";
 }
 
 bool cai_graph_same_origin(const graph_origin *a, const graph_origin *b) {

@@ -52,6 +52,9 @@
  *   errors for backward twice or for in-place modification of a saved tensor.
  * - Dims may be negative (counted from the end), as in PyTorch.
  * - No implicit dtype promotion: binary ops need equal dtypes; convert with ca_to_dtype.
+ *   Comparisons (ca_lt, ..., ca_ne and their _scalar forms) are the exception: they
+ *   compare in PyTorch's promoted dtype (bool < int64 < float32 < float64) and return
+ *   CA_BOOL.
  *
  * Threads
  * cagrad takes no lock around a call; its state is of three kinds.
@@ -241,7 +244,10 @@ void ca_rng_set_state(uint64_t seed, uint64_t offset);
 /* ---------------------------------------------------------------------------------------
  * Tensors
  */
-typedef enum { CA_FLOAT32 = 0, CA_FLOAT64 = 1, CA_INT64 = 2 } ca_dtype;
+/* CA_BOOL: one byte per element, 0 or 1. Bool tensors never require grad; on them the
+ * pointwise ops are logical (add, maximum: or; mul, minimum: and), comparisons, where,
+ * masked_fill and copies; other arithmetic and reductions refuse them (convert first). */
+typedef enum { CA_FLOAT32 = 0, CA_FLOAT64 = 1, CA_INT64 = 2, CA_BOOL = 3 } ca_dtype;
 
 typedef struct ca_tensor ca_tensor;
 
@@ -856,7 +862,8 @@ ca_status ca_relu6(ca_tensor *x, ca_tensor **out); /* hardtanh(x, 0, 6), as PyTo
 /* Pass NAN for a missing bound (torch.clamp(x, min=None, ...)); CA_STATUS_INVALID when
  * both are NAN. */
 ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
-/* A copy converted to dtype (gradient converts back). CA_STATUS_INVALID when dtype is
+/* A copy converted to dtype (gradient converts back). To bool: x != 0 (NaN is true); from
+ * bool: 0 or 1. A result of bool or int64 has no gradient. CA_STATUS_INVALID when dtype is
  * not a ca_dtype; CA_STATUS_DTYPE from a float dtype to int64 (unsupported). */
 ca_status ca_to_dtype(ca_tensor *x, ca_dtype dtype, ca_tensor **out);
 

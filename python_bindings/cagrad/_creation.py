@@ -9,6 +9,7 @@ import operator
 import numpy as np
 
 from . import _C
+from ._dtype import bool as bool_dtype
 from ._dtype import (check_device, check_dtype, check_layout, check_memory_format,
                      check_pin_memory, dtype_from_numpy, float32, float64, int64)
 from ._random import _draw_floats, default_generator
@@ -26,9 +27,8 @@ def get_default_dtype():
 def set_default_dtype(d):
     """Set the dtype of Python float data and of zeros/ones/randn/... without a dtype."""
     global _default_float
-    if check_dtype(d) is int64:
-        raise TypeError("only floating-point types are supported as the default type "
-                        "(cagrad.float32 or cagrad.float64)")
+    if not check_dtype(d).is_floating_point:  # int64, bool
+        raise TypeError("only floating-point types are supported as the default type")
     _default_float = d
 
 
@@ -88,6 +88,9 @@ def _check_options(fname, device, layout=None, pin_memory=False):
 
 def _finish(t, requires_grad):
     if requires_grad:
+        if t._dtype == bool_dtype._code:  # torch's creation message
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require "
+                               "gradients")
         t.requires_grad = True
     return t
 
@@ -109,17 +112,16 @@ def _target_dtype(arr, from_python):
             raise ValueError("uint64 values above 2**63-1 do not fit in cagrad.int64")
         return int64
     if kind == "b":
-        return _default_float  # cagrad has no bool dtype: masks are 0/1 floats
+        return bool_dtype
     raise TypeError(f"cannot make a tensor from data of numpy dtype {arr.dtype}: cagrad has "
-                    f"float32, float64 and int64 tensors only")
+                    f"float32, float64, int64 and bool tensors only")
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of data (a number, nested lists, a numpy array, a Tensor).
 
     Like torch.tensor: Python floats give the default dtype (float32), Python ints give
-    int64, numpy arrays keep float32/float64/int64. Booleans give 0/1 in the default float
-    dtype (cagrad has no bool dtype); such a tensor indexes as a boolean mask.
+    int64, Python bools give bool, numpy arrays keep float32/float64/int64/bool.
     """
     _check_options("tensor", device, pin_memory=pin_memory)
     if dtype is not None:
@@ -130,22 +132,19 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     # __array__) keep theirs; np.float64 subclasses float, hence the exact type test.
     from_python = isinstance(data, (list, tuple)) or type(data) in (int, float)
     arr = np.asarray(data)
-    is_mask = arr.dtype.kind == "b"
-    target = _target_dtype(arr, from_python) if dtype is None else dtype
+    target = _target_dtype(arr, from_python) if dtype is None else check_dtype(dtype)
     # order="C" flips negative strides, which _C.copy_from_buffer does not take
     t = _C.copy_from_buffer(np.asarray(arr, dtype=target._numpy, order="C"))
-    if is_mask:
-        t._is_mask = True
     return _finish(t, requires_grad)
 
 
 def from_numpy(ndarray):
-    """A tensor sharing memory with a numpy array (float32, float64 or int64)."""
+    """A tensor sharing memory with a numpy array (float32, float64, int64 or bool)."""
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
     if dtype_from_numpy(ndarray.dtype) is None:
         raise TypeError(f"can't convert np.ndarray of type {ndarray.dtype}. The only supported "
-                        f"types are: float64, float32 and int64 (native byte order). Convert "
+                        f"types are: float64, float32, int64 and bool (native byte order). Convert "
                         f"with arr.astype(np.float32), or use cagrad.tensor(arr) to copy.")
     if any(s < 0 for s in ndarray.strides):
         raise ValueError("At least one stride in the given numpy array is negative; tensors "
@@ -247,10 +246,12 @@ def _random_floats(fname, generator, dtype_code, shape):
 
 
 def _scalar_dtype(value):
-    """torch's dtype for a Python number: bool and float -> default float, int -> int64."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    """torch's dtype for a Python number: bool -> bool, float -> default float, int -> int64."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_dtype._code
+    if isinstance(value, (int, np.integer)):
         return int64._code
-    if isinstance(value, (float, bool, np.floating, np.bool_)):
+    if isinstance(value, (float, np.floating)):
         return _default_float._code
     raise TypeError(f"fill_value must be a number, not {type(value).__name__}")
 
@@ -331,4 +332,6 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None,
         code = int64._code if all_int else _default_float._code
     else:
         code = check_dtype(dtype)._code
+    if code == bool_dtype._code:  # torch has no bool arange kernel either
+        raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
     return _finish(_C.arange(float(start), float(end), float(step), code), requires_grad)

@@ -1,12 +1,14 @@
 """dtype objects, cagrad.Size, cagrad.device, memory formats and layouts: the small value
 types of the API, and the checks of the creation arguments that name them."""
 
+import builtins
+
 import numpy as np
 
 
 class dtype:
-    """A tensor element type, like torch.dtype. cagrad computes in three of them (float32,
-    float64, int64); float16, bfloat16 and bool exist as names only, so that code and
+    """A tensor element type, like torch.dtype. cagrad computes in four of them (float32,
+    float64, int64, bool); float16 and bfloat16 exist as names only, so that code and
     checkpoints that mention them load, and using one to make or convert a tensor raises
     TypeError."""
 
@@ -45,30 +47,25 @@ class dtype:
 float32 = dtype(0, "float32", True, np.float32)
 float64 = dtype(1, "float64", True, np.float64)
 int64 = dtype(2, "int64", False, np.int64)
+bool = dtype(3, "bool", False, np.bool_)  # noqa: A001 (torch.bool, as in PyTorch)
 # dtypes that cagrad names but does not compute in (see unsupported_dtype_error)
 float16 = dtype(None, "float16", True, np.float16)
 bfloat16 = dtype(None, "bfloat16", True, None, itemsize=2)  # numpy has no bfloat16
-# torch.bool: comparisons return 0/1 tensors of their input's dtype, tagged as masks
-bool = dtype(None, "bool", False, np.bool_)  # noqa: A001 (torch.bool, as in PyTorch)
 
 # index = _C dtype code
-DTYPES = (float32, float64, int64)
+DTYPES = (float32, float64, int64, bool)
+BOOL_CODE = 3  # bool's _C dtype code, for the hot paths that test it
 
 
 def unsupported_dtype_error(value):
-    if value is bool:
-        return TypeError("cagrad does not compute in cagrad.bool: its tensors are "
-                         "cagrad.float32, cagrad.float64 or cagrad.int64; comparisons and "
-                         "logical ops return 0/1 tensors of their input's dtype tagged as "
-                         "masks instead, which index and mask as bool tensors do (see "
-                         "docs/python-api.md, 'Where cagrad differs from PyTorch')")
     return TypeError(f"cagrad does not compute in {value!r}: its tensors are cagrad.float32, "
-                     f"cagrad.float64 or cagrad.int64 (see docs/python-api.md); use one of "
-                     f"those, e.g. cagrad.float32 where PyTorch code asks for half precision")
+                     f"cagrad.float64, cagrad.int64 or cagrad.bool (see docs/python-api.md); "
+                     f"use one of those, e.g. cagrad.float32 where PyTorch code asks for half "
+                     f"precision")
 
 # numpy dtypes that map onto a cagrad dtype without losing values
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float64): float64,
-               np.dtype(np.int64): int64}
+               np.dtype(np.int64): int64, np.dtype(np.bool_): bool}
 
 
 def dtype_from_numpy(np_dtype):
@@ -77,13 +74,16 @@ def dtype_from_numpy(np_dtype):
 
 
 def check_dtype(value, what="dtype"):
-    """Return value if it is a cagrad dtype, else raise TypeError saying which ones exist."""
+    """Return value if it is a cagrad dtype (Python's bool standing for cagrad.bool, as torch
+    accepts it), else raise TypeError saying which ones exist."""
     if type(value) is dtype:
         if value._code_or_none is None:
             raise unsupported_dtype_error(value)
         return value
-    raise TypeError(f"{what} must be cagrad.float32, cagrad.float64 or cagrad.int64, not "
-                    f"{value!r} (cagrad has no other dtypes)")
+    if value is builtins.bool:
+        return bool
+    raise TypeError(f"{what} must be cagrad.float32, cagrad.float64, cagrad.int64 or "
+                    f"cagrad.bool, not {value!r} (cagrad has no other dtypes)")
 
 
 class Size(tuple):

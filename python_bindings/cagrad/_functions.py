@@ -17,13 +17,15 @@ from collections import namedtuple
 import numpy as np
 
 from . import _C
+from . import _bool_ops
 from ._creation import get_default_dtype
 from ._creation import tensor as _tensor_from_data
-from ._dtype import check_dtype, check_memory_format, int64
+from ._dtype import check_dtype, check_memory_format
 from ._ops import FUNCTIONS as _REGISTRY
 
 _TensorBase = _C.TensorBase
 _INT64 = 2  # _C dtype code
+_BOOL = _bool_ops.BOOL
 
 
 # ------------------------------------------------------------------------------ operands
@@ -53,8 +55,13 @@ def _arith(name, tensor_fn, scalar_fn):
 
     def op(input, other):
         if isinstance(other, _TensorBase):
-            return tensor_fn(input, other)
+            if input._dtype == other._dtype != _BOOL:
+                return tensor_fn(input, other)
+            r = _bool_ops.tensors(name, tensor_fn, input, other)  # torch's promotion
+            return tensor_fn(input, other) if r is None else r
         t = type(other)
+        if input._dtype == _BOOL and t in (bool, int, float):
+            return _bool_ops.scalar(name, tensor_fn, scalar_fn, input, other)
         if t is float:
             if input._dtype == _INT64:  # cagrad would silently truncate the float
                 raise _int_float_error(name, other)
@@ -68,28 +75,16 @@ def _arith(name, tensor_fn, scalar_fn):
     return op
 
 
-def _mask(out):
-    """Tag a 0/1 result as a mask: cagrad has no bool dtype, and the tag stands in for it.
-    Indexing with a tagged int64 tensor selects (Tensor.__getitem__; float tensors index as
-    masks anyway), and scaled_dot_product_attention reads a tagged attn_mask as PyTorch
-    reads a bool one (True attends), an untagged float one as additive."""
-    out._is_mask = True
-    return out
-
-
 def _compare(name, tensor_fn, scalar_fn):
-    """op(input, other) for a comparison: 0/1 in the input's dtype, tagged as a mask."""
+    """op(input, other) for a comparison: a bool tensor (_C promotes mixed dtypes)."""
 
     def op(input, other):
         if isinstance(other, _TensorBase):
-            out = tensor_fn(input, other)
-        elif type(other) in (float, int, bool):  # int64 vs float compares exactly in _C
-            out = scalar_fn(input, other)
-        else:
-            other = _coerce(other)
-            return NotImplemented if other is None else op(input, other)
-        out._is_mask = True  # _mask() inlined: comparisons are hot
-        return out
+            return tensor_fn(input, other)
+        if type(other) in (float, int, bool):  # int64 vs float compares exactly in _C
+            return scalar_fn(input, other)
+        other = _coerce(other)
+        return NotImplemented if other is None else op(input, other)
 
     op.__name__ = op.__qualname__ = name
     return op
@@ -252,7 +247,7 @@ def _as_float_operands(input, other):
     """An int64 tensor becomes the float dtype of the float tensor beside it, else the
     default dtype, as torch promotes for a float result."""
     def float_code(x, beside):
-        if isinstance(beside, _TensorBase) and beside._dtype != _INT64:
+        if isinstance(beside, _TensorBase) and beside._dtype < _INT64:  # a float
             return beside._dtype
         return get_default_dtype()._code
 
@@ -334,13 +329,18 @@ def where(condition, input=_NO_VALUE, other=_NO_VALUE):
     cond = as_mask(condition)
     if isinstance(input, _TensorBase):
         if isinstance(other, _TensorBase):
+            if input._dtype != other._dtype:  # a bool or int64 branch takes the other's dtype
+                r = _bool_ops.tensors("where", lambda a, b: _C.where(cond, a, b), input, other)
+                if r is not None:
+                    return r
             return _C.where(cond, input, other)
         return _C.where_scalar(cond, input, _number(other, "where"))
     if isinstance(other, _TensorBase):  # swap the branches by negating the condition
         return _C.where_scalar(_C.eq_scalar(cond, 0), other, _number(input, "where"))
     # two numbers: a tensor of cond's shape, with torch's dtype for the numbers
-    both_int = type(input) is int and type(other) is int
-    code = (int64 if both_int else get_default_dtype())._code
+    kinds = {type(input), type(other)}
+    code = (_BOOL if kinds == {bool} else _INT64 if kinds <= {int, bool}
+            else get_default_dtype()._code)
     full = _C.full(code, cond._shape, _number(input, "where"))
     return _C.where_scalar(cond, full, _number(other, "where"))
 
@@ -375,21 +375,28 @@ def as_mask(mask):
 
 
 # ------------------------------------------------------------------------------ logical
-# cagrad has no bool dtype: these return 0/1 in the input's dtype, tagged as masks.
+# bool results; _C's bool kernels: mul is and, maximum is or, ne is xor.
+def _truth(x):
+    """x != 0 as a bool tensor (x: a tensor, or a number as a 0-d one)."""
+    if not isinstance(x, _TensorBase):
+        x = _C.full(_BOOL, (), _number(x, "logical"))
+    return x if x._dtype == _BOOL else _C.ne_scalar(x, 0)
+
+
 def logical_not(input):
-    return _mask(_C.eq_scalar(input, 0))
+    return _C.eq_scalar(input, 0)
 
 
 def logical_and(input, other):
-    return _mask(_C.mul(_C.ne_scalar(input, 0), _C.ne_scalar(other, 0)))
+    return _C.mul(_truth(input), _truth(other))
 
 
 def logical_or(input, other):
-    return _mask(_C.maximum(_C.ne_scalar(input, 0), _C.ne_scalar(other, 0)))
+    return _C.maximum(_truth(input), _truth(other))
 
 
 def logical_xor(input, other):
-    return _mask(_C.ne(_C.ne_scalar(input, 0), _C.ne_scalar(other, 0)))
+    return _C.ne(_truth(input), _truth(other))
 
 
 # ------------------------------------------------------------------------------ unary
@@ -444,11 +451,16 @@ def _cast(input, dtype):
 
 
 def sum(input, dim=None, keepdim=False, *, dtype=None):
-    return _C.sum(_cast(input, dtype), _dims(dim, "sum"), keepdim)
+    x = _cast(input, dtype)
+    if x._dtype == _BOOL:  # torch counts bools into int64
+        x = _C.to_dtype(x, _INT64)
+    return _C.sum(x, _dims(dim, "sum"), keepdim)
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
-    return _C.mean(_cast(input, dtype), _dims(dim, "mean"), keepdim)
+    x = _cast(input, dtype)
+    _bool_ops.check_mean(x)
+    return _C.mean(x, _dims(dim, "mean"), keepdim)
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -474,12 +486,16 @@ def _int_reduce(cfn, input, dims, keepdim):
 def _max(input, dims, keepdim):
     if input._dtype == _INT64:
         return _int_reduce(_C.max, input, dims, keepdim)
+    if input._dtype == _BOOL:
+        return _bool_ops.extreme(_max, input, dims, keepdim)
     return _C.max(input, dims, keepdim)
 
 
 def _min(input, dims, keepdim):
     if input._dtype == _INT64:
         return _int_reduce(_C.min, input, dims, keepdim)
+    if input._dtype == _BOOL:
+        return _bool_ops.extreme(_min, input, dims, keepdim)
     return _C.min(input, dims, keepdim)
 
 
@@ -531,23 +547,34 @@ def amin(input, dim=(), keepdim=False):
     return _min(input, _dims(dim, "amin"), keepdim)[0]
 
 
+def _no_bool_arg(input, fname):
+    if input._dtype == _BOOL:
+        raise RuntimeError(f"{fname}(): does not support bool input")
+
+
 def argmax(input, dim=None, keepdim=False):
     """Index of the largest value along dim; with dim=None, into the flattened tensor."""
+    _no_bool_arg(input, "argmax")
     return _max(input, _dims(dim, "argmax"), keepdim)[1]
 
 
 def argmin(input, dim=None, keepdim=False):
+    _no_bool_arg(input, "argmin")
     return _min(input, _dims(dim, "argmin"), keepdim)[1]
 
 
 def any(input, dim=None, keepdim=False):
-    """1 where any value along dim is nonzero, else 0 (a mask; cagrad has no bool dtype)."""
-    return _mask(_max(_C.ne_scalar(input, 0), _dims(dim, "any"), keepdim)[0])
+    """True where any value along dim is nonzero (a bool tensor): a count of the nonzeros,
+    so that an empty reduction is False, as in torch."""
+    nonzero = _C.to_dtype(_truth(input), _INT64)
+    return _C.gt_scalar(_C.sum(nonzero, _dims(dim, "any"), keepdim), 0)
 
 
 def all(input, dim=None, keepdim=False):
-    """1 where every value along dim is nonzero, else 0 (a mask)."""
-    return _mask(_min(_C.ne_scalar(input, 0), _dims(dim, "all"), keepdim)[0])
+    """True where every value along dim is nonzero (a bool tensor): no zero counted, so an
+    empty reduction is True, as in torch."""
+    zeros = _C.to_dtype(_C.eq_scalar(input, 0), _INT64)
+    return _C.eq_scalar(_C.sum(zeros, _dims(dim, "all"), keepdim), 0)
 
 
 # ------------------------------------------------------------------------------ shapes
@@ -718,4 +745,4 @@ def is_tensor(obj):
 
 
 def is_floating_point(input):
-    return input._dtype != _INT64
+    return input._dtype < _INT64  # codes 0, 1: float32, float64

@@ -30,7 +30,7 @@ def _to_code(t, code):
     """t converted to the dtype with _C code `code` (t itself if it has it already)."""
     if t._dtype == code:
         return t
-    if code == _INT64:
+    if code == _INT64 and t._dtype != 3:  # bool -> int64 is _C's (0/1)
         # _C converts int64 -> float only; float -> int64 truncates toward zero like torch
         # and carries no gradient, so numpy may do it.
         return _creation.tensor(np.trunc(np.asarray(t)).astype(np.int64))
@@ -57,7 +57,7 @@ _INT, _SLICE, _NONE, _ELLIPSIS, _MASK, _INDEX = range(6)
 
 def _is_mask_item(item):
     if isinstance(item, _TensorBase):
-        return item._dtype != _INT64 or item.__dict__.get("_is_mask", False)
+        return item._dtype != _INT64
     if isinstance(item, np.ndarray):
         return item.dtype.kind == "b"
     return type(item) is bool or (isinstance(item, list) and item
@@ -77,7 +77,7 @@ def _classify(item):
     if item is Ellipsis:
         return _ELLIPSIS, None
     if isinstance(item, _TensorBase):
-        if item._dtype != _INT64 or item.__dict__.get("_is_mask", False):
+        if item._dtype != _INT64:  # bool masks (and, as cagrad always took, float 0/1)
             break_graph("indexing with a mask tensor needs the mask's values (graph break)")
             return _MASK, np.asarray(item) != 0
         return _INDEX, item

@@ -11,6 +11,7 @@ import operator
 
 import numpy as np
 
+from . import _bool_ops
 from . import _functions as F
 
 pi = math.pi
@@ -79,6 +80,7 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
     """Product as successive multiplications of slices: exact gradients even with zeros."""
     if dtype is not None:
         input = F._cast(input, dtype)
+    input = _bool_ops.reduce_input(input, "prod")  # torch multiplies bools into int64
     if dim is None:
         flat = input.reshape(-1)
         result = _prod_dim(flat, 0) if flat.shape[0] else F.sum(flat) * 0 + 1
@@ -413,8 +415,10 @@ def nonzero(input, *, as_tuple=False):
 
 
 def sign(input):
+    if input._dtype == _bool_ops.BOOL:  # torch: a bool's sign is itself
+        return input.clone()
     with _no_grad():
-        return F.gt(input, 0) - F.lt(input, 0)
+        return (F.gt(input, 0).to(input.dtype) - F.lt(input, 0).to(input.dtype))
 
 
 def _no_grad():

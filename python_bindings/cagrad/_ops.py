@@ -128,8 +128,8 @@ def _taking_numbers(fn, positions):
     return wrapper
 
 
-# Math ops that PyTorch computes in floating point for int64 tensors (the C kernels are
-# float only): an int64 operand becomes the other operand's float dtype, or the default
+# Math ops that PyTorch computes in floating point for int64 and bool tensors (the C kernels
+# are float only): an int64 or bool operand becomes the other operand's float dtype, or the default
 # dtype (float32) when there is none, as PyTorch's type promotion does.
 _INT_TO_FLOAT_UNARY = ("log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos "
                        "atan asinh acosh atanh sinc logit deg2rad rad2deg reciprocal").split()
@@ -139,7 +139,7 @@ _INT_TO_FLOAT_BINARY = ("atan2", "copysign", "xlogy")
 def _as_float(t, like=None):
     from . import _creation  # _creation imports the tensor class, which imports this
 
-    if getattr(t, "dtype", None) is not _dtype.int64:
+    if getattr(t, "dtype", None) not in (_dtype.int64, _dtype.bool):
         return t
     if like is not None and getattr(like, "dtype", None) in (_dtype.float32, _dtype.float64):
         return t.to(like.dtype)
@@ -170,6 +170,38 @@ for _name in _INT_TO_FLOAT_UNARY:
 for _name in _INT_TO_FLOAT_BINARY:
     FUNCTIONS[_name] = _binary_int_to_float(FUNCTIONS[_name])
 del _name, _positions
+
+
+def _refusing_bool_neg(fn):
+    def neg(input, *args, **kwargs):
+        if getattr(input, "_dtype", None) == _dtype.bool._code:
+            from ._bool_ops import NEG_ERROR
+            raise RuntimeError(NEG_ERROR)
+        return fn(input, *args, **kwargs)
+
+    functools.update_wrapper(neg, fn)
+    return neg
+
+
+FUNCTIONS["neg"] = _refusing_bool_neg(FUNCTIONS["neg"])
+
+# Float math that PyTorch also computes for bool tensors, in the default float dtype.
+_BOOL_TO_FLOAT_UNARY = "exp log sqrt rsqrt sin cos tanh sigmoid".split()
+
+
+def _bool_to_float(fn):
+    def wrapper(input, *args, **kwargs):
+        if getattr(input, "_dtype", None) == _dtype.bool._code:
+            input = _as_float(input)
+        return fn(input, *args, **kwargs)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+for _name in _BOOL_TO_FLOAT_UNARY:
+    FUNCTIONS[_name] = _bool_to_float(FUNCTIONS[_name])
+del _name
 FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
 
 
@@ -193,7 +225,8 @@ _INPLACE = (
 
 
 # PyTorch's names of the dtypes in its casting errors
-_SCALAR_TYPE = {_dtype.float32: "Float", _dtype.float64: "Double", _dtype.int64: "Long"}
+_SCALAR_TYPE = {_dtype.float32: "Float", _dtype.float64: "Double", _dtype.int64: "Long",
+                _dtype.bool: "Bool"}
 
 
 def _inplace_method(name, fn):

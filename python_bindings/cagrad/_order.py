@@ -8,6 +8,7 @@ sort and topk return torch.return_types-like named pairs (values, indices); the 
 from collections import namedtuple
 
 from . import _C
+from ._bool_ops import reduce_input
 from ._functions import _ValuesIndices, _cast, _dim
 
 _TensorBase = _C.TensorBase
@@ -47,7 +48,7 @@ def cumsum(input, dim, *, dtype=None, out=None):
     _input("cumsum", input)
     if out is not None:
         _no_out("cumsum")
-    return _C.cumsum(_cast(input, dtype), _dim(dim, "cumsum"))
+    return _C.cumsum(reduce_input(_cast(input, dtype), "cumsum"), _dim(dim, "cumsum"))
 
 
 def cumprod(input, dim, *, dtype=None, out=None):
@@ -55,15 +56,19 @@ def cumprod(input, dim, *, dtype=None, out=None):
     _input("cumprod", input)
     if out is not None:
         _no_out("cumprod")
-    return _C.cumprod(_cast(input, dtype), _dim(dim, "cumprod"))
+    return _C.cumprod(reduce_input(_cast(input, dtype), "cumprod"), _dim(dim, "cumprod"))
 
 
 def sort(input, dim=-1, descending=False, *, stable=False, out=None):
     _input("sort", input)
     if out is not None:
         _no_out("sort")
-    return _SortResult(*_C.sort(input, _dim(dim, "sort"), _flag("sort", "descending", descending),
-                                _flag("sort", "stable", stable)))
+    values, indices = _C.sort(reduce_input(input, "sort"), _dim(dim, "sort"),
+                              _flag("sort", "descending", descending),
+                              _flag("sort", "stable", stable))
+    if input._dtype != values._dtype:  # a bool input, sorted as int64 (0/1)
+        values = _C.to_dtype(values, input._dtype)
+    return _SortResult(values, indices)
 
 
 def argsort(input, dim=-1, descending=False, *, stable=False):

@@ -60,13 +60,13 @@ _STORAGE_TYPES = [StorageType(name, torch_dtype, dtype) for name, torch_dtype, d
     ("LongStorage", "int64", _dtype.int64), ("HalfStorage", "float16", None),
     ("BFloat16Storage", "bfloat16", None), ("IntStorage", "int32", None),
     ("ShortStorage", "int16", None), ("CharStorage", "int8", None),
-    ("ByteStorage", "uint8", None), ("BoolStorage", "bool", None),
+    ("ByteStorage", "uint8", None), ("BoolStorage", "bool", _dtype.bool),
     ("ComplexFloatStorage", "complex64", None), ("ComplexDoubleStorage", "complex128", None),
     ("UntypedStorage", "uint8", None))]
 STORAGE_TYPES = {s.name: s for s in _STORAGE_TYPES}
 _STORAGE_OF_CODE = {d._code: STORAGE_TYPES[n] for d, n in (
     (_dtype.float32, "FloatStorage"), (_dtype.float64, "DoubleStorage"),
-    (_dtype.int64, "LongStorage"))}
+    (_dtype.int64, "LongStorage"), (_dtype.bool, "BoolStorage"))}
 
 
 # ----------------------------------------------------------------- storages of a save
@@ -188,8 +188,8 @@ class _TensorData:
 
 
 def _user_attributes(t):
-    """The Python attributes a user set on t (torch saves them); cagrad's own ("_is_mask",
-    ...) start with an underscore and stay behind."""
+    """The Python attributes a user set on t (torch saves them); cagrad's own start with an
+    underscore and stay behind."""
     attrs = getattr(t, "__dict__", None) or {}
     return {k: v for k, v in attrs.items() if not k.startswith("_")}
 

@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 
 from . import _C
+from . import _bool_ops
 from . import _creation
 from . import _ops
 from ._ops import FUNCTIONS as _REGISTRY
@@ -24,8 +25,9 @@ from . import _more_ops2
 from . import _more_stats
 from . import _random
 from . import _sampling
-from ._dtype import (CPU, DTYPES, Size, check_device, check_memory_format, contiguous_format,
-                     float32, float64, int64, preserve_format, suggests_channels_last)
+from ._dtype import (CPU, DTYPES, Size, check_device, check_dtype, check_memory_format,
+                     contiguous_format, float32, float64, int64, preserve_format,
+                     suggests_channels_last)
 from ._dtype import device as _device_type
 from ._dtype import dtype as _dtype_type
 from ._dtype import bfloat16 as _bfloat16_dtype
@@ -144,7 +146,7 @@ class Tensor(_TensorBase):
         return DTYPES[self._dtype].itemsize
 
     def is_floating_point(self):
-        return self._dtype != _INT64
+        return self._dtype < _INT64  # codes 0, 1: float32, float64
 
     def data_ptr(self):
         return self._data_ptr
@@ -306,7 +308,6 @@ class Tensor(_TensorBase):
         return self._convert("long", int64, False, memory_format)
 
     def bool(self, memory_format=None):
-        # cagrad.bool is a name only: this raises the TypeError that says what to use
         return self._convert("bool", _bool_dtype, False, memory_format)
 
     def half(self, memory_format=None):  # a name-only dtype too: the same TypeError
@@ -322,8 +323,8 @@ class Tensor(_TensorBase):
         non_blocking is a no-op (as in PyTorch)."""
         flags = []
         for a in args:
-            if type(a) is _dtype_type:
-                dtype = a
+            if type(a) is _dtype_type or a is bool:  # Python's bool names cagrad.bool
+                dtype = check_dtype(a)
             elif isinstance(a, _TensorBase):
                 dtype = DTYPES[a._dtype]
             elif isinstance(a, (str, _device_type)):
@@ -337,6 +338,8 @@ class Tensor(_TensorBase):
         if len(flags) == 2:
             copy = flags[1]
         check_device(device)
+        if dtype is not None:
+            dtype = check_dtype(dtype)
         return self._convert("to", dtype, copy, memory_format)
 
     # new_*: tensors with self's dtype unless told otherwise
@@ -429,6 +432,8 @@ class Tensor(_TensorBase):
     # ---------------------------------------------------------------- in-place ops
     # They bump the version counter, so backward notices a changed saved tensor.
     def add_(self, other, *, alpha=1):
+        if self._dtype == _bool_dtype._code or getattr(other, "_dtype", None) == 3:
+            return _bool_ops.inplace(self, other, alpha, "add_")
         if isinstance(other, _TensorBase):
             _C.add_(self, other, alpha)
         else:
@@ -440,6 +445,8 @@ class Tensor(_TensorBase):
         return self.add_(other, alpha=-alpha)
 
     def mul_(self, other):
+        if self._dtype == _bool_dtype._code or getattr(other, "_dtype", None) == 3:
+            return _bool_ops.inplace(self, other, None, "mul_")
         if isinstance(other, _TensorBase):
             _C.mul_(self, other)
         else:
@@ -549,7 +556,8 @@ class Tensor(_TensorBase):
     def __abs__(self):
         return _ABS(self)
 
-    # Logical operators on masks (cagrad has no bool dtype, so no bitwise ops on int64).
+    # Logical operators on bool tensors (and, as cagrad always allowed, float 0/1 masks);
+    # cagrad has no bitwise ops on int64.
     def __invert__(self):
         _check_mask(self, "~")
         return F.logical_not(self)
@@ -673,7 +681,7 @@ def _dim_index(t, dim):
 
 
 def _check_mask(t, op):
-    if isinstance(t, _TensorBase) and t._dtype == _INT64 and not t.__dict__.get("_is_mask"):
-        raise TypeError(f"cagrad has no bitwise `{op}` on int64 tensors; `{op}` works on masks "
-                        f"(results of comparisons, float 0/1 tensors). For integer bit "
-                        f"operations use numpy.")
+    if isinstance(t, _TensorBase) and t._dtype == _INT64:
+        raise TypeError(f"cagrad has no bitwise `{op}` on int64 tensors; `{op}` works on bool "
+                        f"tensors (results of comparisons) and float 0/1 masks. For integer "
+                        f"bit operations use numpy.")

@@ -7,7 +7,7 @@ from . import _creation
 from ._dtype import DTYPES
 from .autograd import graph as _graph
 
-_INT64 = 2  # _C dtype code
+_INT64, _BOOL = 2, 3  # _C dtype codes
 
 
 def _node_name(t):
@@ -106,7 +106,7 @@ def _repr(t):
         summarize = arr.size > _THRESHOLD
         fmt = _Formatter((_summarized(arr) if summarize else arr).reshape(-1))
         body = _array_str(arr, indent, summarize, fmt)
-        if dtype is not default and t._dtype != _INT64:
+        if dtype is not default and t._dtype != _INT64 and t._dtype != _BOOL:
             extras.append(f"dtype={dtype!r}")
     name = _node_name(t)
     if name is not None:

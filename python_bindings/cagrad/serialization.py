@@ -283,7 +283,7 @@ class _LoadedStorage:
         if storage_type.dtype is None:
             raise TypeError(f"cagrad.load(): the checkpoint holds a tensor of dtype "
                             f"torch.{storage_type.torch_dtype}, which cagrad does not have "
-                            f"(it has float32, float64 and int64); convert it in PyTorch, "
+                            f"(it has float32, float64, int64 and bool); convert it in PyTorch, "
                             f"e.g. with .float(), before saving")
         self.dtype = storage_type.dtype
         itemsize = self.dtype.itemsize

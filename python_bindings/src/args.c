@@ -139,10 +139,10 @@ static int conv_bool(PyObject *o, bool *out) {
 static int conv_dtype(const arg_site *at, PyObject *o, int64_t *out) {
     if (conv_int(o, out) < 0)
         return -1;
-    if (*out < CA_FLOAT32 || *out > CA_INT64) {
+    if (*out < CA_FLOAT32 || *out > CA_BOOL) {
         PyErr_Format(PyExc_ValueError,
-                     "%s(): argument '%s' must be a dtype code, 0 (float32), 1 (float64) or 2 "
-                     "(int64), not %lld",
+                     "%s(): argument '%s' must be a dtype code, 0 (float32), 1 (float64), 2 "
+                     "(int64) or 3 (bool), not %lld",
                      at->fname, at->p->name, (long long)*out);
         return -1;
     }

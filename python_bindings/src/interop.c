@@ -90,7 +90,7 @@ static int layout_check_data(blob_layout *l, PyObject *exc, const char *fname, c
 /* ---------------------------------------------------------------------------------------
  * Buffer protocol imports
  */
-/* The dtype of a buffer's format: f, d, and q or l (64-bit), with an optional native or
+/* The dtype of a buffer's format: f, d, q or l (64-bit) and ? (bool), with an optional native or
  * little-endian prefix (the struct module's spelling; x86-64 is little-endian). */
 static int buffer_dtype(const Py_buffer *view, const char *fname, ca_dtype *out) {
     const char *format = view->format ? view->format : "B";
@@ -104,10 +104,13 @@ static int buffer_dtype(const Py_buffer *view, const char *fname, ca_dtype *out)
         *out = CA_FLOAT64;
     } else if (one && (*f == 'q' || *f == 'l') && view->itemsize == 8) {
         *out = CA_INT64;
+    } else if (one && *f == '?' && view->itemsize == 1) {
+        *out = CA_BOOL;
     } else {
         PyErr_Format(PyExc_ValueError,
                      "%s(): cannot take a buffer of format '%s' (%zd-byte items); cagrad has "
-                     "float32 ('f'), float64 ('d') and int64 ('q'), in native byte order: "
+                     "float32 ('f'), float64 ('d'), int64 ('q') and bool ('?'), in native "
+                     "byte order: "
                      "convert first, e.g. np.asarray(x, dtype=np.float32)",
                      fname, format, view->itemsize);
         return -1;
@@ -311,6 +314,7 @@ static void dl_fill(DLTensor *dl, dl_export *e, ca_tensor *t) {
         [CA_FLOAT32] = {kDLFloat, 32, 1},
         [CA_FLOAT64] = {kDLFloat, 64, 1},
         [CA_INT64] = {kDLInt, 64, 1},
+        [CA_BOOL] = {kDLBool, 8, 1},
     };
     int ndim = ca_tensor_ndim(t);
     memcpy(e->shape, ca_tensor_shape(t), sizeof(int64_t) * (size_t)ndim);
@@ -481,6 +485,8 @@ static int dl_dtype(DLDataType t, ca_dtype *out) {
         *out = CA_FLOAT64;
     else if (t.lanes == 1 && t.code == kDLInt && t.bits == 64)
         *out = CA_INT64;
+    else if (t.lanes == 1 && t.code == kDLBool && t.bits == 8)
+        *out = CA_BOOL;
     else
         return -1;
     return 0;
@@ -499,7 +505,7 @@ static int dl_layout(const DLTensor *dl, blob_layout *l) {
     if (dl_dtype(dl->dtype, &l->dtype) < 0) {
         PyErr_Format(PyExc_BufferError,
                      "%s(): DLPack dtype (code %u, bits %u, lanes %u) is not supported; cagrad "
-                     "has float32, float64 and int64: convert first, e.g. x.float()",
+                     "has float32, float64, int64 and bool: convert first, e.g. x.float()",
                      fname, dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
         return -1;
     }

@@ -99,6 +99,11 @@ static int tensor_set_requires_grad(PyObject *self, PyObject *value, void *unuse
                      value ? Py_TYPE(value)->tp_name : "deletion");
         return -1;
     }
+    if (value == Py_True && ca_tensor_dtype(T(self)) == CA_BOOL) { /* torch's words */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "only Tensors of floating point dtype can require gradients");
+        return -1;
+    }
     ca_status st;
     GLUE_CALL_QUICK(st = ca_tensor_set_requires_grad(T(self), value == Py_True));
     return st ? (glue_raise(st), -1) : 0;
@@ -203,7 +208,8 @@ static PyObject *tensor_is_contiguous(PyObject *self, PyObject *unused) {
 }
 
 /* The value of a one-element tensor: int for int64 (read exactly, not through a double,
- * which would round past 2**53), float otherwise. No graph break: Python makes that. */
+ * which would round past 2**53), bool for bool, float otherwise. No graph break: Python makes that.
+ */
 static ca_status item_read(ca_tensor *t, double *value, int64_t *exact) {
     ca_status st = ca_tensor_item(t, value);
     if (!st && ca_tensor_dtype(t) == CA_INT64)
@@ -220,6 +226,8 @@ static PyObject *tensor_item(PyObject *self, PyObject *unused) {
         return glue_raise(st);
     if (ca_tensor_dtype(T(self)) == CA_INT64)
         return PyLong_FromLongLong(exact);
+    if (ca_tensor_dtype(T(self)) == CA_BOOL)
+        return PyBool_FromLong(value != 0);
     return PyFloat_FromDouble(value);
 }
 
@@ -245,7 +253,7 @@ static PyMethodDef tensor_methods[] = {
  * view->internal holds the shape and strides arrays, freed on release.
  */
 static const char *buffer_format(ca_dtype dtype) {
-    return dtype == CA_FLOAT32 ? "f" : dtype == CA_FLOAT64 ? "d" : "q";
+    return dtype == CA_FLOAT32 ? "f" : dtype == CA_FLOAT64 ? "d" : dtype == CA_BOOL ? "?" : "q";
 }
 
 /* The contiguity the consumer asked for, or NULL if the view has it. */

@@ -312,13 +312,15 @@ typedef ca_status (*bin_fn)(ca_tensor *, ca_tensor *, ca_tensor **);
 /* a * cmp(a, b) + b: the comparison is a mask, gradients flow through a and b */
 static ca_status cmp_mix(ca_tensor *const *x, ca_tensor **o, void *ctx) {
     bin_fn cmp = *(bin_fn *)ctx;
-    ca_tensor *m = NULL, *t = NULL;
-    ca_status st = cmp(x[0], x[1], &m);
+    ca_tensor *b = NULL, *m = NULL, *t = NULL;
+    ca_status st = cmp(x[0], x[1], &b); /* a bool mask: convert it, C does not promote */
+    if (st == CA_OK)
+        st = ca_to_dtype(b, ca_tensor_dtype(x[0]), &m);
     if (st == CA_OK)
         st = ca_mul(x[0], m, &t);
     if (st == CA_OK)
         st = ca_add(t, x[1], o);
-    RELEASE(m, t);
+    RELEASE(b, m, t);
     return st;
 }
 
@@ -417,13 +419,15 @@ static ca_status f_scalar(ca_tensor *const *x, ca_tensor **o, void *ctx) {
 /* s OP x, with a mask that makes comparisons feed the gradient: x * cmp(x, s) + x */
 static ca_status f_scalar_cmp(ca_tensor *const *x, ca_tensor **o, void *ctx) {
     const scal_case *c = ctx;
-    ca_tensor *m = NULL, *t = NULL;
-    ca_status st = c->f(x[0], c->s, &m);
+    ca_tensor *b = NULL, *m = NULL, *t = NULL;
+    ca_status st = c->f(x[0], c->s, &b);
+    if (st == CA_OK)
+        st = ca_to_dtype(b, ca_tensor_dtype(x[0]), &m);
     if (st == CA_OK)
         st = ca_mul(x[0], m, &t);
     if (st == CA_OK)
         st = ca_add(t, x[0], o);
-    RELEASE(m, t);
+    RELEASE(b, m, t);
     return st;
 }
 

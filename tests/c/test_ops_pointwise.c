@@ -784,13 +784,13 @@ static void check_compare(const cmp_case *c) {
         ca_tensor *a = tu_from(dts[k], TU_SHAPE(2, 3), av, false);
         ca_tensor *b = tu_from(dts[k], TU_SHAPE(3), bv, false), *y = NULL;
         TU_OK(c->fn(a, b, &y));
-        cr_assert_eq(ca_tensor_dtype(y), dts[k], "%s: result dtype is not the inputs'", c->name);
+        cr_assert_eq(ca_tensor_dtype(y), CA_BOOL, "%s: result dtype is not bool", c->name);
         for (int64_t i = 0; i < 6; i++)
             cr_assert_eq(tu_get(y, i), (double)c->ref(av[i], bv[i % 3]), "%s (%s): element %lld",
                          c->name, ca_dtype_name(dts[k]), (long long)i);
         ca_tensor_release(y);
         TU_OK(c->sfn(a, 2.0, &y));
-        cr_assert_eq(ca_tensor_dtype(y), dts[k], "%s_scalar: result dtype", c->name);
+        cr_assert_eq(ca_tensor_dtype(y), CA_BOOL, "%s_scalar: result dtype", c->name);
         for (int64_t i = 0; i < 6; i++)
             cr_assert_eq(tu_get(y, i), (double)c->ref(av[i], 2.0), "%s_scalar (%s): element %lld",
                          c->name, ca_dtype_name(dts[k]), (long long)i);
@@ -928,7 +928,6 @@ Test(pointwise, mixed_dtypes_are_rejected) {
     ca_tensor *b = tu_randn(CA_FLOAT64, TU_SHAPE(3), false), *y = NULL;
     TU_FAILS(ca_add(a, b, &y), CA_STATUS_DTYPE, "ca_to_dtype");
     TU_FAILS(ca_pow(a, b, &y), CA_STATUS_DTYPE, "float64");
-    TU_FAILS(ca_lt(b, a, &y), CA_STATUS_DTYPE, "float32");
     ca_tensor_release(a);
     ca_tensor_release(b);
 }

@@ -65,6 +65,8 @@ ca_tensor *tu_from(ca_dtype dt, int ndim, const int64_t *shape, const double *va
             ((float *)buf)[i] = (float)values[i];
         else if (dt == CA_FLOAT64)
             ((double *)buf)[i] = values[i];
+        else if (dt == CA_BOOL)
+            ((uint8_t *)buf)[i] = values[i] != 0;
         else
             ((int64_t *)buf)[i] = (int64_t)values[i];
     }
@@ -167,6 +169,7 @@ double tu_get(const ca_tensor *t, int64_t i) {
     switch (ca_tensor_dtype(t)) {
     case CA_FLOAT32: return ((const float *)p)[off];
     case CA_FLOAT64: return ((const double *)p)[off];
+    case CA_BOOL: return ((const uint8_t *)p)[off];
     default: return (double)((const int64_t *)p)[off];
     }
 }

@@ -1,10 +1,7 @@
 """scaled_dot_product_attention, composed of matmul, masked_fill, softmax and dropout.
 
-cagrad has no bool dtype, so a boolean mask is recognized by its tag, not its dtype: a
-tensor made from Python/numpy bools (cagrad.tensor) or returned by a comparison (where
-PyTorch would give a bool tensor) carries ``_is_mask``; such a mask (any dtype) keeps the
-positions where it is nonzero. Any other float mask, arithmetic on a mask included, is
-additive, as PyTorch treats float masks. docs/python-api.md says so.
+As in PyTorch, a bool attn_mask keeps the positions where it is True; a float mask is
+added to the scores.
 """
 
 import math
@@ -15,7 +12,7 @@ from . import functional as F
 
 __all__ = ["scaled_dot_product_attention"]
 
-_INT64 = 2  # _C dtype code
+_INT64, _BOOL = 2, 3  # _C dtype codes
 
 
 def _check_qkv(query, key, value):
@@ -40,13 +37,11 @@ def is_boolean_mask(mask):
     if not isinstance(mask, _C.TensorBase):
         raise TypeError(f"scaled_dot_product_attention(): argument 'attn_mask' must be "
                         f"Tensor, not {type(mask).__name__}")
-    if mask.__dict__.get("_is_mask", False):
+    if mask._dtype == _BOOL:
         return True
     if mask._dtype == _INT64:
         raise RuntimeError("Expected attn_mask dtype to be bool or float or to match query "
-                           "dtype, but got attn_mask.dtype: long int (not made by a "
-                           "comparison, so cagrad cannot read it as a boolean mask; see "
-                           "docs/python-api.md)")
+                           "dtype, but got attn_mask.dtype: long int")
     return False
 
 
@@ -95,8 +90,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None:
         if is_boolean_mask(attn_mask):
             scores = _block(scores, attn_mask)
-        else:
-            scores = scores + attn_mask
+        else:  # a float mask of another float dtype adds in the scores' (torch's result)
+            scores = scores + (attn_mask if attn_mask._dtype == scores._dtype
+                               else _C.to_dtype(attn_mask, scores._dtype))
         masked = True
     weights = _masked_softmax(scores) if masked else scores.softmax(-1)
     if dropout_p > 0.0:

@@ -33,7 +33,8 @@ def _keep_mask(input, p, per_channel):
     shape = tuple(input.shape)
     if per_channel:
         shape = shape[:2] + (1,) * (len(shape) - 2)
-    return _C.lt_scalar(rand(*shape, dtype=input.dtype), 1.0 - p)
+    keep = _C.lt_scalar(rand(*shape, dtype=input.dtype), 1.0 - p)
+    return _C.to_dtype(keep, input._dtype)  # 0/1 in input's dtype: arithmetic follows
 
 
 def _feature_dropout(input, p, training):

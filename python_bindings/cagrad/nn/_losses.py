@@ -235,7 +235,7 @@ def _vector_norm(x, p, dim, keepdim):
     if p == -math.inf:
         return x.abs().amin(dim, keepdim=keepdim)
     if p == 0:  # the count of nonzeros: piecewise constant, no gradient
-        return _C.ne_scalar(x, 0.0).sum(dim, keepdim=keepdim)
+        return _C.to_dtype(_C.ne_scalar(x, 0.0), x._dtype).sum(dim, keepdim=keepdim)
     return x.abs().pow(float(p)).sum(dim, keepdim=keepdim).pow(1.0 / p)
 
 

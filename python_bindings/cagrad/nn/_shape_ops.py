@@ -36,7 +36,7 @@ def one_hot(tensor, num_classes=-1):
             raise RuntimeError("Class values must be smaller than num_classes.")
     elif num_classes < 0:
         raise RuntimeError("Class values must be smaller than num_classes.")
-    return tensor.unsqueeze(-1).eq(arange(num_classes, dtype=int64))
+    return tensor.unsqueeze(-1).eq(arange(num_classes, dtype=int64)).long()
 
 
 # --- pixel shuffle -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import math
 
 from .. import _C
 from .._creation import empty, zeros
+from .._dtype import bool as _bool_dtype
 from .._dtype import check_device
 from .._functions import cat
 from . import functional as F
@@ -29,7 +30,7 @@ def _additive_mask(mask, name, dtype):
     """A mask as a float tensor to add to the scores: -inf where a boolean mask is set."""
     if mask is None:
         return None
-    if mask.__dict__.get("_is_mask", False):
+    if mask.dtype is _bool_dtype:
         return _C.where_scalar(_C.eq_scalar(mask, 0), zeros(tuple(mask.shape), dtype=dtype),
                                -math.inf)
     if not mask.is_floating_point():
