@@ -14,6 +14,7 @@
 #include "autograd/compiled_double.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,33 +41,92 @@ typedef struct {
     int n_inputs;
     graph_view *inputs;
     dbl_tape *tape;      /* create_graph: what makes its gradients differentiable */
+    pthread_mutex_t run; /* held by the thread running it: its scratch and plan are one run's */
     bool verdict_logged; /* the verbose log has said how its plan runs on the pool */
 } compiled_graph;
 
-/* All of compiled autograd's state, one per process. This file owns it: other files see
- * it only through compiled.h's calls (cai_compiled_walk lends the walk to the engine for the
- * length of one backward). It lives from first use to process exit and starts zeroed;
- * ca_compiled_autograd_reset frees the cache (with every compiled graph), the key, the
- * walk and the seed, and zeroes the counters, but keeps the enable stack and the log
- * settings. Not thread-safe: callers serialise their calls into the library (the Python
- * package holds one lock). */
+/* Compiled autograd's state, in two parts. This file owns both: other files see them only
+ * through compiled.h's calls (cai_compiled_walk lends the walk to the engine for the length
+ * of one backward).
+ *
+ * Shared by the process (compiled_autograd, under ca_lock, a recursive mutex: a custom
+ * backward recorded at capture may call back in): the enable stack and log settings, the
+ * cache, the counters, the latest graph and profile. It lives from first use to process
+ * exit and starts zeroed; ca_compiled_autograd_reset frees the cache (with every compiled
+ * graph) and zeroes the counters, but keeps the enable stack and the log settings.
+ *
+ * Per thread (thread_state(), freed when the thread exits): the running backward's walk,
+ * key and seed, and whether a compiled backward is running on the thread. So several
+ * threads may run compiled backwards at once: lookups and compiles take ca_lock, and a
+ * cache entry's run (its arena and its plan's run state) takes that entry's run lock, so
+ * two threads with equal keys share the entry one run at a time, and different entries
+ * run side by side. */
 typedef struct {
     int depth;                           /* enables not yet disabled; 0: compiled autograd off */
     ca_compiled_options opts[MAX_DEPTH]; /* each enable's options; the innermost rules */
     bool log_graph, log_verbose;         /* CAGRAD_LOGS, read at each enable */
     ca_cache cache;                      /* the trie of compiled graphs */
-    ca_walk walk;                        /* the engine's walk, reused from backward to backward */
-    ca_tensor *seed; /* a one-element loss's implicit ones gradient, reused while unshared */
-    key_collect key; /* the current backward's key, sizes and lifted tensors */
     ca_compiled_counters counters;
-    const graph *last_graph; /* the latest compiled backward's, for ca_graph_write_dot */
-    bool last_eager;         /* the latest backward under compiled autograd ran eagerly */
-    bool running;   /* a compiled backward is running: a backward its call-outs start is eager */
-    bool profiling; /* time each step of the runs (ca_compiled_autograd_profile) */
+    const graph *last_graph;     /* the latest compiled backward's, for ca_graph_write_dot */
+    bool last_eager;             /* the latest backward under compiled autograd ran eagerly */
+    bool profiling;              /* time each step of the runs (ca_compiled_autograd_profile) */
     ca_compiled_profile profile; /* the latest profiled run's; steps 0: none yet */
 } compiled_autograd_state;
 
+typedef struct {
+    ca_walk walk;    /* the engine's walk, reused from backward to backward */
+    ca_tensor *seed; /* a one-element loss's implicit ones gradient, reused while unshared */
+    key_collect key; /* the current backward's key, sizes and lifted tensors */
+    bool running;    /* a compiled backward is running: a backward its call-outs start is eager */
+} compiled_thread_state;
+
 static compiled_autograd_state compiled_autograd;
+static pthread_mutex_t ca_mutex;
+static pthread_once_t ca_once = PTHREAD_ONCE_INIT;
+static pthread_key_t ca_thread_key;
+static _Thread_local compiled_thread_state *ca_thread;
+
+static void thread_state_free(void *p) {
+    compiled_thread_state *t = p;
+    if (!t)
+        return;
+    cai_key_collect_free(&t->key);
+    cai_walk_free(&t->walk);
+    ca_tensor_release(t->seed);
+    cai_mem_free(t);
+}
+
+static void ca_init_once(void) {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ca_mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+    pthread_key_create(&ca_thread_key, thread_state_free);
+}
+
+static void ca_lock(void) {
+    pthread_once(&ca_once, ca_init_once);
+    pthread_mutex_lock(&ca_mutex);
+}
+
+static void ca_unlock(void) {
+    pthread_mutex_unlock(&ca_mutex);
+}
+
+/* This thread's state, made at its first use (NULL when out of memory). The key's
+ * destructor frees it when the thread exits. */
+static compiled_thread_state *thread_state(void) {
+    if (ca_thread)
+        return ca_thread;
+    pthread_once(&ca_once, ca_init_once);
+    compiled_thread_state *t = cai_mem_calloc(1, sizeof *t);
+    if (t && pthread_setspecific(ca_thread_key, t) != 0) {
+        cai_mem_free(t);
+        t = NULL;
+    }
+    return ca_thread = t;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Switches and counters
@@ -77,7 +137,7 @@ static void read_log_settings(void) {
     compiled_autograd.log_graph = env && strstr(env, "compiled_autograd");
 }
 
-ca_status ca_compiled_autograd_enable(const ca_compiled_options *options) {
+static ca_status enable_locked(const ca_compiled_options *options) {
     CA_CHECK(ca_init());
     if (compiled_autograd.depth == MAX_DEPTH)
         return err_set(CA_STATUS_INVALID,
@@ -97,7 +157,14 @@ ca_status ca_compiled_autograd_enable(const ca_compiled_options *options) {
     return CA_OK;
 }
 
-ca_status ca_compiled_autograd_disable(void) {
+ca_status ca_compiled_autograd_enable(const ca_compiled_options *options) {
+    ca_lock();
+    ca_status r = enable_locked(options);
+    ca_unlock();
+    return r;
+}
+
+static ca_status disable_locked(void) {
     if (compiled_autograd.depth == 0)
         return err_set(CA_STATUS_INVALID, "ca_compiled_autograd_disable: compiled autograd is "
                                           "not enabled; calls must pair with "
@@ -106,33 +173,66 @@ ca_status ca_compiled_autograd_disable(void) {
     return CA_OK;
 }
 
-bool ca_compiled_autograd_enabled(void) {
+ca_status ca_compiled_autograd_disable(void) {
+    ca_lock();
+    ca_status r = disable_locked();
+    ca_unlock();
+    return r;
+}
+
+static bool enabled_locked(void) {
     int d = compiled_autograd.depth;
     return d > 0 && !compiled_autograd.opts[d - 1].off;
 }
 
-void ca_compiled_autograd_reset(void) {
+bool ca_compiled_autograd_enabled(void) {
+    ca_lock();
+    bool r = enabled_locked();
+    ca_unlock();
+    return r;
+}
+
+static void reset_locked(void) {
     cai_cache_clear(&compiled_autograd.cache);
-    cai_key_collect_free(&compiled_autograd.key);
-    cai_walk_free(&compiled_autograd.walk);
-    ca_tensor_release(compiled_autograd.seed);
-    compiled_autograd.seed = NULL;
+    if (ca_thread && !ca_thread->running) { /* its state; other threads' live on until they exit */
+        thread_state_free(ca_thread);
+        pthread_setspecific(ca_thread_key, NULL);
+        ca_thread = NULL;
+    }
     memset(&compiled_autograd.counters, 0, sizeof compiled_autograd.counters);
     compiled_autograd.last_graph = NULL; /* freed with the cache */
     compiled_autograd.last_eager = false;
     memset(&compiled_autograd.profile, 0, sizeof compiled_autograd.profile);
 }
 
-void ca_compiled_autograd_counters(ca_compiled_counters *out) {
+void ca_compiled_autograd_reset(void) {
+    ca_lock();
+    reset_locked();
+    ca_unlock();
+}
+
+static void counters_locked(ca_compiled_counters *out) {
     if (out)
         *out = compiled_autograd.counters;
 }
 
-void ca_compiled_autograd_set_profiling(bool on) {
+void ca_compiled_autograd_counters(ca_compiled_counters *out) {
+    ca_lock();
+    counters_locked(out);
+    ca_unlock();
+}
+
+static void set_profiling_locked(bool on) {
     compiled_autograd.profiling = on;
 }
 
-ca_status ca_compiled_autograd_last_profile(ca_compiled_profile *out) {
+void ca_compiled_autograd_set_profiling(bool on) {
+    ca_lock();
+    set_profiling_locked(on);
+    ca_unlock();
+}
+
+static ca_status last_profile_locked(ca_compiled_profile *out) {
     CA_ARG_NOT_NULL(out, "ca_compiled_autograd_last_profile");
     if (compiled_autograd.profile.steps == 0)
         return err_set(CA_STATUS_INVALID,
@@ -142,12 +242,19 @@ ca_status ca_compiled_autograd_last_profile(ca_compiled_profile *out) {
     return CA_OK;
 }
 
+ca_status ca_compiled_autograd_last_profile(ca_compiled_profile *out) {
+    ca_lock();
+    ca_status r = last_profile_locked(out);
+    ca_unlock();
+    return r;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Logs
  */
 static void log_new_node(const cache_lookup *l) {
     int sizes[16], n = cai_cache_child_key_sizes(l->at, sizes, 16), len;
-    key_bytes(&compiled_autograd.key, l->call, &len);
+    key_bytes(&ca_thread->key, l->call, &len);
     char prev[160] = "";
     size_t used = 0;
     for (int i = 0; i < n && used < sizeof prev; i++)
@@ -155,7 +262,7 @@ static void log_new_node(const cache_lookup *l) {
     fprintf(stderr,
             "[compiled_autograd_verbose] Cache miss due to new autograd node: %s (NodeCall %d) "
             "with key size %d, previous key sizes=[%s]\n",
-            cai_key_node_name(&compiled_autograd.key, l->call), l->call, len, prev);
+            cai_key_node_name(&ca_thread->key, l->call), l->call, len, prev);
 }
 
 /* Once a compiled graph has timed its runs both ways: which it keeps, and why. */
@@ -181,22 +288,22 @@ static void log_verdict(compiled_graph *cg) {
 static void log_changed_shapes(const cache_leaf *leaf) {
     int changed = 0;
     for (int s = 0; s < leaf->n_slots; s++)
-        changed += compiled_autograd.key.sizes[s] != leaf->last_sizes[s];
+        changed += ca_thread->key.sizes[s] != leaf->last_sizes[s];
     fprintf(stderr,
             "[compiled_autograd_verbose] Cache miss due to %d changed tensor shapes (total of "
             "%d):",
             changed, leaf->n_slots);
     for (int s = 0, k = 0; s < leaf->n_slots; s++)
-        if (compiled_autograd.key.sizes[s] != leaf->last_sizes[s])
+        if (ca_thread->key.sizes[s] != leaf->last_sizes[s])
             fprintf(stderr, k++ ? ", sizes[%d]" : " sizes[%d]", s);
     fprintf(stderr, "\n");
     for (int s = 0; s < leaf->n_slots; s++) {
-        int64_t was = leaf->last_sizes[s], now = compiled_autograd.key.sizes[s];
+        int64_t was = leaf->last_sizes[s], now = ca_thread->key.sizes[s];
         if (was == now)
             continue;
         char owner[160];
         fprintf(stderr, "[compiled_autograd_verbose] sizes[%d]: %s: %lld -> %lld (%s%s)\n", s,
-                cai_key_owner_str(&compiled_autograd.key, s, owner, sizeof owner), (long long)was,
+                cai_key_owner_str(&ca_thread->key, s, owner, sizeof owner), (long long)was,
                 (long long)now, leaf->dynamic[s] ? "dynamic" : "now dynamic",
                 now == 0 ? "; 0 specialises" : "");
     }
@@ -214,7 +321,7 @@ static void log_graph(const compiled_graph *cg) {
 static void note_customs(const trace_result *res) {
     for (int i = 0; i < res->n_notes; i++) {
         const trace_custom_note *c = &res->notes[i];
-        const char *name = cai_key_node_name(&compiled_autograd.key, c->call);
+        const char *name = cai_key_node_name(&ca_thread->key, c->call);
         if (c->traced)
             compiled_autograd.counters.custom_traced++;
         else
@@ -250,6 +357,7 @@ static void compiled_free(void *p) {
     cai_mem_free(cg->sym_values);
     cai_mem_free(cg->inputs);
     cai_dbl_tape_release(cg->tape);
+    pthread_mutex_destroy(&cg->run);
     cai_mem_free(cg);
 }
 
@@ -257,6 +365,7 @@ static ca_status compiled_alloc(const key_collect *k, const cache_entry *e, comp
     compiled_graph *cg = cai_mem_calloc(1, sizeof *cg);
     if (!cg)
         return err_nomem("a compiled backward");
+    pthread_mutex_init(&cg->run, NULL);
     cg->n_symbols = e->n_symbols;
     cg->n_inputs = k->n_lifted;
     cg->sym_values = cai_mem_alloc(sizeof(int64_t) * (size_t)(e->n_symbols + 1));
@@ -299,8 +408,8 @@ static ca_status find_steals(compiled_graph *cg) {
  * *untraceable is set and the caller runs eagerly. */
 static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *untraceable) {
     compiled_graph *cg;
-    CA_CHECK(compiled_alloc(&compiled_autograd.key, e, &cg));
-    trace_request tr = {.k = &compiled_autograd.key,
+    CA_CHECK(compiled_alloc(&ca_thread->key, e, &cg));
+    trace_request tr = {.k = &ca_thread->key,
                         .e = e,
                         .capture = c->capture,
                         .create_graph = c->create_graph,
@@ -347,7 +456,7 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
  * CA_STATUS_INTERNAL sets *untraceable. values and scratch have n_sizes entries. */
 static ca_status needed_classes(const compiled_call *c, cache_entry *e, int32_t *cls,
                                 int64_t *values, int32_t *scratch, bool *untraceable) {
-    const key_collect *k = &compiled_autograd.key;
+    const key_collect *k = &ca_thread->key;
     for (int s = 0; s < k->n_sizes; s++)
         cls[s] = e->symbol[s] >= 0 ? s : -1;
     cai_cache_entry_set_classes(e, k, cls, scratch); /* a symbol per slot */
@@ -380,7 +489,7 @@ static ca_status needed_classes(const compiled_call *c, cache_entry *e, int32_t 
  * a symbol each, so a later change of one of them alone still hits. Falls back to duck
  * sizing when the classes cannot be found or traced. */
 static ca_status compile_symbols(const compiled_call *c, cache_entry *e, bool *untraceable) {
-    const key_collect *k = &compiled_autograd.key;
+    const key_collect *k = &ca_thread->key;
     int n = k->n_sizes;
     if (e->n_symbols == 0)
         return compile_entry(c, e, untraceable);
@@ -447,7 +556,7 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
 
 static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view *in,
                                graph_view *repl) {
-    const key_hook *kh = &compiled_autograd.key.hooks[n->a.i[0]];
+    const key_hook *kh = &ca_thread->key.hooks[n->a.i[0]];
     ca_hook one = *kh->hook;
     one.next = NULL; /* run just this hook, with the eager engine's checks and messages */
     ca_tensor *g;
@@ -455,8 +564,8 @@ static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view
     ca_tensor *before = g;
     ca_meta expect;
     cai_tensor_meta(g, &expect);
-    ca_status st = cai_hook_run_pre(&one, &g, &expect,
-                                    cai_key_node_name(&compiled_autograd.key, kh->node_call));
+    ca_status st =
+        cai_hook_run_pre(&one, &g, &expect, cai_key_node_name(&ca_thread->key, kh->node_call));
     if (st == CA_OK && g != before) {
         CA_CHECK(cai_callout_keep(&r->co, g));
         cai_view_of(g, repl); /* the run reads the replacement from here on */
@@ -470,23 +579,23 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
     switch (n->a.op) {
     case GOP_HOOK: return call_pre_hook(r, n, in, repl);
     case GOP_RETAIN: {
-        ca_tensor *t = node_retained(compiled_autograd.key.nodes[n->a.i[0] - 1], (int)n->a.i[1]);
+        ca_tensor *t = node_retained(ca_thread->key.nodes[n->a.i[0] - 1], (int)n->a.i[1]);
         return t ? grad_add_view(t, in) : CA_OK;
     }
     case GOP_CALLOUT_ARG: return cai_callout_arg(&r->co, n, in);
     case GOP_CALLOUT: return cai_callout_call(&r->co, n);
     case GOP_CALLOUT_RESULT: return cai_callout_result(&r->co, n, repl);
     case GOP_ACCUMULATE: {
-        ca_tensor *leaf = compiled_autograd.key.lifted[n->a.i[0]].t;
+        ca_tensor *leaf = ca_thread->key.lifted[n->a.i[0]].t;
         if (!leaf->grad && r->cg->steal[n->a.i[0]] &&
             (leaf->grad = cai_callout_take(&r->co, in)) != NULL)
             return CA_OK; /* the call-out's result, which no one else holds, is .grad */
         return grad_add_view(leaf, in);
     }
     case GOP_POST_HOOK: {
-        ca_hook one = *compiled_autograd.key.hooks[n->a.i[1]].hook;
+        ca_hook one = *ca_thread->key.hooks[n->a.i[1]].hook;
         one.next = NULL;
-        return cai_hook_run_post(&one, compiled_autograd.key.lifted[n->a.i[0]].t);
+        return cai_hook_run_post(&one, ca_thread->key.lifted[n->a.i[0]].t);
     }
     case GOP_OUTPUT: {
         ca_tensor **slot = &r->outs[n->a.i[0]];
@@ -523,15 +632,14 @@ static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *
 static int accumulate_target_cb(void *ctx, const graph_node *acc, const graph_view *value,
                                 graph_view *dst, bool *has_grad) {
     run_ctx *r = ctx;
-    r->st = grad_target(compiled_autograd.key.lifted[acc->a.i[0]].t, value, dst, has_grad);
+    r->st = grad_target(ca_thread->key.lifted[acc->a.i[0]].t, value, dst, has_grad);
     return r->st != CA_OK;
 }
 
 /* The eager rules' checks of the saved tensors they read, in their order. */
 static ca_status check_reads(const compiled_graph *cg) {
     for (int i = 0; i < cg->n_reads; i++)
-        CA_CHECK(cai_node_check_saved(compiled_autograd.key.nodes[cg->reads[i].call - 1],
-                                      cg->reads[i].k));
+        CA_CHECK(cai_node_check_saved(ca_thread->key.nodes[cg->reads[i].call - 1], cg->reads[i].k));
     return CA_OK;
 }
 
@@ -539,26 +647,33 @@ static ca_status check_reads(const compiled_graph *cg) {
 static void bind(const cache_entry *e) {
     compiled_graph *cg = e->compiled;
     for (int s = 0; s < e->n_symbols; s++)
-        cg->sym_values[s] = compiled_autograd.key.sizes[e->first_slot[s]];
-    for (int i = 0; i < compiled_autograd.key.n_lifted; i++)
-        cai_view_of(compiled_autograd.key.lifted[i].t, &cg->inputs[i]);
+        cg->sym_values[s] = ca_thread->key.sizes[e->first_slot[s]];
+    for (int i = 0; i < ca_thread->key.n_lifted; i++)
+        cai_view_of(ca_thread->key.lifted[i].t, &cg->inputs[i]);
 }
 
 /* The run with every step timed, and its work and span kept for
  * ca_compiled_autograd_last_profile. Without memory for the times it runs untimed. */
-static int run_profiled(compiled_graph *cg, graph_callbacks cb) {
+static int run_profiled(compiled_graph *cg, graph_callbacks cb, ca_compiled_profile *p) {
     int n = cai_graph_count(cg->g);
     int64_t *ns = cai_mem_calloc((size_t)n + 1, sizeof(int64_t));
     int rc = cai_graph_plan_run_timed(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb, ns);
-    if (ns && rc == 0) {
-        ca_compiled_profile *p = &compiled_autograd.profile;
+    if (ns && rc == 0)
         cai_graph_plan_work_span(cg->plan, ns, &p->work_ns, &p->span_ns, &p->steps);
-    }
     cai_mem_free(ns);
     return rc;
 }
 
-static ca_status run_entry(const compiled_call *c, const cache_entry *e, ca_tensor **outs) {
+/* How one run went, for the shared counters, profile and log (written under ca_lock after
+ * the run, which holds only its entry's lock). */
+typedef struct {
+    bool profiling, verbose; /* the settings when it started */
+    bool side_by_side;
+    ca_compiled_profile profile; /* profiling: steps 0 when the run was not timed */
+} run_report;
+
+static ca_status run_entry(const compiled_call *c, const cache_entry *e, ca_tensor **outs,
+                           run_report *rep) {
     compiled_graph *cg = e->compiled;
     bind(e);
     size_t bytes = cai_graph_plan_arena_bytes(cg->plan, cg->sym_values);
@@ -572,15 +687,15 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e, ca_tens
     run_ctx r = {.c = c,
                  .cg = cg,
                  .outs = outs,
-                 .co = {.k = &compiled_autograd.key, .table = cg->callouts},
+                 .co = {.k = &ca_thread->key, .table = cg->callouts},
                  .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
-    int rc = compiled_autograd.profiling
-                 ? run_profiled(cg, cb)
+    int rc = rep->profiling
+                 ? run_profiled(cg, cb, &rep->profile)
                  : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
     cai_callout_end(&r.co);
-    compiled_autograd.counters.side_by_side_runs += cai_graph_plan_ran_side_by_side(cg->plan);
-    if (compiled_autograd.log_verbose && !cg->verdict_logged)
+    rep->side_by_side = cai_graph_plan_ran_side_by_side(cg->plan);
+    if (rep->verbose && !cg->verdict_logged)
         log_verdict(cg);
     if (rc > 0)
         return r.st;
@@ -595,13 +710,13 @@ static ca_status run_entry(const compiled_call *c, const cache_entry *e, ca_tens
 /* A double backward (compiled_double.h): the outputs (autograd.grad's, then each leaf's
  * gradient) become differentiable, then leaves accumulate theirs as the eager create_graph
  * backward does (CopyBackwards, then AddBackward0). */
-static ca_status run_double(const compiled_call *c, const cache_entry *e) {
-    const key_collect *k = &compiled_autograd.key;
+static ca_status run_double(const compiled_call *c, const cache_entry *e, run_report *rep) {
+    const key_collect *k = &ca_thread->key;
     int n = c->n_targets + k->n_lifted;
     ca_tensor **outs = cai_mem_calloc((size_t)n + 1, sizeof(ca_tensor *));
     if (!outs)
         return err_nomem("a compiled double backward's outputs");
-    ca_status st = run_entry(c, e, outs);
+    ca_status st = run_entry(c, e, outs, rep);
     const compiled_graph *cg = e->compiled;
     dbl_sizes z = {cg->g, cg->sym_values, e->n_symbols};
     if (st == CA_OK)
@@ -623,8 +738,8 @@ static ca_status run_double(const compiled_call *c, const cache_entry *e) {
 }
 /* Free saved values as the eager engine does: those of every node whose rule ran. */
 static void release_saved(void) {
-    for (int i = 0; i < compiled_autograd.key.n_nodes; i++) {
-        ca_node *n = compiled_autograd.key.nodes[i];
+    for (int i = 0; i < ca_thread->key.n_nodes; i++) {
+        ca_node *n = ca_thread->key.nodes[i];
         if (n->needed && n->op != CA_OP_ACCUMULATE_GRAD && cai_node_leads_on(n))
             cai_node_release_saved(n);
     }
@@ -635,7 +750,7 @@ static void release_saved(void) {
  * neither a hit nor a miss: the counters describe lookups that went somewhere. */
 static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
-    cache_lookup l = cai_cache_find(&compiled_autograd.cache, &compiled_autograd.key);
+    cache_lookup l = cai_cache_find(&compiled_autograd.cache, &ca_thread->key);
     if (l.kind == LOOKUP_HIT) {
         CA_CHECK(check_reads(l.entry->compiled));
         compiled_autograd.counters.cache_hits++;
@@ -646,12 +761,11 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
         log_new_node(&l);
     const ca_compiled_options *o = &compiled_autograd.opts[compiled_autograd.depth - 1];
     cache_leaf *leaf;
-    CA_CHECK(cai_cache_leaf_for(&compiled_autograd.cache, &compiled_autograd.key, &l, o->dynamic,
-                                &leaf));
+    CA_CHECK(cai_cache_leaf_for(&compiled_autograd.cache, &ca_thread->key, &l, o->dynamic, &leaf));
     if (l.kind == LOOKUP_SHAPES) {
         if (compiled_autograd.log_verbose)
             log_changed_shapes(leaf);
-        cai_cache_mark_changed(leaf, &compiled_autograd.key, NULL);
+        cai_cache_mark_changed(leaf, &ca_thread->key, NULL);
     }
     if (leaf->n_entries >= o->cache_size_limit) {
         if (!leaf->warned)
@@ -666,11 +780,11 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     }
     cache_entry *e;
     int64_t t0 = cai_kern_now_ns();
-    CA_CHECK(cai_cache_add_entry(leaf, &compiled_autograd.key, NULL, NULL, &e));
+    CA_CHECK(cai_cache_add_entry(leaf, &ca_thread->key, NULL, NULL, &e));
     bool untraceable = false;
     ca_status st = compile_symbols(c, e, &untraceable);
     /* a dim captured at 1 that had to broadcast: the same entry with it as the constant 1 */
-    if (untraceable && cai_cache_entry_specialise_ones(e, leaf, &compiled_autograd.key)) {
+    if (untraceable && cai_cache_entry_specialise_ones(e, leaf, &ca_thread->key)) {
         untraceable = false;
         st = compile_symbols(c, e, &untraceable);
     }
@@ -700,41 +814,58 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
 }
 
 ca_walk *cai_compiled_walk(void) {
-    return &compiled_autograd.walk;
+    compiled_thread_state *t = thread_state();
+    return t ? &t->walk : NULL;
 }
 
 ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out) {
-    if (compiled_autograd.seed) {
+    compiled_thread_state *t = thread_state();
+    if (!t)
+        return err_nomem("compiled autograd's per-thread state");
+    if (t->seed) {
         ca_meta have;
-        cai_tensor_meta(compiled_autograd.seed, &have);
+        cai_tensor_meta(t->seed, &have);
         /* reused only while nobody else holds it, so no one can see it change */
-        if (cai_meta_same_shape(&have, m) && have.dtype == m->dtype &&
-            compiled_autograd.seed->refcnt == 1 && compiled_autograd.seed->storage->version == 0) {
-            *out = ca_tensor_retain(compiled_autograd.seed);
+        if (cai_meta_same_shape(&have, m) && have.dtype == m->dtype && t->seed->refcnt == 1 &&
+            t->seed->storage->version == 0) {
+            *out = ca_tensor_retain(t->seed);
             return CA_OK;
         }
-        ca_tensor_release(compiled_autograd.seed);
-        compiled_autograd.seed = NULL;
+        ca_tensor_release(t->seed);
+        t->seed = NULL;
     }
-    CA_CHECK(cai_tensor_full(m, 1.0, &compiled_autograd.seed));
-    *out = ca_tensor_retain(compiled_autograd.seed);
+    CA_CHECK(cai_tensor_full(m, 1.0, &t->seed));
+    *out = ca_tensor_retain(t->seed);
     return CA_OK;
 }
 
-int ca_compiled_autograd_depth(void) {
+static int depth_locked(void) {
     return compiled_autograd.depth;
 }
 
-bool cai_compiled_active(void) {
-    return ca_compiled_autograd_enabled() && !compiled_autograd.running;
+int ca_compiled_autograd_depth(void) {
+    ca_lock();
+    int r = depth_locked();
+    ca_unlock();
+    return r;
 }
 
-void cai_compiled_note_eager(const char *why) {
+bool cai_compiled_active(void) {
+    return ca_compiled_autograd_enabled() && !(ca_thread && ca_thread->running);
+}
+
+static void note_eager_locked(const char *why) {
     compiled_autograd.counters.eager_fallbacks++;
     compiled_autograd.last_graph = NULL;
     compiled_autograd.last_eager = true;
     if (compiled_autograd.log_verbose)
         fprintf(stderr, "[compiled_autograd_verbose] running eagerly: %s\n", why);
+}
+
+void cai_compiled_note_eager(const char *why) {
+    ca_lock();
+    note_eager_locked(why);
+    ca_unlock();
 }
 
 ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) {
@@ -748,18 +879,35 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
                        .n_targets = c->n_targets,
                        .targets = c->targets,
                        .target_nrs = c->target_nrs};
-    CA_CHECK(cai_key_collect_walk(&compiled_autograd.key, w,
-                                  &req)); /* the eager engine's errors, if any */
-    cache_entry *e;
-    CA_CHECK(find_or_compile(c, &e));
-    compiled_autograd.last_graph = e ? ((const compiled_graph *)e->compiled)->g : NULL;
-    compiled_autograd.last_eager = !e;
-    if (!e)
-        return CA_OK;
+    compiled_thread_state *t = thread_state();
+    if (!t)
+        return err_nomem("compiled autograd's per-thread state");
+    CA_CHECK(cai_key_collect_walk(&t->key, w, &req)); /* the eager engine's errors, if any */
+    cache_entry *e = NULL;
+    ca_lock();
+    ca_status st = find_or_compile(c, &e);
+    compiled_graph *cg = st == CA_OK && e ? e->compiled : NULL;
+    if (st == CA_OK) {
+        compiled_autograd.last_graph = cg ? cg->g : NULL;
+        compiled_autograd.last_eager = !cg;
+    }
+    run_report rep = {.profiling = compiled_autograd.profiling,
+                      .verbose = compiled_autograd.log_verbose};
+    if (cg) /* taken before ca_lock is let go, so a reset cannot free it in between */
+        pthread_mutex_lock(&cg->run);
+    ca_unlock();
+    if (!cg)
+        return st;
     *ran = true;
-    compiled_autograd.running = true;
-    ca_status st = c->create_graph ? run_double(c, e) : run_entry(c, e, c->grads_out);
-    compiled_autograd.running = false;
+    t->running = true;
+    st = c->create_graph ? run_double(c, e, &rep) : run_entry(c, e, c->grads_out, &rep);
+    t->running = false;
+    pthread_mutex_unlock(&cg->run);
+    ca_lock();
+    compiled_autograd.counters.side_by_side_runs += rep.side_by_side;
+    if (rep.profile.steps > 0)
+        compiled_autograd.profile = rep.profile;
+    ca_unlock();
     if (st == CA_OK && !c->retain_graph)
         release_saved();
     return st;
@@ -785,7 +933,7 @@ static ca_status write_text(const char *path, const char *text) {
     return CA_OK;
 }
 
-ca_status ca_graph_write_dot(const char *path) {
+static ca_status write_dot_locked(const char *path) {
     CA_ARG_NOT_NULL(path, "ca_graph_write_dot");
     if (!compiled_autograd.last_graph)
         return err_set(CA_STATUS_INVALID, "ca_graph_write_dot: %s",
@@ -802,4 +950,11 @@ ca_status ca_graph_write_dot(const char *path) {
     ca_status st = write_text(path, text);
     cai_graph_free_string(text);
     return st;
+}
+
+ca_status ca_graph_write_dot(const char *path) {
+    ca_lock();
+    ca_status r = write_dot_locked(path);
+    ca_unlock();
+    return r;
 }

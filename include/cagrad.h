@@ -68,12 +68,15 @@
  *   synchronisation. Calls on distinct groups may run at once.
  * - Process-wide. Safe from any thread (locked, atomic, or read-only after ca_init):
  *   ca_init, the op registry, the data cache, forward-graph ids (a break on any thread
- *   opens the next graph for all), and the kernel thread pool (kernels started by several
- *   threads at once share it: one runs in parallel, the others on their own thread). Not
- *   locked, so the caller serialises them:
- *   - backward calls: ca_backward, ca_backward_ex, ca_grad, every ca_compiled_autograd_*
- *     call and ca_graph_write_dot, one at a time in the process, even on distinct graphs.
- *     Compiled autograd, once enabled, applies to every thread's backward.
+ *   opens the next graph for all), the kernel thread pool (kernels started by several
+ *   threads at once share it: one runs in parallel, the others on their own thread), and
+ *   compiled autograd (its cache, counters and enable stack are locked; each thread keeps
+ *   its own walk and key): backwards (ca_backward, ca_backward_ex, ca_grad) on distinct
+ *   groups may run at once, compiled or not; threads whose keys match share a cached
+ *   graph, one run at a time, and different graphs run side by side. Compiled autograd,
+ *   once enabled, applies to every thread's backward. ca_compiled_autograd_reset must not
+ *   run while another thread runs a backward (it frees the graphs). Not locked, so the
+ *   caller serialises them:
  *   - random calls: ca_manual_seed, ca_rng_get_state, ca_rng_set_state, ca_randn, ca_rand,
  *     and ca_dropout when it drops (training and p > 0), one at a time: they share one
  *     generator.
@@ -603,8 +606,7 @@ ca_status ca_custom_saved_output(ca_tensor *saved, int k, ca_tensor **out);
  * gradient that does not fit), the status a failing hook returned, CA_STATUS_NOMEM, and
  * under compiled autograd CA_STATUS_INDEX (a kernel of the compiled graph failed at run
  * time, running out of scratch memory included).
- * Thread-safe: no; backward calls, one at a time in the process (see Threads), and per
- * group for the graph's tensors.
+ * Thread-safe: per group (the graph's tensors); see Threads for compiled autograd.
  */
 /* loss.backward(): loss must have one element. Gradients accumulate into the .grad of
  * every leaf that requires grad. Saved values are freed afterwards; a second backward
@@ -660,7 +662,8 @@ ca_status ca_grad(int n_outputs, ca_tensor *const *outputs, int n_inputs, ca_ten
  *
  * The cache, the counters and the enable depth are process-wide: enabled on one thread,
  * compiled autograd applies to every thread's backward. Every call here is Thread-safe:
- * no; backward calls (see Threads).
+ * yes (locked), but ca_compiled_autograd_reset, which must not run while another thread
+ * runs a backward.
  */
 typedef struct {
     bool dynamic;         /* every size symbolic from the first capture (else: on change) */

@@ -8,10 +8,14 @@
  *    thread, bit for bit;
  *  - a transformer-like block's compiled backward with a hook, run with its steps side by
  *    side (CAGRAD_INTEROP=1; idle threads help the kernels of running steps), in order
- *    (0), and chosen by timing, against the first run, bit for bit, many times.
+ *    (0), and chosen by timing, against the first run, bit for bit, many times;
+ *  - compiled backwards from 8 threads at once, each on a graph of its own, two shapes
+ *    among them (so threads share cache entries, and entries run side by side), 1000
+ *    each, against a serial run, bit for bit.
  * It exits 1 on a mismatch; TSan makes any data race exit 66.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +178,95 @@ static int convs_of(int64_t n, int64_t c, int64_t hw, int64_t o) {
     return bad;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Concurrent compiled backwards
+ */
+enum { N_WORKERS = 8, WORKER_RUNS = 1000, MLP_IN = 24, MLP_HID = 32 };
+
+typedef struct {
+    ca_tensor *p[4]; /* w1 [in, hid], b1 [hid], w2 [hid, 1], x [batch, in]: its own group */
+    float want[MLP_IN * MLP_HID + 2 * MLP_HID + 1];
+    int bad;
+} worker;
+
+static ca_tensor *mlp_loss(ca_tensor **p) {
+    ca_tensor *a, *h, *t, *o, *oo, *loss;
+    CHECK(ca_matmul(p[3], p[0], &a));
+    CHECK(ca_add(a, p[1], &h));
+    CHECK(ca_tanh(h, &t));
+    CHECK(ca_matmul(t, p[2], &o));
+    CHECK(ca_mul(o, o, &oo));
+    CHECK(ca_mean(oo, 0, NULL, false, &loss));
+    ca_tensor *drop[] = {a, h, t, o, oo};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+        ca_tensor_release(drop[i]);
+    return loss;
+}
+
+static size_t mlp_grads(ca_tensor **p, float *dst) {
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        ca_tensor *g = ca_tensor_grad(p[i]);
+        int64_t k = ca_tensor_numel(g);
+        memcpy(dst + n, ca_tensor_data(g), sizeof(float) * (size_t)k);
+        n += (size_t)k;
+        CHECK(ca_tensor_set_grad(p[i], NULL));
+    }
+    return n;
+}
+
+static void *worker_run(void *arg) {
+    worker *w = arg;
+    float got[sizeof w->want / sizeof w->want[0]];
+    for (int r = 0; r < WORKER_RUNS && !w->bad; r++) {
+        ca_tensor *loss = mlp_loss(w->p);
+        CHECK(ca_backward(loss));
+        ca_tensor_release(loss);
+        size_t n = mlp_grads(w->p, got);
+        w->bad = memcmp(got, w->want, sizeof(float) * n) != 0;
+    }
+    return NULL;
+}
+
+/* Each worker's gradients first serially (compiled), then all of them at once. */
+static int concurrent_backwards(void) {
+    static worker ws[N_WORKERS];
+    for (int i = 0; i < N_WORKERS; i++) {
+        int64_t batch = i % 2 ? 24 : 16;
+        ws[i].p[0] = param(2, (int64_t[]){MLP_IN, MLP_HID}, 0.3);
+        ws[i].p[1] = param(1, (int64_t[]){MLP_HID}, 0.1);
+        ws[i].p[2] = param(2, (int64_t[]){MLP_HID, 1}, 0.3);
+        CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){batch, MLP_IN}, &ws[i].p[3]));
+        ca_tensor *loss = mlp_loss(ws[i].p);
+        CHECK(ca_backward(loss));
+        ca_tensor_release(loss);
+        mlp_grads(ws[i].p, ws[i].want);
+    }
+    pthread_t th[N_WORKERS];
+    for (int i = 0; i < N_WORKERS; i++)
+        if (pthread_create(&th[i], NULL, worker_run, &ws[i]) != 0) {
+            fprintf(stderr, "pthread_create failed\n");
+            return 1;
+        }
+    int bad = 0;
+    for (int i = 0; i < N_WORKERS; i++) {
+        pthread_join(th[i], NULL);
+        if (ws[i].bad)
+            fprintf(stderr, "worker %d: gradients differ from the serial run\n", i);
+        bad |= ws[i].bad;
+        for (int k = 0; k < 4; k++)
+            ca_tensor_release(ws[i].p[k]);
+    }
+    ca_compiled_counters c;
+    ca_compiled_autograd_counters(&c);
+    if (c.eager_fallbacks != 0 || c.captures != 2) {
+        fprintf(stderr, "concurrent backwards: %lld captures (2 expected), %lld fallbacks\n",
+                (long long)c.captures, (long long)c.eager_fallbacks);
+        bad = 1;
+    }
+    return bad;
+}
+
 static int convs(void) {
     return convs_of(6, 8, 12, 12) | convs_of(6, 16, 12, 16) | convs_of(12, 32, 16, 32);
 }
@@ -208,6 +301,8 @@ int main(void) {
         bad = 1;
     }
     bad |= backward_runs(p, NULL, 30, want, n_want);
+    ca_compiled_autograd_reset();
+    bad |= concurrent_backwards();
     ca_compiled_autograd_disable();
     for (int i = 0; i < N_PARAMS; i++)
         ca_tensor_release(p[i]);
