@@ -72,3 +72,16 @@ def test_dying_rank_ends_the_job_instead_of_hanging():
                               timeout=100, CAGRAD_DIST_TIMEOUT="600")
     assert rc != 0, out
     assert seconds < 60, f"the job took {seconds:.0f} s"
+
+
+@pytest.mark.parametrize("compile_flag", [[], ["--compile"]], ids=["eager", "compiled"])
+def test_nanogpt_style_script_trains_in_step(compile_flag):
+    script = os.path.join(ROOT, "examples", "nanogpt_ddp.py")
+    rc, out, _ = mpirun([script, "--iters", "8", *compile_flag], timeout=300,
+                        CAGRAD_DIST_TIMEOUT="120")
+    assert rc == 0, out
+    losses = [float(v) for v in re.findall(r"iter \d+: loss ([0-9.]+)", out)]
+    assert len(losses) == 3 and losses[-1] < losses[0], out
+    sums = re.findall(r"rank (\d): final parameter checksum ([0-9.]+)", out)
+    assert sorted(r for r, _ in sums) == ["0", "1"], out
+    assert sums[0][1] == sums[1][1], f"the ranks' parameters differ: {sums}"
