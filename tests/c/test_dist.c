@@ -9,20 +9,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+/* Open MPI keeps allocations from MPI_Init past MPI_Finalize (its own, hwloc's, PMIx's);
+ * LeakSanitizer would report them as this test's leaks. Allocations made while starting
+ * and stopping MPI are not checked; everything cagrad allocates in between is. */
+#define MPI_UNCHECKED(stmt)                                                                        \
+    do {                                                                                           \
+        __lsan_disable();                                                                          \
+        stmt;                                                                                      \
+        __lsan_enable();                                                                           \
+    } while (0)
+#else
+#define MPI_UNCHECKED(stmt) stmt
+#endif
+
+static ca_status dist_init(double timeout) {
+    ca_status st;
+    MPI_UNCHECKED(st = ca_dist_init(timeout));
+    return st;
+}
+
+static ca_status dist_finalize(void) {
+    ca_status st;
+    MPI_UNCHECKED(st = ca_dist_finalize());
+    return st;
+}
+
 static void init_or_skip(void) {
     if (!ca_dist_is_available())
         cr_skip_test("built without MPI (CAGRAD_MPI=OFF or no libopenmpi-dev)");
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     unsetenv("LOCAL_RANK");
-    cr_assert_eq(ca_dist_init(0), CA_OK, "%s", ca_last_error());
+    cr_assert_eq(dist_init(0), CA_OK, "%s", ca_last_error());
 }
 
 Test(dist, without_mpi_every_call_names_the_package) {
     if (ca_dist_is_available())
         cr_skip_test("built with MPI");
     int rank = 0;
-    TU_FAILS(ca_dist_init(0), CA_STATUS_DIST, "libopenmpi-dev");
+    TU_FAILS(dist_init(0), CA_STATUS_DIST, "libopenmpi-dev");
     TU_FAILS(ca_dist_rank(&rank), CA_STATUS_DIST, "CAGRAD_MPI");
     cr_assert(!ca_dist_is_initialized());
 }
@@ -39,14 +66,16 @@ Test(dist, one_rank_world) {
     cr_assert_eq(size, 1);
     cr_assert_eq(ca_dist_get_timeout(&timeout), CA_OK);
     cr_assert_float_eq(timeout, 1800.0, 0.0, "PyTorch's default: 30 minutes");
-    TU_FAILS(ca_dist_init(0), CA_STATUS_DIST, "already initialised");
+    TU_FAILS(dist_init(0), CA_STATUS_DIST, "already initialised");
     TU_FAILS(ca_dist_set_timeout(0), CA_STATUS_VALUE, "> 0");
-    cr_assert_eq(ca_dist_destroy(), CA_OK);
+    ca_status destroyed;
+    MPI_UNCHECKED(destroyed = ca_dist_destroy());
+    cr_assert_eq(destroyed, CA_OK);
     cr_assert(!ca_dist_is_initialized());
-    cr_assert_eq(ca_dist_init(5), CA_OK, "a new group after destroy: %s", ca_last_error());
+    cr_assert_eq(dist_init(5), CA_OK, "a new group after destroy: %s", ca_last_error());
     cr_assert_eq(ca_dist_get_timeout(&timeout), CA_OK);
     cr_assert_float_eq(timeout, 5.0, 0.0);
-    cr_assert_eq(ca_dist_finalize(), CA_OK);
+    cr_assert_eq(dist_finalize(), CA_OK);
 }
 
 Test(dist, collectives_of_one_rank) {
@@ -70,7 +99,7 @@ Test(dist, collectives_of_one_rank) {
     cr_assert_eq(ca_dist_barrier(NULL), CA_OK);
     ca_tensor_release(t);
     ca_tensor_release(out);
-    cr_assert_eq(ca_dist_finalize(), CA_OK);
+    cr_assert_eq(dist_finalize(), CA_OK);
 }
 
 Test(dist, collective_errors) {
@@ -90,7 +119,7 @@ Test(dist, collective_errors) {
     ca_tensor_release(nc);
     ca_tensor_release(f);
     ca_tensor_release(wrong);
-    cr_assert_eq(ca_dist_finalize(), CA_OK);
+    cr_assert_eq(dist_finalize(), CA_OK);
 }
 
 Test(dist, environment_must_agree_with_mpi) {
@@ -98,15 +127,15 @@ Test(dist, environment_must_agree_with_mpi) {
         cr_skip_test("built without MPI");
     setenv("RANK", "1", 1);
     setenv("WORLD_SIZE", "2", 1);
-    TU_FAILS(ca_dist_init(0), CA_STATUS_DIST, "RANK=1 in the environment");
+    TU_FAILS(dist_init(0), CA_STATUS_DIST, "RANK=1 in the environment");
     cr_assert(!ca_dist_is_initialized());
     unsetenv("RANK");
-    TU_FAILS(ca_dist_init(0), CA_STATUS_DIST, "WORLD_SIZE=2");
+    TU_FAILS(dist_init(0), CA_STATUS_DIST, "WORLD_SIZE=2");
     unsetenv("WORLD_SIZE");
     setenv("CAGRAD_DIST_TIMEOUT", "7.5", 1);
-    cr_assert_eq(ca_dist_init(0), CA_OK, "%s", ca_last_error());
+    cr_assert_eq(dist_init(0), CA_OK, "%s", ca_last_error());
     double timeout = 0;
     cr_assert_eq(ca_dist_get_timeout(&timeout), CA_OK);
     cr_assert_float_eq(timeout, 7.5, 0.0);
-    cr_assert_eq(ca_dist_finalize(), CA_OK);
+    cr_assert_eq(dist_finalize(), CA_OK);
 }

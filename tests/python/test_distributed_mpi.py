@@ -48,7 +48,7 @@ def test_ddp_matches_one_process_and_ranks_stay_identical():
     assert rc == 0, out
     for check in ("collectives", "grads_eager", "grads_compiled", "no_sync",
                   "training_50_steps", "find_unused_parameters", "unfinished_reduction",
-                  "shape_mismatch"):
+                  "buffers", "shape_mismatch"):
         for rank in (0, 1):
             assert f"CHECK {check} rank {rank}" in out, (check, rank, out)
     assert "ALL OK rank 0" in out and "ALL OK rank 1" in out, out

@@ -212,6 +212,29 @@ def check_find_unused():
     done("unfinished_reduction")
 
 
+class WithBuffers(cagrad.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = cagrad.nn.Linear(IN, OUT)
+        self.register_buffer("count", cagrad.tensor([RANK + 1], dtype=cagrad.int64))
+        self.register_buffer("table", (cagrad.ones(3, 2) * RANK).t())  # not contiguous
+
+    def forward(self, x):
+        return self.lin(x) * self.table.sum()
+
+
+def check_buffers():
+    model = WithBuffers()
+    ddp = DDP(model)
+    assert model.count.tolist() == [1] and model.table.tolist() == [[0.0] * 3] * 2
+    with cagrad.no_grad():
+        model.count.add_(RANK)
+        model.table.add_(RANK)
+    ddp(cagrad.ones(1, IN))  # broadcast_buffers: rank 0's buffers again before forward
+    assert model.count.tolist() == [1] and model.table.tolist() == [[0.0] * 3] * 2
+    done("buffers")
+
+
 def check_shape_mismatch():
     width = HID + (1 if RANK == 1 else 0)
     model = cagrad.nn.Sequential(cagrad.nn.Linear(IN, width), cagrad.nn.Linear(width, OUT))
@@ -236,6 +259,7 @@ def main():
     check_no_sync()
     check_training_stays_in_step()
     check_find_unused()
+    check_buffers()
     check_shape_mismatch()
     dist.destroy_process_group()
     print(f"ALL OK rank {RANK}", flush=True)

@@ -311,6 +311,10 @@ class DistributedDataParallel(Module):
             for b in self.module.buffers():
                 if b.is_contiguous():
                     dist.broadcast(b, 0)
+                else:  # MPI sends contiguous memory: through a copy
+                    staged = b.contiguous()
+                    dist.broadcast(staged, 0)
+                    b.copy_(staged)
 
     def forward(self, *inputs, **kwargs):
         self.reducer.check_finished()
