@@ -442,26 +442,37 @@ static ca_status launch(const char *what, ca_tensor *t, const ca_tensor *input, 
 
 typedef struct {
     MPI_Datatype type;
+    MPI_Op op;
     int count, root;
 } coll_args;
 
 static int start_allreduce(ca_dist_work *w, void *arg) {
     const coll_args *a = arg;
-    return MPI_Iallreduce(MPI_IN_PLACE, cai_tensor_ptr(w->tensor), a->count, a->type, MPI_SUM,
-                          g.comm, &w->req);
+    return MPI_Iallreduce(MPI_IN_PLACE, cai_tensor_ptr(w->tensor), a->count, a->type, a->op, g.comm,
+                          &w->req);
+}
+
+/* AVG is a sum, divided when done. */
+static MPI_Op mpi_op(ca_dist_op op) {
+    switch (op) {
+    case CA_DIST_PRODUCT: return MPI_PROD;
+    case CA_DIST_MIN: return MPI_MIN;
+    case CA_DIST_MAX: return MPI_MAX;
+    default: return MPI_SUM;
+    }
 }
 
 ca_status ca_dist_all_reduce(ca_tensor *t, ca_dist_op op, ca_dist_work **work) {
     coll_args a = {0};
     CA_CHECK(buffer_of(t, "all_reduce", &a.type, &a.count));
-    if (op != CA_DIST_SUM && op != CA_DIST_AVG)
+    if ((int)op < CA_DIST_SUM || (int)op > CA_DIST_MAX)
         return err_set(CA_STATUS_INVALID,
-                       "all_reduce: unknown op %d (CA_DIST_SUM or "
-                       "CA_DIST_AVG)",
+                       "all_reduce: unknown op %d (CA_DIST_SUM, _AVG, _PRODUCT, _MIN, _MAX)",
                        (int)op);
     if (op == CA_DIST_AVG && t->dtype == CA_INT64)
         return err_set(CA_STATUS_DTYPE, "all_reduce: ReduceOp.AVG needs a floating-point "
                                         "tensor (an int64 mean would be rounded); use SUM");
+    a.op = mpi_op(op);
     return launch("all_reduce", t, NULL, op == CA_DIST_AVG, start_allreduce, &a, work);
 }
 

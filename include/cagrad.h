@@ -1144,7 +1144,13 @@ ca_status ca_op_apply(int index, int n_tensors, ca_tensor *const *tensors, int n
  * fail with CA_STATUS_DIST, naming the package and the option.
  * Thread-safe: yes (MPI calls are serialised by an internal lock).
  */
-typedef enum { CA_DIST_SUM = 0, CA_DIST_AVG = 1 } ca_dist_op;
+typedef enum {
+    CA_DIST_SUM = 0,
+    CA_DIST_AVG = 1, /* the sum divided by the number of ranks: float dtypes only */
+    CA_DIST_PRODUCT = 2,
+    CA_DIST_MIN = 3,
+    CA_DIST_MAX = 4,
+} ca_dist_op;
 typedef struct ca_dist_work ca_dist_work;
 
 /* True when this build has MPI. */
@@ -1173,7 +1179,7 @@ ca_status ca_dist_destroy(void);
  * Errors: CA_STATUS_DIST (MPI not initialised). */
 ca_status ca_dist_finalize(void);
 
-/* t = the sum (or mean: CA_DIST_AVG, float dtypes only) of t over the ranks.
+/* t = the sum (CA_DIST_SUM; or mean, product, minimum, maximum) of t over the ranks.
  * Errors: CA_STATUS_INVALID (t NULL, not contiguous, op unknown), CA_STATUS_DTYPE (AVG on
  * int64), CA_STATUS_DIST (not initialised, broken, MPI failed, timeout), CA_STATUS_NOMEM. */
 ca_status ca_dist_all_reduce(ca_tensor *t, ca_dist_op op, ca_dist_work **work);

@@ -184,7 +184,7 @@ PyMethodDef glue_dist_methods[] = {
     {"dist_info", py_dist_info, METH_NOARGS, "dist_info() -> (rank, world_size, timeout_s)"},
     {"dist_set_timeout", py_dist_set_timeout, METH_VARARGS, "dist_set_timeout(seconds)"},
     {"dist_all_reduce", py_dist_all_reduce, METH_VARARGS,
-     "dist_all_reduce(t, op, async_op) -> work capsule or None; op 0 sum, 1 avg"},
+     "dist_all_reduce(t, op, async_op) -> work capsule or None; op: sum avg prod min max"},
     {"dist_broadcast", py_dist_broadcast, METH_VARARGS,
      "dist_broadcast(t, src, async_op) -> work capsule or None"},
     {"dist_all_gather", py_dist_all_gather, METH_VARARGS,

@@ -112,6 +112,7 @@ Test(dist, collective_errors) {
     cr_assert_eq(ca_dist_all_reduce(i, CA_DIST_SUM, NULL), CA_OK, "%s", ca_last_error());
     TU_FAILS(ca_dist_all_reduce(nc, CA_DIST_SUM, NULL), CA_STATUS_INVALID, "contiguous");
     TU_FAILS(ca_dist_all_reduce(NULL, CA_DIST_SUM, NULL), CA_STATUS_INVALID, "NULL");
+    TU_FAILS(ca_dist_all_reduce(f, (ca_dist_op)9, NULL), CA_STATUS_INVALID, "unknown op 9");
     TU_FAILS(ca_dist_broadcast(f, 1, NULL), CA_STATUS_VALUE, "src 1 is not a rank");
     TU_FAILS(ca_dist_all_gather(f, wrong, NULL), CA_STATUS_SHAPE, "need 3");
     TU_FAILS(ca_dist_all_gather(f, i, NULL), CA_STATUS_DTYPE, "int64");

@@ -62,6 +62,16 @@ static void reduce_checks(ca_dtype dt) {
     for (int i = 0; i < 4; i++)
         expect("sum", i, at(t, i), 10 * ranks_sum + size * i);
     ca_tensor_release(t);
+    t = vec(dt, 4, (rank + 1) * 10.0);
+    CHECK(ca_dist_all_reduce(t, CA_DIST_MAX, NULL));
+    for (int i = 0; i < 4; i++)
+        expect("max", i, at(t, i), 10.0 * size + i);
+    ca_tensor_release(t);
+    t = vec(dt, 4, (rank + 1) * 10.0);
+    CHECK(ca_dist_all_reduce(t, CA_DIST_MIN, NULL));
+    for (int i = 0; i < 4; i++)
+        expect("min", i, at(t, i), 10.0 + i);
+    ca_tensor_release(t);
     if (dt == CA_INT64)
         return;
     t = vec(dt, 4, (rank + 1) * 10.0);

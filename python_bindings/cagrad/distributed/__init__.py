@@ -26,8 +26,9 @@ _finalize_registered = False
 
 
 class ReduceOp(enum.Enum):
-    """The reductions of all_reduce. cagrad runs SUM and AVG; the others are named so that
-    code which mentions them imports, and all_reduce refuses them."""
+    """The reductions of all_reduce. cagrad runs SUM, AVG, PRODUCT, MIN and MAX; the
+    bitwise ones and PREMUL_SUM are named so that code which mentions them imports, and
+    all_reduce refuses them."""
     SUM = 0
     AVG = 1
     PRODUCT = 2
@@ -193,12 +194,12 @@ def _result(handle, async_op, on_done=None):
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
-    """tensor = the sum (ReduceOp.SUM) or mean (ReduceOp.AVG, floating dtypes) over the
-    ranks, in place."""
+    """tensor = the sum (ReduceOp.SUM), mean (AVG, floating dtypes), PRODUCT, MIN or MAX
+    over the ranks, in place."""
     _check_tensor(tensor, "all_reduce")
-    if op not in (ReduceOp.SUM, ReduceOp.AVG):
-        raise RuntimeError(f"cagrad.distributed.all_reduce: {op} is not supported (SUM and "
-                           f"AVG are). See docs/distributed.md")
+    if op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX):
+        raise RuntimeError(f"cagrad.distributed.all_reduce: {op} is not supported (SUM, AVG, "
+                           f"PRODUCT, MIN and MAX are). See docs/distributed.md")
     return _result(_C.dist_all_reduce(tensor, op.value, bool(async_op)), async_op)
 
 

@@ -43,6 +43,18 @@ def check_collectives():
         dist.all_reduce(t)
         ranks = WORLD * (WORLD + 1) // 2
         assert t.tolist() == [ranks, 2 * ranks, 3 * ranks], (dtype, t.tolist())
+    for op, want in ((dist.ReduceOp.PRODUCT, np.prod), (dist.ReduceOp.MIN, np.min),
+                     (dist.ReduceOp.MAX, np.max)):
+        values = [[r + 2, 5 - 3 * r] for r in range(WORLD)]
+        t = cagrad.tensor(values[RANK], dtype=cagrad.int64)
+        dist.all_reduce(t, op=op)
+        assert t.tolist() == want(np.array(values), axis=0).tolist(), (op, t.tolist())
+    try:
+        dist.all_reduce(cagrad.ones(2), op=dist.ReduceOp.BXOR)
+    except RuntimeError as e:
+        assert "BXOR is not supported" in str(e), e
+    else:
+        raise AssertionError("BXOR was accepted")
     t = cagrad.tensor([2.0, 4.0], dtype=cagrad.float64) * (RANK + 1)
     work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
     assert work.wait() is True
