@@ -34,6 +34,7 @@ static struct {
     int rank, size;
     double timeout;
     char broken_why[256];
+    ca_dist_work *running; /* started and not yet seen done: drained before leaving */
 } g;
 
 struct ca_dist_work {
@@ -43,6 +44,7 @@ struct ca_dist_work {
     ca_tensor *input;  /* read by MPI until done (all_gather's input) */
     double deadline;   /* monotonic seconds */
     bool avg, done;
+    ca_dist_work *prev, *next; /* g.running, while not done */
 };
 
 static double now_s(void) {
@@ -225,7 +227,10 @@ static void abort_if_broken(void) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+static ca_status drain(void);
+
 ca_status ca_dist_destroy(void) {
+    drain();
     pthread_mutex_lock(&dist_lock);
     ca_status st = g.group ? CA_OK : need_group("ca_dist_destroy");
     if (st == CA_OK) {
@@ -238,6 +243,7 @@ ca_status ca_dist_destroy(void) {
 }
 
 ca_status ca_dist_finalize(void) {
+    drain();
     pthread_mutex_lock(&dist_lock);
     ca_status st = CA_OK;
     if (!g.mpi_up)
@@ -299,11 +305,29 @@ static ca_status work_new(const char *what, ca_tensor *t, const ca_tensor *input
     w->input = input ? ca_tensor_retain((ca_tensor *)input) : NULL;
     w->req = MPI_REQUEST_NULL;
     w->deadline = now_s() + g.timeout;
+    w->next = g.running;
+    if (g.running)
+        g.running->prev = w;
+    g.running = w;
     *out = w;
     return CA_OK;
 }
 
+/* Off g.running; the lock is held. */
+static void work_unlink(ca_dist_work *w) {
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (g.running == w)
+        g.running = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+}
+
+/* The lock is held when w may still be on g.running (a launch that failed). */
 static void work_release(ca_dist_work *w) {
+    if (!w->done)
+        work_unlink(w);
     ca_tensor_release(w->tensor);
     ca_tensor_release(w->input);
     cai_mem_free(w);
@@ -312,6 +336,7 @@ static void work_release(ca_dist_work *w) {
 /* The work is done: AVG divides the sum by the number of ranks. */
 static void work_finish(ca_dist_work *w) {
     w->done = true;
+    work_unlink(w);
     if (!w->avg)
         return;
     int64_t n = ca_tensor_numel(w->tensor);
@@ -331,7 +356,7 @@ static void work_finish(ca_dist_work *w) {
 static ca_status work_poll(ca_dist_work *w) {
     if (w->done)
         return CA_OK;
-    if (g.broken)
+    if (g.broken || !g.group) /* MPI may be finalised: never touch the request then */
         return need_group(w->what);
     int flag = 0;
     int rc = MPI_Test(&w->req, &flag, MPI_STATUS_IGNORE);
@@ -373,6 +398,20 @@ ca_status ca_dist_work_wait(ca_dist_work *w) {
     }
 }
 
+/* Wait for every collective still running before the communicator or MPI goes away (an
+ * MPI_Finalize under a request of a freed communicator crashes). A timeout here breaks the
+ * group, and leaving it then aborts. Works must not be freed on other threads meanwhile. */
+static ca_status drain(void) {
+    for (;;) {
+        pthread_mutex_lock(&dist_lock);
+        ca_dist_work *w = g.group && !g.broken ? g.running : NULL;
+        pthread_mutex_unlock(&dist_lock);
+        if (!w)
+            return CA_OK;
+        CA_CHECK(ca_dist_work_wait(w));
+    }
+}
+
 ca_status ca_dist_work_is_completed(ca_dist_work *w, bool *done) {
     CA_ARG_NOT_NULL(w, "ca_dist_work_is_completed");
     CA_ARG_NOT_NULL(done, "ca_dist_work_is_completed");
@@ -387,10 +426,11 @@ void ca_dist_work_free(ca_dist_work *w) {
     if (!w)
         return;
     pthread_mutex_lock(&dist_lock);
-    bool stuck = !w->done && g.broken;
+    bool stuck = !w->done && (g.broken || !g.group);
     pthread_mutex_unlock(&dist_lock);
-    /* MPI may still write the buffers of a work that never finished: leaked on purpose. A
-     * failed wait here is not the caller's error, so it must not replace their message. */
+    /* MPI may still write the buffers of a work that never finished (a timeout, or its
+     * group left before it was waited for): leaked on purpose. A failed wait here is not
+     * the caller's error, so it must not replace their message. */
     if (stuck)
         return;
     if (!w->done) {

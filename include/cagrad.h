@@ -1199,7 +1199,8 @@ ca_status ca_dist_work_wait(ca_dist_work *w);
  * less the timeout. */
 ca_status ca_dist_work_is_completed(ca_dist_work *w, bool *done);
 /* Free w (NULL is a no-op). A work still running is waited for first; if that fails
- * (timeout) its buffers are leaked, since MPI may still write them. */
+ * (timeout), or its group was destroyed before, its buffers are leaked, since MPI may
+ * still write them, and MPI is not called. */
 void ca_dist_work_free(ca_dist_work *w);
 
 #ifdef __cplusplus

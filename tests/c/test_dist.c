@@ -57,7 +57,8 @@ Test(dist, without_mpi_every_call_names_the_package) {
 Test(dist, one_rank_world) {
     int rank = -1, size = -1;
     double timeout = 0;
-    TU_FAILS(ca_dist_rank(&rank), CA_STATUS_DIST, "not initialised");
+    if (ca_dist_is_available())
+        TU_FAILS(ca_dist_rank(&rank), CA_STATUS_DIST, "not initialised");
     init_or_skip();
     cr_assert(ca_dist_is_initialized());
     cr_assert_eq(ca_dist_rank(&rank), CA_OK);

@@ -273,6 +273,10 @@ def main():
     check_find_unused()
     check_buffers()
     check_shape_mismatch()
+    # a Work never waited for outlives the group and MPI itself (freed at interpreter
+    # exit, after MPI_Finalize): it must not call MPI then
+    global PENDING
+    PENDING = dist.all_reduce(cagrad.ones(3), async_op=True)
     dist.destroy_process_group()
     print(f"ALL OK rank {RANK}", flush=True)
 
