@@ -5,11 +5,12 @@ import warnings
 from .. import _C
 from .._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
-from . import function, functional, graph
+from . import function, functional, graph, variable
 from .function import Function
+from .variable import Variable
 
 __all__ = ["grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-           "Function", "function", "graph"]
+           "Function", "function", "graph", "Variable"]
 
 
 def __getattr__(name):
@@ -82,8 +83,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                              f"{len(outputs)} outputs; give one per output (None allowed)")
     if allow_unused is None:
         allow_unused = materialize_grads
-    grads = _C.grad(outputs, inputs, grad_outputs, _retain(retain_graph, create_graph),
-                    bool(allow_unused), bool(create_graph))
+    with variable._BackwardScope():
+        grads = _C.grad(outputs, inputs, grad_outputs, _retain(retain_graph, create_graph),
+                        bool(allow_unused), bool(create_graph))
     if materialize_grads:
         grads = [_C.zeros(x._dtype, x._shape) if g is None else g for g, x in zip(grads, inputs)]
     return tuple(grads)
@@ -108,7 +110,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     inputs = () if inputs is None else inputs
     if len(tensors) == 1:
         _check_outputs(tensors)
-        _C.backward(tensors[0], grad_tensors[0], retain, inputs, bool(create_graph))
+        with variable._BackwardScope():
+            _C.backward(tensors[0], grad_tensors[0], retain, inputs, bool(create_graph))
         return
     # Several roots run as one backward through sum_i <t_i, g_i>, so that hooks and
     # accumulation happen once, as in torch.
@@ -124,4 +127,5 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                                    f"{list(t._shape)}")
             term = _C.sum(t if g is None else _C.mul(t, g), (), False)
             root = term if root is None else _C.add(root, term)
-    _C.backward(root, None, retain, inputs, bool(create_graph))
+    with variable._BackwardScope():
+        _C.backward(root, None, retain, inputs, bool(create_graph))
