@@ -5,12 +5,11 @@ import warnings
 from .. import _C
 from .._grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
-from . import function, functional, graph, variable
+from . import function, functional, graph
 from .function import Function
-from .variable import Variable
 
 __all__ = ["grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-           "Function", "function", "graph", "Variable"]
+           "Function", "function", "graph"]
 
 
 def __getattr__(name):
@@ -32,6 +31,14 @@ def _as_tuple(value, what):
                                 f"{type(v).__name__}")
         return tuple(value)
     raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, not {type(value).__name__}")
+
+
+# torch.autograd.Variable, and its engine's queue_callback: callbacks that run when the
+# backward in progress ends (variable.py; grad() and backward() below open its scope)
+from . import variable  # noqa: E402
+from .variable import Variable  # noqa: E402
+
+__all__ += ["Variable"]
 
 
 def _check_outputs(outputs):
