@@ -113,6 +113,7 @@ test-c:
 	@bash scripts/test-check-symbols.sh
 	@bash scripts/check-symbols.sh $(BUILD_DIR)
 	@bash scripts/test-install.sh $(BUILD_DIR)
+	@bash scripts/test-mpi.sh $(BUILD_DIR)
 
 # The package under test is build/python (the extension plus symlinked sources).
 test-py:

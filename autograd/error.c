@@ -73,6 +73,7 @@ const char *ca_status_name(ca_status status) {
     case CA_STATUS_HOOK: return "CA_STATUS_HOOK";
     case CA_STATUS_INTERNAL: return "CA_STATUS_INTERNAL";
     case CA_STATUS_VALUE: return "CA_STATUS_VALUE";
+    case CA_STATUS_DIST: return "CA_STATUS_DIST";
     }
     return "CA_STATUS_UNKNOWN";
 }

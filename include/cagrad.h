@@ -132,6 +132,7 @@ typedef enum {
     CA_STATUS_HOOK = -8,     /* a hook failed or returned a gradient that does not fit */
     CA_STATUS_INTERNAL = -9, /* a broken internal invariant: please report it */
     CA_STATUS_VALUE = -10,   /* an argument's value is outside its range (Python: ValueError) */
+    CA_STATUS_DIST = -11,    /* distributed: no MPI in this build, not initialised, a timeout */
 } ca_status;
 
 /* The thread's error: failing calls set it, calls that succeed leave it alone. The next
@@ -1137,6 +1138,82 @@ ca_status ca_op_find(const char *name, int *index);
  * Thread-safe: per group, as the op. */
 ca_status ca_op_apply(int index, int n_tensors, ca_tensor *const *tensors, int n_scalars,
                       const double *scalars, ca_tensor **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Distributed data parallelism over Open MPI (docs/distributed.md)
+ *
+ * One process per rank, started by Open MPI's launcher (mpirun -np 2 prog). The
+ * collectives work in place on contiguous float32, float64 or int64 tensors and are the
+ * same call on every rank, in the same order. With `work` NULL a call blocks until done;
+ * with a ca_dist_work ** it starts a non-blocking MPI collective and stores a new handle
+ * (free it with ca_dist_work_free) whose tensors must not be read or written until
+ * ca_dist_work_wait returns. A wait polls MPI and fails with CA_STATUS_DIST, naming the
+ * rank and the collective, once the timeout passes (a peer that died or hangs), instead of
+ * blocking forever; the group is then broken: later collectives fail at once, and
+ * ca_dist_finalize aborts the MPI job (MPI_Abort) since MPI cannot finish a collective a
+ * peer never joins. A build without MPI (CMake -DCAGRAD_MPI=OFF, or AUTO without
+ * libopenmpi-dev) has every function below: ca_dist_is_available() is false and the others
+ * fail with CA_STATUS_DIST, naming the package and the option.
+ * Thread-safe: yes (MPI calls are serialised by an internal lock).
+ */
+typedef enum {
+    CA_DIST_SUM = 0,
+    CA_DIST_AVG = 1, /* the sum divided by the number of ranks: float dtypes only */
+    CA_DIST_PRODUCT = 2,
+    CA_DIST_MIN = 3,
+    CA_DIST_MAX = 4,
+} ca_dist_op;
+typedef struct ca_dist_work ca_dist_work;
+
+/* True when this build has MPI. */
+bool ca_dist_is_available(void);
+/* Join the process group: MPI_Init_thread (unless MPI is already initialised; then it is
+ * not finalised here either) and a private communicator. timeout_seconds <= 0 takes
+ * $CAGRAD_DIST_TIMEOUT, else 1800 (PyTorch's 30 minutes). Torchrun-style RANK, WORLD_SIZE
+ * and LOCAL_RANK, when set, must agree with Open MPI's rank, size and local rank.
+ * Errors: CA_STATUS_DIST (no MPI; already initialised; MPI failed; the environment
+ * disagrees with MPI). */
+ca_status ca_dist_init(double timeout_seconds);
+bool ca_dist_is_initialized(void);
+/* This process's rank, the number of ranks, the timeout in seconds.
+ * Errors: CA_STATUS_INVALID (out NULL), CA_STATUS_DIST (not initialised). */
+ca_status ca_dist_rank(int *out);
+ca_status ca_dist_world_size(int *out);
+ca_status ca_dist_get_timeout(double *out);
+/* Change the timeout of later waits (seconds > 0). Errors: CA_STATUS_VALUE, CA_STATUS_DIST. */
+ca_status ca_dist_set_timeout(double seconds);
+/* Leave the group (every rank calls it); MPI stays initialised, so ca_dist_init can make a
+ * new group. MPI_Abort instead when a collective timed out.
+ * Errors: CA_STATUS_DIST (not initialised). */
+ca_status ca_dist_destroy(void);
+/* Leave the group if still in it and finalise MPI (if ca_dist_init started it); MPI cannot
+ * start again in this process. MPI_Abort instead when a collective timed out.
+ * Errors: CA_STATUS_DIST (MPI not initialised). */
+ca_status ca_dist_finalize(void);
+
+/* t = the sum (CA_DIST_SUM; or mean, product, minimum, maximum) of t over the ranks.
+ * Errors: CA_STATUS_INVALID (t NULL, not contiguous, op unknown), CA_STATUS_DTYPE (AVG on
+ * int64), CA_STATUS_DIST (not initialised, broken, MPI failed, timeout), CA_STATUS_NOMEM. */
+ca_status ca_dist_all_reduce(ca_tensor *t, ca_dist_op op, ca_dist_work **work);
+/* t = rank src's t. Errors: as ca_dist_all_reduce, and CA_STATUS_VALUE (src out of range). */
+ca_status ca_dist_broadcast(ca_tensor *t, int src, ca_dist_work **work);
+/* out (contiguous, world_size * numel(in) elements, in's dtype) = every rank's `in`, by
+ * rank. Errors: as ca_dist_all_reduce, and CA_STATUS_SHAPE / CA_STATUS_DTYPE (out does
+ * not fit). */
+ca_status ca_dist_all_gather(const ca_tensor *in, ca_tensor *out, ca_dist_work **work);
+/* Wait until every rank has called it. Errors: CA_STATUS_DIST. */
+ca_status ca_dist_barrier(ca_dist_work **work);
+
+/* Wait for w (idempotent once done). A timeout breaks the group (above).
+ * Errors: CA_STATUS_INVALID (w NULL), CA_STATUS_DIST (timeout; MPI failed). */
+ca_status ca_dist_work_wait(ca_dist_work *w);
+/* *done = whether w has finished (polls MPI; never blocks). Errors: as ca_dist_work_wait,
+ * less the timeout. */
+ca_status ca_dist_work_is_completed(ca_dist_work *w, bool *done);
+/* Free w (NULL is a no-op). A work still running is waited for first; if that fails
+ * (timeout), or its group was destroyed before, its buffers are leaked, since MPI may
+ * still write them, and MPI is not called. */
+void ca_dist_work_free(ca_dist_work *w);
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,13 @@ check_all() {
     # scripts/python-env.sh makes .venv with `python3 -m venv` (Debian splits it out).
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need python3-venv "Python venv + ensurepip"
 
+    # Open MPI for cagrad.distributed (CMake's CAGRAD_MPI=AUTO uses it when found): the
+    # launcher, and the headers and library (pkg-config module ompi-c).
+    have mpirun || need openmpi-bin "Open MPI launcher (mpirun, for cagrad.distributed)"
+    if ! have pkg-config || ! pkg-config --exists ompi-c; then
+        need libopenmpi-dev "Open MPI headers and library (pkg-config module ompi-c)"
+    fi
+
     # Graphviz's dot renders the compiled backward graph as SVG (make demo).
     have dot || need graphviz "graphviz (dot, for the demo's graph SVG)"
 

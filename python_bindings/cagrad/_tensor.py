@@ -170,7 +170,8 @@ class Tensor(_TensorBase):
         if inputs is not None or create_graph:
             _autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
             return
-        _C.backward(self, gradient, bool(retain_graph))
+        with _autograd.variable._BackwardScope():  # queue_callback's callbacks run at its end
+            _C.backward(self, gradient, bool(retain_graph))
 
     def detach(self):
         return _C.detach(self)

@@ -315,9 +315,9 @@ def test_compile_non_callable_raises_like_torch():
 # --------------------------------------------------------------------- distributed
 def test_distributed_names():
     import cagrad.distributed as dist
-    assert dist.is_available() is False  # cagrad has no distributed support yet
+    assert dist.is_available() is ca._C.dist_is_available()  # Open MPI (test_distributed.py)
     assert dist.is_initialized() is torch.distributed.is_initialized() is False
-    with pytest.raises(RuntimeError, match="no distributed support"):
+    with pytest.raises(RuntimeError, match="backend 'gloo' is not available"):
         dist.init_process_group("gloo")
     for name in ("get_rank", "get_world_size"):
         for lib_dist in (torch.distributed, dist):
@@ -346,5 +346,5 @@ def test_data_parallel_wraps_and_runs_like_torch():
 
 
 def test_distributed_data_parallel_raises():
-    with pytest.raises(RuntimeError, match="no distributed support"):
+    with pytest.raises(ValueError, match="process group has not been initialized"):
         ca.nn.parallel.DistributedDataParallel(ca.nn.Linear(1, 1))

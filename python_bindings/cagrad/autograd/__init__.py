@@ -36,6 +36,14 @@ def _as_tuple(value, what):
     raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, not {type(value).__name__}")
 
 
+# torch.autograd.Variable, and its engine's queue_callback: callbacks that run when the
+# backward in progress ends (variable.py; grad() and backward() below open its scope)
+from . import variable  # noqa: E402
+from .variable import Variable  # noqa: E402
+
+__all__ += ["Variable"]
+
+
 def _check_outputs(outputs):
     # torch's message, e.g. for a gradient made without create_graph=True
     for i, t in enumerate(outputs):
@@ -85,8 +93,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                              f"{len(outputs)} outputs; give one per output (None allowed)")
     if allow_unused is None:
         allow_unused = materialize_grads
-    grads = _C.grad(outputs, inputs, grad_outputs, _retain(retain_graph, create_graph),
-                    bool(allow_unused), bool(create_graph))
+    with variable._BackwardScope():
+        grads = _C.grad(outputs, inputs, grad_outputs, _retain(retain_graph, create_graph),
+                        bool(allow_unused), bool(create_graph))
     if materialize_grads:
         grads = [_C.zeros(x._dtype, x._shape) if g is None else g for g, x in zip(grads, inputs)]
     return tuple(grads)
@@ -111,7 +120,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     inputs = () if inputs is None else inputs
     if len(tensors) == 1:
         _check_outputs(tensors)
-        _C.backward(tensors[0], grad_tensors[0], retain, inputs, bool(create_graph))
+        with variable._BackwardScope():
+            _C.backward(tensors[0], grad_tensors[0], retain, inputs, bool(create_graph))
         return
     # Several roots run as one backward through sum_i <t_i, g_i>, so that hooks and
     # accumulation happen once, as in torch.
@@ -127,4 +137,5 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                                    f"{list(t._shape)}")
             term = _C.sum(t if g is None else _C.mul(t, g), (), False)
             root = term if root is None else _C.add(root, term)
-    _C.backward(root, None, retain, inputs, bool(create_graph))
+    with variable._BackwardScope():
+        _C.backward(root, None, retain, inputs, bool(create_graph))

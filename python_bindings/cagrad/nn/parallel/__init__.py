@@ -2,10 +2,12 @@
 
 DataParallel does what PyTorch's does on a machine without GPUs: it wraps the module
 (registered as .module, so state_dict keys start with "module.") and runs it as is.
-DistributedDataParallel needs a process group, which cagrad cannot make, so it raises.
+DistributedDataParallel (distributed.py) averages gradients across the ranks of
+cagrad.distributed (Open MPI).
 """
 
 from ..module import Module
+from .distributed import DistributedDataParallel
 
 __all__ = ["DataParallel", "DistributedDataParallel"]
 
@@ -21,11 +23,3 @@ class DataParallel(Module):
 
     def forward(self, *inputs, **kwargs):
         return self.module(*inputs, **kwargs)
-
-
-class DistributedDataParallel(Module):
-    def __init__(self, module, *args, **kwargs):
-        raise RuntimeError("cagrad.nn.parallel.DistributedDataParallel needs a process group, "
-                           "and cagrad has no distributed support "
-                           "(cagrad.distributed.is_available() is False); use the module "
-                           "directly. See docs/python-api.md")

@@ -8,8 +8,11 @@ from .dataset import (ChainDataset, ConcatDataset, Dataset, IterableDataset, Sub
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
                       SubsetRandomSampler, WeightedRandomSampler)
 from .worker import WorkerInfo, get_worker_info
+from . import distributed  # noqa: E402 (torch.utils.data.distributed)
+from .distributed import DistributedSampler
 
 __all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
+           "DistributedSampler",
            "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "Subset",
            "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler", "WorkerInfo",
            "default_collate", "default_convert", "get_worker_info", "random_split"]

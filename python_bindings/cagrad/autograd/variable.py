@@ -1,0 +1,59 @@
+"""torch.autograd.Variable: the legacy name of Tensor (isinstance(t, Variable) holds for every
+tensor) and Variable._execution_engine, whose queue_callback(fn) runs fn once the backward
+running now has finished, before backward() / grad() returns: hooks use it for work that
+needs every gradient (as PyTorch's DistributedDataParallel once did)."""
+
+__all__ = ["Variable", "VariableMeta"]
+
+# One queue per backward running, innermost last (a backward started inside a hook, such
+# as checkpointing's recomputation, nests). Backwards run one at a time in the process
+# (the library lock), and a hook may run on another thread than the one that called
+# backward(), so this is process-wide rather than per thread.
+_running = []
+
+
+class _ExecutionEngine:
+    def queue_callback(self, callback):
+        """Run callback() when the current backward ends (in queue order; a callback may
+        queue more). Outside a backward: RuntimeError, as in PyTorch."""
+        if not _running:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        _running[-1].append(callback)
+
+
+class _BackwardScope:
+    """Around one backward: its queue, run when the backward succeeded, dropped when it
+    raised."""
+
+    def __enter__(self):
+        self.queue = []
+        _running.append(self.queue)
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            i = 0
+            while exc_type is None and i < len(self.queue):
+                self.queue[i]()
+                i += 1
+        finally:
+            _running.pop()
+        return False
+
+
+class VariableMeta(type):
+    def __instancecheck__(cls, other):
+        from .._tensor import Tensor
+        return isinstance(other, Tensor)
+
+
+class Variable(metaclass=VariableMeta):
+    """Variable(t, requires_grad=False) gives a tensor over t's data, as PyTorch's legacy
+    constructor does."""
+
+    _execution_engine = _ExecutionEngine()
+
+    def __new__(cls, data, requires_grad=False, volatile=False):
+        out = data.detach()
+        if requires_grad:
+            out.requires_grad_(True)
+        return out
