@@ -8,10 +8,7 @@
  * outputs, in the eager engine's order. When a graph cannot be compiled (the cache bound
  * is reached, or a rule the graph IR cannot express yet), the engine runs it eagerly.
  */
-#include "autograd/compiled.h"
-
-#include "autograd/compiled_callout.h"
-#include "autograd/compiled_double.h"
+#include "autograd/compiled_entry.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -21,29 +18,6 @@
 
 #define MAX_DEPTH           16
 #define DEFAULT_CACHE_LIMIT 8
-
-/* What a cache entry holds: the graph, its plan, its arena, and per-run scratch, all
- * allocated when it is compiled so a steady-state run allocates nothing. */
-typedef struct {
-    graph *g;
-    trace_read *reads; /* saved tensors the rules read: checked before each run */
-    int n_reads;
-    trace_callout *callouts; /* its call-outs, by number */
-    int n_callouts;
-    /* per lifted leaf: its accumulate_grad reads a call-out result nothing else reads, so
-     * a result no one else holds may become .grad itself (as eager steals it) */
-    uint8_t *steal;
-    graph_plan *plan;
-    void *arena;
-    size_t arena_cap;
-    int n_symbols;
-    int64_t *sym_values;
-    int n_inputs;
-    graph_view *inputs;
-    dbl_tape *tape;      /* create_graph: what makes its gradients differentiable */
-    pthread_mutex_t run; /* held by the thread running it: its scratch and plan are one run's */
-    bool verdict_logged; /* the verbose log has said how its plan runs on the pool */
-} compiled_graph;
 
 /* Compiled autograd's state, in two parts. This file owns both: other files see them only
  * through compiled.h's calls (cai_compiled_walk lends the walk to the engine for the length
@@ -263,24 +237,6 @@ static void log_new_node(const cache_lookup *l) {
             "[compiled_autograd_verbose] Cache miss due to new autograd node: %s (NodeCall %d) "
             "with key size %d, previous key sizes=[%s]\n",
             cai_key_node_name(&ca_thread->key, l->call), l->call, len, prev);
-}
-
-/* Once a compiled graph has timed its runs both ways: which it keeps, and why. */
-static void log_verdict(compiled_graph *cg) {
-    int64_t in_order, side;
-    int runs;
-    int v = cai_graph_plan_verdict(cg->plan, &in_order, &side, &runs);
-    if (v < 0)
-        return;
-    cg->verdict_logged = true;
-    fprintf(stderr,
-            "[compiled_autograd_verbose] graph runs %s on %d threads: steps side by side "
-            "took %.1f us, in order %.1f us (second fastest of %d timed runs each way; %s%d%%)\n",
-            v ? "its steps side by side" : "in order", ca_get_num_threads(), (double)side / 1e3,
-            (double)in_order / 1e3, runs,
-            runs < PLAN_TUNE_RUNS ? "given up early: side by side's best run was behind by over "
-                                  : "side by side must win by ",
-            runs < PLAN_TUNE_RUNS ? PLAN_TUNE_GIVE_UP_PCT - 100 : 5);
 }
 
 /* Called before the leaf records the new sizes: leaf->last_sizes and leaf->dynamic still
@@ -528,214 +484,8 @@ static ca_status compile_symbols(const compiled_call *c, cache_entry *e, bool *u
 }
 
 /* ---------------------------------------------------------------------------------------
- * Running an entry: the call-outs
- */
-typedef struct {
-    const compiled_call *c;
-    const compiled_graph *cg;
-    ca_tensor **outs; /* where GOP_OUTPUT i writes: c->grads_out, or a double backward's */
-    callout_state co; /* call-outs, and what the run still reads (hook replacements) */
-    ca_status st;
-} run_ctx;
-
-static void src_of(const graph_view *v, kern_src *src) {
-    src->data = v->data;
-    memcpy(src->strides, v->strides, sizeof(int64_t) * (size_t)v->ndim);
-}
-
-/* t.grad += v, or t.grad = copy of v when unset: the run-time branch that makes
- * zero_grad(set_to_none=True) cost no recompile. */
-static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
-    if (!t->grad)
-        return cai_tensor_from_view(v, &t->grad);
-    kern_src src;
-    src_of(v, &src);
-    cai_tensor_add_into(t->grad, &src);
-    return CA_OK;
-}
-
-static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view *in,
-                               graph_view *repl) {
-    const key_hook *kh = &ca_thread->key.hooks[n->a.i[0]];
-    ca_hook one = *kh->hook;
-    one.next = NULL; /* run just this hook, with the eager engine's checks and messages */
-    ca_tensor *g;
-    CA_CHECK(cai_tensor_from_view(in, &g));
-    ca_tensor *before = g;
-    ca_meta expect;
-    cai_tensor_meta(g, &expect);
-    ca_status st =
-        cai_hook_run_pre(&one, &g, &expect, cai_key_node_name(&ca_thread->key, kh->node_call));
-    if (st == CA_OK && g != before) {
-        CA_CHECK(cai_callout_keep(&r->co, g));
-        cai_view_of(g, repl); /* the run reads the replacement from here on */
-        return CA_OK;
-    }
-    ca_tensor_release(g);
-    return st;
-}
-
-static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in, graph_view *repl) {
-    switch (n->a.op) {
-    case GOP_HOOK: return call_pre_hook(r, n, in, repl);
-    case GOP_RETAIN: {
-        ca_tensor *t = node_retained(ca_thread->key.nodes[n->a.i[0] - 1], (int)n->a.i[1]);
-        return t ? grad_add_view(t, in) : CA_OK;
-    }
-    case GOP_CALLOUT_ARG: return cai_callout_arg(&r->co, n, in);
-    case GOP_CALLOUT: return cai_callout_call(&r->co, n);
-    case GOP_CALLOUT_RESULT: return cai_callout_result(&r->co, n, repl);
-    case GOP_ACCUMULATE: {
-        ca_tensor *leaf = ca_thread->key.lifted[n->a.i[0]].t;
-        if (!leaf->grad && r->cg->steal[n->a.i[0]] &&
-            (leaf->grad = cai_callout_take(&r->co, in)) != NULL)
-            return CA_OK; /* the call-out's result, which no one else holds, is .grad */
-        return grad_add_view(leaf, in);
-    }
-    case GOP_POST_HOOK: {
-        ca_hook one = *ca_thread->key.hooks[n->a.i[1]].hook;
-        one.next = NULL;
-        return cai_hook_run_post(&one, ca_thread->key.lifted[n->a.i[0]].t);
-    }
-    case GOP_OUTPUT: {
-        ca_tensor **slot = &r->outs[n->a.i[0]];
-        if (*slot)
-            return CA_OK; /* the first gradient to arrive is the one, as in eager */
-        return cai_tensor_from_view(in, slot);
-    }
-    default: return err_set(CA_STATUS_INTERNAL, "graph call-out for op %d", (int)n->a.op);
-    }
-}
-
-static int call_out_cb(void *ctx, const graph_node *n, const graph_view *in, graph_view *repl) {
-    run_ctx *r = ctx;
-    r->st = call_out(r, n, in, repl);
-    return r->st != CA_OK;
-}
-
-/* Where a GEMM may write a leaf's gradient itself (beta = 1 onto .grad, or beta = 0 into
- * a new one): the run-time branch of grad_add_view, without the copy or the add. */
-static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *dst,
-                             bool *has_grad) {
-    *has_grad = t->grad != NULL;
-    if (t->grad) {
-        cai_tensor_bump_version(t->grad); /* the runner writes it next */
-    } else {
-        ca_meta m = {.dtype = (ca_dtype)value->dtype, .ndim = value->ndim};
-        memcpy(m.shape, value->shape, sizeof(int64_t) * (size_t)value->ndim);
-        CA_CHECK(cai_tensor_new(&m, &t->grad));
-    }
-    cai_view_of(t->grad, dst);
-    return CA_OK;
-}
-
-static int accumulate_target_cb(void *ctx, const graph_node *acc, const graph_view *value,
-                                graph_view *dst, bool *has_grad) {
-    run_ctx *r = ctx;
-    r->st = grad_target(ca_thread->key.lifted[acc->a.i[0]].t, value, dst, has_grad);
-    return r->st != CA_OK;
-}
-
-/* The eager rules' checks of the saved tensors they read, in their order. */
-static ca_status check_reads(const compiled_graph *cg) {
-    for (int i = 0; i < cg->n_reads; i++)
-        CA_CHECK(cai_node_check_saved(ca_thread->key.nodes[cg->reads[i].call - 1], cg->reads[i].k));
-    return CA_OK;
-}
-
-/* This call's symbol values and input views, from the collected key. */
-static void bind(const cache_entry *e) {
-    compiled_graph *cg = e->compiled;
-    for (int s = 0; s < e->n_symbols; s++)
-        cg->sym_values[s] = ca_thread->key.sizes[e->first_slot[s]];
-    for (int i = 0; i < ca_thread->key.n_lifted; i++)
-        cai_view_of(ca_thread->key.lifted[i].t, &cg->inputs[i]);
-}
-
-/* The run with every step timed, and its work and span kept for
- * ca_compiled_autograd_last_profile. Without memory for the times it runs untimed. */
-static int run_profiled(compiled_graph *cg, graph_callbacks cb, ca_compiled_profile *p) {
-    int n = cai_graph_count(cg->g);
-    int64_t *ns = cai_mem_calloc((size_t)n + 1, sizeof(int64_t));
-    int rc = cai_graph_plan_run_timed(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb, ns);
-    if (ns && rc == 0)
-        cai_graph_plan_work_span(cg->plan, ns, &p->work_ns, &p->span_ns, &p->steps);
-    cai_mem_free(ns);
-    return rc;
-}
-
-/* How one run went, for the shared counters, profile and log (written under ca_lock after
- * the run, which holds only its entry's lock). */
-typedef struct {
-    bool profiling, verbose; /* the settings when it started */
-    bool side_by_side;
-    ca_compiled_profile profile; /* profiling: steps 0 when the run was not timed */
-} run_report;
-
-static ca_status run_entry(const compiled_call *c, const cache_entry *e, ca_tensor **outs,
-                           run_report *rep) {
-    compiled_graph *cg = e->compiled;
-    bind(e);
-    size_t bytes = cai_graph_plan_arena_bytes(cg->plan, cg->sym_values);
-    if (bytes > cg->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
-        cai_mem_data_free(cg->arena);
-        cg->arena_cap = 0;
-        if (!(cg->arena = cai_mem_data_alloc(bytes)))
-            return err_nomem("a compiled backward's arena");
-        cg->arena_cap = bytes;
-    }
-    run_ctx r = {.c = c,
-                 .cg = cg,
-                 .outs = outs,
-                 .co = {.k = &ca_thread->key, .table = cg->callouts},
-                 .st = CA_OK};
-    graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
-    int rc = rep->profiling
-                 ? run_profiled(cg, cb, &rep->profile)
-                 : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
-    cai_callout_end(&r.co);
-    rep->side_by_side = cai_graph_plan_ran_side_by_side(cg->plan);
-    if (rep->verbose && !cg->verdict_logged)
-        log_verdict(cg);
-    if (rc > 0)
-        return r.st;
-    if (rc < 0)
-        return err_set(CA_STATUS_INDEX, "%s", cai_graph_plan_error(cg->plan));
-    return CA_OK;
-}
-
-/* ---------------------------------------------------------------------------------------
  * One compiled backward
  */
-/* A double backward (compiled_double.h): the outputs (autograd.grad's, then each leaf's
- * gradient) become differentiable, then leaves accumulate theirs as the eager create_graph
- * backward does (CopyBackwards, then AddBackward0). */
-static ca_status run_double(const compiled_call *c, const cache_entry *e, run_report *rep) {
-    const key_collect *k = &ca_thread->key;
-    int n = c->n_targets + k->n_lifted;
-    ca_tensor **outs = cai_mem_calloc((size_t)n + 1, sizeof(ca_tensor *));
-    if (!outs)
-        return err_nomem("a compiled double backward's outputs");
-    ca_status st = run_entry(c, e, outs, rep);
-    const compiled_graph *cg = e->compiled;
-    dbl_sizes z = {cg->g, cg->sym_values, e->n_symbols};
-    if (st == CA_OK)
-        st = cai_dbl_attach(cg->tape, k, &z, n, outs);
-    for (int i = 0; i < c->n_targets; i++) {
-        if (st == CA_OK)
-            c->grads_out[i] = outs[i];
-        else
-            ca_tensor_release(outs[i]);
-    }
-    for (int i = 0; i < k->n_lifted; i++) {
-        ca_tensor *g = outs[c->n_targets + i];
-        if (g && st == CA_OK)
-            st = cai_grad_accumulate(k->lifted[i].t, g, true);
-        ca_tensor_release(g);
-    }
-    cai_mem_free(outs);
-    return st;
-}
 /* Free saved values as the eager engine does: those of every node whose rule ran. */
 static void release_saved(void) {
     for (int i = 0; i < ca_thread->key.n_nodes; i++) {
@@ -752,7 +502,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     *out = NULL;
     cache_lookup l = cai_cache_find(&compiled_autograd.cache, &ca_thread->key);
     if (l.kind == LOOKUP_HIT) {
-        CA_CHECK(check_reads(l.entry->compiled));
+        CA_CHECK(cai_entry_check_reads(l.entry->compiled, &ca_thread->key));
         compiled_autograd.counters.cache_hits++;
         *out = l.entry;
         return CA_OK;
@@ -806,7 +556,7 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     compiled_autograd.counters.fused_kernels +=
         cai_graph_count_fused(((const compiled_graph *)e->compiled)->g);
     if (compiled_autograd.log_graph) { /* each traced graph is printed once, when it is made */
-        bind(e);
+        cai_entry_bind(e, &ca_thread->key);
         log_graph(e->compiled);
     }
     *out = e;
@@ -900,7 +650,8 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
         return st;
     *ran = true;
     t->running = true;
-    st = c->create_graph ? run_double(c, e, &rep) : run_entry(c, e, c->grads_out, &rep);
+    st = c->create_graph ? cai_entry_run_double(c, e, &t->key, &rep)
+                         : cai_entry_run(c, e, &t->key, c->grads_out, &rep);
     t->running = false;
     pthread_mutex_unlock(&cg->run);
     ca_lock();
