@@ -44,8 +44,8 @@ static bool cast_flat(int ndim, const int64_t *shape, const int64_t *out_strides
     } while (0);
 #define CAST_FROM_BOOL(T)                                                                          \
     do {                                                                                           \
-        T *restrict o = j->out;                                                                    \
         const uint8_t *restrict x = j->src;                                                        \
+        T *restrict o = j->out; /* NOLINT(bugprone-macro-parentheses): T is a type */              \
         for (int64_t i = begin; i < end; i++)                                                      \
             o[i] = (T)x[i];                                                                        \
     } while (0);

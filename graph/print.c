@@ -73,7 +73,7 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
                             cai_graph_sx_str(g, (graph_sx)a->i[2], s2, sizeof s2),
                             (long long)a->i[3]);
     } else if (a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD || a->op == GOP_INDEX_SELECT ||
-               a->op == GOP_GATHER)
+               a->op == GOP_GATHER || a->op == GOP_CUMPROD)
         cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
     else if (a->op == GOP_NLL_BW)
         cai_graph_sb_printf(b, ", reduction=%lld, ignore_index=%lld", (long long)a->i[0],
@@ -82,8 +82,6 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
         cai_graph_sb_printf(b, ", mul=1");
     else if (a->op == GOP_INDEX_FILL)
         cai_graph_sb_printf(b, ", dim=%lld, value=%g", (long long)a->i[0], a->p[0]);
-    else if (a->op == GOP_CUMPROD)
-        cai_graph_sb_printf(b, ", dim=%lld", (long long)a->i[0]);
     else if (a->op == GOP_TRI)
         cai_graph_sb_printf(b, ", diagonal=%lld%s", (long long)a->i[0], a->i[1] ? ", upper=1" : "");
     else if (a->op == GOP_CUMSUM)
