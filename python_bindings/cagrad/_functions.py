@@ -24,7 +24,7 @@ from ._dtype import check_dtype, check_memory_format
 from ._ops import FUNCTIONS as _REGISTRY
 
 _TensorBase = _C.TensorBase
-_INT64 = 2  # _C dtype code
+_FLOAT32, _FLOAT64, _INT64 = 0, 1, 2  # _C dtype codes
 _BOOL = _bool_ops.BOOL
 
 
@@ -100,8 +100,59 @@ rsub_op = _arith("rsub", _swap(_C.sub), _C.rsub_scalar)
 mul_op = _arith("mul", _C.mul, _C.mul_scalar)
 div_op = _arith("div", _C.div, _C.div_scalar)
 rdiv_op = _arith("rdiv", _swap(_C.div), _C.rdiv_scalar)
-pow_op = _arith("pow", _C.pow, _C.pow_scalar)
-rpow_op = _arith("rpow", _swap(_C.pow), _C.rpow_scalar)
+_INTEGER_POW_ERROR = "Integers to negative integer powers are not allowed."
+
+
+def _integral_operand(x):
+    """An int64 or bool tensor, or a Python int or bool: pow's integer cases."""
+    return x._dtype in (_INT64, _BOOL) if isinstance(x, _TensorBase) else type(x) in (int, bool)
+
+
+def _integer_pow(base, exponent):
+    """torch's integer power: an int64 tensor, exact while the result fits in a double's 53
+    bits (computed in float64 and rounded). A negative Python exponent is torch's error; a
+    negative element of an exponent tensor gives what torch's integer kernel gives: 1 or -1
+    for a base of 1 or -1, else 0."""
+    def f64(x):
+        return _C.to_dtype(x, _FLOAT64) if isinstance(x, _TensorBase) else float(x)
+    if not isinstance(exponent, _TensorBase) and exponent < 0:
+        raise RuntimeError(_INTEGER_POW_ERROR)
+    b, e = f64(base), f64(exponent)
+    if isinstance(b, _TensorBase) and isinstance(e, _TensorBase):
+        r = _C.pow(b, e)
+    elif isinstance(b, _TensorBase):
+        r = _C.pow_scalar(b, e)
+    else:
+        r = _C.rpow_scalar(e, b)
+    from ._indexing import _to_code  # float -> int64 (exact here: the values are rounded)
+    r = _REGISTRY["round"](r)  # 0 ** -n is inf in floats, 0 in torch's integers
+    r = _C.where(_C.lt_scalar(_REGISTRY["abs"](r), math.inf), r, _C.full(_FLOAT64, (), 0.0))
+    return _to_code(r, _INT64)
+
+
+def _powers(name, op, swapped):
+    """pow with torch's promotion: integral base and exponent (an int64 or bool tensor, a
+    Python int) give int64; an int64 tensor with a Python float gives the default float
+    dtype. Anything else as the arithmetic op."""
+    def power(input, other):
+        base, exponent = (other, input) if swapped else (input, other)
+        bools = [isinstance(x, _TensorBase) and x._dtype == _BOOL for x in (base, exponent)]
+        if builtins.all(bools):
+            raise NotImplementedError('"pow" not implemented for \'Bool\'')
+        if _integral_operand(base) and _integral_operand(exponent):
+            r = _integer_pow(base, exponent)
+            # a bool tensor to a Python bool power stays bool, as torch's
+            return _C.to_dtype(r, _BOOL) if bools[0] and type(exponent) is bool else r
+        if input._dtype == _INT64 and type(other) is float:
+            return op(_C.to_dtype(input, get_default_dtype()._code), other)
+        return op(input, other)
+
+    power.__name__ = power.__qualname__ = name
+    return power
+
+
+pow_op = _powers("pow", _arith("pow", _C.pow, _C.pow_scalar), False)
+rpow_op = _powers("rpow", _arith("rpow", _swap(_C.pow), _C.rpow_scalar), True)
 maximum_op = _arith("maximum", _C.maximum, _C.maximum_scalar)
 minimum_op = _arith("minimum", _C.minimum, _C.minimum_scalar)
 
@@ -412,8 +463,13 @@ def clamp(input, min=None, max=None):
         return out if max is None else minimum(out, max)
     if min is None and max is None:
         raise ValueError("clamp(): at least one of 'min' or 'max' must not be None")
+    if input._dtype == _BOOL:  # torch clamps a bool tensor as int64 (with int bounds)
+        input = _C.to_dtype(input, _INT64)
     if input._dtype == _INT64 and (type(min) is float or type(max) is float):
         raise _int_float_error("clamp", min if type(min) is float else max)
+    if input._dtype == _INT64:  # no int64 clamp kernel: the scalar max / min are exact
+        out = input if min is None else _C.maximum_scalar(input, min)
+        return out if max is None else _C.minimum_scalar(out, max)
     return _C.clamp(input, math.nan if min is None else min, math.nan if max is None else max)
 
 
@@ -629,15 +685,30 @@ def _tensor_seq(tensors, fname):
     return tensors
 
 
+# torch's promotion order of the dtypes cagrad has: bool < int64 < float32 < float64
+_PROMOTION_RANK = {_BOOL: 0, _INT64: 1, _FLOAT32: 2, _FLOAT64: 3}
+
+
+def _promoted(tensors, fname):
+    """The tensors in their promoted dtype, as torch.cat and torch.stack take them."""
+    seq = _tensor_seq(tensors, fname)
+    codes = {t._dtype for t in seq if isinstance(t, _TensorBase)}
+    if len(codes) < 2:
+        return seq
+    code = builtins.max(codes, key=_PROMOTION_RANK.__getitem__)
+    return [_C.to_dtype(t, code) if isinstance(t, _TensorBase) and t._dtype != code else t
+            for t in seq]
+
+
 def cat(tensors, dim=0):
-    return _C.cat(_tensor_seq(tensors, "cat"), dim)
+    return _C.cat(_promoted(tensors, "cat"), dim)
 
 
 concat = concatenate = cat
 
 
 def stack(tensors, dim=0):
-    return _C.stack(_tensor_seq(tensors, "stack"), dim)
+    return _C.stack(_promoted(tensors, "stack"), dim)
 
 
 def split(tensor, split_size_or_sections, dim=0):
