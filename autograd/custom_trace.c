@@ -181,26 +181,6 @@ static bool pointwise_row(const ca_op_def *row) {
     return row->forward == cai_op_pointwise_forward;
 }
 
-/* A comparison row (a bool result): its kernel gives 0/1 in the inputs' dtype, converted
- * to bool. Inputs of two dtypes (compared in the promoted one) are left to bx_apply. */
-static bool comparison_row(const ca_op_def *row) {
-    switch (row->id) {
-    case CA_OP_LT:
-    case CA_OP_LE:
-    case CA_OP_GT:
-    case CA_OP_GE:
-    case CA_OP_EQ:
-    case CA_OP_NE:
-    case CA_OP_LT_S:
-    case CA_OP_LE_S:
-    case CA_OP_GT_S:
-    case CA_OP_GE_S:
-    case CA_OP_EQ_S:
-    case CA_OP_NE_S: return true;
-    default: return false;
-    }
-}
-
 static ca_bval replay_comparison(ca_builder *b, const cai_tape_op *o, const ca_bval *in) {
     ca_bval v = bx_pw(b, cai_op_def(o->op)->pw, in[0], o->n_in > 1 ? in[1] : NULL, NULL, o->a.s[0],
                       o->a.s[1]);
@@ -216,7 +196,9 @@ static bool same_dtypes(ca_builder *b, const cai_tape_op *o, const ca_bval *in) 
 static ca_bval replay_one(ca_builder *b, const cai_tape_op *o, const ca_bval *in,
                           const ca_meta *out) {
     const ca_op_def *row = cai_op_def(o->op);
-    if (comparison_row(row) && same_dtypes(b, o, in))
+    /* a comparison's kernel gives 0/1 in the inputs' dtype, converted to bool; inputs of
+     * two dtypes (compared in the promoted one) are left to bx_apply */
+    if (cai_op_is_comparison(row->id) && same_dtypes(b, o, in))
         return replay_comparison(b, o, in);
     if (pointwise_row(row))
         return bx_pw(b, cai_op_pw_kind(row, &o->a), in[0], o->n_in > 1 ? in[1] : NULL,

@@ -723,6 +723,8 @@ ca_status cai_op_table_build(const ca_op_group *const *groups, int n_groups, con
  */
 ca_status cai_op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *attrs,
                       ca_tensor **out, ca_tensor **aux_out);
+/* Whether op is a comparison (lt ... ne, tensor or scalar form): its result is bool. */
+bool cai_op_is_comparison(int op);
 /* Shorthands for the public wrappers. */
 ca_status cai_op_call1(int op, ca_tensor *x, const ca_attrs *a, ca_tensor **out);
 ca_status cai_op_call2(int op, ca_tensor *x, ca_tensor *y, const ca_attrs *a, ca_tensor **out);

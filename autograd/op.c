@@ -99,10 +99,8 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
 /* Whether the row computes on bool inputs: pointwise rows (their dtype rule asks the
  * kernel), comparisons, conversions, views and the ops that only move elements. Every
  * other kernel is written for float or int64 elements and must never see a bool one. */
-static bool takes_bool(const ca_op_def *row) {
-    if (row->fusion == CA_FUSE_POINTWISE || row->fusion == CA_FUSE_VIEW)
-        return true;
-    switch (row->id) {
+bool cai_op_is_comparison(int op) {
+    switch (op) {
     case CA_OP_LT:
     case CA_OP_LE:
     case CA_OP_GT:
@@ -114,7 +112,16 @@ static bool takes_bool(const ca_op_def *row) {
     case CA_OP_GT_S:
     case CA_OP_GE_S:
     case CA_OP_EQ_S:
-    case CA_OP_NE_S:
+    case CA_OP_NE_S: return true;
+    default: return false;
+    }
+}
+
+static bool takes_bool(const ca_op_def *row) {
+    if (row->fusion == CA_FUSE_POINTWISE || row->fusion == CA_FUSE_VIEW ||
+        cai_op_is_comparison(row->id))
+        return true;
+    switch (row->id) {
     case CA_OP_TO_DTYPE:
     case CA_OP_RESHAPE:
     case CA_OP_VIEW:
