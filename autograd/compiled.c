@@ -643,11 +643,13 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
     }
     run_report rep = {.profiling = compiled_autograd.profiling,
                       .verbose = compiled_autograd.log_verbose};
-    if (cg) /* taken before ca_lock is let go, so a reset cannot free it in between */
-        pthread_mutex_lock(&cg->run);
     ca_unlock();
     if (!cg)
         return st;
+    /* Taken after ca_lock is let go: a call-out of the run (a hook starting a backward)
+     * takes ca_lock, so holding both in the other order here could deadlock. Nothing but
+     * ca_compiled_autograd_reset frees an entry, and it must not race a backward. */
+    pthread_mutex_lock(&cg->run);
     *ran = true;
     t->running = true;
     st = c->create_graph ? cai_entry_run_double(c, e, &t->key, &rep)

@@ -10,8 +10,9 @@
  *    side (CAGRAD_INTEROP=1; idle threads help the kernels of running steps), in order
  *    (0), and chosen by timing, against the first run, bit for bit, many times;
  *  - compiled backwards from 8 threads at once, each on a graph of its own, two shapes
- *    among them (so threads share cache entries, and entries run side by side), 1000
- *    each, against a serial run, bit for bit.
+ *    among them (so threads share cache entries, and entries run side by side), with a
+ *    hook that reads compiled autograd's state from inside the run, 1000 each, against a
+ *    serial run, bit for bit.
  * It exits 1 on a mismatch; TSan makes any data race exit 66.
  */
 #include <math.h>
@@ -189,10 +190,21 @@ typedef struct {
     int bad;
 } worker;
 
+/* A hook that reads compiled autograd's shared state from inside a compiled run (as a hook
+ * that starts a backward of its own does): the run must not hold a lock that a thread
+ * waiting for that state holds the other way round. */
+static ca_status probe_hook(ca_tensor *grad, ca_tensor **repl, void *ctx) {
+    (void)grad, (void)repl, (void)ctx;
+    ca_compiled_counters c;
+    ca_compiled_autograd_counters(&c);
+    return ca_compiled_autograd_enabled() ? CA_OK : CA_STATUS_INVALID;
+}
+
 static ca_tensor *mlp_loss(ca_tensor **p) {
     ca_tensor *a, *h, *t, *o, *oo, *loss;
     CHECK(ca_matmul(p[3], p[0], &a));
     CHECK(ca_add(a, p[1], &h));
+    CHECK(ca_tensor_register_hook(h, probe_hook, NULL, NULL, NULL));
     CHECK(ca_tanh(h, &t));
     CHECK(ca_matmul(t, p[2], &o));
     CHECK(ca_mul(o, o, &oo));
