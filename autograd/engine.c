@@ -331,7 +331,14 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     bool compiled = cai_compiled_active();
     /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
     r->walk = compiled ? cai_compiled_walk() : &r->own_walk;
-    ca_status st = cai_walk_graph(r->walk, roots, n_roots);
+    ca_status st = CA_OK;
+    if (!r->walk) { /* no memory for this thread's compiled state */
+        r->walk = &r->own_walk;
+        compiled = false;
+        st = err_nomem("compiled autograd's per-thread state");
+    }
+    if (st == CA_OK)
+        st = cai_walk_graph(r->walk, roots, n_roots);
     bool ran = false;
     if (st == CA_OK && engine_depth > 0)
         st = stash_outer_grads(r);

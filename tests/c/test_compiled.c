@@ -3297,6 +3297,31 @@ Test(compiled, graph_layer_allocation_failure_is_nomem) {
  * allocate with aligned_alloc behind the user's allocator: they are not counted, cannot be failed
  * by tests, and ignore a user's allocator. Fix: cai_graph_set_allocator((kern_allocator)
  * {cai_kern_scratch_alloc, cai_mem_free}) in init_run. */
+/* A thread's compiled state is made at its first compiled backward (and again after a
+ * reset): when that allocation fails, the backward fails with CA_STATUS_NOMEM, and the
+ * next one works. */
+Test(compiled, per_thread_state_allocation_failure_is_nomem) {
+    TU_OK(ca_init());
+    TU_OK(ca_compiled_autograd_enable(NULL));
+    ca_compiled_autograd_reset(); /* frees this thread's state */
+    tu_alloc_install();
+    ca_tensor *x = tu_randn(CA_FLOAT32, TU_SHAPE(4, 3), true), *y = NULL, *loss = NULL;
+    TU_OK(ca_tanh(x, &y));
+    TU_OK(ca_sum(y, 0, NULL, false, &loss));
+    tu_alloc_arm(1); /* the backward's first allocation: the thread's state */
+    ca_status st = ca_backward_ex(loss, &(ca_backward_options){.retain_graph = true});
+    tu_alloc_arm(0);
+    cr_assert_eq(st, CA_STATUS_NOMEM, "%s", ca_last_error());
+    TU_OK(ca_backward(loss));
+    cr_assert_not_null(ca_tensor_grad(x));
+    TU_OK(ca_compiled_autograd_disable());
+    ca_compiled_autograd_reset();
+    tu_release_n((ca_tensor *[]){x, y, loss}, 3);
+    long live = tu_alloc_live();
+    tu_alloc_uninstall();
+    cr_assert_eq(live, 0, "%ld allocations leaked", live);
+}
+
 Test(compiled, graph_allocator_goes_through_the_hook) {
     tu_alloc_install();
     TU_OK(ca_init());
