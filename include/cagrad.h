@@ -756,7 +756,7 @@ ca_status ca_minimum(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 /* cond ? a : b; cond is any dtype, nonzero = true, and gets no gradient */
 ca_status ca_where(ca_tensor *cond, ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_where_scalar(ca_tensor *cond, ca_tensor *a, double b, ca_tensor **out);
-/* comparisons: 1 or 0 in the inputs' dtype; no gradient */
+/* comparisons: CA_BOOL results, compared in the inputs' promoted dtype; no gradient */
 ca_status ca_lt(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_le(ca_tensor *a, ca_tensor *b, ca_tensor **out);
 ca_status ca_gt(ca_tensor *a, ca_tensor *b, ca_tensor **out);
