@@ -232,6 +232,11 @@ static ca_status dbl_trace_state(void *ctx, ca_custom_trace_info *info) {
     return CA_OK;
 }
 
+/* The tape's ops as this node runs them: with its run's sizes when the trace had symbols. */
+static const dbl_op *ctx_ops(const dbl_ctx *c) {
+    return c->ops ? c->ops : c->tape->ops;
+}
+
 /* *slot += g, out of place (so a create_graph backward records the sum). */
 static ca_status acc_add(ca_tensor **slot, ca_tensor *g) {
     if (!*slot) {
@@ -249,7 +254,7 @@ static ca_status acc_add(ca_tensor **slot, ca_tensor *g) {
  * carry a history records its usual node, whose rule the reverse pass runs. */
 static ca_status replay(const dbl_ctx *c, ca_tensor **vals) {
     const dbl_tape *t = c->tape;
-    const dbl_op *ops = c->ops ? c->ops : t->ops;
+    const dbl_op *ops = ctx_ops(c);
     for (int j = 0; j < c->n_in; j++)
         vals[t->ins[j].val] = ca_tensor_retain(c->in[j]);
     bool prev = ca_set_grad_enabled(true);
@@ -296,7 +301,7 @@ static ca_status reverse_one(const dbl_op *e, ca_tensor *y, ca_tensor *g, ca_ten
 /* From the last op to the first: each value's summed gradient through its op's rule. */
 static ca_status reverse(const dbl_ctx *c, ca_tensor **vals, ca_tensor **acc) {
     const dbl_tape *t = c->tape;
-    const dbl_op *ops = c->ops ? c->ops : t->ops;
+    const dbl_op *ops = ctx_ops(c);
     for (int o = t->n_ops - 1; o >= 0; o--) {
         const dbl_op *e = &ops[o];
         ca_tensor *g = acc[e->out], *y = vals[e->out];

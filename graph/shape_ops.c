@@ -62,11 +62,9 @@ int cai_shape_infer_index_select(graph *g, graph_node *n) {
                               "index_select: expects an input of at least 1 dim and a 0-D or "
                               "1-D index, got %d and %d dims",
                               x->ndim, idx->ndim);
-    if (n->a.i[0] < 0)
-        n->a.i[0] += x->ndim;
-    if (n->a.i[0] < 0 || n->a.i[0] >= x->ndim)
-        return cai_graph_fail(g, "index_select: dim %lld is out of range for %d dims",
-                              (long long)n->a.i[0], x->ndim);
+    cai_rule_error e;
+    if (cai_rule_dim(&n->a.i[0], x->ndim, "index_select", &e))
+        return cai_shape_rule_fail(g, &e);
     graph_sx shape[KERN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[n->a.i[0]] = idx->ndim ? idx->shape[0] : cai_graph_sx_const(g, 1);
@@ -85,11 +83,9 @@ int cai_shape_infer_gather(graph *g, graph_node *n) {
                               "gather: the index must have as many dims as the input (at "
                               "least 1), got %d and %d",
                               idx->ndim, x->ndim);
-    if (n->a.i[0] < 0)
-        n->a.i[0] += x->ndim;
-    if (n->a.i[0] < 0 || n->a.i[0] >= x->ndim)
-        return cai_graph_fail(g, "gather: dim %lld is out of range for %d dims",
-                              (long long)n->a.i[0], x->ndim);
+    cai_rule_error e;
+    if (cai_rule_dim(&n->a.i[0], x->ndim, "gather", &e))
+        return cai_shape_rule_fail(g, &e);
     for (int d = 0; d < x->ndim; d++) {
         int64_t a, b;
         if (d != n->a.i[0] && cai_graph_sx_const_value(g, idx->shape[d], &a) &&

@@ -136,10 +136,10 @@ def _powers(name, op, swapped):
     dtype. Anything else as the arithmetic op."""
     def power(input, other):
         base, exponent = (other, input) if swapped else (input, other)
-        bools = [isinstance(x, _TensorBase) and x._dtype == _BOOL for x in (base, exponent)]
-        if builtins.all(bools):
-            raise NotImplementedError('"pow" not implemented for \'Bool\'')
         if _integral_operand(base) and _integral_operand(exponent):
+            bools = [isinstance(x, _TensorBase) and x._dtype == _BOOL for x in (base, exponent)]
+            if builtins.all(bools):
+                raise NotImplementedError('"pow" not implemented for \'Bool\'')
             r = _integer_pow(base, exponent)
             # a bool tensor to a Python bool power stays bool, as torch's
             return _C.to_dtype(r, _BOOL) if bools[0] and type(exponent) is bool else r

@@ -884,7 +884,6 @@ typedef struct {
     uint64_t rs, rv;
     int64_t sizes[NSYM + 1];
     bool use_grad; /* ca_grad w.r.t. the leaves and retained tensors, instead of backward */
-    bool resized;  /* the second size variant: its changed dims are symbolic on recompile */
     const ca_compiled_options *opts;
 } graph_case;
 
@@ -1093,7 +1092,6 @@ static void differential_run(uint64_t seed, long first, long n_graphs) {
             .rs = rng_next(&gr), .use_grad = g % 4 == 1, .opts = g % 4 == 3 ? &dyn : NULL};
         for (int variant = 0; variant < 2; variant++) {
             gc.rv = rng_next(&gr);
-            gc.resized = variant == 1;
             for (int s = 1; s <= NSYM; s++)
                 gc.sizes[s] = 2 + rnd(&gr, 4);
             char what[160];
