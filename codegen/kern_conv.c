@@ -35,16 +35,20 @@ typedef struct {
     kern_pw_fn add;    /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
 } conv_job;
 
-/* The element offset of cols row (n, c, ki, kj) in a strided [n, groups, c/groups*kh*kw, l]
- * (the taps reversed when g->flip). */
-static int64_t cols_row(const kern_conv_geom *g, const int64_t *cs, int64_t n, int64_t c,
-                        int64_t ki, int64_t kj) {
+/* The element offset of cols row (n, c, 0, 0) in a strided [n, groups, c/groups*kh*kw, l]:
+ * computed once per plane, as its divisions cost more than a short row's copy. */
+static int64_t cols_plane(const kern_conv_geom *g, const int64_t *cs, int64_t n, int64_t c) {
+    int64_t cg = g->c / g->groups;
+    return n * cs[0] + (c / cg) * cs[1] + (c % cg) * g->kh * g->kw * cs[2];
+}
+
+/* Row (ki, kj)'s offset from its plane's row (0, 0): the taps reversed when g->flip. */
+static inline int64_t cols_tap(const kern_conv_geom *g, const int64_t *cs, int64_t ki, int64_t kj) {
     if (g->flip) {
         ki = g->kh - 1 - ki;
         kj = g->kw - 1 - kj;
     }
-    int64_t cg = g->c / g->groups, k = ((c % cg) * g->kh + ki) * g->kw + kj;
-    return n * cs[0] + (c / cg) * cs[1] + k * cs[2];
+    return (ki * g->kw + kj) * cs[2];
 }
 
 /* The output columns [*lo, *hi) whose input column ox * sw + first lies in [0, w): the

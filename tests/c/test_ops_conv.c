@@ -258,6 +258,57 @@ Test(conv, im2col_values_and_adjoint) {
     tu_release_n(all, 5);
 }
 
+/* The flat index in x [N, C, H, W] that cols element i of the geometry c (oh x ow outputs)
+ * reads, or -1 where it reads padding. */
+static int64_t im2col_source(const cols_ctx *c, int64_t i, int64_t oh, int64_t ow) {
+    int64_t kh = c->p[0], kw = c->p[1], taps = kh * kw, C = c->full[1];
+    int64_t l = i % (oh * ow), row = i / (oh * ow), k = row % taps, ch = (row / taps) % C;
+    int64_t n = row / (taps * C), oy = l / ow, ox = l % ow;
+    int64_t iy = oy * c->p[2] - c->p[4] + k / kw * c->p[6];
+    int64_t ix = ox * c->p[3] - c->p[5] + k % kw * c->p[7];
+    if (iy < 0 || iy >= c->full[2] || ix < 0 || ix >= c->full[3])
+        return -1;
+    return ((n * C + ch) * c->full[2] + iy) * c->full[3] + ix;
+}
+
+/* Unit strides over rows of every width from 1 to 20, with and without padding, in both
+ * float dtypes: the short-row copies and adds (whole blocks, an overlapping last block, a
+ * half block, entry by entry) against the definition; col2im against the sum of the
+ * entries read from each position, added in im2col's tap order as col2im adds them. */
+Test(conv, short_rows_match_the_definition) {
+    ca_dtype dts[] = {CA_FLOAT32, CA_FLOAT64};
+    for (int d = 0; d < 2; d++)
+        for (int64_t w = 1; w <= 20; w++)
+            for (int64_t pad = 0; pad <= 1; pad++) {
+                cols_ctx c = {{3, 2, 1, 1, pad, pad, 1, 1, pad, pad}, 1, {2, 2, 4, w}};
+                int64_t oh = 4 + 2 * pad - 2, ow = w + 2 * pad - 1;
+                if (ow < 1)
+                    continue;
+                ca_tensor *x = tu_randn(dts[d], 4, c.full, false), *cols = NULL, *back = NULL;
+                TU_OK(f_im2col(&x, &cols, &c));
+                ca_tensor *r = tu_randn(dts[d], 4, ca_tensor_shape(cols), false);
+                TU_OK(f_col2im(&r, &back, &c));
+                double *want = calloc((size_t)ca_tensor_numel(x), sizeof(double));
+                cr_assert_not_null(want);
+                for (int64_t i = 0; i < ca_tensor_numel(cols); i++) {
+                    int64_t src = im2col_source(&c, i, oh, ow);
+                    cr_assert_eq(tu_get(cols, i), src < 0 ? 0.0 : tu_get(x, src),
+                                 "dtype %d width %lld pad %lld entry %lld", d, (long long)w,
+                                 (long long)pad, (long long)i);
+                    if (src >= 0)
+                        want[src] += tu_get(r, i);
+                }
+                double tol = d == 0 ? 1e-6 : 1e-14;
+                for (int64_t i = 0; i < ca_tensor_numel(x); i++)
+                    cr_assert(fabs(tu_get(back, i) - want[i]) <= tol * (1 + fabs(want[i])),
+                              "col2im: dtype %d width %lld pad %lld entry %lld: %g vs %g", d,
+                              (long long)w, (long long)pad, (long long)i, tu_get(back, i), want[i]);
+                free(want);
+                ca_tensor *all[] = {x, cols, back, r};
+                tu_release_n(all, 4);
+            }
+}
+
 /* The [G, K, N, L] layout (conv2d's derivative's GEMMs over the whole batch) holds the same
  * entries as [N, G, K, L], and its derivative folds them back through a permuted view. */
 Test(conv, im2col_batch_inner_layout) {
