@@ -565,8 +565,8 @@ static void node_post_hooks(trace_builder *tb, ca_node *n, int call, graph_val *
 static void pass_on(trace_builder *tb, const ca_node *n, const graph_val *gin) {
     for (int i = 0; i < n->n_in && tb->base.status == CA_OK; i++) {
         ca_node *c = n->next[i].fn;
-        if (c && c->needed && gin[i] >= 0)
-            accumulate(tb, c->call_id, n->next[i].input_nr, gin[i]);
+        if (gin[i] >= 0 && cai_walk_needed(tb->req->k->walk, c))
+            accumulate(tb, cai_walk_call_id(tb->req->k->walk, c), n->next[i].input_nr, gin[i]);
     }
 }
 
@@ -728,7 +728,7 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
     make_shadow(tb, n, call);
     if (any && n->node_pre_hooks)
         node_pre_hooks(tb, n, call, g, n->n_out);
-    if (!any || tb->base.status != CA_OK || !cai_node_leads_on(n))
+    if (!any || tb->base.status != CA_OK || !cai_walk_leads_on(tb->req->k->walk, n))
         return;
     graph_val gin[128] = {0};
     if (n->n_in > 128) {
@@ -736,7 +736,7 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
         return;
     }
     for (int i = 0; i < n->n_in; i++)
-        gin[i] = n->next[i].fn && n->next[i].fn->needed ? 0 : -1; /* >= 0: wanted */
+        gin[i] = cai_walk_needed(tb->req->k->walk, n->next[i].fn) ? 0 : -1; /* >= 0: wanted */
     char why[160] = "";
     bool traced = false;
     if (!custom_traceable(tb, n, call, why, sizeof why))
@@ -763,7 +763,7 @@ static bool any_grad(trace_builder *tb, const ca_node *n, int call) {
 static void trace_node(trace_builder *tb, int call) {
     CA_ASSERT(call >= 1 && call <= tb->req->k->n_nodes);
     ca_node *n = tb->req->k->nodes[call - 1];
-    if (!n->needed || !any_grad(tb, n, call))
+    if (!cai_walk_needed(tb->req->k->walk, n) || !any_grad(tb, n, call))
         return;
     tb->origin = (graph_origin){call, cai_node_name(n), n->graph_id};
     if (n->custom) {
@@ -795,7 +795,7 @@ static void trace_node(trace_builder *tb, int call) {
             run_post_hooks(tb, call, acc, leaf);
         if (acc >= 0 && n->node_post_hooks)
             node_post_hooks(tb, n, call, NULL, &g, 1);
-    } else if (!is_acc && cai_node_leads_on(n)) {
+    } else if (!is_acc && cai_walk_leads_on(tb->req->k->walk, n)) {
         run_rule(tb, n, call, g);
     }
 }

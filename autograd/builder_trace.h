@@ -69,7 +69,7 @@ typedef struct {
 } trace_request;
 
 /* Trace the whole backward described by req into a new graph (*out, free with
- * cai_graph_free). Only nodes with node->needed set run (see cai_walk_mark_needed). Fails (with a
+ * cai_graph_free). Only nodes the walk marked needed run (see cai_walk_mark_needed). Fails (with a
  * message) for an op the graph IR cannot express yet or a rule that did arithmetic on a symbolic
  * size; the caller then falls back to eager. */
 ca_status cai_trace_backward(const trace_request *req, trace_result *out);

@@ -490,7 +490,8 @@ static ca_status compile_symbols(const compiled_call *c, cache_entry *e, bool *u
 static void release_saved(void) {
     for (int i = 0; i < ca_thread->key.n_nodes; i++) {
         ca_node *n = ca_thread->key.nodes[i];
-        if (n->needed && n->op != CA_OP_ACCUMULATE_GRAD && cai_node_leads_on(n))
+        const ca_walk *w = ca_thread->key.walk;
+        if (cai_walk_needed(w, n) && n->op != CA_OP_ACCUMULATE_GRAD && cai_walk_leads_on(w, n))
             cai_node_release_saved(n);
     }
 }
@@ -576,8 +577,8 @@ ca_status cai_compiled_seed(const ca_meta *m, ca_tensor **out) {
         ca_meta have;
         cai_tensor_meta(t->seed, &have);
         /* reused only while nobody else holds it, so no one can see it change */
-        if (cai_meta_same_shape(&have, m) && have.dtype == m->dtype && t->seed->refcnt == 1 &&
-            t->seed->storage->version == 0) {
+        if (cai_meta_same_shape(&have, m) && have.dtype == m->dtype &&
+            ref_count(&t->seed->refcnt) == 1 && t->seed->storage->version == 0) {
             *out = ca_tensor_retain(t->seed);
             return CA_OK;
         }

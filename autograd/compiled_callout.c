@@ -131,9 +131,9 @@ ca_tensor *cai_callout_take(callout_state *s, const graph_view *v) {
         }
     for (int i = 0; t && i < s->n_res; i++)
         held += s->res[i] == t;
-    if (!t || t->refcnt != held || t->storage->refcnt != 1 || t->storage->external ||
-        !ca_tensor_is_contiguous(t) || kdt(t->dtype) != v->dtype || t->ndim != v->ndim ||
-        memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
+    if (!t || ref_count(&t->refcnt) != held || ref_count(&t->storage->refcnt) != 1 ||
+        t->storage->external || !ca_tensor_is_contiguous(t) || kdt(t->dtype) != v->dtype ||
+        t->ndim != v->ndim || memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
         return NULL;
     return ca_tensor_retain(t);
 }

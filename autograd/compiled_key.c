@@ -235,7 +235,7 @@ static ca_status node_key(key_collect *k, ca_node *n, int call) {
     CA_CHECK(put_i32(k, n->n_in));
     for (int i = 0; i < n->n_in; i++) {
         ca_node *c = n->next[i].fn;
-        CA_CHECK(put_i32(k, c ? c->call_id : -1));
+        CA_CHECK(put_i32(k, c ? cai_walk_call_id(k->walk, c) : -1));
         if (c && c->n_out > 1)
             CA_CHECK(put_i32(k, n->next[i].input_nr));
         CA_CHECK(lift_shape(k, &n->in_meta[i], (key_slot_owner){call, OWN_INPUT, "input", i, 0}));
@@ -267,7 +267,7 @@ static ca_status root_key(key_collect *k, const key_request *req) {
     CA_CHECK(grow((void **)&k->root_seed, &k->cap_root_seed, req->n_roots, sizeof(int)));
     CA_CHECK(grow((void **)&k->root_nr, &k->cap_root_nr, req->n_roots, sizeof(int)));
     for (int i = 0; i < req->n_roots; i++) {
-        k->root_call[i] = req->roots[i]->call_id;
+        k->root_call[i] = cai_walk_call_id(k->walk, req->roots[i]);
         k->root_nr[i] = req->root_nrs ? req->root_nrs[i] : 0;
         CA_CHECK(put_i32(k, k->root_call[i]));
         CA_CHECK(put_i32(k, k->root_nr[i]));
@@ -277,7 +277,7 @@ static ca_status root_key(key_collect *k, const key_request *req) {
     }
     CA_CHECK(put_i32(k, req->n_targets));
     for (int i = 0; i < req->n_targets; i++) {
-        CA_CHECK(put_i32(k, req->targets[i] ? req->targets[i]->call_id : -1));
+        CA_CHECK(put_i32(k, req->targets[i] ? cai_walk_call_id(k->walk, req->targets[i]) : -1));
         CA_CHECK(put_i32(k, req->target_nrs ? req->target_nrs[i] : 0));
     }
     return CA_OK;
@@ -292,13 +292,12 @@ static ca_status mark_offset(key_collect *k, int i) {
 }
 
 ca_status cai_key_collect_walk(key_collect *k, const ca_walk *w, const key_request *req) {
+    k->walk = w;
     k->nodes = w->order.v;
     k->n_nodes = w->order.n;
     k->n_lifted = k->n_sizes = k->n_hooks = k->n_bytes = 0;
     if (k->hash_cap)
         memset(k->lift_hash, 0xff, sizeof(int32_t) * (size_t)k->hash_cap);
-    for (int i = 0; i < k->n_nodes; i++)
-        k->nodes[i]->call_id = i + 1;
     CA_CHECK(mark_offset(k, 0));
     CA_CHECK(root_key(k, req));
     for (int i = 0; i < k->n_nodes; i++) {

@@ -39,6 +39,7 @@ typedef struct {
 
 typedef struct {
     /* per walk: NodeCall i (i >= 1) is nodes[i - 1]; NodeCall 0 is the synthetic GraphRoot */
+    const ca_walk *walk; /* the walk collected: each node's NodeCall and needed */
     ca_node **nodes;
     int n_nodes;
     /* lifted tensors, deduplicated by identity (same storage, offset, shape, strides) */

@@ -40,14 +40,27 @@ static void src_of(const graph_view *v, kern_src *src) {
 }
 
 /* t.grad += v, or t.grad = copy of v when unset: the run-time branch that makes
- * zero_grad(set_to_none=True) cost no recompile. */
+ * zero_grad(set_to_none=True) cost no recompile. Under t's lock, as every accumulation. */
 static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
-    if (!t->grad)
-        return cai_tensor_from_view(v, &t->grad);
-    kern_src src;
-    src_of(v, &src);
-    cai_tensor_add_into(t->grad, &src);
-    return CA_OK;
+    cai_grad_lock(t);
+    ca_status st = CA_OK;
+    if (!t->grad) {
+        st = cai_tensor_from_view(v, &t->grad);
+    } else {
+        kern_src src;
+        src_of(v, &src);
+        cai_tensor_add_into(t->grad, &src);
+    }
+    cai_grad_unlock(t);
+    return st;
+}
+
+/* The call-out's result, which no one else holds, becomes .grad when there is none. */
+static bool grad_steal(ca_tensor *leaf, callout_state *co, const graph_view *v) {
+    cai_grad_lock(leaf);
+    bool stolen = !leaf->grad && (leaf->grad = cai_callout_take(co, v)) != NULL;
+    cai_grad_unlock(leaf);
+    return stolen;
 }
 
 static ca_status call_pre_hook(run_ctx *r, const graph_node *n, const graph_view *in,
@@ -82,9 +95,8 @@ static ca_status call_out(run_ctx *r, const graph_node *n, const graph_view *in,
     case GOP_CALLOUT_RESULT: return cai_callout_result(&r->co, n, repl);
     case GOP_ACCUMULATE: {
         ca_tensor *leaf = r->co.k->lifted[n->a.i[0]].t;
-        if (!leaf->grad && r->cg->steal[n->a.i[0]] &&
-            (leaf->grad = cai_callout_take(&r->co, in)) != NULL)
-            return CA_OK; /* the call-out's result, which no one else holds, is .grad */
+        if (r->cg->steal[n->a.i[0]] && grad_steal(leaf, &r->co, in))
+            return CA_OK;
         return grad_add_view(leaf, in);
     }
     case GOP_POST_HOOK: {
@@ -109,16 +121,22 @@ static int call_out_cb(void *ctx, const graph_node *n, const graph_view *in, gra
 }
 
 /* Where a GEMM may write a leaf's gradient itself (beta = 1 onto .grad, or beta = 0 into
- * a new one): the run-time branch of grad_add_view, without the copy or the add. */
+ * a new one): the run-time branch of grad_add_view, without the copy or the add. The
+ * leaf's lock is taken here and let go by accumulate_done_cb once the GEMM has written. */
 static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *dst,
                              bool *has_grad) {
+    cai_grad_lock(t);
     *has_grad = t->grad != NULL;
     if (t->grad) {
         cai_tensor_bump_version(t->grad); /* the runner writes it next */
     } else {
         ca_meta m = {.dtype = (ca_dtype)value->dtype, .ndim = value->ndim};
         memcpy(m.shape, value->shape, sizeof(int64_t) * (size_t)value->ndim);
-        CA_CHECK(cai_tensor_new(&m, &t->grad));
+        ca_status st = cai_tensor_new(&m, &t->grad);
+        if (st != CA_OK) {
+            cai_grad_unlock(t);
+            return st;
+        }
     }
     cai_view_of(t->grad, dst);
     return CA_OK;
@@ -129,6 +147,11 @@ static int accumulate_target_cb(void *ctx, const graph_node *acc, const graph_vi
     run_ctx *r = ctx;
     r->st = grad_target(r->co.k->lifted[acc->a.i[0]].t, value, dst, has_grad);
     return r->st != CA_OK;
+}
+
+static void accumulate_done_cb(void *ctx, const graph_node *acc) {
+    run_ctx *r = ctx;
+    cai_grad_unlock(r->co.k->lifted[acc->a.i[0]].t);
 }
 
 /* The eager rules' checks of the saved tensors they read, in their order. */
@@ -173,7 +196,7 @@ ca_status cai_entry_run(const compiled_call *c, const cache_entry *e, const key_
     }
     run_ctx r = {
         .c = c, .cg = cg, .outs = outs, .co = {.k = k, .table = cg->callouts}, .st = CA_OK};
-    graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb};
+    graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb, accumulate_done_cb};
     int rc = rep->profiling
                  ? run_profiled(cg, cb, &rep->profile)
                  : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);

@@ -27,9 +27,6 @@ typedef struct {
     int *cap_nrs; /* which output of cap_nodes[i] (custom functions have several) */
     ca_tensor **cap_grads;
     const int *root_nrs; /* which output of each root node its seed enters */
-    /* a nested backward: the outer run's pending gradients, set aside */
-    struct stashed_grad_s *stash;
-    int n_stash, cap_stash;
 } engine_run;
 
 /* ---------------------------------------------------------------------------------------
@@ -47,7 +44,7 @@ static ca_status add_recorded(ca_tensor *a, ca_tensor *b, ca_tensor **out) {
 /* Output k's buf += g, out of place: buf and g may alias tensors the user or a saved value
  * holds. */
 static ca_status buffer_add(const engine_run *r, ca_node *n, int k, ca_tensor *g) {
-    ca_tensor **buf = node_buf(n, k);
+    ca_tensor **buf = cai_walk_buf(r->walk, n, k);
     if (!*buf) {
         *buf = ca_tensor_retain(g);
         return CA_OK;
@@ -77,11 +74,12 @@ static ca_status accumulate_grad_recorded(ca_tensor *t, ca_tensor *g) {
 
 /* .grad += g. The first gradient is stolen when nothing else can see it, else copied, so a
  * later in-place accumulation never writes into a tensor someone else holds. */
-ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
+static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
     if (create_graph && (g->requires_grad || (leaf->grad && leaf->grad->requires_grad)))
         return accumulate_grad_recorded(leaf, g);
     if (!leaf->grad) {
-        bool private = g->refcnt == 1 && g->storage->refcnt == 1 && ca_tensor_is_contiguous(g);
+        bool private = ref_count(&g->refcnt) == 1 && ref_count(&g->storage->refcnt) == 1 &&
+                       ca_tensor_is_contiguous(g);
         if (private) {
             leaf->grad = ca_tensor_retain(g);
             return CA_OK;
@@ -94,6 +92,14 @@ ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph) 
     cai_tensor_src(g, leaf->grad->ndim, leaf->grad->shape, &src);
     cai_tensor_add_into(leaf->grad, &src);
     return CA_OK;
+}
+
+/* Under the leaf's lock: threads backwarding through one model at once each add theirs. */
+ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
+    cai_grad_lock(leaf);
+    ca_status st = grad_accumulate_locked(leaf, g, create_graph);
+    cai_grad_unlock(leaf);
+    return st;
 }
 
 static ca_status check_grad_meta(const ca_node *n, int i, ca_tensor *g) {
@@ -144,7 +150,7 @@ static ca_status run_rule(const engine_run *r, ca_node *n, ca_tensor *g) {
         st = run_post_hooks(n, gin, g, held);
     for (int i = 0; i < n->n_in && st == CA_OK; i++) {
         ca_node *c = n->next[i].fn;
-        if (!c || !c->needed || (hooked && !gin[i]))
+        if (!cai_walk_needed(r->walk, c) || (hooked && !gin[i]))
             continue;
         if (!gin[i])
             st = err_set(CA_STATUS_INTERNAL,
@@ -204,8 +210,9 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
     bool any = false;
     ca_status st = CA_OK;
     for (int k = 0; k < n->n_out; k++) {
-        grads[k] = *node_buf(n, k);
-        *node_buf(n, k) = NULL;
+        ca_tensor **buf = cai_walk_buf(r->walk, n, k);
+        grads[k] = *buf;
+        *buf = NULL;
         if (!grads[k] || st != CA_OK)
             continue;
         any = true;
@@ -214,14 +221,14 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
     if (st == CA_OK && any && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, n->n_out, grads, n);
     bool ran_rule = false;
-    if (st == CA_OK && any && cai_node_leads_on(n)) {
+    if (st == CA_OK && any && cai_walk_leads_on(r->walk, n)) {
         st = cai_custom_backward(n, grads, gin);
         if (st == CA_OK && n->node_post_hooks)
             st = cai_hook_run_node_post(n->node_post_hooks, n->n_in, gin, n->n_out, grads, n);
         ran_rule = true;
         for (int i = 0; i < n->n_in; i++) {
             ca_node *c = n->next[i].fn;
-            if (st == CA_OK && c && c->needed && gin[i])
+            if (st == CA_OK && gin[i] && cai_walk_needed(r->walk, c))
                 st = buffer_add(r, c, n->next[i].input_nr, gin[i]);
             ca_tensor_release(gin[i]);
         }
@@ -238,8 +245,9 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
 static ca_status run_node(engine_run *r, ca_node *n) {
     if (n->custom)
         return run_custom(r, n);
-    ca_tensor *g = n->buf;
-    n->buf = NULL;
+    ca_tensor **buf = cai_walk_buf(r->walk, n, 0);
+    ca_tensor *g = *buf;
+    *buf = NULL;
     if (!g) /* nothing flowed here (pruned parents) */
         return CA_OK;
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
@@ -255,7 +263,7 @@ static ca_status run_node(engine_run *r, ca_node *n) {
             st = cai_hook_run_post(n->leaf->post_acc_hooks, n->leaf);
         if (st == CA_OK && n->node_post_hooks)
             st = cai_hook_run_node_post(n->node_post_hooks, 0, NULL, 1, &g, n);
-    } else if (st == CA_OK && !is_acc && cai_node_leads_on(n)) {
+    } else if (st == CA_OK && !is_acc && cai_walk_leads_on(r->walk, n)) {
         st = run_rule(r, n, g);
         ran_rule = true;
     }
@@ -269,9 +277,8 @@ static ca_status run_node(engine_run *r, ca_node *n) {
  * Driving a backward
  */
 /* A backward started from inside another (a custom Function's backward that runs one, as
- * checkpointing does) may walk nodes the outer one holds gradients for: the leaves' shared
- * AccumulateGrad nodes. Their pending gradients are set aside for the inner run and put
- * back after it. */
+ * checkpointing does) walks with a walk of its own: the outer one's gradients stay in the
+ * outer walk. */
 static _Thread_local int engine_depth;
 /* the innermost running backward's create_graph, for custom functions' backwards */
 static _Thread_local bool engine_create_graph;
@@ -280,41 +287,16 @@ bool cai_engine_create_graph(void) {
     return engine_create_graph;
 }
 
-typedef struct stashed_grad_s {
-    ca_node *n;
-    int k;
-    ca_tensor *g;
-} stashed_grad;
-
-static ca_status stash_outer_grads(engine_run *r) {
-    for (int i = 0; i < r->walk->nodes.n; i++) {
-        ca_node *n = r->walk->nodes.v[i];
-        for (int k = 0; k < n->n_out; k++) {
-            if (!*node_buf(n, k))
-                continue;
-            if (!mem_grow((void **)&r->stash, &r->cap_stash, r->n_stash + 1, sizeof(stashed_grad)))
-                return err_nomem("a nested backward's bookkeeping");
-            r->stash[r->n_stash++] = (stashed_grad){n, k, *node_buf(n, k)};
-            *node_buf(n, k) = NULL;
-        }
-    }
-    return CA_OK;
-}
-
-static void restore_outer_grads(engine_run *r) {
-    for (int i = 0; i < r->n_stash; i++)
-        *node_buf(r->stash[i].n, r->stash[i].k) = r->stash[i].g;
-    cai_mem_free(r->stash);
-}
-
 static void run_cleanup(engine_run *r) {
-    for (int i = 0; i < r->walk->nodes.n; i++) {
-        ca_node *n = r->walk->nodes.v[i];
-        for (int k = 0; k < n->n_out; k++) {
-            ca_tensor_release(*node_buf(n, k));
-            *node_buf(n, k) = NULL;
-        }
-        cai_saved_drop_unpacked(n);
+    ca_walk *w = r->walk;
+    for (int i = 0; i < w->nodes.n; i++) {
+        ca_tensor_release(w->slots[i].buf);
+        w->slots[i].buf = NULL;
+        cai_saved_drop_unpacked(w->nodes.v[i]);
+    }
+    for (int k = 0; k < w->n_extra; k++) {
+        ca_tensor_release(w->extra[k]);
+        w->extra[k] = NULL;
     }
     cai_walk_free(&r->own_walk);
 }
@@ -329,8 +311,9 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     }
     /* create_graph too (compiled_double.h) */
     bool compiled = cai_compiled_active();
-    /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing */
-    r->walk = compiled ? cai_compiled_walk() : &r->own_walk;
+    /* a compiled backward keeps its walk's buffers, so a steady state allocates nothing;
+     * a nested backward (an eager outer one's rule started it) walks on its own */
+    r->walk = compiled && engine_depth == 0 ? cai_compiled_walk() : &r->own_walk;
     ca_status st = CA_OK;
     if (!r->walk) { /* no memory for this thread's compiled state */
         r->walk = &r->own_walk;
@@ -340,8 +323,6 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     if (st == CA_OK)
         st = cai_walk_graph(r->walk, roots, n_roots);
     bool ran = false;
-    if (st == CA_OK && engine_depth > 0)
-        st = stash_outer_grads(r);
     for (int i = 0; i < r->walk->nodes.n && st == CA_OK; i++) /* saved-tensor hooks */
         st = cai_saved_unpack(r->walk->nodes.v[i]);
     engine_depth++;
@@ -371,14 +352,13 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
             st = buffer_add(r, roots[i], r->root_nrs[i], grads[i]);
     }
     for (int i = 0; i < r->walk->order.n && st == CA_OK && !ran; i++)
-        if (r->walk->order.v[i]->needed)
+        if (cai_walk_needed(r->walk, r->walk->order.v[i]))
             st = run_node(r, r->walk->order.v[i]);
     if (r->create_graph)
         ca_set_grad_enabled(prev_mode);
     engine_create_graph = outer_create_graph;
     engine_depth--;
     run_cleanup(r);
-    restore_outer_grads(r);
     return st;
 }
 
@@ -509,7 +489,7 @@ ca_status ca_backward(ca_tensor *loss) {
 }
 
 /* The node whose incoming gradient is d/d(input), or NULL if no graph reaches it. */
-static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out, int *nr) {
+static ca_status capture_node(ca_tensor *t, int i, const ca_walk *probe, ca_node **out, int *nr) {
     if (!t)
         return err_set(CA_STATUS_INVALID, "ca_grad: input %d is NULL; pass a valid tensor", i);
     if (!t->requires_grad)
@@ -518,8 +498,8 @@ static ca_status capture_node(ca_tensor *t, int i, uint64_t epoch, ca_node **out
                        "no gradient; set requires_grad on it before the "
                        "forward",
                        i);
-    ca_node *n = t->grad_fn ? t->grad_fn : t->grad_accumulator;
-    *out = n && n->epoch == epoch ? n : NULL;
+    ca_node *n = t->grad_fn ? t->grad_fn : cai_node_grad_accumulator_peek(t);
+    *out = cai_walk_find(probe, n) >= 0 ? n : NULL;
     *nr = tensor_grad_nr(t);
     return CA_OK;
 }
@@ -546,13 +526,13 @@ static ca_status grad_collect(engine_run *r, int n_in, ca_tensor *const *inputs,
 }
 
 /* Discovery runs inside engine_run_graph, but capture nodes must be known before the run.
- * So discovery happens first here, and the run re-discovers with a fresh epoch (cheap). */
+ * So discovery happens first here, and the run walks again (cheap). */
 static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots, int n_in,
                               ca_tensor *const *inputs) {
     ca_walk probe = {0};
     ca_status st = cai_walk_graph(&probe, roots, n_roots);
     for (int i = 0; i < n_in && st == CA_OK; i++)
-        st = capture_node(inputs[i], i, probe.epoch, &r->cap_nodes[i], &r->cap_nrs[i]);
+        st = capture_node(inputs[i], i, &probe, &r->cap_nodes[i], &r->cap_nrs[i]);
     cai_walk_free(&probe);
     return st;
 }

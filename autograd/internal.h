@@ -17,6 +17,7 @@
 #include "graph/shape_rules.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 typedef struct ca_node ca_node;
 typedef struct ca_hook ca_hook;
@@ -116,10 +117,42 @@ static inline kern_dtype kdt(ca_dtype dt) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Reference counts. Atomic, because tensors, storages and nodes may be shared by threads
+ * (a model's weights used by several threads' forwards and backwards). An increment needs
+ * no ordering: the caller already holds a reference. A decrement is acq_rel: the releasing
+ * thread's writes to the object happen before the free by whichever thread drops the last
+ * reference. "count == 1" (ref_count) is a sole owner's test, made to write into a buffer
+ * in place: only a thread holding that one reference can see 1, and the acquire load
+ * orders its writes after the other holders' last uses.
+ */
+typedef _Atomic int64_t cai_refcnt;
+
+static inline void ref_inc(cai_refcnt *r) {
+    atomic_fetch_add_explicit(r, 1, memory_order_relaxed);
+}
+/* True when this was the last reference: the caller frees the object. */
+static inline bool ref_dec(cai_refcnt *r) {
+    return atomic_fetch_sub_explicit(r, 1, memory_order_acq_rel) == 1;
+}
+static inline int64_t ref_count(cai_refcnt *r) {
+    return atomic_load_explicit(r, memory_order_acquire);
+}
+/* A new reference unless the count already reached zero (the object is being freed):
+ * how a weak pointer (a leaf's AccumulateGrad node) is turned into a strong one. */
+static inline bool ref_inc_unless_zero(cai_refcnt *r) {
+    int64_t have = atomic_load_explicit(r, memory_order_relaxed);
+    while (have > 0)
+        if (atomic_compare_exchange_weak_explicit(r, &have, have + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------------------------------
  * Storage and tensors (tensor.c)
  */
 typedef struct ca_storage {
-    int64_t refcnt;
+    cai_refcnt refcnt;
     void *data;
     size_t nbytes;
     uint64_t version; /* shared by every view: bumped by each in-place write */
@@ -131,7 +164,7 @@ typedef struct ca_storage {
 } ca_storage;
 
 struct ca_tensor {
-    int64_t refcnt;
+    cai_refcnt refcnt;
     ca_dtype dtype;
     int ndim;
     int64_t shape[CA_MAX_DIMS];
@@ -202,10 +235,9 @@ typedef struct {
 } ca_edge;
 
 /* Output k >= 1 of a node with several outputs (only custom functions have them): output 0
- * is the node's own out_meta, buf and retained. */
+ * is the node's own out_meta and retained. */
 typedef struct {
     ca_meta meta;
-    ca_tensor *buf;      /* engine scratch: gradient accumulated for this output */
     ca_tensor *retained; /* weak, as ca_node.retained */
 } ca_node_out;
 
@@ -245,7 +277,7 @@ void cai_saved_free_packed(ca_saved *s);
 #define CA_MAX_SAVED 4
 
 struct ca_node {
-    int64_t refcnt;
+    cai_refcnt refcnt;
     int op;           /* ca_op_id */
     int graph_id;     /* forward graph it was recorded in */
     uint64_t seq;     /* creation order: later nodes run first among ready ones */
@@ -269,13 +301,9 @@ struct ca_node {
     void *user;               /* ca_node_set_user_data */
     ca_ctx_free_fn user_free;
 
-    /* engine scratch, valid during one backward */
-    uint64_t epoch;
-    int deps;
-    int call_id; /* compiled backward: this node's NodeCall id in the current walk */
-    bool needed;
-    ca_tensor *buf;     /* gradient accumulated for this node's output */
-    ca_node *free_link; /* cai_node_release's worklist */
+    /* No state of a backward lives here (it is the walk's: walk_slot), because threads may
+     * backward through one node at once. */
+    ca_node *free_link; /* cai_node_release's worklist: written only by the freeing thread */
 };
 
 ca_status cai_node_alloc(int op, int n_in, ca_node **out);
@@ -286,9 +314,6 @@ static inline ca_meta *node_out_meta(ca_node *n, int k) {
 }
 static inline const ca_meta *node_out_meta_c(const ca_node *n, int k) {
     return k == 0 ? &n->out_meta : &n->outs[k - 1].meta;
-}
-static inline ca_tensor **node_buf(ca_node *n, int k) {
-    return k == 0 ? &n->buf : &n->outs[k - 1].buf;
 }
 static inline ca_tensor *node_retained(const ca_node *n, int k) {
     return k == 0 ? n->retained : n->outs[k - 1].retained;
@@ -312,6 +337,10 @@ ca_status cai_custom_backward(ca_node *n, ca_tensor *const *grads, ca_tensor **g
  * then AddBackward0) when create_graph and either side has a history; else in place, the
  * first g stolen when no one else holds it. */
 ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph);
+/* The lock of leaf's .grad (grad_lock.c): every accumulation into a .grad that threads
+ * may share holds it. Hooks run outside it. */
+void cai_grad_lock(const ca_tensor *leaf);
+void cai_grad_unlock(const ca_tensor *leaf);
 /* Whether the running backward (engine.c) has create_graph: false outside a backward. */
 bool cai_engine_create_graph(void);
 /* Free the node's custom part (its ctx through ctx_free). */
@@ -331,32 +360,92 @@ void cai_record_refuse(const char *why);
 
 /* ---------------------------------------------------------------------------------------
  * The walk (walk.c): the nodes reachable from some roots, in the one deterministic
- * execution order. Buffers are kept between walks.
+ * execution order, and each node's state for this one backward. That state lives in the
+ * walk, never in the node: threads backwarding at once through graphs that share nodes
+ * (the AccumulateGrad nodes of one model's leaves) each keep their own. Buffers are kept
+ * between walks.
  */
 typedef struct {
     ca_node **v;
     int n, cap;
 } node_vec;
 
+/* One node's state in one backward. */
 typedef struct {
-    uint64_t epoch; /* nodes with node->epoch == epoch were found by this walk */
-    node_vec nodes; /* discovery order */
-    node_vec order; /* execution order: the most recently created ready node first */
-    node_vec scratch;
+    ca_node *node;
+    int deps;       /* edges from nodes of the walk not yet ordered (used up by ordering) */
+    int order_pos;  /* its place in the execution order: NodeCall order_pos + 1 */
+    bool needed;    /* its rule runs (cai_walk_mark_needed) */
+    ca_tensor *buf; /* gradient accumulated for output 0 */
+    int extra;      /* outputs 1..n_out-1 (custom functions): their buffers from extra[] */
+} walk_slot;
+
+typedef struct {
+    node_vec nodes;   /* discovery order: nodes.v[i] is slots[i].node */
+    node_vec order;   /* execution order: the most recently created ready node first */
+    node_vec scratch; /* discovery's stack */
+    int32_t *heap;    /* ordering's heap of slot indices */
+    int cap_heap;
+    walk_slot *slots;
+    int cap_slots;
+    int32_t *table; /* open addressing, node address -> slot index, -1 empty */
+    int table_cap;  /* a power of two, above twice the nodes */
+    ca_tensor **extra;
+    int n_extra, cap_extra;
 } ca_walk;
 
-/* Walk from the roots (node->deps is used up; node->needed is reset to false). */
+/* Walk from the roots: every slot starts with nothing needed and no gradient. */
 ca_status cai_walk_graph(ca_walk *w, ca_node *const *roots, int n_roots);
 void cai_walk_free(ca_walk *w);
-/* Set node->needed: every node for a backward; for autograd.grad (capture), the targets and
- * the nodes on a path to one. */
+
+static inline uint32_t walk_hash(const ca_node *n, int cap) {
+    uint64_t p = (uint64_t)(uintptr_t)n >> 4; /* nodes are 16-byte aligned */
+    return (uint32_t)((p * 0x9E3779B97F4A7C15ULL) >> 32) & (uint32_t)(cap - 1);
+}
+
+/* n's slot index in w, or -1 when the walk did not reach n. */
+static inline int cai_walk_find(const ca_walk *w, const ca_node *n) {
+    if (!w->table_cap || !n)
+        return -1;
+    for (uint32_t h = walk_hash(n, w->table_cap);; h = (h + 1) & (uint32_t)(w->table_cap - 1)) {
+        int32_t i = w->table[h];
+        if (i < 0 || w->slots[i].node == n)
+            return i;
+    }
+}
+
+/* n's slot; n must be in the walk. */
+static inline walk_slot *walk_slot_of(const ca_walk *w, const ca_node *n) {
+    int i = cai_walk_find(w, n);
+    CA_ASSERT(i >= 0);
+    return &w->slots[i];
+}
+
+/* Whether n is in the walk and its rule runs. */
+static inline bool cai_walk_needed(const ca_walk *w, const ca_node *n) {
+    int i = cai_walk_find(w, n);
+    return i >= 0 && w->slots[i].needed;
+}
+
+/* NodeCall number of n (its place in the order, from 1), or -1 outside the walk. */
+static inline int cai_walk_call_id(const ca_walk *w, const ca_node *n) {
+    int i = cai_walk_find(w, n);
+    return i >= 0 ? w->slots[i].order_pos + 1 : -1;
+}
+
+/* Where output k of n (in the walk) accumulates its gradient during this backward. */
+static inline ca_tensor **cai_walk_buf(const ca_walk *w, const ca_node *n, int k) {
+    walk_slot *s = walk_slot_of(w, n);
+    return k == 0 ? &s->buf : &w->extra[s->extra + k - 1];
+}
+
+/* Set needed: every node for a backward; for autograd.grad (capture), the targets and the
+ * nodes on a path to one. */
 void cai_walk_mark_needed(ca_walk *w, bool capture, ca_node *const *targets, int n_targets);
 /* Whether one of n's edges leads to a needed node. A node's rule runs only then:
  * autograd.grad w.r.t. a non-leaf y stops at y and leaves y's own grad_fn (and its saved
  * values) alone. Every backward (eager, traced, compiled) asks this one question. */
-bool cai_node_leads_on(const ca_node *n);
-/* A fresh epoch, for marking nodes outside a walk. */
-uint64_t cai_walk_new_epoch(void);
+bool cai_walk_leads_on(const ca_walk *w, const ca_node *n);
 
 ca_node *cai_node_retain(ca_node *n);
 /* Free n's saved values and mark them freed: a backward without retain_graph does this to
@@ -373,6 +462,8 @@ const char *cai_node_name(const ca_node *n);
 ca_status cai_node_check_saved(const ca_node *n, int k);
 /* The leaf's AccumulateGrad node, created on first use (new reference). */
 ca_status cai_node_grad_accumulator(ca_tensor *leaf, ca_node **out);
+/* The leaf's AccumulateGrad node if it has one, without a reference: only to compare. */
+ca_node *cai_node_grad_accumulator_peek(ca_tensor *leaf);
 
 /* ---------------------------------------------------------------------------------------
  * Hooks (hook.c)
@@ -769,8 +860,9 @@ void cai_op_observe(const char *name);
 uint64_t cai_node_next_seq(void);
 
 /* ---------------------------------------------------------------------------------------
- * Random state (random.c): the global seed and offset the random kernels consume.
+ * Random state (state.c): the global seed and offset the random kernels consume.
  */
-void cai_random_next(uint64_t *seed, uint64_t **offset);
+/* Take n draws: the seed and the offset they start at (the global offset moves past them). */
+void cai_random_take(int64_t n, uint64_t *seed, uint64_t *offset);
 
 #endif /* CAGRAD_INTERNAL_H */

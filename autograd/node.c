@@ -8,7 +8,7 @@
 
 ca_node *cai_node_retain(ca_node *n) {
     if (n)
-        n->refcnt++;
+        ref_inc(&n->refcnt);
     return n;
 }
 
@@ -26,7 +26,7 @@ void cai_node_release_saved(ca_node *n) {
 void cai_node_release(ca_node *n) {
     /* Iterative, with an intrusive worklist, so that freeing a long chain (a graph of 10k
      * ops) cannot overflow the stack and needs no allocation. */
-    if (!n || --n->refcnt > 0)
+    if (!n || !ref_dec(&n->refcnt))
         return;
     n->free_link = NULL;
     ca_node *work = n;
@@ -38,7 +38,6 @@ void cai_node_release(ca_node *n) {
         cai_hook_list_free(&n->node_pre_hooks);
         cai_hook_list_free(&n->node_post_hooks);
         for (int k = 0; k < n->n_out; k++) {
-            ca_tensor_release(*node_buf(n, k));
             ca_tensor *r = node_retained(n, k);
             if (r)
                 r->retains_grad = false;
@@ -48,13 +47,17 @@ void cai_node_release(ca_node *n) {
         if (n->user_free)
             n->user_free(n->user);
         if (n->leaf) {
+            /* under the leaf's lock: another thread may be looking it up (its count is 0
+             * now, so it makes a new one) */
+            cai_grad_lock(n->leaf);
             if (n->leaf->grad_accumulator == n)
                 n->leaf->grad_accumulator = NULL;
+            cai_grad_unlock(n->leaf);
             ca_tensor_release(n->leaf);
         }
         for (int i = 0; i < n->n_in; i++) {
             ca_node *c = n->next[i].fn;
-            if (c && --c->refcnt == 0) {
+            if (c && ref_dec(&c->refcnt)) {
                 c->free_link = work;
                 work = c;
             }
@@ -76,7 +79,7 @@ ca_status cai_node_alloc(int op, int n_in, ca_node **out) {
     ca_node *n = cai_mem_calloc(1, size);
     if (!n)
         return err_nomem("an autograd node");
-    n->refcnt = 1;
+    atomic_init(&n->refcnt, 1);
     n->op = op;
     n->n_in = n_in;
     n->n_out = 1;
@@ -88,13 +91,22 @@ ca_status cai_node_alloc(int op, int n_in, ca_node **out) {
     return CA_OK;
 }
 
+/* A weak pointer made strong under the leaf's lock: threads recording forwards through
+ * one model share its leaves' nodes, and one may be dropping the last reference. */
 ca_status cai_node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
-    if (leaf->grad_accumulator) {
-        *out = cai_node_retain(leaf->grad_accumulator);
+    cai_grad_lock(leaf);
+    ca_node *have = leaf->grad_accumulator;
+    if (have && ref_inc_unless_zero(&have->refcnt)) {
+        cai_grad_unlock(leaf);
+        *out = have;
         return CA_OK;
     }
     ca_node *n;
-    CA_CHECK(cai_node_alloc(CA_OP_ACCUMULATE_GRAD, 0, &n));
+    ca_status st = cai_node_alloc(CA_OP_ACCUMULATE_GRAD, 0, &n);
+    if (st != CA_OK) {
+        cai_grad_unlock(leaf);
+        return st;
+    }
     /* Accumulate as soon as ready (as PyTorch does), whenever the node was made: a leaf's
      * accumulator can outlive one step while older tensors keep it, and the walk order,
      * and so the compiled-autograd cache key, must not depend on that. */
@@ -102,8 +114,16 @@ ca_status cai_node_grad_accumulator(ca_tensor *leaf, ca_node **out) {
     cai_tensor_meta(leaf, &n->out_meta);
     n->leaf = ca_tensor_retain(leaf);
     leaf->grad_accumulator = n;
+    cai_grad_unlock(leaf);
     *out = n;
     return CA_OK;
+}
+
+ca_node *cai_node_grad_accumulator_peek(ca_tensor *leaf) {
+    cai_grad_lock(leaf);
+    ca_node *n = leaf->grad_accumulator;
+    cai_grad_unlock(leaf);
+    return n;
 }
 
 ca_status cai_node_check_saved(const ca_node *n, int k) {

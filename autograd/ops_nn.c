@@ -549,9 +549,9 @@ static ca_status dropout_forward(const ca_op_def *row, ca_tensor *const *in, int
                                  ca_tensor **aux) {
     ca_tensor *mask;
     CA_CHECK(cai_tensor_new(m, &mask));
-    uint64_t seed, *offset;
-    cai_random_next(&seed, &offset);
-    cai_kern_rand_dropout_mask(kdt(m->dtype), seed, offset, cai_meta_numel(m), a->s[0],
+    uint64_t seed, offset;
+    cai_random_take(cai_meta_numel(m), &seed, &offset);
+    cai_kern_rand_dropout_mask(kdt(m->dtype), seed, &offset, cai_meta_numel(m), a->s[0],
                                cai_tensor_ptr(mask));
     ca_tensor *xm[2] = {in[0], mask};
     ca_status st = cai_tensor_pointwise(KPW_MUL, m, 2, xm, 0.0, 0.0, out);

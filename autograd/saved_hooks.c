@@ -10,7 +10,7 @@
 #include "autograd/internal.h"
 
 struct cai_saved_hooks {
-    int64_t refcnt;
+    cai_refcnt refcnt;
     ca_pack_hook_fn pack;
     ca_unpack_hook_fn unpack;
     ca_ctx_free_fn free_packed;
@@ -22,7 +22,7 @@ struct cai_saved_hooks {
 static _Thread_local cai_saved_hooks *top;
 
 static void hooks_release(cai_saved_hooks *h) {
-    if (!h || --h->refcnt > 0)
+    if (!h || !ref_dec(&h->refcnt))
         return;
     if (h->ctx_free)
         h->ctx_free(h->ctx);
@@ -70,7 +70,7 @@ ca_status cai_saved_pack(ca_saved *s) {
                    : st;
     s->packed = packed;
     s->hooks = top;
-    top->refcnt++;
+    ref_inc(&top->refcnt);
     ca_tensor_release(s->t);
     s->t = NULL;
     return CA_OK;

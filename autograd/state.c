@@ -100,29 +100,37 @@ uint64_t cai_node_next_seq(void) {
  * Random generator position: one (seed, offset) pair for the process. Each random call
  * takes draws from the offset on, so a seed fixes every later value.
  */
+/* Under a lock: threads drawing at once each take a range of draws of their own. */
 static uint64_t rng_seed = 0x2545F4914F6CDD1DULL;
 static uint64_t rng_offset = 0;
+static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void ca_manual_seed(uint64_t seed) {
-    rng_seed = seed;
-    rng_offset = 0;
+    ca_rng_set_state(seed, 0);
 }
 
 void ca_rng_get_state(uint64_t *seed, uint64_t *offset) {
+    pthread_mutex_lock(&rng_lock);
     if (seed)
         *seed = rng_seed;
     if (offset)
         *offset = rng_offset;
+    pthread_mutex_unlock(&rng_lock);
 }
 
 void ca_rng_set_state(uint64_t seed, uint64_t offset) {
+    pthread_mutex_lock(&rng_lock);
     rng_seed = seed;
     rng_offset = offset;
+    pthread_mutex_unlock(&rng_lock);
 }
 
-void cai_random_next(uint64_t *seed, uint64_t **offset) {
+void cai_random_take(int64_t n, uint64_t *seed, uint64_t *offset) {
+    pthread_mutex_lock(&rng_lock);
     *seed = rng_seed;
-    *offset = &rng_offset;
+    *offset = rng_offset;
+    rng_offset += (uint64_t)n;
+    pthread_mutex_unlock(&rng_lock);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ static ca_status storage_new(size_t nbytes, ca_storage **out) {
         cai_mem_free(s);
         return err_nomem("tensor data");
     }
-    s->refcnt = 1;
+    atomic_init(&s->refcnt, 1);
     s->nbytes = nbytes;
     s->version = 0;
     *out = s;
@@ -31,7 +31,7 @@ static ca_status storage_new(size_t nbytes, ca_storage **out) {
 }
 
 static void storage_release(ca_storage *s) {
-    if (!s || --s->refcnt > 0)
+    if (!s || !ref_dec(&s->refcnt))
         return;
     if (!s->external)
         cai_mem_data_free(s->data);
@@ -94,7 +94,7 @@ static ca_status tensor_header(ca_storage *s, const ca_meta *m, ca_tensor **out)
     ca_tensor *t = cai_mem_calloc(1, sizeof *t);
     if (!t)
         return err_nomem("a tensor header");
-    t->refcnt = 1;
+    atomic_init(&t->refcnt, 1);
     t->dtype = m->dtype;
     t->ndim = m->ndim;
     memcpy(t->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim);
@@ -120,7 +120,7 @@ ca_status cai_tensor_alias(ca_tensor *t, int ndim, const int64_t *shape, const i
     ca_meta m = {.dtype = t->dtype, .ndim = ndim};
     memcpy(m.shape, shape, sizeof(int64_t) * (size_t)ndim);
     CA_CHECK(tensor_header(t->storage, &m, out));
-    t->storage->refcnt++;
+    ref_inc(&t->storage->refcnt);
     memcpy((*out)->strides, strides, sizeof(int64_t) * (size_t)ndim);
     (*out)->offset = offset;
     return CA_OK;
@@ -165,12 +165,12 @@ void cai_tensor_bump_version(ca_tensor *t) {
  */
 ca_tensor *ca_tensor_retain(ca_tensor *t) {
     if (t)
-        t->refcnt++;
+        ref_inc(&t->refcnt);
     return t;
 }
 
 void ca_tensor_release(ca_tensor *t) {
-    if (!t || --t->refcnt > 0)
+    if (!t || !ref_dec(&t->refcnt))
         return;
     if (t->grad_fn && node_retained(t->grad_fn, t->output_nr) == t)
         node_set_retained(t->grad_fn, t->output_nr, NULL);
@@ -339,12 +339,12 @@ static ca_status create_random(ca_dtype dt, int ndim, const int64_t *shape, bool
     ca_meta m;
     CA_CHECK(make_meta(dt, ndim, shape, &m, fn));
     CA_CHECK(cai_tensor_new(&m, out));
-    uint64_t seed, *offset;
-    cai_random_next(&seed, &offset);
+    uint64_t seed, offset;
+    cai_random_take(cai_meta_numel(&m), &seed, &offset);
     if (normal)
-        cai_kern_rand_normal(kdt(dt), seed, offset, cai_meta_numel(&m), cai_tensor_ptr(*out));
+        cai_kern_rand_normal(kdt(dt), seed, &offset, cai_meta_numel(&m), cai_tensor_ptr(*out));
     else
-        cai_kern_rand_uniform(kdt(dt), seed, offset, cai_meta_numel(&m), cai_tensor_ptr(*out));
+        cai_kern_rand_uniform(kdt(dt), seed, &offset, cai_meta_numel(&m), cai_tensor_ptr(*out));
     return CA_OK;
 }
 

@@ -362,6 +362,11 @@ void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx
  * thread. Waits while another thread's job holds the pool. Returns false, having run nothing, where
  * that cannot be promised: n above the pool's size, or a call from inside a pool job. */
 bool cai_kern_gang(int n, kern_range_fn fn, void *ctx);
+/* Between begin and end (nested, per thread) cai_kern_gang returns false instead of waiting
+ * for another thread's job: a thread holding a lock that such a job's threads may wait for
+ * (a leaf's gradient lock) must not wait for them. */
+void cai_kern_no_wait_begin(void);
+void cai_kern_no_wait_end(void);
 /* Whether a parallel call from this thread would get the whole pool now (a hint: another
  * thread may take it first). */
 bool cai_kern_pool_free(void);

@@ -44,6 +44,7 @@ static struct {
                .idle = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local bool kern_in_pool; /* nested calls run serially */
+static _Thread_local int kern_no_wait;  /* cai_kern_no_wait_begin's depth */
 static pthread_once_t kern_atfork_once = PTHREAD_ONCE_INIT;
 
 static int kern_cores(void) {
@@ -275,11 +276,23 @@ bool cai_kern_gang(int n, kern_range_fn fn, void *ctx) {
         pthread_mutex_unlock(&kern_pool.mu);
         return false;
     }
+    if (kern_pool.busy && kern_no_wait > 0) {
+        pthread_mutex_unlock(&kern_pool.mu);
+        return false;
+    }
     while (kern_pool.busy) /* another thread's job: a gang cannot run inline, so wait */
         pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
     kern_pool_publish(fn, ctx, n, n, true);
     kern_pool_run_and_release(fn, ctx, n, n, true);
     return true;
+}
+
+void cai_kern_no_wait_begin(void) {
+    kern_no_wait++;
+}
+
+void cai_kern_no_wait_end(void) {
+    kern_no_wait--;
 }
 
 bool cai_kern_pool_free(void) {

@@ -364,6 +364,10 @@ typedef struct {
      * the run, as for call. The callback bumps .grad's version counter when *has_grad. */
     int (*accumulate_target)(void *ctx, const graph_node *acc, const graph_view *value,
                              graph_view *dst, bool *has_grad);
+    /* Optional: called once after each accumulate_target that returned 0 with dst set, when
+     * the runner is done writing dst (or gave up on it), on the same thread. The autograd
+     * layer holds the leaf's lock from the one call to the other. */
+    void (*accumulate_done)(void *ctx, const graph_node *acc);
 } graph_callbacks;
 
 /* Plan g (after its passes), or NULL when out of memory. The plan keeps a pointer to g. */

@@ -490,6 +490,33 @@ static bool target_is_read(const run_ctx *r, graph_val v, const graph_view *dst)
     return false;
 }
 
+/* Write the matmul v into the .grad dst (has: it holds a gradient already), or into its
+ * own buffer when dst cannot take it as is. */
+static int write_acc_target(run_ctx *r, graph_val v, const graph_node *x, graph_view *out,
+                            const graph_view *dst, bool has) {
+    plan_node *pa = &r->p->nodes[r->p->nodes[v].fold];
+    bool fits = cai_run_view_matches(dst, out->dtype, out->ndim, out->shape);
+    char b1[96], b2[96];
+    if (!fits && !has)
+        return cai_run_fail(r->p, v, "the new .grad is %s for a gradient %s",
+                            cai_run_view_str(dst->dtype, dst->ndim, dst->shape, b1),
+                            cai_run_view_str(out->dtype, out->ndim, out->shape, b2));
+    int rc;
+    if (fits && cai_run_is_contig(dst) && !target_is_read(r, v, dst)) {
+        if ((rc = run_matmul(r, v, x, dst, has ? 1.0 : 0.0)) == 0) {
+            pa->folded = true;
+            *out = *dst;
+        }
+        return rc;
+    }
+    if ((rc = run_matmul(r, v, x, out, 0.0)) != 0 || has)
+        return rc; /* the ACCUMULATE's call adds it, at its step */
+    if ((rc = cai_run_copy_strided(dst->data, dst->strides, out)) != 0)
+        return cai_run_kern_fail(r->p, v, rc, "copy into .grad");
+    pa->folded = true;
+    return 0;
+}
+
 /* A matmul whose ACCUMULATE may be folded in (find_folds): ask for the .grad and write
  * it, GEMM beta = 1 onto a gradient that is there, 0 into a fresh one. */
 static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_view *out) {
@@ -503,31 +530,16 @@ static int run_matmul_acc(run_ctx *r, graph_val v, const graph_node *x, graph_vi
     want.data = NULL;
     memset(&dst, 0, sizeof dst);
     bool has = false;
-    int rc = r->cb->accumulate_target(r->cb->ctx, cai_graph_node_at(r->p->g, pn->fold), &want, &dst,
-                                      &has);
+    const graph_node *acc = cai_graph_node_at(r->p->g, pn->fold);
+    int rc = r->cb->accumulate_target(r->cb->ctx, acc, &want, &dst, &has);
     if (rc)
         return rc;
     if (!dst.data) /* declined */
         return run_matmul(r, v, x, out, 0.0);
-    bool fits = cai_run_view_matches(&dst, out->dtype, out->ndim, out->shape);
-    char b1[96], b2[96];
-    if (!fits && !has)
-        return cai_run_fail(r->p, v, "the new .grad is %s for a gradient %s",
-                            cai_run_view_str(dst.dtype, dst.ndim, dst.shape, b1),
-                            cai_run_view_str(out->dtype, out->ndim, out->shape, b2));
-    if (fits && cai_run_is_contig(&dst) && !target_is_read(r, v, &dst)) {
-        if ((rc = run_matmul(r, v, x, &dst, has ? 1.0 : 0.0)) == 0) {
-            pa->folded = true;
-            *out = dst;
-        }
-        return rc;
-    }
-    if ((rc = run_matmul(r, v, x, out, 0.0)) != 0 || has)
-        return rc; /* the ACCUMULATE's call adds it, at its step */
-    if ((rc = cai_run_copy_strided(dst.data, dst.strides, out)) != 0)
-        return cai_run_kern_fail(r->p, v, rc, "copy into .grad");
-    pa->folded = true;
-    return 0;
+    rc = write_acc_target(r, v, x, out, &dst, has);
+    if (r->cb->accumulate_done)
+        r->cb->accumulate_done(r->cb->ctx, acc);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------

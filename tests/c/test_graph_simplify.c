@@ -196,7 +196,7 @@ static void ts_run(const graph *g, const int64_t *slots, const graph_view *input
     cr_assert_not_null(p);
     size_t bytes = cai_graph_plan_arena_bytes(p, slots);
     void *arena = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
-    graph_callbacks cb = {ts_call, rec, target ? ts_target : NULL};
+    graph_callbacks cb = {ts_call, rec, target ? ts_target : NULL, NULL};
     int rc = cai_graph_plan_run(p, slots, inputs, arena, cb);
     cr_assert_eq(rc, 0, "run failed (%d): %s", rc, cai_graph_plan_error(p));
     free(arena);
