@@ -11,8 +11,9 @@
 #   make fuzz          a random-graph campaign over JOBS processes: N=20000 SEED=20240611
 #   make sanitize      ASan+UBSan build in build-asan/ (CA_ASSERT checked): C tests, every
 #                      example, Python suites
-#   make tsan          ThreadSanitizer build in build-tsan/ and its stress program (the
-#                      thread pool, OpenBLAS on it, compiled steps side by side)
+#   make tsan          ThreadSanitizer build in build-tsan/ and its stress programs (the
+#                      thread pool, OpenBLAS on it, compiled steps side by side; one model
+#                      shared by threads backwarding into its .grad at once)
 #   make demo          build, train an MLP on the digits data from Python (examples/digits_mlp.py)
 #   make demo-c        the C example: build/mlp_sgd
 #   make bench-compiled  eager vs compiled backward timings (benchmarks/bench_compiled.c)
@@ -132,8 +133,9 @@ tsan: deps pyenv
 	    -DCAGRAD_BUILD_TESTS=OFF -DCAGRAD_BUILD_EXAMPLES=OFF -DCAGRAD_BUILD_BENCHMARKS=OFF \
 	    -DCAGRAD_TSAN_STRESS=ON -DCAGRAD_BLAS=scipy-openblas32 \
 	    -DPython3_EXECUTABLE=$(abspath $(VENV_PY)) $(CMAKE_ARGS)
-	$(CMAKE) --build $(TSAN_DIR) -j $(JOBS) --target tsan_stress
+	$(CMAKE) --build $(TSAN_DIR) -j $(JOBS) --target tsan_stress tsan_shared
 	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 $(TSAN_DIR)/tsan_stress
+	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 $(TSAN_DIR)/tsan_shared
 
 # Coverage-guided fuzzing of the C API (tests/fuzz/fuzz_backward.c) with libFuzzer, ASan
 # and UBSan, for FUZZ_SECONDS, from the corpus in tests/fuzz/corpus (new inputs go to

@@ -32,9 +32,9 @@
  * Per thread (thread_state(), freed when the thread exits): the running backward's walk,
  * key and seed, and whether a compiled backward is running on the thread. So several
  * threads may run compiled backwards at once: lookups and compiles take ca_lock, and a
- * cache entry's run (its arena and its plan's run state) takes that entry's run lock, so
- * two threads with equal keys share the entry one run at a time, and different entries
- * run side by side. */
+ * cache entry's run (its arena and its plan's run state) takes one of that entry's run
+ * slots, so two threads with equal keys (one model trained by several threads) run the
+ * entry side by side, each on a slot of its own, as do different entries. */
 typedef struct {
     int depth;                           /* enables not yet disabled; 0: compiled autograd off */
     ca_compiled_options opts[MAX_DEPTH]; /* each enable's options; the innermost rules */
@@ -266,8 +266,9 @@ static void log_changed_shapes(const cache_leaf *leaf) {
 }
 
 static void log_graph(const compiled_graph *cg) {
+    const run_slot *s = cg->slots;
     char *text =
-        cai_graph_print_inputs(cg->g, compiled_autograd.log_verbose, cg->sym_values, cg->inputs);
+        cai_graph_print_inputs(cg->g, compiled_autograd.log_verbose, s->sym_values, s->inputs);
     if (text)
         fprintf(stderr, "[compiled_autograd] TRACED GRAPH\n%s", text);
     cai_graph_free_string(text);
@@ -304,16 +305,17 @@ static void compiled_free(void *p) {
     compiled_graph *cg = p;
     if (!cg)
         return;
-    cai_graph_plan_free(cg->plan);
+    while (cg->slots) {
+        run_slot *next = cg->slots->next;
+        cai_slot_free(cg->slots);
+        cg->slots = next;
+    }
     cai_graph_free(cg->g);
     cai_mem_free(cg->reads);
     cai_mem_free(cg->callouts);
     cai_mem_free(cg->steal);
-    cai_mem_data_free(cg->arena);
-    cai_mem_free(cg->sym_values);
-    cai_mem_free(cg->inputs);
     cai_dbl_tape_release(cg->tape);
-    pthread_mutex_destroy(&cg->run);
+    pthread_mutex_destroy(&cg->slots_mu);
     cai_mem_free(cg);
 }
 
@@ -321,15 +323,9 @@ static ca_status compiled_alloc(const key_collect *k, const cache_entry *e, comp
     compiled_graph *cg = cai_mem_calloc(1, sizeof *cg);
     if (!cg)
         return err_nomem("a compiled backward");
-    pthread_mutex_init(&cg->run, NULL);
+    pthread_mutex_init(&cg->slots_mu, NULL);
     cg->n_symbols = e->n_symbols;
     cg->n_inputs = k->n_lifted;
-    cg->sym_values = cai_mem_alloc(sizeof(int64_t) * (size_t)(e->n_symbols + 1));
-    cg->inputs = cai_mem_alloc(sizeof(graph_view) * (size_t)(k->n_lifted + 1));
-    if (!cg->sym_values || !cg->inputs) {
-        compiled_free(cg);
-        return err_nomem("a compiled backward");
-    }
     *out = cg;
     return CA_OK;
 }
@@ -393,8 +389,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
         cai_graph_dce(cg->g);
         cai_graph_fuse(
             cg->g); /* last before planning; out of memory leaves it unfused, still right */
-        cg->plan = cai_graph_plan_new(cg->g);
-        if (!cg->plan)
+        cg->slots = cai_slot_new(cg); /* the graph's plan, with its first run's state */
+        if (!cg->slots)
             st = err_nomem("a compiled backward's memory plan");
     }
     if (st != CA_OK) {
@@ -557,8 +553,9 @@ static ca_status find_or_compile(const compiled_call *c, cache_entry **out) {
     compiled_autograd.counters.fused_kernels +=
         cai_graph_count_fused(((const compiled_graph *)e->compiled)->g);
     if (compiled_autograd.log_graph) { /* each traced graph is printed once, when it is made */
-        cai_entry_bind(e, &ca_thread->key);
-        log_graph(e->compiled);
+        compiled_graph *cg = e->compiled;
+        cai_entry_bind(e, cg->slots, &ca_thread->key); /* no one runs it yet */
+        log_graph(cg);
     }
     *out = e;
     return CA_OK;
@@ -649,14 +646,16 @@ ca_status cai_compiled_run(const ca_walk *w, const compiled_call *c, bool *ran) 
         return st;
     /* Taken after ca_lock is let go: a call-out of the run (a hook starting a backward)
      * takes ca_lock, so holding both in the other order here could deadlock. Nothing but
-     * ca_compiled_autograd_reset frees an entry, and it must not race a backward. */
-    pthread_mutex_lock(&cg->run);
+     * ca_compiled_autograd_reset frees an entry, and it must not race a backward. Threads
+     * running this entry at once (one model's backwards on several threads) each get a
+     * slot: they never wait for each other's runs. */
+    run_slot *slot = cai_slot_acquire(cg);
     *ran = true;
     t->running = true;
-    st = c->create_graph ? cai_entry_run_double(c, e, &t->key, &rep)
-                         : cai_entry_run(c, e, &t->key, c->grads_out, &rep);
+    st = c->create_graph ? cai_entry_run_double(c, e, slot, &t->key, &rep)
+                         : cai_entry_run(c, e, slot, &t->key, c->grads_out, &rep);
     t->running = false;
-    pthread_mutex_unlock(&cg->run);
+    cai_slot_release(slot);
     ca_lock();
     compiled_autograd.counters.side_by_side_runs += rep.side_by_side;
     if (rep.profile.steps > 0)

@@ -9,13 +9,13 @@
 #include <string.h>
 
 /* Once a compiled graph has timed its runs both ways: which it keeps, and why. */
-static void log_verdict(compiled_graph *cg) {
+static void log_verdict(run_slot *s) {
     int64_t in_order, side;
     int runs;
-    int v = cai_graph_plan_verdict(cg->plan, &in_order, &side, &runs);
+    int v = cai_graph_plan_verdict(s->plan, &in_order, &side, &runs);
     if (v < 0)
         return;
-    cg->verdict_logged = true;
+    s->verdict_logged = true;
     fprintf(stderr,
             "[compiled_autograd_verbose] graph runs %s on %d threads: steps side by side "
             "took %.1f us, in order %.1f us (second fastest of %d timed runs each way; %s%d%%)\n",
@@ -162,67 +162,118 @@ ca_status cai_entry_check_reads(const compiled_graph *cg, const key_collect *k) 
 }
 
 /* This call's symbol values and input views, from the collected key. */
-void cai_entry_bind(const cache_entry *e, const key_collect *k) {
-    compiled_graph *cg = e->compiled;
-    for (int s = 0; s < e->n_symbols; s++)
-        cg->sym_values[s] = k->sizes[e->first_slot[s]];
+void cai_entry_bind(const cache_entry *e, run_slot *s, const key_collect *k) {
+    for (int y = 0; y < e->n_symbols; y++)
+        s->sym_values[y] = k->sizes[e->first_slot[y]];
     for (int i = 0; i < k->n_lifted; i++)
-        cai_view_of(k->lifted[i].t, &cg->inputs[i]);
+        cai_view_of(k->lifted[i].t, &s->inputs[i]);
+}
+
+run_slot *cai_slot_new(const compiled_graph *cg) {
+    run_slot *s = cai_mem_calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    s->sym_values = cai_mem_alloc(sizeof(int64_t) * (size_t)(cg->n_symbols + 1));
+    s->inputs = cai_mem_alloc(sizeof(graph_view) * (size_t)(cg->n_inputs + 1));
+    s->plan = cg->g ? cai_graph_plan_new(cg->g) : NULL;
+    if (!s->sym_values || !s->inputs || (cg->g && !s->plan)) {
+        cai_slot_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void cai_slot_free(run_slot *s) {
+    if (!s)
+        return;
+    cai_graph_plan_free(s->plan);
+    cai_mem_data_free(s->arena);
+    cai_mem_free(s->sym_values);
+    cai_mem_free(s->inputs);
+    pthread_mutex_destroy(&s->lock);
+    cai_mem_free(s);
+}
+
+run_slot *cai_slot_acquire(compiled_graph *cg) {
+    pthread_mutex_lock(&cg->slots_mu);
+    run_slot *s = cg->slots;
+    while (s && pthread_mutex_trylock(&s->lock) != 0)
+        s = s->next;
+    pthread_mutex_unlock(&cg->slots_mu);
+    if (s)
+        return s;
+    /* every slot is running: another thread runs this graph too */
+    if ((s = cai_slot_new(cg)) != NULL) {
+        pthread_mutex_lock(&s->lock);
+        pthread_mutex_lock(&cg->slots_mu);
+        s->next = cg->slots->next; /* after the first, which stays first */
+        cg->slots->next = s;
+        pthread_mutex_unlock(&cg->slots_mu);
+        return s;
+    }
+    s = cg->slots;
+    pthread_mutex_lock(&s->lock);
+    return s;
+}
+
+void cai_slot_release(run_slot *s) {
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* The run with every step timed, and its work and span kept for
  * ca_compiled_autograd_last_profile. Without memory for the times it runs untimed. */
-static int run_profiled(compiled_graph *cg, graph_callbacks cb, ca_compiled_profile *p) {
+static int run_profiled(const compiled_graph *cg, run_slot *s, graph_callbacks cb,
+                        ca_compiled_profile *p) {
     int n = cai_graph_count(cg->g);
     int64_t *ns = cai_mem_calloc((size_t)n + 1, sizeof(int64_t));
-    int rc = cai_graph_plan_run_timed(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb, ns);
+    int rc = cai_graph_plan_run_timed(s->plan, s->sym_values, s->inputs, s->arena, cb, ns);
     if (ns && rc == 0)
-        cai_graph_plan_work_span(cg->plan, ns, &p->work_ns, &p->span_ns, &p->steps);
+        cai_graph_plan_work_span(s->plan, ns, &p->work_ns, &p->span_ns, &p->steps);
     cai_mem_free(ns);
     return rc;
 }
 
-ca_status cai_entry_run(const compiled_call *c, const cache_entry *e, const key_collect *k,
-                        ca_tensor **outs, run_report *rep) {
+ca_status cai_entry_run(const compiled_call *c, const cache_entry *e, run_slot *s,
+                        const key_collect *k, ca_tensor **outs, run_report *rep) {
     compiled_graph *cg = e->compiled;
-    cai_entry_bind(e, k);
-    size_t bytes = cai_graph_plan_arena_bytes(cg->plan, cg->sym_values);
-    if (bytes > cg->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
-        cai_mem_data_free(cg->arena);
-        cg->arena_cap = 0;
-        if (!(cg->arena = cai_mem_data_alloc(bytes)))
+    cai_entry_bind(e, s, k);
+    size_t bytes = cai_graph_plan_arena_bytes(s->plan, s->sym_values);
+    if (bytes > s->arena_cap) { /* only when sizes grow: a steady state allocates nothing */
+        cai_mem_data_free(s->arena);
+        s->arena_cap = 0;
+        if (!(s->arena = cai_mem_data_alloc(bytes)))
             return err_nomem("a compiled backward's arena");
-        cg->arena_cap = bytes;
+        s->arena_cap = bytes;
     }
     run_ctx r = {
         .c = c, .cg = cg, .outs = outs, .co = {.k = k, .table = cg->callouts}, .st = CA_OK};
     graph_callbacks cb = {call_out_cb, &r, accumulate_target_cb, accumulate_done_cb};
-    int rc = rep->profiling
-                 ? run_profiled(cg, cb, &rep->profile)
-                 : cai_graph_plan_run(cg->plan, cg->sym_values, cg->inputs, cg->arena, cb);
+    int rc = rep->profiling ? run_profiled(cg, s, cb, &rep->profile)
+                            : cai_graph_plan_run(s->plan, s->sym_values, s->inputs, s->arena, cb);
     cai_callout_end(&r.co);
-    rep->side_by_side = cai_graph_plan_ran_side_by_side(cg->plan);
-    if (rep->verbose && !cg->verdict_logged)
-        log_verdict(cg);
+    rep->side_by_side = cai_graph_plan_ran_side_by_side(s->plan);
+    if (rep->verbose && !s->verdict_logged)
+        log_verdict(s);
     if (rc > 0)
         return r.st;
     if (rc < 0)
-        return err_set(CA_STATUS_INDEX, "%s", cai_graph_plan_error(cg->plan));
+        return err_set(CA_STATUS_INDEX, "%s", cai_graph_plan_error(s->plan));
     return CA_OK;
 }
 
 /* A double backward (compiled_double.h): the outputs (autograd.grad's, then each leaf's
  * gradient) become differentiable, then leaves accumulate theirs as the eager create_graph
  * backward does (CopyBackwards, then AddBackward0). */
-ca_status cai_entry_run_double(const compiled_call *c, const cache_entry *e, const key_collect *k,
-                               run_report *rep) {
+ca_status cai_entry_run_double(const compiled_call *c, const cache_entry *e, run_slot *s,
+                               const key_collect *k, run_report *rep) {
     int n = c->n_targets + k->n_lifted;
     ca_tensor **outs = cai_mem_calloc((size_t)n + 1, sizeof(ca_tensor *));
     if (!outs)
         return err_nomem("a compiled double backward's outputs");
-    ca_status st = cai_entry_run(c, e, k, outs, rep);
+    ca_status st = cai_entry_run(c, e, s, k, outs, rep);
     const compiled_graph *cg = e->compiled;
-    dbl_sizes z = {cg->g, cg->sym_values, e->n_symbols};
+    dbl_sizes z = {cg->g, s->sym_values, e->n_symbols};
     if (st == CA_OK)
         st = cai_dbl_attach(cg->tape, k, &z, n, outs);
     for (int i = 0; i < c->n_targets; i++) {
