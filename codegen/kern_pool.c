@@ -177,8 +177,16 @@ static void kern_pool_start(void) {
 }
 
 /* Called without the lock; joins all workers. */
+/* Resizing may happen while other threads run kernels (the Python binding holds no lock):
+ * one resize at a time, after the running job; while the workers stop, callers see the pool
+ * as busy (stop) and run serially. */
+static pthread_mutex_t kern_pool_resize_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void kern_pool_stop(void) {
+    pthread_mutex_lock(&kern_pool_resize_mu);
     pthread_mutex_lock(&kern_pool.mu);
+    while (kern_pool.busy)
+        pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
     int nw = kern_pool.size - 1;
     kern_pool.stop = true;
     atomic_store_explicit(&kern_pool.spin_stop, true, memory_order_release);
@@ -192,7 +200,9 @@ static void kern_pool_stop(void) {
     kern_pool.size = 0;
     kern_pool.stop = false;
     atomic_store_explicit(&kern_pool.spin_stop, false, memory_order_release);
+    pthread_cond_broadcast(&kern_pool.idle); /* a gang may wait for the pool */
     pthread_mutex_unlock(&kern_pool.mu);
+    pthread_mutex_unlock(&kern_pool_resize_mu);
 }
 
 /* Called with the lock held and the pool not busy: makes (fn, ctx) the pool's job, wakes
@@ -254,7 +264,8 @@ void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx
     pthread_mutex_lock(&kern_pool.mu);
     if (kern_pool.size == 0)
         kern_pool_start();
-    if (kern_pool.size < 2 || kern_pool.busy) { /* busy: another thread's job runs */
+    /* busy: another thread's job runs; stop: the pool is being resized */
+    if (kern_pool.size < 2 || kern_pool.busy || kern_pool.stop) {
         pthread_mutex_unlock(&kern_pool.mu);
         fn(ctx, 0, n);
         return;
@@ -276,12 +287,16 @@ bool cai_kern_gang(int n, kern_range_fn fn, void *ctx) {
         pthread_mutex_unlock(&kern_pool.mu);
         return false;
     }
-    if (kern_pool.busy && kern_no_wait > 0) {
+    if ((kern_pool.busy && kern_no_wait > 0) || kern_pool.stop) {
         pthread_mutex_unlock(&kern_pool.mu);
         return false;
     }
     while (kern_pool.busy) /* another thread's job: a gang cannot run inline, so wait */
         pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
+    if (kern_pool.stop || kern_pool.size < n) { /* resized meanwhile */
+        pthread_mutex_unlock(&kern_pool.mu);
+        return false;
+    }
     kern_pool_publish(fn, ctx, n, n, true);
     kern_pool_run_and_release(fn, ctx, n, n, true);
     return true;
@@ -299,7 +314,7 @@ bool cai_kern_pool_free(void) {
     if (kern_in_pool)
         return false;
     pthread_mutex_lock(&kern_pool.mu);
-    bool free_now = !kern_pool.busy;
+    bool free_now = !kern_pool.busy && !kern_pool.stop;
     pthread_mutex_unlock(&kern_pool.mu);
     return free_now;
 }

@@ -283,7 +283,7 @@ static _Thread_local PyObject *observer_fn;
  * recurse without end. */
 static _Thread_local bool observer_running;
 
-/* Runs after each op, under the lock, usually without the GIL. An op cannot fail because
+/* Runs after each op, usually without the GIL. An op cannot fail because
  * its observer did, so the observer's exceptions are reported as unraisable. */
 static void observer_trampoline(const char *op, int forward_graph, void *ctx) {
     if (observer_running || !glue_python_alive())

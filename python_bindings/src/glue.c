@@ -1,5 +1,5 @@
-/* glue.c - the library lock, error mapping, hook-exception storage and tensor wrapping
- * shared by every binding. See glue.h for the threading rule these helpers keep.
+/* glue.c - releasing the GIL around library calls, error mapping, hook-exception storage
+ * and tensor wrapping shared by every binding. See glue.h for the threading rules.
  */
 #include "glue.h"
 
@@ -8,39 +8,13 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------
- * Library lock
+ * Library calls: no lock (glue.h)
  */
-static pthread_mutex_t glue_lock;
-static pthread_once_t glue_lock_once = PTHREAD_ONCE_INIT;
-
-/* Recursive: a hook runs Python code on the thread that holds the lock for a backward,
- * and that code calls ops again. */
-static void glue_lock_create(void) {
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&glue_lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-}
-
-void glue_lock_init(void) {
-    pthread_once(&glue_lock_once, glue_lock_create);
-}
-
 PyThreadState *glue_enter(void) {
-    PyThreadState *saved = PyEval_SaveThread();
-    pthread_mutex_lock(&glue_lock);
-    return saved;
-}
-
-PyThreadState *glue_enter_quick(void) {
-    if (pthread_mutex_trylock(&glue_lock) == 0)
-        return NULL;
-    return glue_enter();
+    return PyEval_SaveThread();
 }
 
 void glue_leave(PyThreadState *saved) {
-    pthread_mutex_unlock(&glue_lock);
     if (saved)
         PyEval_RestoreThread(saved);
 }
@@ -53,31 +27,10 @@ bool glue_python_alive(void) {
 #endif
 }
 
+/* Any thread, with or without the GIL: refcounts are atomic. A storage whose last view
+ * dies here may run a deleter, which takes the GIL itself when it needs Python. */
 void glue_release(ca_tensor *t) {
-    if (!t)
-        return;
-    if (pthread_mutex_trylock(&glue_lock) == 0) {
-        ca_tensor_release(t);
-        pthread_mutex_unlock(&glue_lock);
-        return;
-    }
-    /* During shutdown the holder may be a daemon thread that Python froze for good when it
-     * asked for the GIL: waiting would hang the exit, leaking one tensor does not. */
-    if (!glue_python_alive())
-        return;
-    GLUE_CALL(ca_tensor_release(t));
-}
-
-/* DLPack deleters run wherever the consumer drops its tensor: on a Python thread holding
- * the GIL, or on a thread of another runtime that has never seen Python. */
-void glue_release_any_thread(ca_tensor *t) {
-    if (PyGILState_Check()) {
-        glue_release(t);
-        return;
-    }
-    pthread_mutex_lock(&glue_lock);
     ca_tensor_release(t);
-    pthread_mutex_unlock(&glue_lock);
 }
 
 /* ---------------------------------------------------------------------------------------

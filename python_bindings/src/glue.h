@@ -4,21 +4,18 @@
  * TensorBase objects, maps ca_status to exceptions, and keeps the threading rules below.
  * No numeric or autograd logic lives here; that is the C library's job.
  *
- * Threading. libcagrad is single-threaded per call and its refcounts are not atomic, so
- * one process-wide RECURSIVE library lock guards every call that may run kernels or touch
- * refcounts. The GIL is released while the lock is held (kernels run in parallel with
- * Python threads), and the rule that keeps this deadlock-free is:
+ * Threading, as in PyTorch. libcagrad's refcounts are atomic, a leaf's .grad accumulates
+ * under the leaf's lock, and each backward keeps its state in its own walk, so threads may
+ * share tensors and run forwards and backwards at once (docs/c-api.md, "Threads"). There
+ * is no library lock: GLUE_CALL releases the GIL around a call that may run kernels, so
+ * Python threads overlap in C; cheap calls (refcounts, metadata) keep the GIL. A callback
+ * from the library into Python (hooks, custom Functions, deleters, the op observer) takes
+ * the GIL with PyGILState_Ensure on whatever thread it runs. Concurrent in-place writes to
+ * one tensor (or setting .grad while another thread's backward accumulates into it) are
+ * the user's race, as in PyTorch.
  *
- *     never block on the library lock while holding the GIL.
- *
- * A thread that holds the lock may take the GIL (hooks, deleters and the op observer do,
- * with PyGILState_Ensure); a thread that holds the GIL only ever try-locks, and on failure
- * releases the GIL before it waits. GLUE_CALL is the normal path (release the GIL, lock,
- * call, unlock, re-take the GIL); GLUE_CALL_QUICK first try-locks with the GIL held, for
- * calls too cheap to be worth a GIL round trip (refcounts, metadata, dealloc).
- *
- * Module state is process-global on purpose: the library it wraps is (one lock, one
- * allocator, one compiled-autograd cache), so the module uses single-phase init and
+ * Module state is process-global on purpose: the library it wraps is (one allocator, one
+ * compiled-autograd cache), so the module uses single-phase init and
  * static types, and is not meant for subinterpreters.
  */
 #ifndef CAGRAD_GLUE_H
@@ -33,18 +30,14 @@
 #include <cagrad.h>
 
 /* ---------------------------------------------------------------------------------------
- * Library lock
+ * Library calls
  */
-/* Create the lock (idempotent; called at module init). */
-void glue_lock_init(void);
-/* Release the GIL (the caller holds it), then take the lock. Returns the saved state. */
+/* Release the GIL (the caller holds it). Returns the saved state. */
 PyThreadState *glue_enter(void);
-/* Take the lock keeping the GIL when the lock is free (returns NULL); else as glue_enter. */
-PyThreadState *glue_enter_quick(void);
-/* Drop the lock, then re-take the GIL if `saved` says it was released. */
+/* Re-take the GIL if `saved` says it was released. */
 void glue_leave(PyThreadState *saved);
 
-/* Run `stmt` (a libcagrad call) under the lock with the GIL released. */
+/* Run `stmt` (a libcagrad call that may run kernels or a backward) with the GIL released. */
 #define GLUE_CALL(stmt)                                                                            \
     do {                                                                                           \
         PyThreadState *glue_saved_ = glue_enter();                                                 \
@@ -52,17 +45,15 @@ void glue_leave(PyThreadState *saved);
         glue_leave(glue_saved_);                                                                   \
     } while (0)
 
-/* The same for cheap calls: keeps the GIL when the lock is free. */
+/* A cheap call (refcounts, metadata): run with the GIL kept. */
 #define GLUE_CALL_QUICK(stmt)                                                                      \
     do {                                                                                           \
-        PyThreadState *glue_saved_ = glue_enter_quick();                                           \
         stmt;                                                                                      \
-        glue_leave(glue_saved_);                                                                   \
     } while (0)
 
 /* True when Python code may run on this thread: the interpreter is up and not shutting
  * down. Callbacks from the library check it before PyGILState_Ensure, which would end a
- * non-main thread during finalization while it holds the library lock. */
+ * non-main thread during finalization in the middle of a library call. */
 bool glue_python_alive(void);
 
 /* ---------------------------------------------------------------------------------------
@@ -115,10 +106,9 @@ static inline ca_tensor *glue_tensor_unwrap(PyObject *o) {
 PyObject *glue_wrap(ca_tensor *t);
 /* The same as an instance of cls (a TensorBase subclass): TensorBase.__new__. */
 PyObject *glue_wrap_as(PyTypeObject *cls, ca_tensor *t);
-/* Release a reference with the GIL held, keeping the locking rule. NULL is a no-op. */
+/* Release a reference, on any thread, with or without the GIL (DLPack deleters). NULL is a
+ * no-op. */
 void glue_release(ca_tensor *t);
-/* The same from any thread, with or without the GIL (DLPack deleters). */
-void glue_release_any_thread(ca_tensor *t);
 
 /* ---------------------------------------------------------------------------------------
  * Argument conversion

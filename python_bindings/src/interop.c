@@ -2,7 +2,7 @@
  * buffer exporter), copy_from_buffer, and DLPack both ways (PyTorch, JAX, NumPy).
  *
  * Imports wrap the foreign memory with ca_tensor_from_blob. Its deleter runs when the
- * storage's last view dies, under the library lock, on whatever thread dropped that view
+ * storage's last view dies, on whatever thread dropped that view
  * (with or without the GIL): it gives the memory back to its owner, taking the GIL itself
  * when the owner is a Python object. Exports hand out a reference to the tensor that the
  * consumer drops through the DLPack deleter, again on any thread.
@@ -284,12 +284,12 @@ typedef struct {
 
 /* The consumer may drop the tensor on any thread, with or without the GIL. */
 static void dl_export_delete_legacy(DLManagedTensor *m) {
-    glue_release_any_thread(m->manager_ctx);
+    glue_release(m->manager_ctx);
     free(m);
 }
 
 static void dl_export_delete_versioned(DLManagedTensorVersioned *m) {
-    glue_release_any_thread(m->manager_ctx);
+    glue_release(m->manager_ctx);
     free(m);
 }
 

@@ -62,7 +62,7 @@ static PyObject *py_set_num_threads(PyObject *module, PyObject *arg) {
         PyErr_Format(PyExc_ValueError, "set_num_threads(): n must be >= 1, not %ld", n);
         return NULL;
     }
-    /* Under the lock: the kernel pool is resized, and no kernel may be running on it. */
+    /* The pool waits for a running job before it stops its threads (kern_pool.c). */
     GLUE_CALL(ca_set_num_threads((int)n));
     Py_RETURN_NONE;
 }
@@ -163,7 +163,6 @@ static int module_add_functions(PyObject *m) {
 }
 
 PyMODINIT_FUNC PyInit__C(void) {
-    glue_lock_init();
     ca_status st = ca_init();
     if (st) {
         PyErr_Format(PyExc_ImportError, "cagrad._C: libcagrad failed to start: %s",

@@ -129,7 +129,7 @@ static int replace_from(PyObject *res, int n, ca_tensor **grads) {
     }
     for (int k = 0; k < n && rc == 0; k++) {
         PyObject *g = PySequence_Fast_GET_ITEM(seq, k);
-        ca_tensor_release(grads[k]); /* the library's references: the lock is held */
+        ca_tensor_release(grads[k]); /* the library's references */
         grads[k] = g == Py_None ? NULL : ca_tensor_retain(glue_tensor_unwrap(g));
     }
     Py_DECREF(seq);

@@ -2,8 +2,8 @@
  *
  * A row is X(name, spec, call): the Python name, its parameters (glue.h lists the kinds),
  * and the libcagrad call over the parsed arguments a[k]. Each row becomes a thunk that
- * makes the call and a METH_FASTCALL function that parses, calls the thunk under the
- * library lock with the GIL released, and wraps the result. Adding an op to cagrad.h means
+ * makes the call and a METH_FASTCALL function that parses, calls the thunk with the GIL
+ * released, and wraps the result. Adding an op to cagrad.h means
  * adding one row here.
  */
 #include "glue.h"
@@ -176,7 +176,7 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
 /* clang-format on */
 
 /* ---------------------------------------------------------------------------------------
- * Runners: parse, call under the lock, convert the result. The thunks only make the call.
+ * Runners: parse, call without the GIL, convert the result. The thunks only make the call.
  */
 typedef ca_status (*tensor_thunk)(const glue_arg *a, ca_tensor **out);
 typedef ca_status (*pair_thunk)(const glue_arg *a, ca_tensor **out, ca_tensor **out2);

@@ -4,7 +4,7 @@
  * flags' values become _C.OP_PY_TORCH, ... The
  * function takes the schema's arguments by position or by name, Tensors as Tensors and
  * every other argument as a number (a str{...} choice as its index), and calls ca_op_apply
- * under the library lock. The Python package (cagrad/_ops.py) builds the PyTorch-facing
+ * with the GIL released. The Python package (cagrad/_ops.py) builds the PyTorch-facing
  * functions from the schema: defaults, choices given as strings, inplace=.
  */
 #include "glue.h"

@@ -113,7 +113,7 @@ static PyObject *tensor_get_is_leaf(PyObject *self, void *unused) {
     return PyBool_FromLong(ca_tensor_is_leaf(T(self)));
 }
 
-/* Under the lock: a new reference to t's gradient, or NULL. */
+/* A new reference to t's gradient, or NULL. */
 static ca_tensor *grad_retained(ca_tensor *t) {
     ca_tensor *grad = ca_tensor_grad(t);
     return grad ? ca_tensor_retain(grad) : NULL;
@@ -125,7 +125,7 @@ static PyObject *tensor_get_grad(PyObject *self, void *unused) {
     ca_tensor *grad = ca_tensor_grad(t->t);
     if (t->grad && glue_tensor_unwrap(t->grad) == grad)
         return Py_NewRef(t->grad);
-    /* Re-read under the lock: a backward on another thread may replace it meanwhile. */
+    /* Re-read: a backward on another thread may have replaced it meanwhile. */
     GLUE_CALL_QUICK(grad = grad_retained(t->t));
     PyObject *wrapper = grad ? glue_wrap(grad) : NULL; /* NULL and an exception on failure */
     /* XSETREF, and our own reference first: dropping the old wrapper may run Python code. */
