@@ -57,36 +57,40 @@
  *   CA_BOOL.
  *
  * Threads
- * cagrad takes no lock around a call; its state is of three kinds.
+ * cagrad takes no lock around a call; its state is of three kinds, as in PyTorch.
  * - Per thread: the last error, grad mode, the op observer and the last graph-break
  *   reason. A new thread starts with no error, grad mode on and no observer.
- * - Per group of tensors: tensors are not locked and their reference counts are not
- *   atomic. Tensors that share state form one group: the views of one storage, a tensor
- *   and its .grad, and every tensor of one autograd graph, with the leaves it was made
- *   from and the saved tensors it keeps. Use a group from one thread at a time (retain
- *   and release included) and hand it to another thread through your own
- *   synchronisation. Calls on distinct groups may run at once.
+ * - Shared tensors: reference counts (of tensors, storages and autograd nodes) are atomic,
+ *   so threads may share tensors: one model's weights used by several threads' forwards
+ *   and backwards at once, each on inputs of its own. Each backward keeps its state in a
+ *   walk of its own, so backwards whose graphs meet (at the shared leaves' AccumulateGrad
+ *   nodes) run at once, eager or compiled; every accumulation into a .grad holds that
+ *   tensor's lock, so a shared leaf's .grad ends as the sum of every thread's gradient, in
+ *   some order (float sums may round differently from a serial run). Changing a tensor is
+ *   the caller's race with every other use of it, as in PyTorch: in-place ops (the
+ *   optimizer step, zeroing .grad), ca_tensor_set_grad, ca_tensor_set_requires_grad,
+ *   ca_tensor_retain_grad and registering or removing hooks, and reading .grad while a
+ *   backward on another thread may accumulate into it. Saved-tensor hooks' tensors are
+ *   unpacked into the graph's nodes for the length of a backward: a graph with packed
+ *   saved tensors is backwarded by one thread at a time.
  * - Process-wide. Safe from any thread (locked, atomic, or read-only after ca_init):
  *   ca_init, the op registry, the data cache, forward-graph ids (a break on any thread
- *   opens the next graph for all), the kernel thread pool (kernels started by several
- *   threads at once share it: one runs in parallel, the others on their own thread), and
- *   compiled autograd (its cache, counters and enable stack are locked; each thread keeps
- *   its own walk and key): backwards (ca_backward, ca_backward_ex, ca_grad) on distinct
- *   groups may run at once, compiled or not; threads whose keys match share a cached
- *   graph, one run at a time, and different graphs run side by side. Compiled autograd,
- *   once enabled, applies to every thread's backward. ca_compiled_autograd_reset must not
- *   run while another thread runs a backward (it frees the graphs). Not locked, so the
- *   caller serialises them:
- *   - random calls: ca_manual_seed, ca_rng_get_state, ca_rng_set_state, ca_randn, ca_rand,
- *     and ca_dropout when it drops (training and p > 0), one at a time: they share one
- *     generator.
- *   - ca_set_allocator, while no other thread is inside cagrad.
- *   - ca_set_num_threads, one call at a time.
+ *   opens the next graph for all), the random generator (each call takes a range of
+ *   draws of its own under a lock, so which thread gets which numbers depends on their
+ *   order), the kernel thread pool (kernels started by several threads at once share it:
+ *   one runs in parallel, the others on their own thread; ca_set_num_threads waits for
+ *   the running kernel), and compiled autograd (its cache, counters and enable stack are
+ *   locked; each thread keeps its own walk and key; threads whose keys match run the same
+ *   cached graph side by side, each with run state of its own). Compiled autograd, once
+ *   enabled, applies to every thread's backward. ca_compiled_autograd_reset must not run
+ *   while another thread runs a backward (it frees the graphs), and ca_set_allocator runs
+ *   while no other thread is inside cagrad.
  * Hooks, ctx_free functions, blob deleters and the op observer run on the thread whose
- * call triggers them. Each declaration, or group, says which rule applies: "Thread-safe:
- * yes" (any thread, any time), "per thread", "per group" (the tensors it is given, and
- * their groups, must not be in use on another thread), or "no" with the rule above.
- * The Python package keeps these rules itself: it serialises its calls into cagrad.
+ * call triggers them, outside the .grad locks (a hook may call cagrad). Each declaration,
+ * or group, says which rule applies: "Thread-safe: yes" (any thread, any time), "per
+ * thread", "shared" (the tensors it is given may be in use on other threads, as long as
+ * no thread changes them meanwhile), or "no" with the rule above. The Python package
+ * releases the GIL around its calls and takes no lock of its own.
  */
 #ifndef CAGRAD_H
 #define CAGRAD_H
@@ -295,12 +299,12 @@ ca_status ca_tensor_from_blob(ca_dtype dtype, int ndim, const int64_t *shape,
                               void *ctx, ca_tensor **out);
 
 /* References. retain returns its argument; both take NULL. Releasing the last reference
- * may free nodes and release other tensors of t's graph. Thread-safe: per group. */
+ * may free nodes and release other tensors of t's graph. Thread-safe: shared. */
 ca_tensor *ca_tensor_retain(ca_tensor *t);
 void ca_tensor_release(ca_tensor *t);
 
 /* Metadata. Pointers are borrowed and live as long as the tensor. A NULL t gives
- * CA_FLOAT32, 0, NULL or false. Thread-safe: per group. */
+ * CA_FLOAT32, 0, NULL or false. Thread-safe: shared. */
 ca_dtype ca_tensor_dtype(const ca_tensor *t);
 int ca_tensor_ndim(const ca_tensor *t);
 const int64_t *ca_tensor_shape(const ca_tensor *t);
@@ -323,7 +327,7 @@ const char *ca_tensor_describe(const ca_tensor *t, char *buf, size_t size);
 /* ---------------------------------------------------------------------------------------
  * Autograd state of a tensor
  */
-/* The calls on a tensor here are Thread-safe: per group. */
+/* The calls on a tensor here are Thread-safe: shared. */
 /* Only leaves (tensors made by the user, not by an op that recorded a graph) can change
  * requires_grad, and only float tensors can require grad. true on a non-leaf is a no-op.
  * Errors: CA_STATUS_INVALID (t NULL), CA_STATUS_AUTOGRAD (false on a non-leaf),
@@ -369,7 +373,7 @@ int ca_forward_graph_id(void);
  * Thread-safe: per thread. */
 const char *ca_graph_break_last_reason(void);
 /* The forward graph t's grad_fn was recorded in, or -1 for a leaf (or NULL).
- * Thread-safe: per group. */
+ * Thread-safe: shared. */
 int ca_tensor_forward_graph_id(const ca_tensor *t);
 /* fn (NULL removes it) is called after every op that succeeds on this thread, with the
  * op's name ("mul") and the forward graph it ran in. Tools such as explain() count ops
@@ -390,7 +394,7 @@ void ca_set_op_observer(ca_op_observer_fn fn, void *ctx);
  *
  * ctx is yours; ctx_free (may be NULL) is called on it when the hook is removed or its
  * owner is freed. Hooks run in the order they were registered, on the thread that runs
- * the backward. handle may be NULL. The calls here are Thread-safe: per group.
+ * the backward. handle may be NULL. The calls here are Thread-safe: shared.
  */
 typedef ca_status (*ca_tensor_hook_fn)(ca_tensor *grad, ca_tensor **replacement, void *ctx);
 typedef ca_status (*ca_post_accumulate_hook_fn)(ca_tensor *leaf, void *ctx);
@@ -427,7 +431,7 @@ ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
  * node the pre-hooks see the gradient before it is added to .grad, and the post-hooks run
  * after (no grad_inputs). Tensor hooks of the same gradient run before node pre-hooks.
  * Under compiled autograd each hook is a call-out step of the compiled graph.
- * Thread-safe: per group.
+ * Thread-safe: shared.
  */
 typedef struct ca_node ca_node;
 typedef ca_status (*ca_node_pre_hook_fn)(int n_outputs, ca_tensor **grad_outputs, void *ctx);
@@ -541,7 +545,7 @@ ca_status ca_saved_tensors_hooks_pop(void);
  * the graph a second time" error. ctx_free (may be NULL) runs when the node is freed.
  * name ("MyFnBackward", at most 63 bytes) is copied; key is your identity for the
  * function (e.g. a class id): the compiled-autograd cache tells functions apart by it.
- * Thread-safe: per group.
+ * Thread-safe: shared.
  */
 typedef ca_status (*ca_custom_backward_fn)(void *ctx, int n_outputs, ca_tensor *const *grad_outputs,
                                            int n_inputs, ca_tensor **grad_inputs);
@@ -582,7 +586,7 @@ ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor 
 int ca_tensor_output_nr(const ca_tensor *t);
 /* The function t's grad_fn runs when it is a custom function's node (name, key, callbacks
  * and ctx as given to ca_custom_apply), else NULL. Borrowed: valid while t's grad_fn is.
- * Thread-safe: per group. */
+ * Thread-safe: shared. */
 const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t);
 /* Nonzero while compiled autograd records a custom backward on this thread (see
  * trace_state): a callback should then report failure through its status alone. */
@@ -607,7 +611,7 @@ ca_status ca_custom_saved_output(ca_tensor *saved, int k, ca_tensor **out);
  * gradient that does not fit), the status a failing hook returned, CA_STATUS_NOMEM, and
  * under compiled autograd CA_STATUS_INDEX (a kernel of the compiled graph failed at run
  * time, running out of scratch memory included).
- * Thread-safe: per group (the graph's tensors); see Threads for compiled autograd.
+ * Thread-safe: shared (the graph's tensors); see Threads for compiled autograd.
  */
 /* loss.backward(): loss must have one element. Gradients accumulate into the .grad of
  * every leaf that requires grad. Saved values are freed afterwards; a second backward
@@ -739,7 +743,7 @@ ca_status ca_graph_write_dot(const char *path);
  * requires grad. Binary ops broadcast with NumPy's rules. Results are new references.
  *
  * Errors, for every op: CA_STATUS_INVALID (a NULL tensor or out), CA_STATUS_NOMEM; each
- * group adds its own. Every op is Thread-safe: per group (all its tensor arguments);
+ * group adds its own. Every op is Thread-safe: shared (all its tensor arguments);
  * ca_dropout, when it drops, is also a random call.
  */
 /* pointwise binary.
@@ -1066,7 +1070,7 @@ ca_status ca_dropout(ca_tensor *x, double p, bool training, ca_tensor **out);
  * Errors: CA_STATUS_INVALID (self or other NULL), CA_STATUS_AUTOGRAD (grad mode on and
  * self, or other, requires grad), CA_STATUS_DTYPE (self and other differ), CA_STATUS_SHAPE
  * (other does not broadcast to self's shape).
- * Thread-safe: per group (self's and other's). */
+ * Thread-safe: shared (self's and other's). */
 ca_status ca_add_(ca_tensor *self, ca_tensor *other, double alpha); /* self += alpha*other */
 ca_status ca_mul_(ca_tensor *self, ca_tensor *other);
 ca_status ca_mul_scalar_(ca_tensor *self, double s);
@@ -1135,7 +1139,7 @@ ca_status ca_op_find(const char *name, int *index);
  * CA_STATUS_INVALID when index is out of range, the numbers of tensors or scalars do not
  * match its schema, scalars is NULL while n_scalars > 0, or a scalar the schema types int,
  * bool or str is not a whole number (or not the index of a choice).
- * Thread-safe: per group, as the op. */
+ * Thread-safe: shared, as the op. */
 ca_status ca_op_apply(int index, int n_tensors, ca_tensor *const *tensors, int n_scalars,
                       const double *scalars, ca_tensor **out);
 

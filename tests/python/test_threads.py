@@ -1,5 +1,5 @@
 """Threads: Python hooks run with the GIL held while other threads run backwards (no
-deadlock between the GIL and cagrad's library lock), grad mode is per thread, hook
+deadlock between the GIL and cagrad's locks), grad mode is per thread, hook
 exceptions stay in their thread, and the GIL is released around kernels."""
 
 import sys

@@ -168,3 +168,52 @@ def test_concurrent_independent_backwards_bitwise(compiled):
 
     _run_threads(work, n_threads)
     assert not mismatches, f"concurrent gradients differ from serial ones: {mismatches[:5]}"
+
+
+def test_random_draws_are_taken_whole_by_each_thread():
+    """Threads drawing at once each take a range of the generator's draws of their own:
+    together they get the blocks a serial run gets, in some order, none twice."""
+    n_threads, n = 4, 2000
+    ca.manual_seed(5)
+    serial = [to_np(ca.randn(n)) for _ in range(n_threads)]
+    ca.manual_seed(5)
+    got = {}
+    barrier = threading.Barrier(n_threads)
+
+    def work(i):
+        barrier.wait(JOIN_TIMEOUT)
+        got[i] = to_np(ca.randn(n))
+
+    _run_threads(work, n_threads)
+    owners = sorted(next((k for k, s in enumerate(serial) if np.array_equal(g, s)), -1)
+                    for g in got.values())
+    assert owners == list(range(n_threads)), f"blocks of the serial draws taken: {owners}"
+
+
+def test_set_num_threads_while_other_threads_compute():
+    """Resizing the kernel pool while other threads run kernels waits for the running job:
+    no hang, and every product is right."""
+    a = np.random.default_rng(3).standard_normal((300, 300)).astype(np.float64)
+    want = a @ a
+    before = ca.get_num_threads()
+    stop = threading.Event()
+    wrong = []
+
+    def compute(i):
+        x = ca.tensor(a.copy())
+        while not stop.is_set():
+            if not np.allclose(to_np(x @ x), want, rtol=1e-12, atol=1e-10):
+                wrong.append(i)
+
+    def resize(i):
+        try:
+            for k in range(20):
+                ca.set_num_threads(1 + k % 2)
+        finally:
+            stop.set()
+
+    try:
+        _run_threads(lambda i: resize(i) if i == 0 else compute(i), 3)
+    finally:
+        ca.set_num_threads(before)
+    assert not wrong, f"products went wrong in threads {sorted(set(wrong))}"
