@@ -59,24 +59,52 @@ static ca_status buffer_add(const engine_run *r, ca_node *n, int k, ca_tensor *g
     return CA_OK;
 }
 
-/* create_graph: .grad = copy of g the first time (CopyBackwards for a leaf, CloneBackward0
- * for a retained non-leaf), then .grad + g out of place, so that .grad keeps g's history,
- * as PyTorch's AccumulateGrad and retain_grad hook under grad mode. */
-static ca_status accumulate_grad_recorded(ca_tensor *t, ca_tensor *g) {
-    if (!t->grad)
-        return cai_op_call1(t->grad_fn ? CA_OP_GRAD_CLONE : CA_OP_GRAD_COPY, g, NULL, &t->grad);
-    ca_tensor *sum;
-    CA_CHECK(add_recorded(t->grad, g, &sum));
-    ca_tensor_release(t->grad);
-    t->grad = sum;
-    return CA_OK;
+/* t.grad with a reference of the caller's (NULL: none), read under t's lock. */
+static ca_tensor *grad_of(ca_tensor *t) {
+    cai_grad_lock(t);
+    ca_tensor *grad = ca_tensor_retain(t->grad);
+    cai_grad_unlock(t);
+    return grad;
 }
 
-/* .grad += g. The first gradient is stolen when nothing else can see it, else copied, so a
- * later in-place accumulation never writes into a tensor someone else holds. */
-static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
-    if (create_graph && (g->requires_grad || (leaf->grad && leaf->grad->requires_grad)))
-        return accumulate_grad_recorded(leaf, g);
+/* t.grad = next if it is still old (references: t.grad's to old is dropped, next's moves
+ * to t.grad); false, changing nothing, when another thread changed it meanwhile. */
+static bool grad_swap(ca_tensor *t, ca_tensor *old, ca_tensor *next) {
+    cai_grad_lock(t);
+    bool same = t->grad == old;
+    if (same)
+        t->grad = next;
+    cai_grad_unlock(t);
+    if (same)
+        ca_tensor_release(old);
+    return same;
+}
+
+/* create_graph: .grad = copy of g the first time (CopyBackwards for a leaf, CloneBackward0
+ * for a retained non-leaf), then .grad + g out of place, so that .grad keeps g's history,
+ * as PyTorch's AccumulateGrad and retain_grad hook under grad mode. The new .grad is made
+ * outside t's lock (its ops record nodes and call the op observer, which may wait for
+ * Python's GIL) and put in place only if no other thread's gradient came meanwhile: else
+ * it is made again from theirs. */
+static ca_status accumulate_grad_recorded(ca_tensor *t, ca_tensor *g) {
+    for (;;) {
+        ca_tensor *old = grad_of(t), *next;
+        ca_status st =
+            old ? add_recorded(old, g, &next)
+                : cai_op_call1(t->grad_fn ? CA_OP_GRAD_CLONE : CA_OP_GRAD_COPY, g, NULL, &next);
+        bool done = st != CA_OK || grad_swap(t, old, next);
+        if (st == CA_OK && !done)
+            ca_tensor_release(next);
+        ca_tensor_release(old);
+        if (done)
+            return st;
+    }
+}
+
+/* .grad += g, under the leaf's lock (nothing here calls out). The first gradient is stolen
+ * when nothing else can see it, else copied, so a later in-place accumulation never writes
+ * into a tensor someone else holds. */
+static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g) {
     if (!leaf->grad) {
         bool private = ref_count(&g->refcnt) == 1 && ref_count(&g->storage->refcnt) == 1 &&
                        ca_tensor_is_contiguous(g);
@@ -94,10 +122,19 @@ static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g, bool crea
     return CA_OK;
 }
 
-/* Under the leaf's lock: threads backwarding through one model at once each add theirs. */
+static bool grad_requires_grad(ca_tensor *t) {
+    cai_grad_lock(t);
+    bool r = t->grad && t->grad->requires_grad;
+    cai_grad_unlock(t);
+    return r;
+}
+
+/* Threads backwarding through one model at once each add theirs. */
 ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
+    if (create_graph && (g->requires_grad || grad_requires_grad(leaf)))
+        return accumulate_grad_recorded(leaf, g);
     cai_grad_lock(leaf);
-    ca_status st = grad_accumulate_locked(leaf, g, create_graph);
+    ca_status st = grad_accumulate_locked(leaf, g);
     cai_grad_unlock(leaf);
     return st;
 }

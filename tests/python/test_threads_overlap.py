@@ -217,3 +217,26 @@ def test_set_num_threads_while_other_threads_compute():
     finally:
         ca.set_num_threads(before)
     assert not wrong, f"products went wrong in threads {sorted(set(wrong))}"
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_shared_model_create_graph():
+    """create_graph backwards from threads at once into shared leaves: .grad is the sum of
+    every thread's gradient, and stays differentiable (each sum recorded, none lost)."""
+    n_threads = 4
+    weights = _weights(2, np.float64)
+    params = _leaves(ca, weights)
+    xs = [_inputs(60 + i, np.float64) for i in range(n_threads)]
+    barrier = threading.Barrier(n_threads)
+
+    def work(i):
+        barrier.wait(JOIN_TIMEOUT)
+        _loss(ca, params, ca.tensor(xs[i].copy())).backward(create_graph=True)
+
+    _run_threads(work, n_threads)
+    want = _torch_summed_grads(weights, xs)
+    for k, (p, w) in enumerate(zip(params, want)):
+        assert p.grad.requires_grad, f"param {k}: .grad lost its history"
+        np.testing.assert_allclose(to_np(p.grad.detach()), to_np(w), **TOL_SUM["float64"],
+                                   err_msg=f"param {k}")
+        p.grad = None  # the cycle between a leaf and its differentiable .grad
