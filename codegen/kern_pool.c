@@ -43,6 +43,7 @@ static struct {
                .wake = PTHREAD_COND_INITIALIZER,
                .idle = PTHREAD_COND_INITIALIZER};
 
+static pthread_mutex_t kern_pool_resize_mu = PTHREAD_MUTEX_INITIALIZER; /* kern_pool_stop */
 static _Thread_local bool kern_in_pool; /* nested calls run serially */
 static _Thread_local int kern_no_wait;  /* cai_kern_no_wait_begin's depth */
 static pthread_once_t kern_atfork_once = PTHREAD_ONCE_INIT;
@@ -141,6 +142,7 @@ static void *kern_worker(void *arg) {
 /* In a forked child the workers are gone; start from scratch there. */
 static void kern_pool_atfork_child(void) {
     pthread_mutex_init(&kern_pool.mu, NULL);
+    pthread_mutex_init(&kern_pool_resize_mu, NULL);
     pthread_cond_init(&kern_pool.wake, NULL);
     pthread_cond_init(&kern_pool.idle, NULL);
     free(kern_pool.tid);
@@ -180,8 +182,6 @@ static void kern_pool_start(void) {
 /* Resizing may happen while other threads run kernels (the Python binding holds no lock):
  * one resize at a time, after the running job; while the workers stop, callers see the pool
  * as busy (stop) and run serially. */
-static pthread_mutex_t kern_pool_resize_mu = PTHREAD_MUTEX_INITIALIZER;
-
 static void kern_pool_stop(void) {
     pthread_mutex_lock(&kern_pool_resize_mu);
     pthread_mutex_lock(&kern_pool.mu);
