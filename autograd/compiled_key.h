@@ -9,7 +9,7 @@
 #ifndef CAGRAD_COMPILED_KEY_H
 #define CAGRAD_COMPILED_KEY_H
 
-#include "autograd/internal.h"
+#include "autograd/walk.h"
 
 /* Who a size slot belongs to, for the "changed tensor shapes" log line. */
 typedef enum { OWN_INPUT, OWN_GRAD_OUTPUT, OWN_SAVED, OWN_ATTR, OWN_SEED, OWN_LEAF } key_owner_kind;

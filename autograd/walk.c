@@ -10,7 +10,7 @@
  * Nodes are never written, so two threads may walk graphs that share nodes at once. A walk
  * keeps its buffers between uses, so a steady-state backward walks without allocating.
  */
-#include "autograd/internal.h"
+#include "autograd/walk.h"
 
 #include <string.h>
 
