@@ -17,6 +17,10 @@
  * So |got - want| <= 1e-12 sum|term| leaves a margin of over 100 over the bound, while a
  * lost or doubled update misses by a whole term (about 1/N of the sum).
  *
+ * Then, still compiled, the threads call ca_grad (autograd.grad) on the shared weights at
+ * once, GRAD_RUNS each: every result equals that thread's serial one bit for bit (nothing
+ * accumulates, so nothing depends on the order).
+ *
  * It exits 1 on a mismatch; TSan makes any data race exit 66.
  */
 #include <math.h>
@@ -44,6 +48,7 @@ enum {
     PER_ROUND = 10, /* backwards per thread between two checks */
     ROUNDS = 50,    /* of each kind: 500 eager and 500 compiled backwards per thread */
     N_GRAD = IN * HID + HID + HID,
+    GRAD_RUNS = 200, /* ca_grad calls per thread */
 };
 
 static ca_tensor *params[N_PARAMS]; /* w1 [IN, HID], b1 [HID], w2 [HID, 1]: shared */
@@ -179,6 +184,59 @@ static int run_rounds(void) {
     return bad;
 }
 
+/* d loss / d params of thread t's input, by ca_grad, back to back into dst. */
+static void grad_call(ca_tensor *x, double *dst) {
+    ca_tensor *loss = loss_of(x), *g[N_PARAMS];
+    CHECK(ca_grad(1, &loss, N_PARAMS, params, NULL, g));
+    size_t at = 0;
+    for (int i = 0; i < N_PARAMS; i++) {
+        size_t k = (size_t)ca_tensor_numel(g[i]);
+        memcpy(dst + at, ca_tensor_data(g[i]), sizeof(double) * k);
+        at += k;
+        ca_tensor_release(g[i]);
+    }
+    ca_tensor_release(loss);
+}
+
+typedef struct {
+    ca_tensor *x;
+    double want[N_GRAD];
+    int bad;
+} grad_worker;
+
+static void *grad_run(void *arg) {
+    grad_worker *w = arg;
+    double got[N_GRAD];
+    for (int r = 0; r < GRAD_RUNS && !w->bad; r++) {
+        grad_call(w->x, got);
+        w->bad = memcmp(got, w->want, sizeof got) != 0;
+    }
+    return NULL;
+}
+
+/* ca_grad from every thread at once, against each thread's serial result. */
+static int concurrent_grads(void) {
+    static grad_worker ws[N_THREADS];
+    pthread_t th[N_THREADS];
+    for (int t = 0; t < N_THREADS; t++) {
+        ws[t].x = inputs[t];
+        grad_call(inputs[t], ws[t].want);
+    }
+    for (int t = 0; t < N_THREADS; t++)
+        if (pthread_create(&th[t], NULL, grad_run, &ws[t]) != 0) {
+            fprintf(stderr, "pthread_create failed\n");
+            exit(1);
+        }
+    int bad = 0;
+    for (int t = 0; t < N_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        if (ws[t].bad)
+            fprintf(stderr, "thread %d: ca_grad differs from its serial result\n", t);
+        bad |= ws[t].bad;
+    }
+    return bad;
+}
+
 int main(void) {
     CHECK(ca_init());
     ca_manual_seed(7);
@@ -186,6 +244,7 @@ int main(void) {
     int bad = run_rounds();
     ca_compiled_counters c;
     ca_compiled_autograd_counters(&c);
+    bad |= concurrent_grads();
     CHECK(ca_compiled_autograd_disable());
     long long want_hits = (long long)N_THREADS * PER_ROUND * ROUNDS - 1;
     if (c.captures != 1 || c.eager_fallbacks != 0 || c.cache_hits != want_hits) {
