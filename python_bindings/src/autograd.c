@@ -348,12 +348,19 @@ static PyObject *py_compiled_autograd_disable(PyObject *module, PyObject *unused
     return return_none_or_raise(st);
 }
 
+/* Compiled autograd's state is behind its lock, which a thread compiling a backward holds
+ * while it traces a custom Function's Python backward (taking the GIL): so these calls
+ * wait for it without the GIL (GLUE_CALL), never holding it. */
 static PyObject *py_compiled_autograd_enabled(PyObject *module, PyObject *unused) {
-    return PyBool_FromLong(ca_compiled_autograd_enabled());
+    bool on;
+    GLUE_CALL(on = ca_compiled_autograd_enabled());
+    return PyBool_FromLong(on);
 }
 
 static PyObject *py_compiled_autograd_depth(PyObject *module, PyObject *unused) {
-    return PyLong_FromLong(ca_compiled_autograd_depth());
+    int depth;
+    GLUE_CALL(depth = ca_compiled_autograd_depth());
+    return PyLong_FromLong(depth);
 }
 
 static PyObject *py_compiled_autograd_reset(PyObject *module, PyObject *unused) {
@@ -370,7 +377,7 @@ static int dict_set_int(PyObject *dict, const char *key, int64_t value) {
 
 static PyObject *py_compiled_autograd_counters(PyObject *module, PyObject *unused) {
     ca_compiled_counters c;
-    GLUE_CALL_QUICK(ca_compiled_autograd_counters(&c));
+    GLUE_CALL(ca_compiled_autograd_counters(&c));
     PyObject *d = PyDict_New();
     if (!d || dict_set_int(d, "captures", c.captures) < 0 ||
         dict_set_int(d, "cache_hits", c.cache_hits) < 0 ||
@@ -387,7 +394,7 @@ static PyObject *py_compiled_autograd_counters(PyObject *module, PyObject *unuse
 
 static PyObject *py_compiled_autograd_compile_seconds(PyObject *module, PyObject *unused) {
     ca_compiled_counters c;
-    GLUE_CALL_QUICK(ca_compiled_autograd_counters(&c));
+    GLUE_CALL(ca_compiled_autograd_counters(&c));
     return PyFloat_FromDouble((double)c.compile_ns * 1e-9);
 }
 
@@ -396,7 +403,7 @@ static PyObject *py_compiled_autograd_set_profiling(PyObject *module, PyObject *
     glue_args p;
     if (glue_parse("compiled_autograd_set_profiling", "on:b", args, nargs, kwnames, &p) < 0)
         return NULL;
-    GLUE_CALL_QUICK(ca_compiled_autograd_set_profiling(p.a[0].b));
+    GLUE_CALL(ca_compiled_autograd_set_profiling(p.a[0].b));
     Py_RETURN_NONE;
 }
 
@@ -404,7 +411,7 @@ static PyObject *py_compiled_autograd_set_profiling(PyObject *module, PyObject *
 static PyObject *py_compiled_autograd_last_profile(PyObject *module, PyObject *unused) {
     ca_compiled_profile prof;
     ca_status st;
-    GLUE_CALL_QUICK(st = ca_compiled_autograd_last_profile(&prof));
+    GLUE_CALL(st = ca_compiled_autograd_last_profile(&prof));
     if (st)
         return glue_raise(st);
     return Py_BuildValue("(ddi)", (double)prof.work_ns * 1e-9, (double)prof.span_ns * 1e-9,

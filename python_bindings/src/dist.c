@@ -169,7 +169,7 @@ static PyObject *py_dist_work_is_completed(PyObject *m, PyObject *cap) {
         return NULL;
     bool finished = false;
     ca_status st;
-    GLUE_CALL_QUICK(st = ca_dist_work_is_completed(w, &finished));
+    GLUE_CALL(st = ca_dist_work_is_completed(w, &finished)); /* may wait for the dist lock */
     if (st != CA_OK)
         return glue_raise(st);
     return PyBool_FromLong(finished);

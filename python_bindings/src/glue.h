@@ -45,7 +45,10 @@ void glue_leave(PyThreadState *saved);
         glue_leave(glue_saved_);                                                                   \
     } while (0)
 
-/* A cheap call (refcounts, metadata): run with the GIL kept. */
+/* A cheap call (refcounts, metadata): run with the GIL kept. Only for calls that take no
+ * lock a thread waiting for the GIL may hold: compiled autograd's (held while a custom
+ * Function's Python backward is traced) is taken through GLUE_CALL. The .grad locks, the
+ * data cache's and the generator's are never held across a call into Python. */
 #define GLUE_CALL_QUICK(stmt)                                                                      \
     do {                                                                                           \
         stmt;                                                                                      \

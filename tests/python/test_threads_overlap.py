@@ -2,6 +2,9 @@
 C calls run with the GIL released and no library lock, so two threads' backwards run at
 once; leaves shared by threads accumulate every thread's gradient into .grad."""
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -240,3 +243,45 @@ def test_shared_model_create_graph():
         np.testing.assert_allclose(to_np(p.grad.detach()), to_np(w), **TOL_SUM["float64"],
                                    err_msg=f"param {k}")
         p.grad = None  # the cycle between a leaf and its differentiable .grad
+
+
+_COMPILING_CODE = """
+import threading
+import cagrad as ca
+inside, release = threading.Event(), threading.Event()
+
+class Slow(ca.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        inside.set()
+        release.wait(0.5)  # traced while compiling: compiled autograd's lock is held
+        return g * 2
+
+def work():
+    x = ca.ones(3, requires_grad=True)
+    with ca.compiled_autograd.enable():
+        Slow.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+t = threading.Thread(target=work, daemon=True)
+t.start()
+assert inside.wait(30)
+seen = dict(ca.compiled_autograd.counters), ca._C.compiled_autograd_enabled()
+release.set()
+t.join(30)
+print("alive" if t.is_alive() else "done")
+"""
+
+
+def test_compiled_state_read_while_another_thread_compiles():
+    """Reading compiled autograd's counters while another thread compiles a backward that
+    traces a custom Function's Python backward: the read waits for compiled autograd's lock
+    without the GIL, which the compiling thread needs (holding it would deadlock)."""
+    r = subprocess.run([sys.executable, "-c", _COMPILING_CODE], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))  # a deadlock: TimeoutExpired
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "done", r.stdout
