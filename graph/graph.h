@@ -95,6 +95,9 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(NARROW, "narrow", 1, 1, GOPF_SHAPE)                                                          \
     /* a contiguous copy */                                                                        \
     X(CONTIGUOUS, "contiguous", 1, 0, 0)                                                           \
+    /* zeros of the dtype and shape given: a gradient that is zero by construction, which the  */ \
+    /* simplifier passes through the ops it reaches (a symbolic zero)                          */ \
+    X(ZEROS, "zeros", 0, 0, GOPF_SHAPE)                                                            \
     /* i[0], i[1] = transpose a, b (last two dims); batch dims broadcast */                       \
     X(MATMUL, "matmul", 2, 2, 0)                                                                   \
     /* in: index, src; shape = full; i[0] = dim */                                                 \
