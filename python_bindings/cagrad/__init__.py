@@ -104,6 +104,11 @@ def _warn_if_blas_is_slow():
 
 _warn_if_blas_is_slow()
 
+# `sys.modules["torch"] = cagrad` in a program: `import torch.nn` then finds cagrad.nn
+from . import as_torch as _as_torch  # noqa: E402
+
+_as_torch.register_finder()
+
 
 def __getattr__(name):
     # only reached for names cagrad lacks: say that it is a subset, not a typo

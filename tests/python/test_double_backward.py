@@ -155,6 +155,41 @@ def test_wgan_gp_gradient_penalty_step(dtype, compiled):
     check(wgan_gp_step, dtype, compiled=compiled, runs=(0, 4))
 
 
+def leaky_critic_penalty(L, dtype):
+    """A gradient penalty through a critic that is piecewise linear: the penalty's own
+    gradient reaches the interpolated batch's forward only as leaky_relu's second
+    derivative, zero by construction. The compiled graph drops that backward (a symbolic
+    zero, graph/simplify.c); the input still gets a .grad of zeros, as in torch."""
+    F = L.nn.functional
+    p = {k: leaf(L, v, dtype) for k, v in CRITIC.items()}
+    x = leaf(L, REAL, dtype)
+    h = F.leaky_relu(F.linear(x, p["w1"], p["b1"]), 0.2)
+    (gx,) = L.autograd.grad(F.linear(h, p["w2"], p["b2"]).sum(), x, create_graph=True)
+    gp = ((gx.norm(2, dim=1) - 1) ** 2).mean()
+    gp.backward()
+    assert p["b2"].grad is None  # gx does not depend on it, in either library
+    return [gp, gx, x.grad, p["w1"].grad, p["b1"].grad, p["w2"].grad]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_penalty_through_a_piecewise_linear_critic(dtype, compiled):
+    check(leaky_critic_penalty, dtype, compiled=compiled, runs=(0, 2))
+
+
+def test_the_zero_second_derivative_is_dropped_from_the_compiled_graph(tmp_path):
+    with cagrad.compiled_autograd.enable():
+        leaky_critic_penalty(cagrad, "float64")
+    path = tmp_path / "second.dot"
+    cagrad.compiled_autograd.write_graph(path)  # the penalty's backward, the second graph
+    ops = re.findall(r'label="aot\d+_\w+\\n(\w+)', path.read_text())
+    # the replayed dX chain (2) and w1's and w2's gradients (1 each); the backward of
+    # linear(x, w1, b1) on leaky_relu's zero second derivative (dX and dW GEMMs, a bias
+    # sum) is gone, and x and b1 get zeros
+    assert ops.count("matmul") == 4, ops
+    assert ops.count("zeros") == 2 and "sum_to" not in ops, ops
+
+
 CONV = {"w1": arr(4, 2, 3, 3) * 0.4, "b1": arr(4), "w2": arr(1, 4, 3, 3) * 0.4, "b2": arr(1)}
 IMAGES = arr(3, 2, 6, 6)
 
