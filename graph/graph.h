@@ -276,6 +276,9 @@ int cai_graph_n_slots(const graph *g); /* 1 + the highest slot any expression us
  */
 void cai_graph_dce(graph *g); /* mark nodes no root depends on dead */
 void cai_graph_cse(graph *g); /* same op, args and inputs: later uses go to the first copy */
+/* OUTPUT nodes numbered `first` or above whose value no other live node reads are dropped
+ * (a double backward's kept values that only the output would keep alive); run DCE after. */
+void cai_graph_drop_lone_outputs(graph *g, int64_t first);
 /* (Clarification:) CSE rewrites every input to its replacement, then marks the replaced
  * node dead with alias set. INPUT and side-effect nodes are never merged. Either pass
  * keeps the graph unchanged if it cannot get its scratch memory. */

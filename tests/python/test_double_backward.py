@@ -183,11 +183,51 @@ def test_the_zero_second_derivative_is_dropped_from_the_compiled_graph(tmp_path)
     path = tmp_path / "second.dot"
     cagrad.compiled_autograd.write_graph(path)  # the penalty's backward, the second graph
     ops = re.findall(r'label="aot\d+_\w+\\n(\w+)', path.read_text())
-    # the replayed dX chain (2) and w1's and w2's gradients (1 each); the backward of
-    # linear(x, w1, b1) on leaky_relu's zero second derivative (dX and dW GEMMs, a bias
-    # sum) is gone, and x and b1 get zeros
-    assert ops.count("matmul") == 4, ops
+    # the backward through the gradient's own GEMMs (1), and w1's and w2's gradients (1
+    # each): the first graph's GEMM is read, not replayed (compiled_double.c's kept
+    # values), and the backward of linear(x, w1, b1) on leaky_relu's zero second
+    # derivative (dX and dW GEMMs, a bias sum) is gone, x and b1 getting zeros
+    assert ops.count("matmul") == 3, ops
     assert ops.count("zeros") == 2 and "sum_to" not in ops, ops
+
+
+DEEP = [arr(6, 6) * 0.5 for _ in range(14)]
+DEEP_X = arr(5, 6)
+
+
+def deep_mlp_third_order(L, dtype):
+    """A 14-layer tanh MLP differentiated three times, as a PINN's loss is: its first
+    graph keeps more GEMM results than a traced backward has saved slots for (the rest are
+    replayed), and the second graph, itself under create_graph, replays them all."""
+    ws = [leaf(L, w, dtype) for w in DEEP]
+    x = leaf(L, DEEP_X, dtype)
+    h = x
+    for w in ws:
+        h = (h @ w).tanh()
+    (gx,) = L.autograd.grad(h.sum(), x, create_graph=True)
+    (gxx,) = L.autograd.grad((gx ** 2).sum(), x, create_graph=True)
+    loss = (gxx ** 2).sum() + (gx ** 2).mean()
+    loss.backward()
+    return [gx, gxx, loss] + [w.grad for w in ws]
+
+
+def test_deep_third_order_is_traced_with_every_kept_value_it_can_hold():
+    before = counters()["custom_callouts"]
+    check(deep_mlp_third_order, "float64", compiled=True, runs=(0, 3))
+    assert counters()["custom_callouts"] == before  # every CompiledAutogradBackward0 traced
+
+
+def test_deep_third_order_float32_against_a_float64_oracle():
+    """Third derivatives through 14 layers reach 1e3 with float32 rounding to match: each
+    result's error against torch in float64 is at most 4x torch's own float32 error."""
+    with compiled_ctx(True):
+        ours = [v.detach().numpy() for v in deep_mlp_third_order(cagrad, "float32")]
+    t32 = [v.detach().numpy() for v in deep_mlp_third_order(torch, "float32")]
+    t64 = [v.detach().numpy() for v in deep_mlp_third_order(torch, "float64")]
+    for k, (a, b, ref) in enumerate(zip(ours, t32, t64)):
+        scale = np.abs(ref).max() + 1e-30
+        err, torch_err = np.abs(a - ref).max(), np.abs(b - ref).max()
+        assert err <= 4 * torch_err + 8 * 2.0 ** -24 * scale, (k, err, torch_err, scale)
 
 
 CONV = {"w1": arr(4, 2, 3, 3) * 0.4, "b1": arr(4), "w2": arr(1, 4, 3, 3) * 0.4, "b2": arr(1)}
