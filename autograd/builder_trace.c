@@ -234,6 +234,18 @@ static graph_val add_node(trace_builder *tb, const graph_op_args *a) {
 /* ---------------------------------------------------------------------------------------
  * The builder interface
  */
+/* A double backward's GEMM: the graph outputs its value (after the targets and the
+ * leaves) and the node keeps it, so that a compiled backward through the node reads it
+ * instead of computing it again (compiled_double.c's replay). */
+static void keep_value(trace_builder *tb, graph_val v) {
+    int q = cai_dbl_keep_last(tb->tape);
+    graph_op_args a = {.op = GOP_OUTPUT,
+                       .n_in = 1,
+                       .in = {v},
+                       .i = {tb->req->n_targets + tb->req->k->n_lifted + q}};
+    add_node(tb, &a);
+}
+
 static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, const ca_attrs *at) {
     trace_builder *tb = (trace_builder *)b;
     graph_op_args a = {.n_in = n};
@@ -253,6 +265,8 @@ static ca_bval trace_apply(ca_builder *b, int op, int n, const ca_bval *in, cons
     graph_val v = add_node(tb, &a);
     if (v >= before && tb->tape && !cai_dbl_record_op(tb->tape, op, n, a.in, at, v))
         tb->base.status = err_nomem("the compiled double backward's tape");
+    else if (v >= before && tb->tape && op == CA_OP_MATMUL)
+        keep_value(tb, v);
     return v < 0 || tb->base.status != CA_OK ? NULL : bval_of(v);
 }
 
@@ -670,8 +684,14 @@ static bool replay_custom(trace_builder *tb, const ca_node *n, int call, const c
         }
         saved[j] = v >= 0 ? bval_of(v) : NULL;
     }
-    if (!cai_tape_replay(t, &tb->base, grads, c->trace.n_saved, c->trace.saved, saved, res, why,
-                         size))
+    /* A value an earlier graph computed (cai_record_known) is read instead of replayed;
+     * not under create_graph, where the op must be replayed so that the node it records
+     * carries the value's history into the next backward. */
+    cai_tape replayed = *t;
+    if (tb->tape)
+        replayed.n_known = 0;
+    if (!cai_tape_replay(&replayed, &tb->base, grads, c->trace.n_saved, c->trace.saved, saved, res,
+                         why, size))
         return false;
     for (int i = 0; i < n->n_in; i++)
         gin[i] = gin[i] >= 0 && res[i] ? val_of(res[i]) : -1;

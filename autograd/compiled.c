@@ -386,6 +386,8 @@ static ca_status compile_entry(const compiled_call *c, cache_entry *e, bool *unt
         cai_graph_cse(cg->g);
         cai_graph_simplify(cg->g); /* out of memory leaves it unsimplified, still right */
         cai_graph_cse(cg->g);      /* rewrites can make equal nodes */
+        if (cg->tape) /* a kept GEMM the graph does not need stays dead: its replay is too */
+            cai_graph_drop_lone_outputs(cg->g, (int64_t)tr.n_targets + tr.k->n_lifted);
         cai_graph_dce(cg->g);
         cai_graph_fuse(
             cg->g); /* last before planning; out of memory leaves it unfused, still right */

@@ -22,6 +22,7 @@ typedef struct {
     ca_attrs a; /* sizes of a symbolic trace are handles (SIZE_HANDLE_BASE + expression) */
     int32_t out;
     int32_t count; /* >= 0: a mean's 1 / N, N this size expression, is a's s[0] */
+    int32_t kept;  /* >= 0: the graph outputs the value, the node keeps it (cai_dbl_keep_last) */
 } dbl_op;
 
 typedef struct {
@@ -41,6 +42,7 @@ struct dbl_tape {
     int n_ins, cap_ins;
     int32_t *outs; /* per autograd.grad target: its value, -1 when none */
     int n_outs;
+    int n_kept;
     int32_t n_vals; /* every value is below this */
 };
 
@@ -93,6 +95,7 @@ bool cai_dbl_record_op(dbl_tape *t, int op, int n_in, const int32_t *in, const c
     o->n_in = n_in;
     o->out = out;
     o->count = -1;
+    o->kept = -1;
     if (a)
         o->a = *a;
     for (int i = 0; i < n_in; i++) {
@@ -101,6 +104,15 @@ bool cai_dbl_record_op(dbl_tape *t, int op, int n_in, const int32_t *in, const c
     }
     note_val(t, out);
     return true;
+}
+
+int cai_dbl_keep_last(dbl_tape *t) {
+    CA_ASSERT(t->n_ops > 0);
+    return t->ops[t->n_ops - 1].kept = t->n_kept++;
+}
+
+int cai_dbl_n_kept(const dbl_tape *t) {
+    return t->n_kept;
 }
 
 bool cai_dbl_record_scale(dbl_tape *t, int32_t x, int32_t count, int32_t out) {
@@ -183,7 +195,10 @@ typedef struct {
     int n_sizes;
     int64_t sizes[CA_CUSTOM_MAX_SIZES]; /* the symbols' values: they key a traced backward */
     int n_in;
-    ca_tensor **in; /* held: the tape's inputs, joined to their histories */
+    ca_tensor **in;   /* held: the tape's inputs, joined to their histories */
+    ca_tensor **kept; /* held: the run's kept values (the tape's n_kept), NULL where none */
+    int *kept_slot;   /* per kept value: its saved slot for a traced backward, -1: none */
+    int n_saved;      /* the inputs, then the kept values that have a slot */
     int n_out;
     int32_t *out_vals; /* the value of each output */
     bool released;
@@ -192,6 +207,8 @@ typedef struct {
 static void release_inputs(dbl_ctx *c) {
     if (c->in)
         cai_op_release_all(c->in, c->n_in);
+    if (c->kept)
+        cai_op_release_all(c->kept, c->tape->n_kept);
 }
 
 static void dbl_release(void *ctx) {
@@ -207,6 +224,8 @@ static void dbl_ctx_free(void *ctx) {
     if (!c->released)
         release_inputs(c);
     cai_mem_free(c->in);
+    cai_mem_free(c->kept);
+    cai_mem_free(c->kept_slot);
     cai_mem_free(c->ops);
     cai_mem_free(c->out_vals);
     cai_dbl_tape_release(c->tape);
@@ -224,9 +243,12 @@ static ca_status dbl_trace_state(void *ctx, ca_custom_trace_info *info) {
         return CA_OK;
     }
     info->state = c->tape->id;
-    info->n_saved = c->n_in;
+    info->n_saved = c->n_saved; /* the kept values after the inputs (replay's hints) */
     for (int j = 0; j < c->n_in; j++)
         info->saved[j] = c->in[j];
+    for (int q = 0; q < c->tape->n_kept; q++)
+        if (c->kept_slot[q] >= 0)
+            info->saved[c->kept_slot[q]] = c->kept[q];
     info->n_sizes = c->n_sizes;
     memcpy(info->sizes, c->sizes, sizeof(int64_t) * (size_t)c->n_sizes);
     return CA_OK;
@@ -270,6 +292,10 @@ static ca_status replay(const dbl_ctx *c, ca_tensor **vals) {
                              cai_op_def(e->op)->name);
         if (st == CA_OK)
             st = cai_op_call(e->op, e->n_in, in, &e->a, &vals[e->out], NULL);
+        /* a kept value: the recording of a compiled backward through this node reads the
+         * first graph's result instead of replaying the op (custom_trace.c) */
+        if (st == CA_OK && e->kept >= 0 && c->kept_slot[e->kept] >= 0 && ca_custom_tracing())
+            cai_record_known(vals[e->out], c->kept_slot[e->kept]);
     }
     ca_set_grad_enabled(prev);
     return st;
@@ -395,15 +421,24 @@ static ca_status resolve_ops(dbl_ctx *c, const dbl_sizes *z) {
 }
 
 static ca_status make_ctx(dbl_tape *t, const key_collect *k, const dbl_sizes *z, int n,
-                          ca_tensor *const *grads, dbl_ctx **out) {
+                          ca_tensor *const *grads, ca_tensor *const *kept, dbl_ctx **out) {
     dbl_ctx *c = cai_mem_calloc(1, sizeof *c);
     if (!c)
         return err_nomem("CompiledAutogradBackward0");
     c->tape = tape_retain(t);
     c->n_in = t->n_ins;
     c->in = cai_mem_calloc((size_t)t->n_ins + 1, sizeof(ca_tensor *));
+    c->kept = cai_mem_calloc((size_t)t->n_kept + 1, sizeof(ca_tensor *));
+    c->kept_slot = cai_mem_calloc((size_t)t->n_kept + 1, sizeof(int));
     c->out_vals = cai_mem_calloc((size_t)n + 1, sizeof(int32_t));
-    ca_status st = c->in && c->out_vals ? CA_OK : err_nomem("CompiledAutogradBackward0");
+    ca_status st = c->in && c->kept && c->kept_slot && c->out_vals
+                       ? CA_OK
+                       : err_nomem("CompiledAutogradBackward0");
+    c->n_saved = t->n_ins;
+    for (int q = 0; q < t->n_kept && st == CA_OK; q++) { /* slots while they last */
+        c->kept[q] = kept[q] ? ca_tensor_retain(kept[q]) : NULL;
+        c->kept_slot[q] = kept[q] && c->n_saved < CA_CUSTOM_MAX_SAVED ? c->n_saved++ : -1;
+    }
     if (st == CA_OK && z->n > 0)
         st = resolve_ops(c, z);
     for (int j = 0; j < t->n_ins && st == CA_OK; j++)
@@ -428,9 +463,9 @@ static ca_status make_ctx(dbl_tape *t, const key_collect *k, const dbl_sizes *z,
 }
 
 ca_status cai_dbl_attach(dbl_tape *t, const key_collect *k, const dbl_sizes *z, int n,
-                         ca_tensor **grads) {
+                         ca_tensor **grads, ca_tensor *const *kept) {
     dbl_ctx *c;
-    CA_CHECK(make_ctx(t, k, z, n, grads, &c));
+    CA_CHECK(make_ctx(t, k, z, n, grads, kept, &c));
     if (c->n_out == 0) {
         dbl_ctx_free(c);
         return CA_OK;

@@ -56,6 +56,13 @@ bool cai_dbl_is_node(const ca_node *n);
 /* autograd.grad's output `target` is value val (the first one recorded stays). */
 void cai_dbl_record_output(dbl_tape *t, int target, int32_t val);
 
+/* The last op recorded (a GEMM) is kept: the graph outputs its value too, and the node
+ * gets it, so that a compiled backward through the node reads it instead of replaying
+ * the op. Returns its number among the kept values. */
+int cai_dbl_keep_last(dbl_tape *t);
+/* How many values the tape keeps: the graph's outputs after the targets and leaves. */
+int cai_dbl_n_kept(const dbl_tape *t);
+
 /* Value out is x * (1 / N), N the size expression `count` of a symbolic trace (a mean's
  * scale). False: out of memory. */
 bool cai_dbl_record_scale(dbl_tape *t, int32_t x, int32_t count, int32_t out);
@@ -70,8 +77,9 @@ typedef struct {
 
 /* After a run: grads[i] (n of them, NULL where none) become outputs of one new
  * CompiledAutogradBackward0 node over the tape's inputs, as found in key k; sizes the trace
- * kept symbolic take the values z gives. */
+ * kept symbolic take the values z gives. kept[q] (cai_dbl_n_kept of them, borrowed) are the
+ * kept values of this run. */
 ca_status cai_dbl_attach(dbl_tape *t, const key_collect *k, const dbl_sizes *z, int n,
-                         ca_tensor **grads);
+                         ca_tensor **grads, ca_tensor *const *kept);
 
 #endif /* CAGRAD_COMPILED_DOUBLE_H */

@@ -267,15 +267,16 @@ ca_status cai_entry_run(const compiled_call *c, const cache_entry *e, run_slot *
  * backward does (CopyBackwards, then AddBackward0). */
 ca_status cai_entry_run_double(const compiled_call *c, const cache_entry *e, run_slot *s,
                                const key_collect *k, run_report *rep) {
-    int n = c->n_targets + k->n_lifted;
-    ca_tensor **outs = cai_mem_calloc((size_t)n + 1, sizeof(ca_tensor *));
+    const compiled_graph *cg = e->compiled;
+    int n = c->n_targets + k->n_lifted, n_kept = cai_dbl_n_kept(cg->tape);
+    ca_tensor **outs = cai_mem_calloc((size_t)(n + n_kept) + 1, sizeof(ca_tensor *));
     if (!outs)
         return err_nomem("a compiled double backward's outputs");
     ca_status st = cai_entry_run(c, e, s, k, outs, rep);
-    const compiled_graph *cg = e->compiled;
     dbl_sizes z = {cg->g, s->sym_values, e->n_symbols};
     if (st == CA_OK)
-        st = cai_dbl_attach(cg->tape, k, &z, n, outs);
+        st = cai_dbl_attach(cg->tape, k, &z, n, outs, outs + n);
+    cai_op_release_all(outs + n, n_kept); /* the node holds what it keeps */
     for (int i = 0; i < c->n_targets; i++) {
         if (st == CA_OK)
             c->grads_out[i] = outs[i];

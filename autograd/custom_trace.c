@@ -54,12 +54,26 @@ void cai_record_fill(ca_tensor *x, double value) {
     t->fills[t->n_fills++] = (cai_tape_fill){ca_tensor_retain(x), value};
 }
 
+void cai_record_known(ca_tensor *x, int saved) {
+    cai_tape *t = cai_recording;
+    if (t->nomem || t->why[0])
+        return;
+    if (!mem_grow((void **)&t->known, &t->cap_known, t->n_known + 1, sizeof(cai_tape_known))) {
+        t->nomem = true;
+        return;
+    }
+    t->known[t->n_known++] = (cai_tape_known){ca_tensor_retain(x), saved};
+}
+
 void cai_tape_free(cai_tape *t) {
     for (int o = 0; o < t->n_ops; o++)
         ca_tensor_release(t->ops[o].out);
     for (int f = 0; f < t->n_fills; f++)
         ca_tensor_release(t->fills[f].t);
     cai_mem_free(t->fills);
+    for (int q = 0; q < t->n_known; q++)
+        ca_tensor_release(t->known[q].t);
+    cai_mem_free(t->known);
     cai_op_release_all(t->ins, t->n_ins);
     if (t->grads)
         cai_op_release_all(t->grads, t->n_grads);
@@ -233,10 +247,25 @@ static bool same_meta(const ca_meta *a, const ca_meta *b) {
     return a && a->dtype == b->dtype && cai_meta_same_shape(a, b);
 }
 
+/* The saved tensor's value that op o's result is known to equal (cai_record_known), or
+ * NULL: the op is replayed. */
+static ca_bval known_value(const replay *r, const cai_tape_op *op) {
+    for (int q = 0; q < r->t->n_known; q++) {
+        int j = r->t->known[q].saved;
+        if (r->t->known[q].t == op->out && j < r->n_saved && r->saved_vals[j])
+            return r->saved_vals[j];
+    }
+    return NULL;
+}
+
 static bool replay_ops(replay *r, ca_builder *b, ca_bval *vals, char *why, size_t why_size) {
     const cai_tape *t = r->t;
     for (int o = 0; o < t->n_ops; o++, r->n_done++) {
         const cai_tape_op *op = &t->ops[o];
+        ca_meta want;
+        cai_tensor_meta(op->out, &want);
+        if ((vals[o] = known_value(r, op)) && same_meta(bx_meta(b, vals[o]), &want))
+            continue; /* computed by an earlier graph: read, not replayed */
         ca_bval in[CA_MAX_AUX + 8] = {0};
         if (op->n_in > (int)(sizeof in / sizeof in[0])) {
             snprintf(why, why_size, "it calls %s with %d inputs", cai_op_def(op->op)->name,
@@ -251,8 +280,6 @@ static bool replay_ops(replay *r, ca_builder *b, ca_bval *vals, char *why, size_
                          cai_op_def(op->op)->name, i);
                 return false;
             }
-        ca_meta want;
-        cai_tensor_meta(op->out, &want);
         vals[o] = replay_one(b, op, in, &want);
         if (b->status != CA_OK) {
             snprintf(why, why_size, "%.150s", ca_last_error());

@@ -30,11 +30,20 @@ typedef struct {
     double value;
 } cai_tape_fill;
 
+/* A tensor the backward computed that equals saved tensor `saved` (a value its node keeps
+ * from an earlier graph): the replay reads the saved tensor instead of the op. */
+typedef struct {
+    ca_tensor *t; /* held */
+    int saved;
+} cai_tape_known;
+
 struct cai_tape {
     cai_tape_op *ops;
     int n_ops, cap_ops;
     cai_tape_fill *fills;
     int n_fills, cap_fills;
+    cai_tape_known *known;
+    int n_known, cap_known;
     ca_tensor **ins; /* held */
     int n_ins, cap_ins;
     int depth;     /* op calls under way (an op's forward may call ops of its own) */

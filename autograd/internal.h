@@ -356,6 +356,7 @@ int cai_record_enter(void); /* the depth before this op call */
 void cai_record_leave(void);
 void cai_record_op(int op, int n_in, ca_tensor *const *in, const ca_attrs *a, ca_tensor *out);
 void cai_record_fill(ca_tensor *t, double value); /* t was made filled with value */
+void cai_record_known(ca_tensor *t, int saved);   /* t, just computed, equals saved[saved] */
 void cai_record_refuse(const char *why);
 
 ca_node *cai_node_retain(ca_node *n);

@@ -91,6 +91,9 @@ int cai_kern_pw_nparams(kern_pw_op op); /* scalar parameters read: 0, 1 (p0) or 
 const char *cai_kern_pw_name(kern_pw_op op);
 /* The input that is a condition or mask of any dtype (where: 0, masked_fill: 1), or -1. */
 int cai_kern_pw_cond_input(kern_pw_op op);
+/* Whether op is input 0 times a factor of its other inputs and parameters (KPWF_ZERO0): its
+ * result is 0 where input 0 is, while the factor is finite. */
+bool cai_kern_pw_zero_passes(kern_pw_op op);
 /* Whether cai_kern_pointwise runs op in dtype dt (every op runs in float32 and float64). */
 bool cai_kern_pw_supports(kern_pw_op op, kern_dtype dt);
 

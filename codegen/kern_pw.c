@@ -42,6 +42,10 @@ int cai_kern_pw_cond_input(kern_pw_op op) {
     return fl & KPWF_COND0 ? 0 : fl & KPWF_COND1 ? 1 : -1;
 }
 
+bool cai_kern_pw_zero_passes(kern_pw_op op) {
+    return (unsigned)op < KPW__COUNT && (kern_pw_info[op].flags & KPWF_ZERO0);
+}
+
 int cai_kern_pw_reads(kern_pw_op op) {
     if ((unsigned)op >= KPW__COUNT)
         return 0;

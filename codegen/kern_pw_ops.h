@@ -28,13 +28,16 @@ enum {
     KPWF_NOREAD = 1 << 0, /* reads no input: the one input only gives the shape (FILL) */
     KPWF_COND0 = 1 << 1,  /* input 0 is a condition of any dtype (where) */
     KPWF_COND1 = 1 << 2,  /* input 1 is a mask of any dtype (masked_fill) */
+    /* input 0 times a factor of the rest: 0 where input 0 is 0, for finite factors. The
+     * graph's simplifier lets a gradient that is zero by construction pass through it */
+    KPWF_ZERO0 = 1 << 3,
 };
 
 /* clang-format off */
 #define KERN_PW_OPS(X)                                                                             \
     /* unary: y = f(x) */                                                                          \
-    X(COPY,       1, 0, 0, a,                          a)                                          \
-    X(NEG,        1, 0, 0, VNEG(a),                    -a)                                         \
+    X(COPY,       1, 0, KPWF_ZERO0, a,                          a)                                 \
+    X(NEG,        1, 0, KPWF_ZERO0, VNEG(a),                    -a)                                \
     X(EXP,        1, 0, 0, VEXP(a),                    exp(a))                                     \
     X(LOG,        1, 0, 0, VLOG(a),                    log(a))                                     \
     X(SQRT,       1, 0, 0, VSQRT(a),                   sqrt(a))                                    \
@@ -99,8 +102,8 @@ enum {
     X(ATANH,      1, 0, 0, VATANH(a),                  atanh(a))                                   \
     /* sin(pi x) / (pi x), 1 at 0 */                                                               \
     X(SINC,       1, 0, 0, F(sinc)(a),                 a == 0 ? 1 : sin(TK_PI * a) / (TK_PI * a))  \
-    X(DEG2RAD,    1, 0, 0, F(deg2rad)(a),              a * (TK_PI / 180))                          \
-    X(RAD2DEG,    1, 0, 0, F(rad2deg)(a),              a * (180 / TK_PI))                          \
+    X(DEG2RAD,    1, 0, KPWF_ZERO0, F(deg2rad)(a),              a * (TK_PI / 180))                 \
+    X(RAD2DEG,    1, 0, KPWF_ZERO0, F(rad2deg)(a),              a * (180 / TK_PI))                 \
     /* log(z / (1 - z)), z = x clamped to [p0, p1] (NaN: no bound, PyTorch's eps=None) */        \
     X(LOGIT,      1, 2, 0, F(logit)(a, p, q),                                                      \
       log(fmin(fmax(a, p0), p1) / (1 - fmin(fmax(a, p0), p1))))                                    \
@@ -116,8 +119,8 @@ enum {
     X(ADD_S,      1, 1, 0, VADD(a, p),                 a + p0)                                     \
     X(SUB_S,      1, 1, 0, VSUB(a, p),                 a - p0)                                     \
     X(RSUB_S,     1, 1, 0, VSUB(p, a),                 p0 - a)                                     \
-    X(MUL_S,      1, 1, 0, VMUL(a, p),                 a * p0)                                     \
-    X(DIV_S,      1, 1, 0, VDIV(a, p),                 a / p0)                                     \
+    X(MUL_S,      1, 1, KPWF_ZERO0, VMUL(a, p),                 a * p0)                            \
+    X(DIV_S,      1, 1, KPWF_ZERO0, VDIV(a, p),                 a / p0)                            \
     X(RDIV_S,     1, 1, 0, VDIV(p, a),                 p0 / a)                                     \
     /* x ^ p0; p0 in {0, 1, 2, 3, .5, -.5, -1, -2} without pow, as PyTorch */                      \
     X(POW_S,      1, 1, 0, F(pows)(a, sp),             pow(a, p0))                                 \
@@ -137,8 +140,8 @@ enum {
     /* a + p0 * b (p0 = alpha; callers pass 1 for plain add) */                                    \
     X(ADD,        2, 1, 0, VADD(a, VMUL(p, b)),        a + p0 * b)                                 \
     X(SUB,        2, 1, 0, VSUB(a, VMUL(p, b)),        a - p0 * b)                                 \
-    X(MUL,        2, 0, 0, VMUL(a, b),                 a * b)                                      \
-    X(DIV,        2, 0, 0, VDIV(a, b),                 a / b)                                      \
+    X(MUL,        2, 0, KPWF_ZERO0, VMUL(a, b),                 a * b)                             \
+    X(DIV,        2, 0, KPWF_ZERO0, VDIV(a, b),                 a / b)                             \
     X(POW,        2, 0, 0, VPOW(a, b),                 pow(a, b))                                  \
     /* maximum(a, b), NaN propagates */                                                            \
     X(MAX,        2, 0, 0, F(vmax)(a, b),              fmax(a, b))                                 \
@@ -159,82 +162,84 @@ enum {
     X(LOGADDEXP,  2, 0, 0, F(logaddexp)(a, b),         kref_logaddexp(a, b, 0))                    \
     X(LOGADDEXP2, 2, 0, 0, F(logaddexp2)(a, b),        kref_logaddexp(a, b, 1))                    \
     /* a log b, 0 where a == 0 unless b is NaN */                                                  \
-    X(XLOGY,      2, 0, 0, F(xlogy)(a, b),             isnan(b) ? b : a == 0 ? 0 : a * log(b))     \
+    X(XLOGY,      2, 0, KPWF_ZERO0, F(xlogy)(a, b),        isnan(b) ? b : a == 0 ? 0 : a * log(b)) \
     /* floor(a / b), PyTorch's div_floor: from fmod, so that a == q b + fmod holds */              \
     X(FLOOR_DIVIDE, 2, 0, 0, F(floor_divide)(a, b),    kref_floor_divide(a, b))                    \
     /* b ? p0 : a (b = mask) */                                                                    \
     X(MASKED_FILL, 2, 1, KPWF_COND1, VSEL(VNE(b, VZERO), p, a), b != 0 ? p0 : a)                   \
     /* derivative helpers, binary: (g, x) or (g, y) -> dx, g = the incoming gradient */            \
     /* x <= 0 ? 0 : g (PyTorch's threshold_backward: NaN x passes g) */                            \
-    X(RELU_BW,    2, 0, 0, VSEL(VLE(b, VZERO), VZERO, a), b > 0 ? a : 0)                           \
+    X(RELU_BW,    2, 0, KPWF_ZERO0, VSEL(VLE(b, VZERO), VZERO, a), b > 0 ? a : 0)                  \
     /* g * (x > 0 ? 1 : p0) */                                                                     \
-    X(LEAKY_RELU_BW, 2, 1, 0, VSEL(VGT(b, VZERO), a, VMUL(a, p)), b > 0 ? a : a * p0)              \
-    X(GELU_BW,    2, 0, 0, F(gelu_bw)(a, b),           kref_gelu_bw(a, b))                         \
-    X(GELU_TANH_BW, 2, 0, 0, F(gelu_tanh_bw)(a, b),    kref_gelu_tanh_bw(a, b))                    \
+    X(LEAKY_RELU_BW, 2, 1, KPWF_ZERO0, VSEL(VGT(b, VZERO), a, VMUL(a, p)), b > 0 ? a : a * p0)     \
+    X(GELU_BW,    2, 0, KPWF_ZERO0, F(gelu_bw)(a, b),           kref_gelu_bw(a, b))                \
+    X(GELU_TANH_BW, 2, 0, KPWF_ZERO0, F(gelu_tanh_bw)(a, b),    kref_gelu_tanh_bw(a, b))           \
     /* g * s * (1 + x * (1 - s)), s = sigmoid(x) */                                                \
-    X(SILU_BW,    2, 0, 0, F(silu_bw)(a, b),           kref_silu_bw(a, b))                         \
+    X(SILU_BW,    2, 0, KPWF_ZERO0, F(silu_bw)(a, b),           kref_silu_bw(a, b))                \
     /* g * sigmoid(beta*x), or g where beta*x > threshold; p0, p1 as softplus */                   \
-    X(SOFTPLUS_BW, 2, 2, 0, F(softplus_bw)(a, b, p, q), p0 * b > p1 ? a : a * kref_sigmoid(p0 * b))\
+    X(SOFTPLUS_BW, 2, 2, KPWF_ZERO0, F(softplus_bw)(a, b, p, q),                                   \
+      p0 * b > p1 ? a : a * kref_sigmoid(p0 * b))                                                  \
     /* (g, y): g * y * (1 - y) */                                                                  \
-    X(SIGMOID_BW, 2, 0, 0, VMUL(VMUL(a, VSUB(VONE, b)), b), a * b * (1 - b))                       \
+    X(SIGMOID_BW, 2, 0, KPWF_ZERO0, VMUL(VMUL(a, VSUB(VONE, b)), b), a * b * (1 - b))              \
     /* (g, y): g * (1 - y*y) */                                                                    \
-    X(TANH_BW,    2, 0, 0, VMUL(a, VSUB(VONE, VMUL(b, b))), a * (1 - b * b))                       \
+    X(TANH_BW,    2, 0, KPWF_ZERO0, VMUL(a, VSUB(VONE, VMUL(b, b))), a * (1 - b * b))              \
     /* g * (min <= x <= max), p0 = min, p1 = max (NaN = unbounded) */                              \
-    X(CLAMP_BW,   2, 2, 0, F(clamp_bw)(a, b, p, q),    b >= p0 && b <= p1 ? a : 0)                 \
+    X(CLAMP_BW,   2, 2, KPWF_ZERO0, F(clamp_bw)(a, b, p, q),    b >= p0 && b <= p1 ? a : 0)        \
     /* g * sign(x) */                                                                              \
-    X(ABS_BW,     2, 0, 0, VMUL(a, F(sign)(b)),        a * kref_sign(b))                           \
+    X(ABS_BW,     2, 0, KPWF_ZERO0, VMUL(a, F(sign)(b)),        a * kref_sign(b))                  \
     /* g * (t + x * sigmoid(x) * (1 - t*t)), t = tanh(softplus(x)) */                             \
-    X(MISH_BW,    2, 0, 0, F(mish_bw)(a, b),                                                       \
+    X(MISH_BW,    2, 0, KPWF_ZERO0, F(mish_bw)(a, b),                                              \
       a * (tanh(log1p(exp(b))) + b * kref_sigmoid(b) * (1 - pow(tanh(log1p(exp(b))), 2))))        \
     /* 0 where x < -3, g where x >= 3, else g * (x / 3 + 1/2) (PyTorch's vector path: NaN x  */  \
     /* gives NaN) */                                                                               \
-    X(HARDSWISH_BW, 2, 0, 0, F(hardswish_bw)(a, b),                                                \
+    X(HARDSWISH_BW, 2, 0, KPWF_ZERO0, F(hardswish_bw)(a, b),                                       \
       b < -3 ? 0 : b >= 3 ? a : a * (b / 3 + 0.5))                                                 \
     /* g / 6 where -3 < x < 3, else 0 (as g times 1/6 in T; PyTorch's float64 kernel uses */    \
     /* the float32 constant 1.0f / 6.0f there, which is 3e-8 off) */                              \
-    X(HARDSIGMOID_BW, 2, 0, 0,                                                                     \
+    X(HARDSIGMOID_BW, 2, 0, KPWF_ZERO0,                                                            \
       VSEL(MAND(VGT(b, VSET((T)-3)), VLT(b, VSET((T)3))), VMUL(a, VSET((T)(1.0 / 6))), VZERO),      \
       b > -3 && b < 3 ? a / 6 : 0)                                                                 \
     /* g * p1 where x > 0, else g * p0 * exp(x); p0, p1 as ELU */                                  \
-    X(ELU_BW,     2, 2, 0, VSEL(VGT(b, VZERO), VMUL(a, q), VMUL(VMUL(a, p), VEXP(b))),              \
+    X(ELU_BW,     2, 2, KPWF_ZERO0, VSEL(VGT(b, VZERO), VMUL(a, q), VMUL(VMUL(a, p), VEXP(b))),    \
       b > 0 ? a * p1 : a * p0 * exp(b))                                                            \
     /* g where x > 0, else g * p1 * p0 * exp(x * p1); p0, p1 as CELU */                            \
-    X(CELU_BW,    2, 2, 0, VSEL(VGT(b, VZERO), a, VMUL(VMUL(VMUL(a, q), p), VEXP(VMUL(b, q)))),     \
+    X(CELU_BW,    2, 2, KPWF_ZERO0,                                                                \
+      VSEL(VGT(b, VZERO), a, VMUL(VMUL(VMUL(a, q), p), VEXP(VMUL(b, q)))),                         \
       b > 0 ? a : a * p1 * p0 * exp(b * p1))                                                       \
     /* g * (1 - sigmoid(x)), with z = exp(-|x|): g * (1 - z / (1 + z)) below 0, else      */  \
     /* g * z / (1 + z), as PyTorch's log_sigmoid_backward */                                       \
-    X(LOGSIGMOID_BW, 2, 0, 0, F(logsigmoid_bw)(a, b),                                              \
+    X(LOGSIGMOID_BW, 2, 0, KPWF_ZERO0, F(logsigmoid_bw)(a, b),                                     \
       a * (b < 0 ? 1 - exp(-fabs(b)) / (1 + exp(-fabs(b))) : exp(-fabs(b)) / (1 + exp(-fabs(b)))))\
     /* g / (1 + |x|)^2 */                                                                          \
-    X(SOFTSIGN_BW, 2, 0, 0, VDIV(a, F(square)(VADD(VABS(b), VONE))),                               \
+    X(SOFTSIGN_BW, 2, 0, KPWF_ZERO0, VDIV(a, F(square)(VADD(VABS(b), VONE))),                      \
       a / ((1 + fabs(b)) * (1 + fabs(b))))                                                         \
     /* g where p0 < x < p1, else 0 (NaN x included: PyTorch's vector path) */                      \
-    X(HARDTANH_BW, 2, 2, 0, VSEL(MAND(VGT(b, p), VLT(b, q)), a, VZERO),                            \
+    X(HARDTANH_BW, 2, 2, KPWF_ZERO0, VSEL(MAND(VGT(b, p), VLT(b, q)), a, VZERO),                   \
       b > p0 && b < p1 ? a : 0)                                                                    \
     /* (g, x): g * 2/sqrt(pi) * exp(-x*x) */                                                     \
-    X(ERF_BW,     2, 0, 0, F(erf_bw)(a, b),            \
+    X(ERF_BW,     2, 0, KPWF_ZERO0, F(erf_bw)(a, b),            \
       a * 2 / sqrt(TK_PI) * exp(-b * b))                                                           \
     /* (g, y): g * sqrt(pi)/2 * exp(y*y), y = erfinv(x) */                                         \
-    X(ERFINV_BW,  2, 0, 0, F(erfinv_bw)(a, b),         \
+    X(ERFINV_BW,  2, 0, KPWF_ZERO0, F(erfinv_bw)(a, b),         \
       a * sqrt(TK_PI) / 2 * exp(b * b))                                                            \
     /* (g, x): g * d/dx sinc(x), 0 at x == 0 */                                                    \
-    X(SINC_BW,    2, 0, 0, VMUL(a, F(sinc_d)(b)),      a * kref_sinc_d(b))                         \
+    X(SINC_BW,    2, 0, KPWF_ZERO0, VMUL(a, F(sinc_d)(b)),      a * kref_sinc_d(b))                \
     /* (g, x): g / (x (1 - x)), 0 outside [p0, p1] (bounds as LOGIT; NaN: none) */                 \
-    X(LOGIT_BW,   2, 2, 0, F(logit_bw)(a, b, p, q),                                                \
+    X(LOGIT_BW,   2, 2, KPWF_ZERO0, F(logit_bw)(a, b, p, q),                                       \
       b < p0 || b > p1 ? 0 : a / (b * (1 - b)))                                                    \
     /* (g, x): g * p0 * x^(p0-1); 0 where p0 == 0 */                                               \
-    X(POW_S_BW,   2, 1, 0, F(pow_s_bw)(a, b, p, sp),   p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1))      \
+    X(POW_S_BW, 2, 1, KPWF_ZERO0, F(pow_s_bw)(a, b, p, sp), p0 == 0 ? 0 : a * p0 * pow(b, p0 - 1)) \
     /* ternary: y = f(a, b, c) */                                                                  \
     /* a ? b : c */                                                                                \
     X(WHERE,      3, 0, KPWF_COND0, VSEL(VNE(a, VZERO), b, c), a != 0 ? b : c)                     \
     /* (g, a, b): g * b * a^(b-1); 0 where b == 0 */                                               \
-    X(POW_BW_BASE, 3, 0, 0, F(pow_bw_base)(a, b, c),   c == 0 ? 0 : a * c * pow(b, c - 1))         \
+    X(POW_BW_BASE, 3, 0, KPWF_ZERO0, F(pow_bw_base)(a, b, c),  c == 0 ? 0 : a * c * pow(b, c - 1)) \
     /* (g, a, y): g * y * log(a), y = a^b; 0 where a == 0 and y is finite, which for y = a^b   */  \
     /* is PyTorch's "a == 0 and b >= 0" */                                                         \
-    X(POW_BW_EXP, 3, 0, 0, F(pow_bw_exp)(a, b, c),     a * c * log(b))                             \
+    X(POW_BW_EXP, 3, 0, KPWF_ZERO0, F(pow_bw_exp)(a, b, c),     a * c * log(b))                    \
     /* (g, a, b): g/2 where a == b, 0 where a < b, else g (a > b or NaN): maximum's grad for   */  \
     /* a; swap the args for b; minimum uses the same with swapped args, as PyTorch */              \
-    X(MAXMIN_BW,  3, 0, 0, F(maxmin_bw)(a, b, c),      b == c ? a / 2 : b > c ? a : 0)
+    X(MAXMIN_BW,  3, 0, KPWF_ZERO0, F(maxmin_bw)(a, b, c),      b == c ? a / 2 : b > c ? a : 0)
 /* clang-format on */
 
 #endif /* CAGRAD_KERN_PW_OPS_H */

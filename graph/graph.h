@@ -95,6 +95,9 @@ enum { GOPF_SHAPE = 1 << 0, GOPF_SIDE = 1 << 1, GOPF_NOVALUE = 1 << 2 };
     X(NARROW, "narrow", 1, 1, GOPF_SHAPE)                                                          \
     /* a contiguous copy */                                                                        \
     X(CONTIGUOUS, "contiguous", 1, 0, 0)                                                           \
+    /* zeros of the dtype and shape given: a gradient that is zero by construction, which the  */ \
+    /* simplifier passes through the ops it reaches (a symbolic zero)                          */ \
+    X(ZEROS, "zeros", 0, 0, GOPF_SHAPE)                                                            \
     /* i[0], i[1] = transpose a, b (last two dims); batch dims broadcast */                       \
     X(MATMUL, "matmul", 2, 2, 0)                                                                   \
     /* in: index, src; shape = full; i[0] = dim */                                                 \
@@ -273,6 +276,9 @@ int cai_graph_n_slots(const graph *g); /* 1 + the highest slot any expression us
  */
 void cai_graph_dce(graph *g); /* mark nodes no root depends on dead */
 void cai_graph_cse(graph *g); /* same op, args and inputs: later uses go to the first copy */
+/* OUTPUT nodes numbered `first` or above whose value no other live node reads are dropped
+ * (a double backward's kept values that only the output would keep alive); run DCE after. */
+void cai_graph_drop_lone_outputs(graph *g, int64_t first);
 /* (Clarification:) CSE rewrites every input to its replacement, then marks the replaced
  * node dead with alias set. INPUT and side-effect nodes are never merged. Either pass
  * keeps the graph unchanged if it cannot get its scratch memory. */

@@ -36,6 +36,31 @@ void cai_graph_dce(graph *g) {
     }
 }
 
+static bool droppable_output(const graph_node *x, int64_t first) {
+    return !x->dead && x->a.op == GOP_OUTPUT && x->a.i[0] >= first;
+}
+
+/* Whether a live node other than a droppable output reads v. */
+static bool read_elsewhere(const graph *g, graph_val v, int64_t first) {
+    for (int u = 0; u < cai_graph_count(g); u++) {
+        const graph_node *y = cai_graph_node_at(g, u);
+        if (y->dead || droppable_output(y, first))
+            continue;
+        for (int k = 0; k < y->a.n_in; k++)
+            if (y->a.in[k] == v)
+                return true;
+    }
+    return false;
+}
+
+void cai_graph_drop_lone_outputs(graph *g, int64_t first) {
+    for (int v = 0; v < cai_graph_count(g); v++) {
+        graph_node *x = cai_graph_node_mut(g, v);
+        if (droppable_output(x, first) && !read_elsewhere(g, x->a.in[0], first))
+            x->dead = true;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * CSE
  */

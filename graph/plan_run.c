@@ -600,6 +600,7 @@ static int run_buffer(run_ctx *r, graph_val v) {
     case GOP_SUM: rc = run_sum(r, x, out); break;
     case GOP_SUM_TO: rc = run_sum_to(r, x, out); break;
     case GOP_SLICE_BACKWARD: rc = run_slice_backward(r, v, x, out); break;
+    case GOP_ZEROS: rc = cai_run_fill_zero(out); break;
     case GOP_CAST: rc = run_cast(r, x, out); break;
     case GOP_SCALE_SIZE: rc = run_scale_size(r, x, out); break;
     case GOP_MATMUL:

@@ -62,7 +62,8 @@ static void print_attrs(graph_sbuf *b, const graph *g, const graph_node *x) {
     if (a->n_shape > 0 || a->op == GOP_SUM_TO || a->op == GOP_EXPAND || a->op == GOP_RESHAPE ||
         a->op == GOP_INDEX_ADD || a->op == GOP_SCATTER_ADD) {
         if (a->op != GOP_INPUT && a->op != GOP_NARROW) { /* narrow names its two */
-            cai_graph_sb_printf(b, ", ");
+            if (a->n_in > 0)
+                cai_graph_sb_printf(b, ", ");
             cai_graph_sb_shape(b, g, a->n_shape, a->shape);
         }
     }

@@ -129,7 +129,8 @@ static void canon_unused(graph_op_args *a, int n_in) {
                                                                   : 0;
     for (int k = np; k < 2; k++)
         a->p[k] = 0;
-    if (a->op != GOP_INPUT && a->op != GOP_CAST && a->op != GOP_CALLOUT_RESULT)
+    if (a->op != GOP_INPUT && a->op != GOP_CAST && a->op != GOP_CALLOUT_RESULT &&
+        a->op != GOP_ZEROS)
         a->dtype = 0;
     if (!cai_graph_op_uses_shape(a->op))
         a->n_shape = 0;
@@ -232,6 +233,15 @@ static int infer_input(graph *g, graph_node *n) {
                                   v);
     }
     cai_shape_set_out(n, a->dtype, a->n_shape, a->shape);
+    return 0;
+}
+
+static int infer_zeros(graph *g, graph_node *n) {
+    if ((unsigned)n->a.dtype > KERN_BOOL)
+        return cai_graph_fail(g, "zeros: dtype %d is not a kern_dtype", (int)n->a.dtype);
+    if (cai_shape_check_attr(g, &n->a, false))
+        return -1;
+    cai_shape_set_out(n, n->a.dtype, n->a.n_shape, n->a.shape);
     return 0;
 }
 
@@ -671,6 +681,7 @@ int cai_graph_infer(graph *g, graph_node *n) {
     case GOP_NARROW: return infer_narrow(g, n);
     case GOP_SLICE_BACKWARD: return infer_slice_backward(g, n);
     case GOP_CONTIGUOUS: return infer_same(g, n);
+    case GOP_ZEROS: return infer_zeros(g, n);
     case GOP_MATMUL: return infer_matmul(g, n);
     case GOP_INDEX_ADD: return cai_shape_infer_index_add(g, n);
     case GOP_SCATTER_ADD: return cai_shape_infer_scatter_add(g, n);

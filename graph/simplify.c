@@ -93,6 +93,7 @@ static bool makes_contiguous(graph_op op) {
     case GOP_SUM_TO:
     case GOP_SLICE_BACKWARD:
     case GOP_CONTIGUOUS:
+    case GOP_ZEROS:
     case GOP_MATMUL:
     case GOP_INDEX_ADD:
     case GOP_SCATTER_ADD:
@@ -117,6 +118,28 @@ static bool makes_contiguous(graph_op op) {
 /* x is fill(_, c): every element is c. */
 static bool is_fill(const graph_node *x, double c) {
     return x && x->a.op == GOP_PW && x->a.i[0] == KPW_FILL && x->a.p[0] == c;
+}
+
+/* Views that keep every element of their input (or repeat it): zero in, zero out. */
+static bool is_plain_view(graph_op op) {
+    switch (op) {
+    case GOP_EXPAND:
+    case GOP_RESHAPE:
+    case GOP_PERMUTE:
+    case GOP_UNSQUEEZE:
+    case GOP_SLICE:
+    case GOP_NARROW:
+    case GOP_CONTIGUOUS: return true;
+    default: return false;
+    }
+}
+
+/* v is a symbolic zero: zeros, fill(_, 0), or a view of one. */
+static bool is_zero(const simp *s, graph_val v) {
+    const graph_node *x = node(s, v);
+    while (is_plain_view(x->a.op))
+        x = input(s, x, 0);
+    return x->a.op == GOP_ZEROS || is_fill(x, 0.0);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -170,10 +193,10 @@ static bool pw_identity(simp *s, graph_val v, const graph_node *x) {
     case KPW_ADD_S:
     case KPW_SUB_S: return p == 0.0 && replace(s, v, x->a.in[0]);
     case KPW_ADD: /* a + p*0 is a while p is finite; 0 + 1*b is b */
-        if (is_fill(b, 0.0) && isfinite(p) && replace(s, v, x->a.in[0]))
+        if (is_zero(s, x->a.in[1]) && isfinite(p) && replace(s, v, x->a.in[0]))
             return true;
-        return is_fill(a, 0.0) && p == 1.0 && replace(s, v, x->a.in[1]);
-    case KPW_SUB: return is_fill(b, 0.0) && isfinite(p) && replace(s, v, x->a.in[0]);
+        return is_zero(s, x->a.in[0]) && p == 1.0 && replace(s, v, x->a.in[1]);
+    case KPW_SUB: return is_zero(s, x->a.in[1]) && isfinite(p) && replace(s, v, x->a.in[0]);
     case KPW_MUL:
         if (is_fill(b, 1.0) && replace(s, v, x->a.in[0]))
             return true;
@@ -204,6 +227,74 @@ static uint32_t sum_to_mask(const simp *s, const graph_node *x, const graph_node
                          !cai_graph_sx_is(s->g, in->shape[d], 1)))
             mask |= 1u << d;
     return mask;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Symbolic zeros
+ *
+ * A rule's gradient can be zero by construction: the derivative of relu's, leaky_relu's or
+ * clamp's own derivative, of floor or round. The rules make it as fill(x, 0); through a
+ * double backward it then reaches GEMMs and whole layers of a forward (a gradient
+ * penalty's critic). Every op that is linear in such a value gives zeros, so it becomes a
+ * zeros node and its inputs are left to dead-code elimination. Exact wherever the other
+ * factors are finite: where eager multiplies the zero by an inf or a NaN it gets NaN, and
+ * compiled keeps 0 (docs/compiled-autograd.md).
+ */
+/* Whether op x gives zeros when the inputs that are symbolic zeros are zero. */
+static bool zero_result(const simp *s, const graph_node *x) {
+    const graph_val *in = x->a.in;
+    switch (x->a.op) {
+    case GOP_PW: {
+        kern_pw_op k = (kern_pw_op)x->a.i[0];
+        if (cai_kern_pw_zero_passes(k) && is_zero(s, in[0]))
+            return true;
+        switch (k) {
+        case KPW_MUL: return is_zero(s, in[1]);
+        case KPW_ADD:
+        case KPW_SUB: return is_zero(s, in[0]) && is_zero(s, in[1]);
+        case KPW_WHERE: return is_zero(s, in[1]) && is_zero(s, in[2]);
+        case KPW_MASKED_FILL: return x->a.p[0] == 0.0 && is_zero(s, in[0]);
+        default: return false;
+        }
+    }
+    case GOP_MATMUL:
+    case GOP_CONV2D:
+    case GOP_CONV2D_WEIGHT_GRAD: return is_zero(s, in[0]) || is_zero(s, in[1]);
+    case GOP_SUM:
+    case GOP_SUM_TO:
+    case GOP_SLICE_BACKWARD:
+    case GOP_INDEX_SELECT:
+    case GOP_GATHER:
+    case GOP_CAST:
+    case GOP_CUMSUM:
+    case GOP_TRI:
+    case GOP_SCALE_SIZE:
+    case GOP_IM2COL:
+    case GOP_COL2IM:
+    case GOP_NLL_BW: return is_zero(s, in[0]);
+    case GOP_INDEX_ADD:
+    case GOP_SCATTER_ADD: return is_zero(s, in[1]);
+    case GOP_INDEX_FILL: return x->a.p[0] == 0.0 && is_zero(s, in[0]);
+    case GOP_CUMPROD_BW: return is_zero(s, in[2]);
+    default: return false;
+    }
+}
+
+/* v, whose value is all zeros, becomes a zeros node of its dtype and shape. */
+static bool to_zeros(simp *s, graph_val v, const graph_node *x) {
+    if (x->a.op == GOP_ZEROS || !zero_result(s, x))
+        return false;
+    graph_op_args a = {.op = GOP_ZEROS, .dtype = x->dtype, .n_shape = x->ndim};
+    memcpy(a.shape, x->shape, sizeof(graph_sx) * (size_t)x->ndim);
+    graph_val in[GRAPH_MAX_IN];
+    int n_in = x->a.n_in;
+    memcpy(in, x->a.in, sizeof in);
+    if (!mutate(s, v, &a))
+        return false;
+    for (int k = 0; k < n_in; k++)
+        if (in[k] >= 0)
+            s->reads[in[k]]--;
+    return true;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -386,6 +477,8 @@ static bool rule_matmul(simp *s, graph_val v, const graph_node *x) {
 /* One rewrite of v, if any applies. */
 static bool rewrite(simp *s, graph_val v) {
     const graph_node *x = node(s, v);
+    if (to_zeros(s, v, x))
+        return true;
     switch (x->a.op) {
     case GOP_PW: return pw_identity(s, v, x);
     case GOP_SUM: return rule_sum(s, v, x);

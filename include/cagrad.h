@@ -550,7 +550,7 @@ ca_status ca_saved_tensors_hooks_pop(void);
 typedef ca_status (*ca_custom_backward_fn)(void *ctx, int n_outputs, ca_tensor *const *grad_outputs,
                                            int n_inputs, ca_tensor **grad_inputs);
 
-#define CA_CUSTOM_MAX_SAVED 32
+#define CA_CUSTOM_MAX_SAVED 128
 #define CA_CUSTOM_MAX_SIZES 32
 typedef struct {
     uint64_t state; /* 0: a call-out */

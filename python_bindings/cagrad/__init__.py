@@ -31,6 +31,7 @@ from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bm
                          stack, sub, subtract, sum, swapaxes, swapdims, t, transpose,
                          true_divide, unbind, unsqueeze, where)
 from ._order import argsort, cumprod, cumsum, sort, topk
+from ._bool_ops import can_cast, promote_types, result_type  # torch's type promotion
 from ._scatter import index_add, scatter, scatter_add
 from ._ops import PY_TORCH as _PY_TORCH
 from ._ops import aliases as _aliases
@@ -79,6 +80,15 @@ from ._more_stats import (  # noqa: E402  (order statistics and moments: _more_s
                           median, mode, nanmean, nanmedian, nanquantile, nansum, quantile)
 from . import linalg  # noqa: E402
 from .linalg import _cdist as cdist  # noqa: E402
+# torch.testing (assert_close, make_tensor) and torch.is_inference_mode_enabled (h21)
+from . import testing  # noqa: E402
+from ._grad_mode import is_inference_mode_enabled  # noqa: E402
+# matrix-product accumulations, tensor_split, index_put, memory methods; torch.func, jit (h20)
+from ._extra_ops import (  # noqa: E402
+                         addbmm, addmm, addmv, baddbmm, index_put, mv, tensor_split)
+from . import func, jit  # noqa: E402
+from .autograd.anomaly_mode import (  # noqa: E402
+                                    is_anomaly_check_nan_enabled, is_anomaly_enabled)
 
 # torch's dtype aliases
 float = float32  # noqa: A001 (torch.float, as in PyTorch)
@@ -103,6 +113,11 @@ def _warn_if_blas_is_slow():
 
 
 _warn_if_blas_is_slow()
+
+# `sys.modules["torch"] = cagrad` in a program: `import torch.nn` then finds cagrad.nn
+from . import as_torch as _as_torch  # noqa: E402
+
+_as_torch.register_finder()
 
 
 def __getattr__(name):

@@ -57,8 +57,7 @@ def _arith(name, tensor_fn, scalar_fn):
         if isinstance(other, _TensorBase):
             if input._dtype == other._dtype != _BOOL:
                 return tensor_fn(input, other)
-            r = _bool_ops.tensors(name, tensor_fn, input, other)  # torch's promotion
-            return tensor_fn(input, other) if r is None else r
+            return _bool_ops.tensors(name, tensor_fn, input, other)  # torch's promotion
         t = type(other)
         if input._dtype == _BOOL and t in (bool, int, float):
             return _bool_ops.scalar(name, tensor_fn, scalar_fn, input, other)
@@ -185,10 +184,21 @@ eq = _checked("eq", eq_op)
 ne = not_equal = _checked("ne", ne_op)
 
 
-def _scaled(other, alpha, name):
-    """alpha * other, for add/sub's alpha=."""
+def _scaled(input, other, alpha, name):
+    """alpha * other, for add/sub's alpha=: computed in the dtype of input beside other, as
+    torch scales in the result dtype, with torch's errors for an alpha of another kind."""
     if isinstance(other, _TensorBase):
-        return _C.mul_scalar(other, alpha)
+        if name == "sub" and _BOOL in (input._dtype, other._dtype):
+            return other  # sub_op raises torch's error for the bool
+        code = _bool_ops.result_code(input, other)
+        if code == _BOOL:
+            if type(alpha) is not bool:
+                raise RuntimeError("Boolean alpha only supported for Boolean results.")
+            return _bool_ops.scalar("mul", _C.mul, _C.mul_scalar, other, alpha)
+        if code == _INT64 and type(alpha) is float:
+            raise RuntimeError("For integral input tensors, argument alpha must not be a "
+                               "floating point number.")
+        return _C.mul_scalar(_bool_ops.as_code(other, code), alpha)
     if isinstance(other, (int, float)):
         return other * alpha
     raise _operand_error(name, other)
@@ -196,7 +206,7 @@ def _scaled(other, alpha, name):
 
 def add(input, other, *, alpha=1):
     """input + alpha * other."""
-    r = add_op(input, other if alpha == 1 else _scaled(other, alpha, "add"))
+    r = add_op(input, other if alpha == 1 else _scaled(input, other, alpha, "add"))
     if r is NotImplemented:
         raise _operand_error("add", other)
     return r
@@ -204,7 +214,7 @@ def add(input, other, *, alpha=1):
 
 def sub(input, other, *, alpha=1):
     """input - alpha * other."""
-    r = sub_op(input, other if alpha == 1 else _scaled(other, alpha, "sub"))
+    r = sub_op(input, other if alpha == 1 else _scaled(input, other, alpha, "sub"))
     if r is NotImplemented:
         raise _operand_error("sub", other)
     return r
@@ -345,8 +355,8 @@ def zero_grad_link(values, sources):
     if not needs or not _C.is_grad_enabled():
         return values
     never = _C.full(values._dtype, (), 0)
-    for source in needs:
-        values = _C.where(never, source, values)
+    for source in needs:  # in values' dtype: a source of another float dtype is promoted
+        values = _C.where(never, _bool_ops.as_code(source, values._dtype), values)
     return values
 
 
@@ -380,10 +390,9 @@ def where(condition, input=_NO_VALUE, other=_NO_VALUE):
     cond = as_mask(condition)
     if isinstance(input, _TensorBase):
         if isinstance(other, _TensorBase):
-            if input._dtype != other._dtype:  # a bool or int64 branch takes the other's dtype
-                r = _bool_ops.tensors("where", lambda a, b: _C.where(cond, a, b), input, other)
-                if r is not None:
-                    return r
+            if input._dtype != other._dtype:  # both branches in their result dtype
+                return _bool_ops.tensors("where", lambda a, b: _C.where(cond, a, b), input,
+                                         other)
             return _C.where(cond, input, other)
         return _C.where_scalar(cond, input, _number(other, "where"))
     if isinstance(other, _TensorBase):  # swap the branches by negating the condition
@@ -459,6 +468,8 @@ absolute = _REGISTRY["abs"]
 def clamp(input, min=None, max=None):
     """Values limited to [min, max]; min and max may be numbers, tensors or None."""
     if isinstance(min, _TensorBase) or isinstance(max, _TensorBase):
+        # all three in their result dtype first, as torch (pairwise promotion can differ)
+        input, min, max = _bool_ops.promoted(input, min, max)
         out = input if min is None else maximum(input, min)
         return out if max is None else minimum(out, max)
     if min is None and max is None:
@@ -582,7 +593,7 @@ def max(input, dim=None, keepdim=False):
     if dim is None:
         return _max(input, (), False)[0]
     if isinstance(dim, _TensorBase):
-        return _C.maximum(input, dim)
+        return maximum(input, dim)
     return _MaxResult(*_max(input, (_dim(dim, "max"),), keepdim))
 
 
@@ -591,7 +602,7 @@ def min(input, dim=None, keepdim=False):
     if dim is None:
         return _min(input, (), False)[0]
     if isinstance(dim, _TensorBase):
-        return _C.minimum(input, dim)
+        return minimum(input, dim)
     return _MinResult(*_min(input, (_dim(dim, "min"),), keepdim))
 
 
@@ -748,8 +759,9 @@ def unbind(input, dim=0):
 def masked_fill(input, mask, value):
     """value where mask is nonzero (mask broadcasts to input); value: a number or 0-d Tensor."""
     mask = as_mask(mask)
-    if isinstance(value, _TensorBase):
-        return _C.where(mask, value, input)  # keeps value's gradient
+    if isinstance(value, _TensorBase):  # in input's dtype, as torch; keeps value's gradient
+        from ._indexing import _to_code  # float -> int64 truncates, as torch's cast
+        return _C.where(mask, _to_code(value, input._dtype), input)
     return _C.masked_fill(input, mask, _number(value, "masked_fill"))
 
 

@@ -6,6 +6,7 @@ context manager and a function decorator; `@no_grad` works with and without pare
 
 import functools
 import inspect
+import threading
 
 from . import _C
 
@@ -57,8 +58,18 @@ class enable_grad(_GradModeContext):
     _mode = True
 
 
+_inference_local = threading.local()  # .enabled: this thread's inference mode
+
+
+def is_inference_mode_enabled():
+    """Whether this thread is inside inference_mode() (torch.is_inference_mode_enabled)."""
+    return getattr(_inference_local, "enabled", False)
+
+
 class inference_mode(_GradModeContext):
-    """torch.inference_mode(mode=True): in cagrad exactly no_grad; mode=False changes nothing."""
+    """torch.inference_mode(mode=True): in cagrad no_grad plus the flag that
+    is_inference_mode_enabled() reads (cagrad has no separate inference tensors).
+    inference_mode(False) leaves inference mode and turns grad mode on, as in torch."""
 
     def __new__(cls, mode=True):
         if callable(mode):  # bare @inference_mode
@@ -69,7 +80,13 @@ class inference_mode(_GradModeContext):
         self._enabled = mode
 
     def __enter__(self):
-        self._prev = _C.set_grad_enabled(False) if self._enabled else _C.is_grad_enabled()
+        self._prev = _C.set_grad_enabled(not self._enabled)
+        self._prev_inference = is_inference_mode_enabled()
+        _inference_local.enabled = bool(self._enabled)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        _inference_local.enabled = self._prev_inference
+        super().__exit__(exc_type, exc_value, traceback)
 
     def clone(self):
         return inference_mode(self._enabled)

@@ -103,6 +103,9 @@ def _prod_dim(input, dim):
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         input = F._cast(input, dtype)
+    if not input.is_floating_point():  # torch's error (abs would refuse a bool otherwise)
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor "
+                           f"as input. Got {_bool_ops.TYPE_NAME[input._dtype]}")
     magnitude = input.abs()
     if p == "fro" or p == 2:
         # sqrt(sum x^2): the gradient at all-zero input is nan in cagrad, 0 in torch
@@ -364,10 +367,14 @@ def isnan(input):
 
 
 def isinf(input):
+    if not input.is_floating_point():  # bool and int64 hold no infinity (abs refuses bools)
+        return F.ne(input, input)
     return F.eq(input.abs(), math.inf)
 
 
 def isfinite(input):
+    if not input.is_floating_point():  # every bool and int64 is finite (bools cannot subtract)
+        return F.eq(input, input)
     return F.eq(input - input, 0)  # x - x is nan exactly for nan and +-inf
 
 
@@ -381,6 +388,9 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if input._dtype != other._dtype:  # torch compares tensors of one dtype only
+        raise RuntimeError(f"{_bool_ops.TYPE_NAME[input._dtype]} did not match "
+                           f"{_bool_ops.TYPE_NAME[other._dtype]}")
     with _no_grad():
         gap = (input - other).abs()
         close = F.le(gap, atol + rtol * other.abs())
@@ -505,7 +515,7 @@ def get_float32_matmul_precision():
 # Computed out of place, then copied in: copy_ bumps the version counter and refuses
 # tensors that autograd must not see change, exactly as the other in-place methods do.
 def clamp_(self, min=None, max=None):
-    return self.copy_(F.clamp(self, min, max))
+    return _bool_ops.copy_result(self, F.clamp(self, min, max))  # torch's cast check
 
 
 def masked_fill_(self, mask, value):
@@ -521,27 +531,41 @@ def sqrt_(self):
 
 
 def addcmul_(self, tensor1, tensor2, *, value=1):
-    return self.copy_(self + value * (tensor1 * tensor2))
+    return _bool_ops.copy_result(self, addcmul(self, tensor1, tensor2, value=value))
 
 
 def addcdiv_(self, tensor1, tensor2, *, value=1):
-    return self.copy_(self + value * (tensor1 / tensor2))
+    return _bool_ops.copy_result(self, addcdiv(self, tensor1, tensor2, value=value))
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):
+    input, tensor1, tensor2 = _bool_ops.promoted(input, tensor1, tensor2)  # torch's dtype
     return input + value * (tensor1 * tensor2)
 
 
+_ADDCDIV_INTEGER_ERROR = (
+    "Integer division with addcdiv is no longer supported, and in a future  release addcdiv "
+    "will perform a true division of tensor1 and tensor2. The historic addcdiv behavior can "
+    "be implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for "
+    "integer inputs and as (input + value * tensor1 / tensor2) for float inputs. The future "
+    "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
+    "for all dtypes.")
+
+
 def addcdiv(input, tensor1, tensor2, *, value=1):
+    if not (tensor1.is_floating_point() or tensor2.is_floating_point()):
+        raise RuntimeError(_ADDCDIV_INTEGER_ERROR)  # torch's, for int64 and bool divisions
+    input, tensor1, tensor2 = _bool_ops.promoted(input, tensor1, tensor2)  # torch's dtype
     return input + value * (tensor1 / tensor2)
 
 
 def lerp(input, end, weight):
+    input, end, weight = _bool_ops.lerp_operands(input, end, weight)
     return input + weight * (end - input)
 
 
 def lerp_(self, end, weight):
-    return self.copy_(lerp(self, end, weight))
+    return _bool_ops.copy_result(self, lerp(self, end, weight))
 
 
 def uniform_(self, a=0.0, b=1.0, *, generator=None):

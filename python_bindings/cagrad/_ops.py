@@ -16,7 +16,9 @@ TypeError.
 import functools
 import re
 
-from . import _C, _dtype
+from . import _C, _bool_ops, _dtype
+
+_BOOL = _bool_ops.BOOL
 
 # The registry's flags (cagrad.h's CA_OP_PY_* and the input domains, read from _C).
 PY_TORCH, PY_TENSOR, PY_NN = _C.OP_PY_TORCH, _C.OP_PY_TENSOR, _C.OP_PY_NN
@@ -162,7 +164,22 @@ def _binary_int_to_float(fn):
     return wrapper
 
 
+def _promoting(fn):
+    """A binary registry op that takes two tensors of different dtypes, as torch: both
+    converted (differentiably) to their result_type first (_bool_ops.py)."""
+    def wrapper(input, other, *, out=None):
+        input, other = _bool_ops.promoted_pair(input, other)
+        return fn(input, other, out=out)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
 FUNCTIONS = _build_all(_C.ops)
+_BINARY = ("atan2", "copysign", "floor_divide", "fmod", "hypot", "logaddexp", "logaddexp2",
+           "remainder", "xlogy")
+for _name in _BINARY:  # innermost: after the wrappers below have made numbers tensors
+    FUNCTIONS[_name] = _promoting(FUNCTIONS[_name])
 for _name, _positions in _NUMBER_OPERANDS.items():
     FUNCTIONS[_name] = _taking_numbers(FUNCTIONS[_name], _positions)
 for _name in _INT_TO_FLOAT_UNARY:
@@ -172,18 +189,21 @@ for _name in _INT_TO_FLOAT_BINARY:
 del _name, _positions
 
 
-def _refusing_bool_neg(fn):
-    def neg(input, *args, **kwargs):
-        if getattr(input, "_dtype", None) == _dtype.bool._code:
-            from ._bool_ops import NEG_ERROR
-            raise RuntimeError(NEG_ERROR)
+def _refusing_bool(name, fn):
+    """The unary op `name` with torch's error for a bool input (neg, abs, floor, ...)."""
+    kind, message = _bool_ops.UNARY_REFUSALS[name]
+
+    def refusing(input, *args, **kwargs):
+        if getattr(input, "_dtype", None) == _BOOL:
+            raise kind(message)
         return fn(input, *args, **kwargs)
 
-    functools.update_wrapper(neg, fn)
-    return neg
+    functools.update_wrapper(refusing, fn)
+    return refusing
 
 
-FUNCTIONS["neg"] = _refusing_bool_neg(FUNCTIONS["neg"])
+for _name in _bool_ops.UNARY_REFUSALS:
+    FUNCTIONS[_name] = _refusing_bool(_name, FUNCTIONS[_name])
 
 # Float math that PyTorch also computes for bool tensors, in the default float dtype.
 _BOOL_TO_FLOAT_UNARY = "exp log sqrt rsqrt sin cos tanh sigmoid".split()
@@ -234,9 +254,8 @@ def _inplace_method(name, fn):
     version counter and refuses leaves that require grad, as PyTorch's in-place ops do."""
     def method(self, *args, **kwargs):
         result = fn(self, *args, **kwargs)
-        if result.dtype is not self.dtype:  # log1p_ of int64: copy_ would truncate
-            raise RuntimeError(f"result type {_SCALAR_TYPE[result.dtype]} can't be cast to the "
-                               f"desired output type {_SCALAR_TYPE[self.dtype]}")
+        # log1p_ of int64 is torch's error (copy_ would truncate); float64 into float32 casts
+        _bool_ops.check_cast(result._dtype, self._dtype)
         return self.copy_(result)
 
     method.__name__ = method.__qualname__ = f"{name}_"

@@ -42,6 +42,7 @@ from .autograd import graph as _graph
 
 _TensorBase = _C.TensorBase
 _INT64 = 2  # _C dtype code
+_BOOL = _bool_ops.BOOL
 _NO_STOP = 2**63 - 1  # slice end for `start:` (C clamps it like Python)
 
 _NEG, _ABS = _REGISTRY["neg"], _REGISTRY["abs"]
@@ -170,7 +171,8 @@ class Tensor(_TensorBase):
         if inputs is not None or create_graph:
             _autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
             return
-        with _autograd.variable._BackwardScope():  # queue_callback's callbacks run at its end
+        # queue_callback's callbacks run at the scope's end; anomaly mode checks for NaNs
+        with _autograd.variable._BackwardScope((self,)), _autograd.anomaly_mode.checking((self,)):
             _C.backward(self, gradient, bool(retain_graph))
 
     def detach(self):
@@ -433,7 +435,8 @@ class Tensor(_TensorBase):
     # ---------------------------------------------------------------- in-place ops
     # They bump the version counter, so backward notices a changed saved tensor.
     def add_(self, other, *, alpha=1):
-        if self._dtype == _bool_dtype._code or getattr(other, "_dtype", None) == 3:
+        # a bool, or another dtype: torch computes in the promoted dtype and casts into self
+        if self._dtype == _BOOL or getattr(other, "_dtype", self._dtype) != self._dtype:
             return _bool_ops.inplace(self, other, alpha, "add_")
         if isinstance(other, _TensorBase):
             _C.add_(self, other, alpha)
@@ -443,10 +446,12 @@ class Tensor(_TensorBase):
         return self
 
     def sub_(self, other, *, alpha=1):
+        if self._dtype == _BOOL or getattr(other, "_dtype", None) == _BOOL:
+            F.sub(self, other, alpha=alpha)  # torch's errors for bools in a subtraction
         return self.add_(other, alpha=-alpha)
 
     def mul_(self, other):
-        if self._dtype == _bool_dtype._code or getattr(other, "_dtype", None) == 3:
+        if self._dtype == _BOOL or getattr(other, "_dtype", self._dtype) != self._dtype:
             return _bool_ops.inplace(self, other, None, "mul_")
         if isinstance(other, _TensorBase):
             _C.mul_(self, other)
@@ -457,11 +462,8 @@ class Tensor(_TensorBase):
     def div_(self, other, *, rounding_mode=None):
         # computed out of place so the values equal div() exactly, then copied in
         result = F.div(self, other, rounding_mode=rounding_mode)
-        if result._dtype != self._dtype:  # int64 / x is float: copy_ would truncate it
-            raise RuntimeError(f"result type {_ops._SCALAR_TYPE[result.dtype]} can't be cast "
-                               f"to the desired output type {_ops._SCALAR_TYPE[self.dtype]}")
-        _C.copy_(self, result)
-        return self
+        # int64 / x is float: torch's error (copy_ would truncate); float64 into float32 casts
+        return _bool_ops.copy_result(self, result)
 
     divide_ = div_
 
@@ -512,7 +514,7 @@ class Tensor(_TensorBase):
         return self.add_(other)
 
     def __isub__(self, other):
-        return self.add_(other, alpha=-1)
+        return self.sub_(other)
 
     def __imul__(self, other):
         return self.mul_(other)
@@ -552,6 +554,8 @@ class Tensor(_TensorBase):
         return _NEG(self)
 
     def __pos__(self):
+        if self._dtype == _bool_dtype._code:
+            raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
         return self
 
     def __abs__(self):

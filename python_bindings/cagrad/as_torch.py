@@ -15,6 +15,11 @@ that exist in cagrad (`torch.nn.functional`, `torch.utils.data`, `torch.optim.lr
 ...) import under their torch names, and one that does not fails with an ImportError that
 names it and points to docs/python-api.md. A real torch imported before `install()` is
 left where it is: installing then raises, since the program would mix the two libraries.
+
+`import cagrad` registers the finder too (`register_finder()`), and it answers only while
+`sys.modules["torch"]` is cagrad: so a program that makes the alias itself
+(`sys.modules["torch"] = cagrad`) gets cagrad's own submodules for `import torch.nn`,
+rather than second copies of them (whose dtypes and classes would not be cagrad's).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ class _TorchAsCagrad(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds `torch.<path>` as `cagrad.<path>` and hands back that very module object."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if not fullname.startswith("torch."):
+        if not fullname.startswith("torch.") or not _torch_is_cagrad():
             return None
         target_name = "cagrad." + fullname[len("torch."):]
         try:
@@ -53,7 +58,19 @@ class _TorchAsCagrad(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass  # the cagrad module is already imported and run
 
 
+def _torch_is_cagrad():
+    have = sys.modules.get("torch")
+    return have is not None and have is sys.modules.get("cagrad")
+
+
 _finder = _TorchAsCagrad()
+
+
+def register_finder():
+    """Put the finder on sys.meta_path (idempotent); it stays silent unless `torch` is
+    cagrad in sys.modules."""
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
 
 
 def install():
@@ -68,8 +85,7 @@ def install():
     for name, mod in list(sys.modules.items()):  # cagrad submodules imported so far
         if name.startswith("cagrad.") and mod is not None:
             sys.modules.setdefault("torch." + name[len("cagrad."):], mod)
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    register_finder()
 
 
 def _usage():

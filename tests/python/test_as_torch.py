@@ -67,3 +67,41 @@ def test_usage_without_a_script():
     r = subprocess.run([sys.executable, "-m", "cagrad.as_torch"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "usage: python -m cagrad.as_torch" in r.stderr
+
+
+def test_a_bare_sys_modules_alias_shares_cagrads_submodules(tmp_path):
+    # what a program (or a harness) does by hand, without cagrad.as_torch: its
+    # `import torch.nn` must find cagrad.nn itself, not run a second copy whose dtypes
+    # and classes are not cagrad's
+    script = tmp_path / "alias.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import cagrad
+        sys.modules["torch"] = cagrad
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader, TensorDataset
+        assert nn is cagrad.nn and F is cagrad.nn.functional
+        assert DataLoader is cagrad.utils.data.DataLoader
+        x = torch.empty(3).normal_(0, 1)  # the dtype check sees cagrad's own dtypes
+        assert x.dtype is cagrad.float32 and torch.zeros(2).new_zeros((3,)).shape == (3,)
+        layer = nn.Linear(2, 2)
+        assert isinstance(layer.weight, cagrad.nn.Parameter)
+        y = F.relu(layer(torch.ones(1, 2))).sum()
+        y.backward()
+        assert layer.weight.grad is not None
+        print("ok")
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_the_finder_is_silent_while_torch_is_not_cagrad():
+    import cagrad
+    from cagrad import as_torch
+
+    assert sys.modules.get("torch") is not cagrad
+    assert as_torch._finder.find_spec("torch.nn") is None

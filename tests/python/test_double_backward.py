@@ -155,6 +155,81 @@ def test_wgan_gp_gradient_penalty_step(dtype, compiled):
     check(wgan_gp_step, dtype, compiled=compiled, runs=(0, 4))
 
 
+def leaky_critic_penalty(L, dtype):
+    """A gradient penalty through a critic that is piecewise linear: the penalty's own
+    gradient reaches the interpolated batch's forward only as leaky_relu's second
+    derivative, zero by construction. The compiled graph drops that backward (a symbolic
+    zero, graph/simplify.c); the input still gets a .grad of zeros, as in torch."""
+    F = L.nn.functional
+    p = {k: leaf(L, v, dtype) for k, v in CRITIC.items()}
+    x = leaf(L, REAL, dtype)
+    h = F.leaky_relu(F.linear(x, p["w1"], p["b1"]), 0.2)
+    (gx,) = L.autograd.grad(F.linear(h, p["w2"], p["b2"]).sum(), x, create_graph=True)
+    gp = ((gx.norm(2, dim=1) - 1) ** 2).mean()
+    gp.backward()
+    assert p["b2"].grad is None  # gx does not depend on it, in either library
+    return [gp, gx, x.grad, p["w1"].grad, p["b1"].grad, p["w2"].grad]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_penalty_through_a_piecewise_linear_critic(dtype, compiled):
+    check(leaky_critic_penalty, dtype, compiled=compiled, runs=(0, 2))
+
+
+def test_the_zero_second_derivative_is_dropped_from_the_compiled_graph(tmp_path):
+    with cagrad.compiled_autograd.enable():
+        leaky_critic_penalty(cagrad, "float64")
+    path = tmp_path / "second.dot"
+    cagrad.compiled_autograd.write_graph(path)  # the penalty's backward, the second graph
+    ops = re.findall(r'label="aot\d+_\w+\\n(\w+)', path.read_text())
+    # the backward through the gradient's own GEMMs (1), and w1's and w2's gradients (1
+    # each): the first graph's GEMM is read, not replayed (compiled_double.c's kept
+    # values), and the backward of linear(x, w1, b1) on leaky_relu's zero second
+    # derivative (dX and dW GEMMs, a bias sum) is gone, x and b1 getting zeros
+    assert ops.count("matmul") == 3, ops
+    assert ops.count("zeros") == 2 and "sum_to" not in ops, ops
+
+
+DEEP = [arr(6, 6) * 0.5 for _ in range(14)]
+DEEP_X = arr(5, 6)
+
+
+def deep_mlp_third_order(L, dtype):
+    """A 14-layer tanh MLP differentiated three times, as a PINN's loss is: its first
+    graph keeps more GEMM results than a traced backward has saved slots for (the rest are
+    replayed), and the second graph, itself under create_graph, replays them all."""
+    ws = [leaf(L, w, dtype) for w in DEEP]
+    x = leaf(L, DEEP_X, dtype)
+    h = x
+    for w in ws:
+        h = (h @ w).tanh()
+    (gx,) = L.autograd.grad(h.sum(), x, create_graph=True)
+    (gxx,) = L.autograd.grad((gx ** 2).sum(), x, create_graph=True)
+    loss = (gxx ** 2).sum() + (gx ** 2).mean()
+    loss.backward()
+    return [gx, gxx, loss] + [w.grad for w in ws]
+
+
+def test_deep_third_order_is_traced_with_every_kept_value_it_can_hold():
+    before = counters()["custom_callouts"]
+    check(deep_mlp_third_order, "float64", compiled=True, runs=(0, 3))
+    assert counters()["custom_callouts"] == before  # every CompiledAutogradBackward0 traced
+
+
+def test_deep_third_order_float32_against_a_float64_oracle():
+    """Third derivatives through 14 layers reach 1e3 with float32 rounding to match: each
+    result's error against torch in float64 is at most 4x torch's own float32 error."""
+    with compiled_ctx(True):
+        ours = [v.detach().numpy() for v in deep_mlp_third_order(cagrad, "float32")]
+    t32 = [v.detach().numpy() for v in deep_mlp_third_order(torch, "float32")]
+    t64 = [v.detach().numpy() for v in deep_mlp_third_order(torch, "float64")]
+    for k, (a, b, ref) in enumerate(zip(ours, t32, t64)):
+        scale = np.abs(ref).max() + 1e-30
+        err, torch_err = np.abs(a - ref).max(), np.abs(b - ref).max()
+        assert err <= 4 * torch_err + 8 * 2.0 ** -24 * scale, (k, err, torch_err, scale)
+
+
 CONV = {"w1": arr(4, 2, 3, 3) * 0.4, "b1": arr(4), "w2": arr(1, 4, 3, 3) * 0.4, "b2": arr(1)}
 IMAGES = arr(3, 2, 6, 6)
 

@@ -178,6 +178,9 @@ def test_gradcheck_float64(name, compiled, rng):
                                    atol=1e-5, err_msg=f"{name}({kwargs})")
 
 
+PIECEWISE_CONSTANT = {"ceil", "floor", "round", "sgn", "sign", "trunc"}
+
+
 @pytest.mark.parametrize("name", UNARY)
 def test_derivative_fuses_with_its_neighbours(name, rng):
     x, _ = inputs(rng, "float32", name)
@@ -186,6 +189,12 @@ def test_derivative_fuses_with_its_neighbours(name, rng):
     before = counters()["fused_kernels"]
     with ca.compiled_autograd.enable():
         backward_checked(y.sum(), True)
+    if name in PIECEWISE_CONSTANT:
+        # the derivative is zero by construction, a symbolic zero in the graph: the
+        # backward is a zeros node, with nothing to compute or fuse
+        assert not np.any(cx.grad.numpy())
+        assert counters()["fused_kernels"] == before, f"{name}'s zero derivative was computed"
+        return
     assert counters()["fused_kernels"] > before, f"{name}'s derivative was not fused"
 
 

@@ -43,6 +43,12 @@ from .variable import Variable  # noqa: E402
 
 __all__ += ["Variable"]
 
+# anomaly detection: NaN gradients name their node (h20)
+from . import anomaly_mode  # noqa: E402
+from .anomaly_mode import detect_anomaly, set_detect_anomaly  # noqa: E402
+
+__all__ += ["detect_anomaly", "set_detect_anomaly"]
+
 
 def _check_outputs(outputs):
     # torch's message, e.g. for a gradient made without create_graph=True
@@ -93,7 +99,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                              f"{len(outputs)} outputs; give one per output (None allowed)")
     if allow_unused is None:
         allow_unused = materialize_grads
-    with variable._BackwardScope():
+    with variable._BackwardScope(outputs, inputs), anomaly_mode.checking(outputs):
         grads = _C.grad(outputs, inputs, grad_outputs, _retain(retain_graph, create_graph),
                         bool(allow_unused), bool(create_graph))
     if materialize_grads:
@@ -120,7 +126,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     inputs = () if inputs is None else inputs
     if len(tensors) == 1:
         _check_outputs(tensors)
-        with variable._BackwardScope():
+        with variable._BackwardScope(tensors, inputs), anomaly_mode.checking(tensors):
             _C.backward(tensors[0], grad_tensors[0], retain, inputs, bool(create_graph))
         return
     # Several roots run as one backward through sum_i <t_i, g_i>, so that hooks and
@@ -137,5 +143,5 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                                    f"{list(t._shape)}")
             term = _C.sum(t if g is None else _C.mul(t, g), (), False)
             root = term if root is None else _C.add(root, term)
-    with variable._BackwardScope():
+    with variable._BackwardScope((root,), inputs), anomaly_mode.checking((root,)):
         _C.backward(root, None, retain, inputs, bool(create_graph))

@@ -255,5 +255,178 @@ def disable_saved_tensors_hooks(error_message):
     raise NotImplementedError("cagrad does not support saved_tensors_hooks yet")
 
 
+# ------------------------------------------------------------------ multi-grad hooks
+class _MultiHandle:
+    """register_multi_grad_hook's handle: remove() removes the hook from every tensor."""
+
+    __slots__ = ("handles", "__weakref__")
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _current_backward():
+    """The queue of the backward running now (variable.py): it stands for that backward."""
+    from .variable import _running
+    if not _running:
+        raise AssertionError("expected this hook to be called inside a backward call")
+    return _running[-1]
+
+
+class _PerBackward:
+    """One state object per backward a multi-grad hook takes part in, made by `make` on its
+    first gradient there and forgotten when that backward ends (through queue_callback).
+    A backward that raised never ends that way: its entry is dropped on the next lookup."""
+
+    def __init__(self, make, on_end=None):
+        self._make = make
+        self._on_end = on_end
+        self._states = {}  # id(queue) -> (queue, state); the queue kept alive keeps its id
+        self._lock = threading.Lock()
+
+    def get(self):
+        """(state, whether it was just made) for the backward running now."""
+        from .variable import Variable, _running
+        queue = _current_backward()
+        with self._lock:
+            entry = self._states.get(id(queue))
+            if entry is not None:
+                return entry[1], False
+            live = {id(q) for q in _running}
+            for stale in [k for k in self._states if k not in live]:
+                del self._states[stale]
+            state = self._make()
+            self._states[id(queue)] = (queue, state)
+        Variable._execution_engine.queue_callback(lambda: self._end(queue))
+        return state, True
+
+    def _end(self, queue):
+        with self._lock:
+            _, state = self._states.pop(id(queue))
+        if self._on_end is not None:
+            self._on_end(state)
+
+
+def _tensor_node(t):
+    """The node that runs when t gets its gradient: its grad_fn, or a leaf's
+    AccumulateGrad (a _C.NodeBase)."""
+    base = _C.grad_fn_node(t)
+    return base if base is not None else _C.grad_accumulator(t)
+
+
+def _nodes_that_run(roots, inputs):
+    """Addresses of the nodes a backward from roots runs: every node reachable from them,
+    or, with inputs, those with a path to one of the inputs' nodes (as PyTorch's engine
+    decides). Depth first without recursion: graphs can be thousands of nodes deep."""
+    targets = None if inputs is None else {_tensor_node(t)._addr for t in inputs}
+    runs = {}  # address -> whether the node runs; a DAG, so a seen node is finished
+    for root in (_tensor_node(t) for t in roots if t.requires_grad):
+        if root._addr in runs:
+            continue
+        runs[root._addr] = targets is None or root._addr in targets
+        stack = [(root, iter(root._next))]
+        while stack:
+            node, edges = stack[-1]
+            for child, _ in edges:
+                if child is None:
+                    continue
+                if child._addr not in runs:
+                    runs[child._addr] = targets is None or child._addr in targets
+                    stack.append((child, iter(child._next)))
+                    break
+                if runs[child._addr]:
+                    runs[node._addr] = True
+            else:
+                stack.pop()
+                if stack and runs[node._addr]:
+                    runs[stack[-1][0]._addr] = True
+    return {addr for addr, flag in runs.items() if flag}
+
+
+def _expected_count(node_addrs):
+    """How many of the hooked tensors' nodes the backward running now will run; None when
+    its caller did not say where it starts (then fn waits for the backward's end)."""
+    queue = _current_backward()
+    if queue.roots is None:
+        return None
+    if queue.running_nodes is None:  # worked out once per backward, for every hook
+        queue.running_nodes = _nodes_that_run(queue.roots, queue.inputs)
+    return sum(addr in queue.running_nodes for addr in node_addrs)
+
+
+class _Gathered:
+    """What an "all" hook has seen in one backward."""
+
+    __slots__ = ("grads", "seen", "expected", "called")
+
+    def __init__(self, count):
+        self.grads, self.seen, self.expected, self.called = [None] * count, 0, None, False
+
+
+def _all_mode(tensors, fn):
+    """fn(grads) once per backward that computes a gradient for any of tensors: as soon
+    as every tensor whose node that backward runs has its gradient (None for the others),
+    or at the latest when the backward ends."""
+    for t in tensors:
+        if not t.requires_grad:  # torch's check, as it looks up each tensor's node
+            raise AssertionError("Expected gradient function to be set")
+    node_addrs = [_tensor_node(t)._addr for t in tensors]
+
+    def call_once(gathered):
+        if not gathered.called:
+            gathered.called = True
+            fn(gathered.grads)
+
+    per_backward = _PerBackward(lambda: _Gathered(len(tensors)), on_end=call_once)
+
+    def keeper(index):
+        def hook(grad):
+            gathered, first = per_backward.get()
+            if first:
+                gathered.expected = _expected_count(node_addrs)
+            gathered.grads[index] = grad
+            gathered.seen += 1
+            if gathered.seen == gathered.expected:
+                call_once(gathered)
+        return hook
+
+    return tuple(t.register_hook(keeper(i)) for i, t in enumerate(tensors))
+
+
+def _any_mode(tensors, fn):
+    """fn(grad) with the first gradient a backward computes for any of tensors."""
+    per_backward = _PerBackward(lambda: None)
+
+    def first_only(grad):
+        if per_backward.get()[1]:
+            fn(grad)
+
+    return tuple(t.register_hook(first_only) for t in tensors if t.requires_grad)
+
+
 def register_multi_grad_hook(tensors, fn, *, mode="all"):
-    raise NotImplementedError("cagrad does not support register_multi_grad_hook yet")
+    """torch.autograd.graph.register_multi_grad_hook over the tensors' own hooks.
+
+    mode "all": fn(grads), a list with one entry per tensor (None where this backward
+    computes no gradient), runs once per backward that computes a gradient for any of
+    them, right after the last of those gradients is computed. A backward whose starting
+    tensors are unknown here (Tensor.backward without inputs) calls it when it has
+    finished instead, before backward() returns. mode "any": fn(grad) with the first
+    gradient computed, at once. The hooks do not change gradients; handle.remove()
+    unregisters them."""
+    supported = ("all", "any")
+    if mode not in supported:
+        raise ValueError(f"Expects mode to be one of {supported} but got {mode}")
+    tensors = tuple(tensors)
+    handles = _all_mode(tensors, fn) if mode == "all" else _any_mode(tensors, fn)
+    return _MultiHandle(handles)

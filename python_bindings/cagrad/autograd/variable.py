@@ -21,12 +21,25 @@ class _ExecutionEngine:
         _running[-1].append(callback)
 
 
+class _Queue(list):
+    """The callbacks of one backward, and what multi-grad hooks read of it: the tensors it
+    starts from and its `inputs` (None where the caller did not say), and the nodes it will
+    run, worked out once (autograd.graph)."""
+
+    __slots__ = ("roots", "inputs", "running_nodes")
+
+
 class _BackwardScope:
     """Around one backward: its queue, run when the backward succeeded, dropped when it
-    raised."""
+    raised. roots / inputs: the backward's output tensors and inputs, where known."""
+
+    def __init__(self, roots=None, inputs=None):
+        self.roots, self.inputs = roots, inputs
 
     def __enter__(self):
-        self.queue = []
+        self.queue = _Queue()
+        self.queue.roots, self.queue.inputs = self.roots, self.inputs or None
+        self.queue.running_nodes = None
         _running.append(self.queue)
 
     def __exit__(self, exc_type, exc, tb):

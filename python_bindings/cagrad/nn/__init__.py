@@ -43,3 +43,10 @@ __all__ = [
     "Unflatten", "Unfold", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     "RNN", "LSTM", "GRU", "TransformerEncoder", "TransformerEncoderLayer",
 ]
+
+# margin / embedding / likelihood losses and extra layers (h20)
+from . import layers_extra, loss_extra  # noqa: E402
+from .layers_extra import *  # noqa: E402,F403
+from .loss_extra import *  # noqa: E402,F403
+
+__all__ += loss_extra.__all__ + layers_extra.__all__

@@ -9,7 +9,7 @@ PyTorch's exception types and messages.
 import math
 import warnings
 
-from .. import _C, _functions
+from .. import _C, _bool_ops, _functions
 from .._ops import FUNCTIONS as _REGISTRY
 from .._grad_mode import no_grad
 
@@ -96,6 +96,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise ValueError(f"Using a target size ({target.size()}) that is different to the "
                          f"input size ({input.size()}) is deprecated. Please ensure they have "
                          f"the same size.")
+    _same_dtype(target, input)
     _check_probabilities(input)
     loss = -(target * _clamped_log(input) + (1 - target) * _clamped_log(1 - input))
     if weight is not None:
@@ -114,15 +115,29 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({target.size()}) must be the same as input size "
                          f"({input.size()})")
+    # torch computes in place into (1 - target): each step in the promoted dtype, stored in
+    # target's (and log_sigmoid in input's); the casts are no-ops when the dtypes agree
     log_sigmoid = _logsigmoid(input)
-    if pos_weight is None:
-        loss = (1 - target) * input - log_sigmoid
-    else:
+    if pos_weight is not None:
         log_weight = (_constant(fn, "pos_weight", pos_weight) - 1) * target + 1
-        loss = (1 - target) * input - log_weight * log_sigmoid
+        log_sigmoid = _as_dtype_of(log_sigmoid * log_weight, input)
+    loss = _as_dtype_of((1 - target) * input, target)
+    loss = _as_dtype_of(loss - log_sigmoid, target)
     if weight is not None:
-        loss = loss * _constant(fn, "weight", weight)
+        loss = _as_dtype_of(loss * _constant(fn, "weight", weight), target)
     return _reduce(loss, reduction)
+
+
+def _as_dtype_of(x, like):
+    return _bool_ops.as_code(x, like._dtype)
+
+
+def _same_dtype(target, input):
+    """torch's error for a target whose dtype is not the input's (the losses whose kernels
+    take one dtype)."""
+    if target._dtype != input._dtype:
+        raise RuntimeError(f"Found dtype {_bool_ops.TYPE_NAME[target._dtype]} but expected "
+                           f"{_bool_ops.TYPE_NAME[input._dtype]}")
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
@@ -179,10 +194,25 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     distance = diff.abs()
     inside = _C.lt_scalar(distance, float(delta))
     loss = _functions.where(inside, diff * diff * 0.5, (distance - 0.5 * delta) * delta)
+    loss = _in_input_dtype(loss, input, target)
     if weight is None:
         return _reduce(loss, reduction)
     _check_weight(weight, input)
     return _reduce(loss * weight, reduction)  # a plain mean here, as PyTorch
+
+
+def _in_input_dtype(loss, input, target):
+    """huber_loss's elementwise loss, which torch writes into a tensor of input's dtype; its
+    backward kernel takes one dtype only, so a gradient through a target of another dtype
+    raises torch's error when backward reaches it."""
+    if target._dtype == input._dtype:
+        return loss
+    loss = _as_dtype_of(loss, input)
+    if loss.requires_grad:
+        def refuse(grad):
+            _same_dtype(target, input)
+        loss.register_hook(refuse)
+    return loss
 
 
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
@@ -221,7 +251,8 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     _tensor(fn, "input", input)
     _constant(fn, "target", target)
     reduction = _reduction(size_average, reduce, reduction)
-    return _reduce(-_logsigmoid(target * input), reduction)
+    # torch multiplies into a tensor of input's dtype: the product is stored in it
+    return _reduce(-_logsigmoid(_as_dtype_of(target * input, input)), reduction)
 
 
 def _vector_norm(x, p, dim, keepdim):

@@ -8,7 +8,7 @@ does not implement raise NotImplementedError naming the argument.
 
 import warnings
 
-from .. import _C, _functions, _ops
+from .. import _C, _bool_ops, _functions, _ops
 
 __all__ = [
     "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "layer_norm", "linear",
@@ -99,25 +99,26 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
-    if weight is not None:
-        _unsupported("cross_entropy", "class weights (weight=...)")
-    if label_smoothing != 0.0:
-        _unsupported("cross_entropy", f"label_smoothing={label_smoothing!r}")
     code = _reduction_code("cross_entropy", size_average, reduce, reduction)
     _tensor("cross_entropy", "input", input)
-    if _tensor("cross_entropy", "target", target)._dtype != _INT64:
-        _unsupported("cross_entropy", "class-probability targets",
-                     "; pass int64 class indices as target")
-    return _C.cross_entropy(input, target, code, ignore_index)
+    _tensor("cross_entropy", "target", target)
+    weight = _optional_tensor("cross_entropy", "weight", weight)
+    if weight is None and label_smoothing == 0.0 and target._dtype == _INT64:
+        return _C.cross_entropy(input, target, code, ignore_index)
+    # class weights, label smoothing, probability targets: composites (h20)
+    return _losses_extra.cross_entropy_with_options(input, target, weight, code,
+                                                    ignore_index, float(label_smoothing))
 
 
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
-    if weight is not None:
-        _unsupported("nll_loss", "class weights (weight=...)")
     code = _reduction_code("nll_loss", size_average, reduce, reduction)
-    return _C.nll_loss(_tensor("nll_loss", "input", input),
-                       _tensor("nll_loss", "target", target), code, ignore_index)
+    _tensor("nll_loss", "input", input)
+    _tensor("nll_loss", "target", target)
+    if weight is not None:  # composite (h20)
+        weight = _tensor("nll_loss", "weight", weight)
+        return _losses_extra.weighted_nll_loss(input, target, weight, code, ignore_index)
+    return _C.nll_loss(input, target, code, ignore_index)
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
@@ -130,6 +131,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
         warnings.warn(f"Using a target size ({target.shape}) that is different to the input "
                       f"size ({input.shape}). This will likely lead to incorrect results due "
                       f"to broadcasting. Please ensure they have the same size.", stacklevel=2)
+    input, target = _bool_ops.promoted_pair(input, target)  # torch's result dtype
     return _C.mse_loss(input, target, code)
 
 
@@ -251,3 +253,10 @@ from ._interpolate import *  # noqa: E402,F403
 from ._shape_ops import *  # noqa: E402,F403
 
 __all__ += _shape_ops.__all__ + _interpolate.__all__ + _conv_transpose.__all__
+
+# cross_entropy options, margin / embedding / likelihood losses, extra layers (h20)
+from . import _layers_extra, _losses_extra  # noqa: E402
+from ._layers_extra import *  # noqa: E402,F403
+from ._losses_extra import *  # noqa: E402,F403
+
+__all__ += _losses_extra.__all__ + _layers_extra.__all__

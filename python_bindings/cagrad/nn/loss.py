@@ -17,9 +17,7 @@ class _Loss(Module):
 class _WeightedLoss(_Loss):
     def __init__(self, weight, size_average, reduce, reduction):
         super().__init__(size_average, reduce, reduction)
-        if weight is not None:  # fail at construction, not at the first forward
-            F._unsupported(type(self).__name__, "class weights (weight=...)")
-        self.register_buffer("weight", None)
+        self.register_buffer("weight", weight)  # class weights, saved in state_dict
 
 
 class MSELoss(_Loss):
@@ -34,7 +32,7 @@ class NLLLoss(_WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return F.nll_loss(input, target, ignore_index=self.ignore_index,
+        return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
                           reduction=self.reduction)
 
 
@@ -46,7 +44,7 @@ class CrossEntropyLoss(_WeightedLoss):
         self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
-        return F.cross_entropy(input, target, ignore_index=self.ignore_index,
+        return F.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
                                reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 

@@ -256,6 +256,13 @@ class Module:
         """Reset the .grad of every parameter: to None (the default), or to zeros in place."""
         zero_grads(self.parameters(), set_to_none)
 
+    def share_memory(self):
+        """Tensor.share_memory_() on every parameter and buffer: cagrad refuses it (its
+        tensors are process-private), so this raises that NotImplementedError."""
+        for tensor in list(self.parameters()) + list(self.buffers()):
+            tensor.share_memory_()
+        return self
+
     # --- state_dict ----------------------------------------------------------------------
 
     def state_dict(self, *, destination=None, prefix="", keep_vars=False):

@@ -1,0 +1,114 @@
+"""cagrad.func: torch.func.functional_call (call a module with other tensors in place of
+its parameters and buffers). The other torch.func transforms (grad, vmap, jacrev, ...)
+are not part of cagrad; cagrad.autograd.functional has jacobian/hessian/vjp/jvp."""
+
+from .nn.module import Module
+
+__all__ = ["functional_call"]
+
+
+def _merged(parameter_and_buffer_dicts):
+    if isinstance(parameter_and_buffer_dicts, dict):
+        return dict(parameter_and_buffer_dicts)
+    merged = {}
+    for mapping in parameter_and_buffer_dicts:
+        repeated = sorted(set(merged) & set(mapping))
+        if repeated:
+            raise ValueError(f"{repeated} appeared in multiple dictionaries; behavior of "
+                             f"functional call is ambiguous")
+        merged.update(mapping)
+    return merged
+
+
+def _owner(module, dotted):
+    """(submodule, attribute name) for a dotted name such as 'layers.0.weight'."""
+    *path, name = dotted.split(".")
+    for part in path:
+        module = getattr(module, part)
+    return module, name
+
+
+def _tied_names(module, given):
+    """Every name of a parameter/buffer that shares its tensor with a given name (tied
+    weights), mapped to the given tensor."""
+    by_id = {}
+    for name, tensor in list(module.named_parameters(remove_duplicate=False)) + \
+            list(module.named_buffers(remove_duplicate=False)):
+        by_id.setdefault(id(tensor), []).append(name)
+    extra = {}
+    for names in by_id.values():
+        chosen = [n for n in names if n in given]
+        for name in names:
+            if chosen and name not in given:
+                extra[name] = given[chosen[0]]
+    return extra
+
+
+def _check_strict(module, given):
+    expected = {n for n, _ in module.named_parameters(remove_duplicate=False)}
+    expected |= {n for n, _ in module.named_buffers(remove_duplicate=False)}
+    unexpected = sorted(set(given) - expected)
+    missing = sorted(expected - set(given))
+    if unexpected or missing:
+        lines = [f"Error(s) in reparametrizing for {type(module).__name__}:"]
+        if unexpected:
+            lines.append("\tUnexpected key(s): " + ", ".join(f"'{k}'" for k in unexpected) + ".")
+        if missing:
+            lines.append("\tMissing key(s): " + ", ".join(f"'{k}'" for k in missing) + ".")
+        raise RuntimeError("\n".join(lines))
+
+
+def _swap_in(module, name, tensor):
+    """Put tensor at name; return how to put the original back."""
+    owner, attr = _owner(module, name)
+    for registry in (owner._parameters, owner._buffers):
+        if attr in registry:
+            original = registry[attr]
+            registry[attr] = tensor  # a plain tensor may stand in for a Parameter here
+
+            def restore(registry=registry, attr=attr, original=original):
+                registry[attr] = original
+            return restore
+    missing = object()
+    original = owner.__dict__.get(attr, missing)
+    object.__setattr__(owner, attr, tensor)
+
+    def restore_attribute():
+        if original is missing:
+            owner.__dict__.pop(attr, None)
+        else:
+            object.__setattr__(owner, attr, original)
+    return restore_attribute
+
+
+def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
+                    tie_weights=True, strict=False):
+    """module(*args, **kwargs) with the given tensors standing in for the parameters and
+    buffers of the same names (dotted, as in state_dict), which are put back afterwards;
+    gradients flow to the given tensors (MAML-style inner loops)."""
+    if not isinstance(module, Module):
+        raise TypeError(f"functional_call(): expected a Module, got {type(module).__name__}")
+    given = _merged(parameter_and_buffer_dicts)
+    if tie_weights:
+        given.update(_tied_names(module, given))
+    if strict:
+        _check_strict(module, given)
+    if args is None:
+        args = ()
+    elif not isinstance(args, tuple):
+        args = (args,)
+    restores = []
+    try:
+        for name, tensor in given.items():
+            restores.append(_swap_in(module, name, tensor))
+        return module(*args, **(kwargs or {}))
+    finally:
+        for restore in reversed(restores):
+            restore()
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(f"module 'cagrad.func' has no attribute {name!r}: cagrad.func has "
+                         f"functional_call only (see docs/python-api.md)")
