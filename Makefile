@@ -125,9 +125,11 @@ test-py:
 # torch keep memory at exit; the C suites check cagrad's own leaks).
 SAN_PRELOAD = $(shell $(CC) -print-file-name=libasan.so):$(shell $(CC) -print-file-name=libubsan.so)
 
-# ThreadSanitizer: the library and tests/tsan/stress.c (Criterion's runner cannot start
-# under TSan). It links the same OpenBLAS wheel as the Python build, so the threads
-# callback path is the one checked.
+# ThreadSanitizer: the library and tests/tsan/stress.c and shared.c (Criterion's runner
+# cannot start under TSan). It links the same OpenBLAS wheel as the Python build, so the
+# threads callback path is the one checked. Both run a second time with CAGRAD_INTEROP=1:
+# every compiled graph then runs its steps side by side, which the chooser only picks when
+# it times faster, so that path is checked on every run.
 tsan: deps pyenv
 	$(CMAKE) -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_C_FLAGS=-fsanitize=thread \
 	    -DCAGRAD_BUILD_TESTS=OFF -DCAGRAD_BUILD_EXAMPLES=OFF -DCAGRAD_BUILD_BENCHMARKS=OFF \
@@ -136,6 +138,8 @@ tsan: deps pyenv
 	$(CMAKE) --build $(TSAN_DIR) -j $(JOBS) --target tsan_stress tsan_shared
 	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 $(TSAN_DIR)/tsan_stress
 	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 $(TSAN_DIR)/tsan_shared
+	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 CAGRAD_INTEROP=1 $(TSAN_DIR)/tsan_stress
+	TSAN_OPTIONS=halt_on_error=1 CAGRAD_NUM_THREADS=2 CAGRAD_INTEROP=1 $(TSAN_DIR)/tsan_shared
 
 # Coverage-guided fuzzing of the C API (tests/fuzz/fuzz_backward.c) with libFuzzer, ASan
 # and UBSan, for FUZZ_SECONDS, from the corpus in tests/fuzz/corpus (new inputs go to

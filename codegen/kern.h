@@ -376,7 +376,9 @@ bool cai_kern_pool_free(void);
 /* Helping (kern_help.c): while a gang whose threads run loops of their own is open to it
  * (between begin and end), a parallel loop started inside it is shared with the gang's
  * idle threads, which call cai_kern_help. wake(ctx) is called at each new loop, to wake
- * threads that sleep; cai_kern_help_gen changes then, for threads that spin. */
+ * threads that sleep; cai_kern_help_gen changes then, for threads that spin. Call begin
+ * and end from inside the gang (its job 0): the pool runs one gang at a time, so two
+ * threads' side-by-side runs never share the slot. */
 void cai_kern_help_begin(void (*wake)(void *ctx), void *ctx);
 void cai_kern_help_end(void);
 /* A spin-wait's pause (x86's PAUSE; nothing elsewhere). */

@@ -14,9 +14,8 @@
  * the ones cai_kern_parallel_for would make, so results are the same bits.
  *
  * One gang at a time is open to helping: the pool runs one gang at a time, and begin/end
- * bracket it. Two threads of a process each starting a side-by-side run would share the
- * slot's wake-up and lose some help (never a result); compiled autograd runs one
- * backward at a time today.
+ * are called inside it (by its job 0), so threads that each start a side-by-side run (two
+ * compiled backwards at once) take the slot in turn, ordered by the pool's lock.
  */
 #include <stdatomic.h>
 

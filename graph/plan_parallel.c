@@ -216,6 +216,8 @@ static void par_worker(void *ctx, int64_t begin, int64_t end) {
     par_run *r = ctx;
     (void)end;
     bool is_caller = begin == 0; /* a gang's job 0 runs on the calling thread */
+    if (is_caller) /* inside the gang: another thread's run cannot open the slot now */
+        cai_kern_help_begin(wake_helpers, r);
     pthread_mutex_lock(&r->mu);
     int tid = r->next_tid++;
     plan_run_ctx rc = {.p = r->p, .arena = r->arena, .cb = r->cb, .tmp_mu = &r->tmp_mu};
@@ -239,6 +241,8 @@ static void par_worker(void *ctx, int64_t begin, int64_t end) {
         finish(r, v, code);
     }
     pthread_mutex_unlock(&r->mu);
+    if (is_caller) /* every step has run: no loop of this run publishes any more */
+        cai_kern_help_end();
 }
 
 static size_t align64(size_t n) {
@@ -269,9 +273,7 @@ int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callback
     pthread_mutex_init(&r.tmp_mu, NULL);
     pthread_cond_init(&r.cv, NULL);
     int rc = 0;
-    cai_kern_help_begin(wake_helpers, &r);
     *ran = cai_kern_gang(nth, par_worker, &r);
-    cai_kern_help_end();
     if (*ran) {
         rc = r.failed_rc;
         atomic_fetch_add_explicit(&par_runs, 1, memory_order_relaxed);
