@@ -254,3 +254,13 @@ def same_outcome(make):
     """make(L) raises the same error type and message with cagrad as with torch."""
     c, t = outcome(lambda: make(ca)), outcome(lambda: make(torch))
     assert c == t
+
+
+def error_of(L, fn):
+    """(type, message) of the exception fn(L) raises, or (None, None): what the error-parity
+    tests compare between cagrad and torch."""
+    try:
+        fn(L)
+    except Exception as e:  # noqa: BLE001 - the type is what we compare
+        return type(e), str(e)
+    return None, None

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, ca, to_np
+from helpers import assert_close, ca, error_of, to_np
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -159,14 +159,6 @@ def test_dropout_in_attention(rng):
     assert np.isfinite(to_np(q.grad)).all() and np.abs(to_np(q.grad)).sum() > 0
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "mask_and_causal": lambda L: L.nn.functional.scaled_dot_product_attention(
         L.ones(2, 3, requires_grad=True), L.ones(2, 3), L.ones(2, 3),
@@ -180,7 +172,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_errors_match_torch(case):
-    got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+    got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     # torch 2.13 cuts the GQA message short ("... number of heads in "); cagrad ends it
@@ -297,7 +289,7 @@ MHA_BAD = {
 
 @pytest.mark.parametrize("case", sorted(MHA_BAD))
 def test_multihead_attention_errors(case):
-    got, expected = _error(ca, MHA_BAD[case]), _error(torch, MHA_BAD[case])
+    got, expected = error_of(ca, MHA_BAD[case]), error_of(torch, MHA_BAD[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     assert got[1] == expected[1].replace("torch.Size", "cagrad.Size"), (got, expected)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, ca
+from helpers import assert_close, ca, error_of
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -72,14 +72,6 @@ def test_einsum_call_forms(rng):
         check_against_torch(fn, [a, b], "float64")
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "too_many_operands": lambda L: L.einsum("ij->i", L.ones(2, 2), L.ones(2, 2)),
     "too_few_operands": lambda L: L.einsum("ij,jk->ik", L.ones(2, 2)),
@@ -93,7 +85,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_einsum_errors(case):
-    got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+    got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     assert got[1].startswith("einsum():") and expected[1].startswith("einsum():")
@@ -105,7 +97,7 @@ EXACT_MESSAGES = ["too_many_operands", "too_few_operands", "output_repeated", "o
 
 @pytest.mark.parametrize("case", EXACT_MESSAGES)
 def test_einsum_error_messages_are_torchs(case):
-    assert _error(ca, BAD_CALLS[case]) == _error(torch, BAD_CALLS[case])
+    assert error_of(ca, BAD_CALLS[case]) == error_of(torch, BAD_CALLS[case])
 
 
 # --- conv1d -------------------------------------------------------------------------------
@@ -228,7 +220,7 @@ PAD_BAD = {
 
 @pytest.mark.parametrize("case", sorted(PAD_BAD))
 def test_pad_mode_errors_match_torch(case):
-    assert _error(ca, PAD_BAD[case]) == _error(torch, PAD_BAD[case])
+    assert error_of(ca, PAD_BAD[case]) == error_of(torch, PAD_BAD[case])
 
 
 def test_pad_negative_output_size_message():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, backward_checked, ca, compiled_ctx
+from helpers import assert_close, backward_checked, ca, compiled_ctx, error_of
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -107,14 +107,6 @@ def test_index_put_inplace_matches_torch(rng):
         assert_close(results[0], results[1])
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "baddbmm_2d": lambda L: L.baddbmm(L.ones(3), L.ones(3, 4), L.ones(2, 4, 3)),
     "addmv_size": lambda L: L.addmv(L.ones(2), L.ones(2, 3), L.ones(4)),
@@ -130,7 +122,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_errors_match_torch(case):
-    got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+    got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     assert got[1] == expected[1], (got, expected)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, backward_checked, ca, compiled_ctx
+from helpers import assert_close, backward_checked, ca, compiled_ctx, error_of
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -145,14 +145,6 @@ def test_embedding_bag_padding_row_starts_at_zero():
     assert repr(bag) == repr(torch.nn.EmbeddingBag(5, 3, padding_idx=1))
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "bag_offsets_start": lambda L: L.nn.functional.embedding_bag(
         L.tensor([1, 2]), L.ones(4, 2), L.tensor([1])),
@@ -188,7 +180,7 @@ BAD_CALLS = {
 def test_errors_match_torch(case):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+        got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     if case not in ("bag_2d_offsets", "bag_psw_shape", "remove_parametrizations_missing"):

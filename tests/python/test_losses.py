@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, ca
+from helpers import assert_close, ca, error_of
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -142,14 +142,6 @@ def test_kl_div_mean_warns_like_torch(rng):
             L.nn.functional.kl_div(L.tensor(a), L.tensor(b))
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "bce_range": lambda L: L.nn.functional.binary_cross_entropy(
         L.tensor([0.5, 1.5]), L.tensor([0.0, 1.0])),
@@ -181,7 +173,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_errors_match_torch(case):
-    got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+    got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     assert got[1] == expected[1].replace("torch.Size", "cagrad.Size") or \

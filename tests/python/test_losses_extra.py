@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, ca
+from helpers import assert_close, ca, error_of
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -209,14 +209,6 @@ def test_loss_modules_match_torch(name, rng):
                         needs_grad=[0])
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "ce_smoothing_above_one": lambda L: L.nn.functional.cross_entropy(
         L.ones(2, 3), L.tensor([0, 1]), label_smoothing=1.5),
@@ -263,7 +255,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_errors_match_torch(case):
-    got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+    got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     if case != "nll_weight_target_range":  # cagrad's message says more (same type)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from composite_helpers import DTYPES, check_against_torch, check_numeric_gradient
-from helpers import assert_close, ca, to_np
+from helpers import assert_close, ca, error_of, to_np
 
 COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 DTYPE = pytest.mark.parametrize("dtype", DTYPES)
@@ -165,14 +165,6 @@ def test_running_stats_record_no_graph(rng):
     assert int(bn.num_batches_tracked) == 1
 
 
-def _error(L, fn):
-    try:
-        fn(L)
-    except Exception as e:  # noqa: BLE001 - the type is what we compare
-        return type(e), str(e)
-    return None, None
-
-
 BAD_CALLS = {
     "bn_one_value": lambda L: L.nn.functional.batch_norm(
         L.ones(1, 3), L.zeros(3), L.ones(3), training=True),
@@ -199,7 +191,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_errors_match_torch(case):
-    got, expected = _error(ca, BAD_CALLS[case]), _error(torch, BAD_CALLS[case])
+    got, expected = error_of(ca, BAD_CALLS[case]), error_of(torch, BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     assert got[1] == expected[1].replace("torch.Size", "cagrad.Size"), (got, expected)
@@ -430,7 +422,7 @@ BN_OP_BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BN_OP_BAD_CALLS))
 def test_batch_norm_op_errors_match_torch(case):
-    got, expected = _error(ca, BN_OP_BAD_CALLS[case]), _error(torch, BN_OP_BAD_CALLS[case])
+    got, expected = error_of(ca, BN_OP_BAD_CALLS[case]), error_of(torch, BN_OP_BAD_CALLS[case])
     assert expected[0] is not None
     assert got[0] is expected[0], (got, expected)
     assert got[1] == expected[1].replace("torch.Size", "cagrad.Size"), (got, expected)
