@@ -260,7 +260,8 @@ def many_cores_section(path=MANY_CORES_JSON):
         m = json.load(f)
     runs = m["runs"]
     counts = sorted({int(n) for r in runs for n in r["threads"]})
-    keys = sorted({k for r in runs for d in r["threads"].values() for k in d})
+    keys = sorted({k for r in runs for d in r["threads"].values() for k in d},
+                  key=lambda k: (len(k), k))  # w2 before w10
 
     def cell(n, k):
         for i in range(len(runs) - 1, -1, -1):
@@ -287,7 +288,9 @@ def many_cores_section(path=MANY_CORES_JSON):
     for r in runs:
         head.append(f"- {r['label']}: code {r['code']}, {r['date']}, {r['mode']} mode.")
     head += ["", "Each cell: cagrad compiled backward / torch eager backward, median µs "
-             "(torch eager / cagrad compiled). † marks a figure from the second run. The last "
+             "(torch eager / cagrad compiled)."
+             + (" † marks a figure from the second run." if len(runs) > 1 else "")
+             + " The last "
              f"column is each library's own speed-up from {counts[0]} to {counts[-1]} "
              "threads (cagrad compiled / torch eager).", ""]
     return "\n".join(head) + "\n" + table(

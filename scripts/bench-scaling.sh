@@ -11,6 +11,9 @@
 # compiler, pkg-config, SLEEF, and a Python (PYTHON, default python3) with torch, numpy and
 # scipy-openblas32 (CAGRAD_BLAS chooses another). BUILD_DIR (default build-scaling) and BUILD_TYPE (RelWithDebInfo, as
 # `make bench`) choose the build. OPENBLAS_CORETYPE is passed on as the caller set it.
+# On a machine without them, copied files do: PKG_CONFIG_PATH to a directory with a sleef.pc
+# whose prefix is ${pcfiledir}/../.. (beside SLEEF's header and libsleef.so), LD_LIBRARY_PATH
+# to that lib, and PYTHONPATH to a copy of the scipy_openblas32 package.
 set -euo pipefail
 out=${1:?usage: scripts/bench-scaling.sh OUT_DIR [THREADS] [bench.py options...]}
 threads=${2:-1,4,8,16}
