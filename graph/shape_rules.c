@@ -227,23 +227,25 @@ int cai_rule_expand(const cai_sizes *z, int nx, const int64_t *x, int nt, int64_
                     nt, z->shape_str(z->ctx, nx, x, s2, STR), nx);
     int lead = nt - nx;
     for (int i = 0; i < nt; i++) {
-        if (i < lead && is_infer(z, t[i]))
-            return fail(e, CAI_RULE_SHAPE,
-                        "expand: -1 at dim %d of target %s is a new leading dim, which has no "
-                        "size to keep; give its size",
-                        i, z->shape_str(z->ctx, nt, given, s1, STR));
         int64_t xs = i >= lead ? x[i - lead] : -1, v;
+        bool negative = z->value(z->ctx, t[i], &v) && v < 0;
+        /* torch's messages, word for word (its tests match them) */
+        if (i < lead && (negative || is_infer(z, t[i])))
+            return fail(e, CAI_RULE_SHAPE,
+                        "The expanded size of the tensor (%s) isn't allowed in a leading, "
+                        "non-existing dimension %d",
+                        z->size_str(z->ctx, given[i], s1, STR), i);
         if (is_infer(z, t[i]))
             t[i] = xs;
-        bool negative = z->value(z->ctx, t[i], &v) && v < 0;
+        negative = z->value(z->ctx, t[i], &v) && v < 0;
         if (negative || (i >= lead && !eq(z, xs, t[i]) && !is_one(z, xs)))
             return fail(e, CAI_RULE_SHAPE,
-                        "expand: the input's size %s cannot be expanded to %s at dim %d (input "
-                        "shape %s, target %s); only size-1 dims can be expanded",
-                        i >= lead ? z->size_str(z->ctx, xs, s1, STR) : "(new)",
-                        z->size_str(z->ctx, given[i], s2, STR), i,
-                        z->shape_str(z->ctx, nx, x, s3, STR),
-                        z->shape_str(z->ctx, nt, given, s4, STR));
+                        "The expanded size of the tensor (%s) must match the existing size (%s) "
+                        "at non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
+                        z->size_str(z->ctx, given[i], s2, STR),
+                        z->size_str(z->ctx, xs, s1, STR), i,
+                        z->shape_str(z->ctx, nt, given, s4, STR),
+                        z->shape_str(z->ctx, nx, x, s3, STR));
     }
     return 0;
 }

@@ -60,7 +60,7 @@ typedef enum {
 
 typedef struct {
     cai_rule_status status;
-    char msg[CAI_RULE_MSG]; /* "expand: the input's size 3 cannot be expanded to ..." */
+    char msg[CAI_RULE_MSG]; /* "The expanded size of the tensor (4) must match ..." */
 } cai_rule_error;
 
 /* *dim against ndim dims (a 0-d value takes 0 and -1, as PyTorch), made non-negative. */
