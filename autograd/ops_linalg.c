@@ -22,11 +22,11 @@ static ca_status check_float_pair(const char *op, const ca_meta *a, const ca_met
                        "%s: expected float32 or float64 tensors, got %s and %s; convert with "
                        "ca_to_dtype",
                        op, ca_dtype_name(a->dtype), ca_dtype_name(b->dtype));
-    if (a->dtype != b->dtype)
+    if (a->dtype != b->dtype) /* torch's message, word for word (C's type names) */
         return err_set(CA_STATUS_DTYPE,
-                       "%s: dtypes differ (%s and %s); convert one with ca_to_dtype so both "
-                       "match",
-                       op, ca_dtype_name(a->dtype), ca_dtype_name(b->dtype));
+                       "expected m1 and m2 to have the same dtype, but got: %s != %s",
+                       a->dtype == CA_FLOAT64 ? "double" : "float",
+                       b->dtype == CA_FLOAT64 ? "double" : "float");
     return CA_OK;
 }
 

@@ -559,12 +559,12 @@ Test(linalg, bad_dtypes) {
     ca_tensor *i = tu_index(TU_SHAPE(3, 2), (int64_t[]){1, 2, 3, 4, 5, 6});
     ca_tensor *i2 = tu_index(TU_SHAPE(2, 3), (int64_t[]){1, 2, 3, 4, 5, 6});
     ca_tensor *c = NULL;
-    TU_FAILS(ca_mm(a, b, &c), CA_STATUS_DTYPE, "ca_to_dtype");
-    TU_FAILS(ca_matmul(a, b, &c), CA_STATUS_DTYPE, "float32 and float64");
+    TU_FAILS(ca_mm(a, b, &c), CA_STATUS_DTYPE, "but got: float != double");
+    TU_FAILS(ca_matmul(a, b, &c), CA_STATUS_DTYPE, "but got: float != double");
     TU_FAILS(ca_mm(i2, i, &c), CA_STATUS_DTYPE, "int64");
     TU_FAILS(ca_linear(i2, i2, NULL, &c), CA_STATUS_DTYPE, "int64");
     ca_tensor *w = tu_randn(CA_FLOAT64, TU_SHAPE(4, 3), false);
-    TU_FAILS(ca_linear(a, w, NULL, &c), CA_STATUS_DTYPE, "ca_to_dtype");
+    TU_FAILS(ca_linear(a, w, NULL, &c), CA_STATUS_DTYPE, "but got: float != double");
     ca_tensor *all[] = {a, b, i, i2, w};
     for (int k = 0; k < 5; k++)
         ca_tensor_release(all[k]);
