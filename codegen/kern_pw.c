@@ -244,8 +244,37 @@ int cai_kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*s
     return nd;
 }
 
+/* A bool mask (bytes 0/1) into float 1/0: the usual case (masked_fill's, where's
+ * condition), in loops the compiler vectorises; false when not that case. */
+static bool kern_mask_pack_bool(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt,
+                                const char *src, int64_t s, int64_t n) {
+    if (mdt != KERN_BOOL || (dt != KERN_F32 && dt != KERN_F64))
+        return false;
+    const uint8_t *m = (const uint8_t *)src;
+    if (dt == KERN_F32) {
+        float *o = (float *)dst;
+        if (s == 1 && ds == 1)
+            for (int64_t i = 0; i < n; i++)
+                o[i] = m[i] != 0 ? 1.0f : 0.0f;
+        else
+            for (int64_t i = 0; i < n; i++)
+                o[i * ds] = m[i * s] != 0 ? 1.0f : 0.0f;
+    } else {
+        double *o = (double *)dst;
+        if (s == 1 && ds == 1)
+            for (int64_t i = 0; i < n; i++)
+                o[i] = m[i] != 0 ? 1.0 : 0.0;
+        else
+            for (int64_t i = 0; i < n; i++)
+                o[i * ds] = m[i * s] != 0 ? 1.0 : 0.0;
+    }
+    return true;
+}
+
 void cai_kern_mask_pack(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt, const char *src,
                         int64_t s, int64_t n) {
+    if (kern_mask_pack_bool(dt, dst, ds, mdt, src, s, n))
+        return;
     int64_t isz = (int64_t)cai_kern_dtype_size(mdt);
     for (int64_t i = 0; i < n; i++) {
         const char *q = src + i * s * isz;
