@@ -7,7 +7,8 @@
  * too. A job is split into fixed chunks claimed through an atomic counter; kernels make
  * their results independent of which thread ran which chunk. After fork() the child
  * forgets the parent's workers (they do not exist there) and creates its own on demand,
- * which is what Criterion's one-process-per-test needs.
+ * which is what Criterion's one-process-per-test needs. Only as many workers as a job has
+ * chunks for take part in it (kern_pool.seats); the rest keep watching for the next.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -39,6 +40,10 @@ static struct {
     atomic_int_fast64_t next;
     atomic_uint_fast64_t spin_gen; /* gen, for workers that spin without the lock */
     atomic_bool spin_stop;         /* stop, likewise */
+    /* Workers the current job wants: those numbered 1..seats take part, the others skip it
+     * without taking the lock, so a job of a few chunks costs a few threads' locking, not
+     * the whole pool's (on many cores that locking outweighed small kernels). */
+    atomic_int seats;
 } kern_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
                .wake = PTHREAD_COND_INITIALIZER,
                .idle = PTHREAD_COND_INITIALIZER};
@@ -109,14 +114,34 @@ static void kern_spin_for_job(uint64_t seen) {
     }
 }
 
-static void *kern_worker(void *arg) {
-    uint64_t seen = (uint64_t)(uintptr_t)arg;
+typedef struct {
+    uint64_t gen; /* the pool's gen when the worker was made: jobs after it are new */
+    int idx;      /* 1 .. size - 1 */
+} kern_worker_arg;
+
+/* Whether worker idx sits out the job it sees: one that wants fewer workers. Read without
+ * the lock: a stale value only makes the worker look again. */
+static bool kern_worker_skips(int idx) {
+    return idx > atomic_load_explicit(&kern_pool.seats, memory_order_acquire);
+}
+
+static void *kern_worker(void *argp) {
+    kern_worker_arg arg = *(kern_worker_arg *)argp;
+    free(argp);
+    uint64_t seen = arg.gen;
     kern_in_pool = true;
     pthread_mutex_lock(&kern_pool.mu);
     for (;;) {
         if (kern_pool.gen == seen && !kern_pool.stop) {
             pthread_mutex_unlock(&kern_pool.mu);
-            kern_spin_for_job(seen);
+            for (;;) { /* jobs that do not need this worker pass by without the lock */
+                kern_spin_for_job(seen);
+                uint64_t g = atomic_load_explicit(&kern_pool.spin_gen, memory_order_acquire);
+                if (g == seen || atomic_load_explicit(&kern_pool.spin_stop, memory_order_acquire) ||
+                    !kern_worker_skips(arg.idx))
+                    break;
+                seen = g;
+            }
             pthread_mutex_lock(&kern_pool.mu);
         }
         while (kern_pool.gen == seen && !kern_pool.stop)
@@ -124,6 +149,8 @@ static void *kern_worker(void *arg) {
         if (kern_pool.stop)
             break;
         seen = kern_pool.gen;
+        if (kern_worker_skips(arg.idx))
+            continue;
         kern_pool.active++; /* holds off the next job until we stop claiming chunks */
         kern_range_fn fn = kern_pool.fn;
         void *ctx = kern_pool.ctx;
@@ -171,9 +198,14 @@ static void kern_pool_start(void) {
     if (!kern_pool.tid)
         return;
     for (int i = 0; i < want - 1; i++) {
-        void *arg = (void *)(uintptr_t)kern_pool.gen;
-        if (pthread_create(&kern_pool.tid[i], NULL, kern_worker, arg) != 0)
+        kern_worker_arg *arg = malloc(sizeof *arg);
+        if (!arg)
             break;
+        *arg = (kern_worker_arg){.gen = kern_pool.gen, .idx = i + 1};
+        if (pthread_create(&kern_pool.tid[i], NULL, kern_worker, arg) != 0) {
+            free(arg);
+            break;
+        }
         kern_pool.size++;
     }
 }
@@ -219,6 +251,9 @@ static void kern_pool_publish(kern_range_fn fn, void *ctx, int64_t n, int64_t nc
     kern_pool.one_each = one_each;
     kern_pool.gang_done = 0;
     atomic_store(&kern_pool.next, one_each ? 1 : 0); /* a gang's job 0 is the caller's */
+    /* the caller takes a chunk too; a gang needs a worker for each of its other jobs */
+    int64_t seats = nchunks - 1 < kern_pool.size - 1 ? nchunks - 1 : kern_pool.size - 1;
+    atomic_store_explicit(&kern_pool.seats, (int)seats, memory_order_release);
     kern_pool.gen++;
     atomic_store_explicit(&kern_pool.spin_gen, kern_pool.gen, memory_order_release);
     pthread_cond_broadcast(&kern_pool.wake);
