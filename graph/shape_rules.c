@@ -242,8 +242,7 @@ int cai_rule_expand(const cai_sizes *z, int nx, const int64_t *x, int nt, int64_
             return fail(e, CAI_RULE_SHAPE,
                         "The expanded size of the tensor (%s) must match the existing size (%s) "
                         "at non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
-                        z->size_str(z->ctx, given[i], s2, STR),
-                        z->size_str(z->ctx, xs, s1, STR), i,
+                        z->size_str(z->ctx, given[i], s2, STR), z->size_str(z->ctx, xs, s1, STR), i,
                         z->shape_str(z->ctx, nt, given, s4, STR),
                         z->shape_str(z->ctx, nx, x, s3, STR));
     }

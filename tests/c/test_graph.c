@@ -335,8 +335,10 @@ Test(graph, shape_sum_sum_to_expand) {
     graph_val e2 = tg_add(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){-1, c10}));
     TG_SHAPE_IS(g, e2, "[s0, 10]");
     cr_assert_eq(cai_graph_node_at(g, e2)->a.shape[0], s0, "-1 is resolved in the stored args");
-    tg_fails(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){s1, c10}), "must match the existing size");
-    tg_fails(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){c1, c10}), "must match the existing size");
+    tg_fails(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){s1, c10}),
+             "must match the existing size");
+    tg_fails(g, tg_shape_op(GOP_EXPAND, x, 2, (graph_sx[]){c1, c10}),
+             "must match the existing size");
     tg_fails(g, tg_shape_op(GOP_EXPAND, b, 3, (graph_sx[]){-1, c1, c10}), "leading");
     tg_fails(g, tg_shape_op(GOP_EXPAND, x, 1, (graph_sx[]){c10}), "has 2");
     cai_graph_free(g);

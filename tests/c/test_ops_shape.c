@@ -424,7 +424,8 @@ Test(shape, expand_errors) {
     TU_FAILS(ca_expand(x, TU_SHAPE(2, 4), &y), CA_STATUS_SHAPE, "[2, 3]");
     TU_FAILS(ca_expand(x, TU_SHAPE(2, 4), &y), CA_STATUS_SHAPE, "[2, 4]");
     TU_FAILS(ca_expand(x, TU_SHAPE(3), &y), CA_STATUS_SHAPE, "at least as many");
-    TU_FAILS(ca_expand(x, TU_SHAPE(-1, 2, 3), &y), CA_STATUS_SHAPE, "leading, non-existing dimension 0");
+    TU_FAILS(ca_expand(x, TU_SHAPE(-1, 2, 3), &y), CA_STATUS_SHAPE,
+             "leading, non-existing dimension 0");
     TU_FAILS(ca_expand(x, TU_SHAPE(2, -2), &y), CA_STATUS_SHAPE, "must match the existing size");
     TU_FAILS(ca_expand(NULL, TU_SHAPE(2, 3), &y), CA_STATUS_INVALID, "NULL");
     cr_assert_null(y);
