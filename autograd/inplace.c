@@ -1,33 +1,151 @@
-/* inplace.c - in-place updates (add_, mul_, zero_, fill_, copy_), mostly for optimizer
- * steps under no-grad. Each bumps the storage's version counter, which is how backward
- * detects a saved tensor that changed under it.
+/* inplace.c - in-place updates (add_, mul_, zero_, fill_, copy_): optimizer steps under
+ * no-grad, and in-place ops on tensors in the autograd graph. Each bumps the storage's
+ * version counter, which is how backward detects a saved tensor that changed under it.
+ *
+ * In the graph, an in-place op runs out of place, r = op(self, ...), and self takes r's
+ * values and history (cai_tensor_rebase), as PyTorch rebases self's grad_fn onto the op's
+ * node: the gradient flows through the op to self's old history. When the op's node saved
+ * self's memory, the op runs again on a clone of self, as PyTorch saves the original self
+ * of an in-place op whose derivative needs it.
  */
 #include "autograd/internal.h"
 
-static ca_status inplace_check(ca_tensor *self, ca_tensor *other, const char *fn) {
+#include <stdatomic.h>
+
+static ca_status leaf_error(const char *fn) {
+    return err_set(CA_STATUS_AUTOGRAD,
+                   "%s: a leaf Variable that requires grad is being used in an in-place "
+                   "operation; do the update with grad mode off (ca_set_grad_enabled(false), as "
+                   "torch.no_grad() does for optimizer steps)",
+                   fn);
+}
+
+/* Whether the update must be recorded (grad mode on, self or other in the graph); a leaf
+ * that requires grad is an error then, as in PyTorch. */
+static ca_status inplace_check(ca_tensor *self, ca_tensor *other, const char *fn, bool *graph) {
+    *graph = false;
     CA_CHECK(ca_init());
     CA_ARG_NOT_NULL(self, fn);
     if (!cai_grad_mode_enabled())
         return CA_OK;
     if (self->requires_grad && !self->grad_fn)
-        return err_set(CA_STATUS_AUTOGRAD,
-                       "%s: a leaf tensor that requires grad is being used in an in-place "
-                       "operation; do the update with grad mode off (ca_set_grad_enabled(false), "
-                       "as torch.no_grad() does for optimizer steps)",
-                       fn);
-    if (self->requires_grad || (other && other->requires_grad))
-        return err_set(CA_STATUS_AUTOGRAD,
-                       "%s: in-place ops on tensors in the autograd graph are not supported; use "
-                       "the out-of-place op, or turn grad mode off if no gradient should flow",
-                       fn);
+        return leaf_error(fn);
+    *graph = self->requires_grad || (other && other->requires_grad);
     return CA_OK;
+}
+
+/* Whether n's backward reads memory of storage s: a saved alias of it, or a value packed by
+ * saved-tensor hooks (whose pack hook may keep the alias). */
+static bool node_saves_storage(const ca_node *n, const ca_storage *s) {
+    for (int i = 0; i < n->n_saved; i++) {
+        const ca_saved *sv = &n->saved[i];
+        if ((sv->t && sv->t->storage == s) || (!sv->t && sv->packed))
+            return true;
+    }
+    return false;
+}
+
+ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn) {
+    *done = false;
+    if (self->requires_grad && !self->grad_fn)
+        return leaf_error(fn);
+    if (atomic_load_explicit(&self->storage->graph_views, memory_order_relaxed))
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "%s: an in-place op on a view of a tensor in the autograd graph (or on "
+                       "a tensor that has such a view) is not supported; use the out-of-place "
+                       "op, or clone() the view first",
+                       fn);
+    ca_meta ms, mr;
+    cai_tensor_meta(self, &ms);
+    cai_tensor_meta(r, &mr);
+    if (ms.dtype != mr.dtype || !cai_meta_same_shape(&ms, &mr))
+        return err_set(CA_STATUS_SHAPE, "%s: the result does not fit self in place", fn);
+    if (r->grad_fn && node_saves_storage(r->grad_fn, self->storage))
+        return CA_OK;
+    kern_src src;
+    cai_tensor_src(r, ms.ndim, ms.shape, &src);
+    if (cai_kern_pointwise(KPW_COPY, kdt(ms.dtype), KERN_F32, ms.ndim, ms.shape,
+                           cai_tensor_ptr(self), self->strides, &src, 0, 0) != 0)
+        return err_set(CA_STATUS_DTYPE, "%s: not supported for %s tensors", fn,
+                       ca_dtype_name(ms.dtype));
+    cai_tensor_bump_version(self);
+    ca_node *old = self->grad_fn;
+    int old_nr = self->output_nr;
+    self->grad_fn = r->grad_fn ? cai_node_retain(r->grad_fn) : NULL;
+    self->output_nr = r->output_nr;
+    self->requires_grad = r->requires_grad;
+    if (self->retains_grad && old && node_retained(old, old_nr) == self)
+        node_set_retained(old, old_nr, NULL); /* retain_grad follows self to the new node */
+    if (self->retains_grad && self->grad_fn)
+        node_set_retained(self->grad_fn, self->output_nr, self);
+    if (old)
+        cai_node_release(old);
+    *done = true;
+    return CA_OK;
+}
+
+/* r = op(x, other) out of place, for the in-place op `op` in the graph. */
+static ca_status inplace_compute(ca_tensor *x, ca_tensor *other, kern_pw_op op, double p0,
+                                 ca_tensor **r) {
+    *r = NULL;
+    switch (op) {
+    case KPW_ADD: {
+        if (p0 == 1)
+            return ca_add(x, other, r);
+        ca_tensor *scaled = NULL;
+        CA_CHECK(ca_mul_scalar(other, p0, &scaled));
+        ca_status st = ca_add(x, scaled, r);
+        ca_tensor_release(scaled);
+        return st;
+    }
+    case KPW_MUL: return ca_mul(x, other, r);
+    case KPW_MUL_S: return ca_mul_scalar(x, p0, r);
+    default: return err_set(CA_STATUS_INVALID, "in-place op %d has no graph form", (int)op);
+    }
+}
+
+/* self = op(self, other) in the graph: out of place, then rebased onto self; again from a
+ * clone of self when the op's node saved self. copy_ takes src's values and history
+ * (broadcast and converted to self's dtype). */
+static ca_status inplace_graph(ca_tensor *self, ca_tensor *other, kern_pw_op op, double p0,
+                               const char *fn) {
+    ca_tensor *r = NULL, *c = NULL;
+    bool done = false;
+    ca_status st;
+    if (op == KPW_COPY) {
+        ca_tensor *conv = NULL, *wide = NULL;
+        st = ca_to_dtype(other, self->dtype, &conv);
+        if (st == CA_OK)
+            st = ca_expand(conv, self->ndim, self->shape, &wide);
+        if (st == CA_OK)
+            st = ca_mul_scalar(wide, 1.0, &r); /* a node of its own, over fresh memory */
+        ca_tensor_release(conv);
+        ca_tensor_release(wide);
+    } else {
+        st = inplace_compute(self, other, op, p0, &r);
+    }
+    if (st == CA_OK)
+        st = cai_tensor_rebase(self, r, &done, fn);
+    if (st == CA_OK && !done) {
+        ca_tensor_release(r);
+        r = NULL;
+        st = ca_mul_scalar(self, 1.0, &c); /* a differentiable copy */
+        if (st == CA_OK)
+            st = inplace_compute(c, other, op, p0, &r);
+        if (st == CA_OK)
+            st = cai_tensor_rebase(self, r, &done, fn);
+    }
+    ca_tensor_release(r);
+    ca_tensor_release(c);
+    return st;
 }
 
 /* self = op(self, other) with other broadcast to self's shape. */
 static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op, double p0,
                                 const char *fn) {
     CA_ARG_NOT_NULL(other, fn);
-    CA_CHECK(inplace_check(self, other, fn));
+    bool graph;
+    CA_CHECK(inplace_check(self, other, fn, &graph));
     ca_meta ms, mo, mb;
     cai_tensor_meta(self, &ms);
     cai_tensor_meta(other, &mo);
@@ -45,6 +163,8 @@ static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op
                        fn, cai_err_shape_str(mo.ndim, mo.shape, s1, 96),
                        cai_err_shape_str(ms.ndim, ms.shape, s2, 96));
     }
+    if (graph)
+        return inplace_graph(self, other, op, p0, fn);
     kern_src src[2];
     cai_tensor_src(self, ms.ndim, ms.shape, &src[0]);
     cai_tensor_src(other, ms.ndim, ms.shape, &src[1]);
@@ -59,7 +179,15 @@ static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op
 
 /* self = op(self) with scalar p0. */
 static ca_status inplace_unary(ca_tensor *self, kern_pw_op op, double p0, const char *fn) {
-    CA_CHECK(inplace_check(self, NULL, fn));
+    bool graph;
+    CA_CHECK(inplace_check(self, NULL, fn, &graph));
+    if (graph && op == KPW_MUL_S)
+        return inplace_graph(self, NULL, op, p0, fn);
+    if (graph) /* fill_ / zero_: self's new values depend on nothing */
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "%s: filling a tensor in the autograd graph is not supported; use "
+                       "ca_full / ca_zeros, or turn grad mode off",
+                       fn);
     kern_src src;
     cai_tensor_src(self, self->ndim, self->shape, &src);
     if (cai_kern_pointwise(op, kdt(self->dtype), KERN_F32, self->ndim, self->shape,
@@ -68,6 +196,15 @@ static ca_status inplace_unary(ca_tensor *self, kern_pw_op op, double p0, const 
                        ca_dtype_name(self->dtype));
     cai_tensor_bump_version(self);
     return CA_OK;
+}
+
+ca_status ca_tensor_rebase_(ca_tensor *self, ca_tensor *result, bool *done) {
+    CA_ARG_NOT_NULL(done, "ca_tensor_rebase_");
+    *done = false;
+    CA_CHECK(ca_init());
+    CA_ARG_NOT_NULL(self, "ca_tensor_rebase_");
+    CA_ARG_NOT_NULL(result, "ca_tensor_rebase_");
+    return cai_tensor_rebase(self, result, done, "ca_tensor_rebase_");
 }
 
 ca_status ca_add_(ca_tensor *self, ca_tensor *other, double alpha) {

@@ -156,6 +156,9 @@ typedef struct ca_storage {
     void *data;
     size_t nbytes;
     uint64_t version; /* shared by every view: bumped by each in-place write */
+    /* A view of a tensor in the autograd graph shares this memory (set by op.c): an
+     * in-place op on any tensor over it cannot rebase the others' history (inplace.c). */
+    _Atomic bool graph_views;
     /* Memory owned elsewhere (ca_tensor_from_blob): handed back through the deleter
      * instead of freed. */
     bool external;
@@ -209,6 +212,14 @@ ca_status cai_unsafe_view(ca_tensor *x, int ndim, const int64_t *shape, ca_tenso
 void cai_tensor_add_into(ca_tensor *acc, const kern_src *other);
 /* Bump the version counter: call after every in-place write. */
 void cai_tensor_bump_version(ca_tensor *t);
+/* An in-place op on a tensor in the autograd graph, done as r = op(self, ...) out of place:
+ * self takes r's values (written into its memory, bumping its version) and r's history,
+ * as PyTorch rebases a tensor's grad_fn onto the in-place op's node. *done is false, with
+ * nothing changed, when r's node saved self's memory (its backward needs self's old
+ * values): the caller computes r again from a clone of self. Errors: a leaf that requires
+ * grad, a view of a tensor in the graph (or a tensor that has one), r of another shape or
+ * dtype. */
+ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn);
 /* a and b are the same view: one storage, offset, dtype, shape and strides. */
 bool cai_tensor_same_view(const ca_tensor *a, const ca_tensor *b);
 /* Raw, autograd-free fills used by creation functions and the engine. */

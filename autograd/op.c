@@ -7,6 +7,7 @@
  */
 #include "autograd/internal.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------
@@ -90,6 +91,9 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
     }
     res->grad_fn = n;
     res->requires_grad = true;
+    for (int i = 0; i < n_in; i++) /* a view in the graph: in-place ops must not rebase */
+        if (in[i] && in[i]->storage == res->storage)
+            atomic_store_explicit(&res->storage->graph_views, true, memory_order_relaxed);
     return CA_OK;
 }
 

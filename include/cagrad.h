@@ -1064,12 +1064,16 @@ ca_status ca_batch_norm(ca_tensor *x, ca_tensor *weight, ca_tensor *bias, double
  * When training and p > 0, a random call (see Threads). */
 ca_status ca_dropout(ca_tensor *x, double p, bool training, ca_tensor **out);
 
-/* in-place ops: bump the version counter. Not allowed in grad mode on a tensor that
- * requires grad (use ca_set_grad_enabled(false), as with torch.no_grad()). They allocate
- * nothing.
- * Errors: CA_STATUS_INVALID (self or other NULL), CA_STATUS_AUTOGRAD (grad mode on and
- * self, or other, requires grad), CA_STATUS_DTYPE (self and other differ), CA_STATUS_SHAPE
- * (other does not broadcast to self's shape).
+/* in-place ops: bump the version counter. Outside the autograd graph (grad mode off, or
+ * no operand requiring grad) they allocate nothing. In it, as in PyTorch, the op is
+ * recorded: it runs out of place and self takes the result's values and history
+ * (ca_tensor_rebase_), so the gradient flows through it to self's old history and to other;
+ * copy_ gives self src's history. A leaf that requires grad is refused (update it with
+ * grad mode off, as torch.no_grad() does for optimizer steps), as is a view of a tensor in
+ * the graph or a tensor that has one, and zero_/fill_ of a tensor in the graph.
+ * Errors: CA_STATUS_INVALID (self or other NULL), CA_STATUS_AUTOGRAD (those refusals),
+ * CA_STATUS_DTYPE (self and other differ), CA_STATUS_SHAPE (other does not broadcast to
+ * self's shape).
  * Thread-safe: shared (self's and other's). */
 ca_status ca_add_(ca_tensor *self, ca_tensor *other, double alpha); /* self += alpha*other */
 ca_status ca_mul_(ca_tensor *self, ca_tensor *other);
@@ -1077,6 +1081,18 @@ ca_status ca_mul_scalar_(ca_tensor *self, double s);
 ca_status ca_zero_(ca_tensor *self);
 ca_status ca_fill_(ca_tensor *self, double value);
 ca_status ca_copy_(ca_tensor *self, ca_tensor *src); /* src broadcasts to self's shape */
+
+/* Any in-place op on a tensor in the autograd graph, given its result computed out of
+ * place (result = op(self, ...)): self takes result's values, written into self's memory
+ * (its version goes up), and result's history, as PyTorch rebases self onto the in-place
+ * op's node. *done is false, with nothing changed, when result's node saved self's memory
+ * (its backward needs self's old values): compute result again from a copy of self (a
+ * differentiable one, such as ca_mul_scalar(self, 1)) and call again.
+ * Errors: CA_STATUS_INVALID (an argument NULL), CA_STATUS_AUTOGRAD (self is a leaf that
+ * requires grad while grad mode is on; self is a view of a tensor in the graph or has such
+ * a view), CA_STATUS_SHAPE (result's shape or dtype is not self's).
+ * Thread-safe: no (self is written). */
+ca_status ca_tensor_rebase_(ca_tensor *self, ca_tensor *result, bool *done);
 
 /* ---------------------------------------------------------------------------------------
  * The op registry: the ops with a PyTorch-style schema, callable by index. Bindings build
