@@ -34,15 +34,42 @@ static ca_status inplace_check(ca_tensor *self, ca_tensor *other, const char *fn
     return CA_OK;
 }
 
-/* Whether n's backward reads memory of storage s: a saved alias of it, or a value packed by
- * saved-tensor hooks (whose pack hook may keep the alias). */
-static bool node_saves_storage(const ca_node *n, const ca_storage *s) {
+/* The values n's backward saved from storage s, moved to memory of their own before s is
+ * written: what PyTorch's in-place ops keep as the "original self" when their derivative
+ * needs it. False when n holds a value packed by saved-tensor hooks, which cannot be
+ * reached (the caller recomputes from a copy instead). */
+static ca_status node_keep_saved(ca_node *n, const ca_storage *s, bool *ok) {
+    *ok = true;
+    if (!n)
+        return CA_OK;
     for (int i = 0; i < n->n_saved; i++) {
-        const ca_saved *sv = &n->saved[i];
-        if ((sv->t && sv->t->storage == s) || (!sv->t && sv->packed))
-            return true;
+        ca_saved *sv = &n->saved[i];
+        if (!sv->t && sv->packed) {
+            *ok = false;
+            return CA_OK;
+        }
+        if (!sv->t || sv->t->storage != s)
+            continue;
+        ca_meta m;
+        cai_tensor_meta(sv->t, &m);
+        ca_tensor *copy = NULL;
+        CA_CHECK(cai_tensor_new(&m, &copy));
+        kern_src src;
+        cai_tensor_src(sv->t, m.ndim, m.shape, &src);
+        if (cai_kern_pointwise(KPW_COPY, kdt(m.dtype), KERN_F32, m.ndim, m.shape,
+                               cai_tensor_ptr(copy), copy->strides, &src, 0, 0) != 0) {
+            ca_tensor_release(copy);
+            return err_set(CA_STATUS_DTYPE, "in-place: cannot copy a saved %s tensor",
+                           ca_dtype_name(m.dtype));
+        }
+        bool stale = sv->version != sv->t->storage->version;
+        ca_tensor_release(sv->t);
+        sv->t = copy;
+        sv->version = copy->storage->version;
+        if (stale) /* changed in place before this op: backward still reports it */
+            copy->storage->version++;
     }
-    return false;
+    return CA_OK;
 }
 
 ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn) {
@@ -60,7 +87,9 @@ ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const cha
     cai_tensor_meta(r, &mr);
     if (ms.dtype != mr.dtype || !cai_meta_same_shape(&ms, &mr))
         return err_set(CA_STATUS_SHAPE, "%s: the result does not fit self in place", fn);
-    if (r->grad_fn && node_saves_storage(r->grad_fn, self->storage))
+    bool ok;
+    CA_CHECK(node_keep_saved(r->grad_fn, self->storage, &ok));
+    if (!ok)
         return CA_OK;
     kern_src src;
     cai_tensor_src(r, ms.ndim, ms.shape, &src);
@@ -113,12 +142,26 @@ static ca_status inplace_graph(ca_tensor *self, ca_tensor *other, kern_pw_op op,
     bool done = false;
     ca_status st;
     if (op == KPW_COPY) {
-        ca_tensor *conv = NULL, *wide = NULL;
-        st = ca_to_dtype(other, self->dtype, &conv);
-        if (st == CA_OK)
+        /* src's own node may have saved self (self.copy_(f(self))): keep those values */
+        bool ok;
+        st = node_keep_saved(other->grad_fn, self->storage, &ok);
+        ca_tensor *conv = ca_tensor_retain(other), *wide = NULL;
+        if (st == CA_OK && other->dtype != self->dtype) {
+            ca_tensor_release(conv);
+            conv = NULL;
+            st = ca_to_dtype(other, self->dtype, &conv);
+        }
+        ca_meta mc, ms;
+        if (st == CA_OK) {
+            cai_tensor_meta(conv, &mc);
+            cai_tensor_meta(self, &ms);
+        }
+        if (st == CA_OK && !cai_meta_same_shape(&mc, &ms))
             st = ca_expand(conv, self->ndim, self->shape, &wide);
-        if (st == CA_OK)
-            st = ca_mul_scalar(wide, 1.0, &r); /* a node of its own, over fresh memory */
+        else if (st == CA_OK)
+            wide = ca_tensor_retain(conv);
+        if (st == CA_OK) /* a node of its own, over fresh memory */
+            st = ca_mul_scalar(wide, 1.0, &r);
         ca_tensor_release(conv);
         ca_tensor_release(wide);
     } else {
