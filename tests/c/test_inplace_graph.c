@@ -57,7 +57,7 @@ Test(inplace_graph, mul_by_a_tensor_in_the_graph_keeps_selfs_old_values) {
     tu_assert_values(y, (const double[]){10, 24, 42}, 1e-12);
     ca_tensor *s = sum_all(y);
     TU_OK(ca_backward(s));
-    tu_assert_values(ca_tensor_grad(w), (const double[]){2, 4, 6}, 1e-12);   /* old y */
+    tu_assert_values(ca_tensor_grad(w), (const double[]){2, 4, 6}, 1e-12);    /* old y */
     tu_assert_values(ca_tensor_grad(x), (const double[]){10, 12, 14}, 1e-12); /* 2w */
     ca_tensor *all[] = {x, w, y, s};
     tu_release_n(all, 4);
