@@ -351,10 +351,13 @@ static ca_status dbl_backward(void *ctx, int n_outputs, ca_tensor *const *grad_o
     const dbl_tape *t = c->tape;
     if (c->released)
         return err_set(CA_STATUS_AUTOGRAD,
-                       "Trying to backward through the graph a second time (or to read saved "
-                       "tensors after they were freed): CompiledAutogradBackward0's inputs were "
-                       "freed by an earlier backward. Pass retain_graph=true to the first "
-                       "backward if you need to backward twice.");
+                       "Trying to backward through the graph a second time (or directly access "
+                       "saved tensors after they have already been freed). Saved intermediate "
+                       "values of the graph are freed when you call .backward() or "
+                       "autograd.grad(). Specify retain_graph=True if you need to backward "
+                       "through the graph a second time or if you need to access saved tensors "
+                       "after calling backward. (CompiledAutogradBackward0's inputs were freed "
+                       "by an earlier backward.)");
     CA_ASSERT(n_outputs == c->n_out && n_inputs == c->n_in);
     ca_tensor **vals = cai_mem_calloc(2 * (size_t)t->n_vals + 1, sizeof(ca_tensor *));
     if (!vals)

@@ -126,6 +126,18 @@ ca_node *cai_node_grad_accumulator_peek(ca_tensor *leaf) {
     return n;
 }
 
+/* torch's name for a tensor's type in its messages: [torch.FloatTensor [2, 3]] */
+static const char *torch_type_name(ca_dtype dt) {
+    switch (dt) {
+    case CA_FLOAT32: return "torch.FloatTensor";
+    case CA_FLOAT64: return "torch.DoubleTensor";
+    case CA_INT64: return "torch.LongTensor";
+    default: return "torch.BoolTensor";
+    }
+}
+
+/* The messages start with torch's own words (PyTorch's tests match them), then say which
+ * node and field it was. */
 ca_status cai_node_check_saved(const ca_node *n, int k) {
     const ca_saved *s = &n->saved[k];
     const ca_op_def *row = cai_op_def(n->op);
@@ -133,20 +145,24 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
     if (n->released)
         return err_set(
             CA_STATUS_AUTOGRAD,
-            "Trying to backward through the graph a second time (or to read saved tensors after "
-            "they were freed): %s's saved '%s' was freed by an earlier backward. Pass "
-            "retain_graph=true to the first backward if you need to backward twice.",
+            "Trying to backward through the graph a second time (or directly access saved "
+            "tensors after they have already been freed). Saved intermediate values of the "
+            "graph are freed when you call .backward() or autograd.grad(). Specify "
+            "retain_graph=True if you need to backward through the graph a second time or if "
+            "you need to access saved tensors after calling backward. (%s's saved '%s' was "
+            "freed by an earlier backward.)",
             row->node_name, field);
     if (s->t && !s->hooks && s->t->storage->version != s->version) {
-        char d[128];
+        char shape[128];
         return err_set(
             CA_STATUS_AUTOGRAD,
-            "one of the tensors needed for gradient computation has been modified by an in-place "
-            "operation: %s, saved as '%s' by %s, is at version %llu; expected version %llu. Do "
-            "not change it in place before backward(), or change a copy (ca_contiguous of a "
-            "clone) instead.",
-            ca_tensor_describe(s->t, d, sizeof d), field, row->node_name,
-            (unsigned long long)s->t->storage->version, (unsigned long long)s->version);
+            "one of the variables needed for gradient computation has been modified by an "
+            "inplace operation: [%s %s] is at version %llu; expected version %llu instead. "
+            "Hint: it was saved as '%s' by %s; do not change it in place before backward(), "
+            "or change a copy (clone()) instead.",
+            torch_type_name(s->t->dtype), cai_err_shape_str(s->t->ndim, s->t->shape, shape, 128),
+            (unsigned long long)s->t->storage->version, (unsigned long long)s->version, field,
+            row->node_name);
     }
     return CA_OK;
 }

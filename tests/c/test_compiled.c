@@ -2974,7 +2974,7 @@ Test(compiled, backward_twice_fails_with_second_time_error) {
         cr_assert_eq(st, CA_STATUS_AUTOGRAD, "status %d (%s)", st, got);
         cr_assert(strstr(got, "Trying to backward through the graph a second time") != NULL &&
                       strstr(got, "AddmmBackward0's saved '") != NULL &&
-                      strstr(got, "retain_graph=true") != NULL,
+                      strstr(got, "retain_graph=True") != NULL,
                   "message: %s", got);
         /* the failed backward changed no .grad */
         for (int i = 0; i < 4; i++)
@@ -3021,7 +3021,7 @@ Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
     ca_tensor *loss = net_loss(&n, x, LOSS_SUM);
     TU_OK(ca_mul_scalar_(x, 2.0));
     cr_assert_eq(backward_as(loss, false, NULL, want, sizeof want), CA_STATUS_AUTOGRAD);
-    cr_assert(strstr(want, "modified by an in-place operation") &&
+    cr_assert(strstr(want, "modified by an inplace operation") &&
                   strstr(want, "saved as 'mat1' by AddmmBackward0"),
               "eager: %s", want);
     RELEASE(loss, x);
@@ -3053,7 +3053,7 @@ Test(compiled, saved_tensor_modified_in_place_is_the_eager_error) {
 /* BUG (compiled_key.c, node_fields): the key runs cai_node_check_saved on every saved tensor,
  * even one the rule will not read. y = a * b with only a requiring grad: MulBackward0's
  * rule reads only 'other' (b), so eager (like PyTorch) does not mind a change of a in
- * place, but the compiled backward fails with "modified by an in-place operation". */
+ * place, but the compiled backward fails with "modified by an inplace operation". */
 Test(compiled, unread_saved_tensor_modified_in_place_is_no_error) {
     for (int compiled = 0; compiled < 2; compiled++) {
         ca_tensor *a = tu_randn(CA_FLOAT64, TU_SHAPE(3, 4), true),

@@ -86,7 +86,7 @@ Test(inplace_graph, a_saved_tensor_changed_in_place_fails_at_backward) {
     TU_OK(ca_mul_scalar(y, 1.0, &z));
     TU_OK(ca_mul_scalar_(y, 2.0));
     ca_tensor *s = sum_all(y);
-    TU_FAILS(ca_backward(s), CA_STATUS_AUTOGRAD, "modified by an in-place operation");
+    TU_FAILS(ca_backward(s), CA_STATUS_AUTOGRAD, "modified by an inplace operation");
     ca_tensor *all[] = {x, y, z, s};
     tu_release_n(all, 4);
 }
