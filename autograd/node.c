@@ -158,8 +158,10 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
             CA_STATUS_AUTOGRAD,
             "one of the variables needed for gradient computation has been modified by an "
             "inplace operation: [%s %s] is at version %llu; expected version %llu instead. "
-            "Hint: it was saved as '%s' by %s; do not change it in place before backward(), "
-            "or change a copy (clone()) instead.",
+            "Hint: enable anomaly detection to find the operation that failed to compute its "
+            "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False). (It was "
+            "saved as '%s' by %s: do not change it in place before backward(), or change a "
+            "copy, clone(), instead.)",
             torch_type_name(s->t->dtype), cai_err_shape_str(s->t->ndim, s->t->shape, shape, 128),
             (unsigned long long)s->t->storage->version, (unsigned long long)s->version, field,
             row->node_name);
