@@ -79,14 +79,27 @@ from ._more_stats import (  # noqa: E402  (order statistics and moments: _more_s
                           aminmax, corrcoef, cov, cummax, cummin, kthvalue, logcumsumexp,
                           median, mode, nanmean, nanmedian, nanquantile, nansum, quantile)
 from . import linalg  # noqa: E402
+# torch.diag_embed and Tensor.diag_embed (diagonal itself is bound in _tensor.py)
+from ._more_ops import diag_embed  # noqa: E402
+Tensor.diag_embed = diag_embed
+# torch's top-level linear-algebra names and Tensor methods (_linalg_ops.py)
+from ._linalg_ops import cholesky_inverse, cholesky_solve, logdet, matrix_exp  # noqa: E402
+from ._linalg_ops import torch_slogdet as slogdet  # noqa: E402
+from ._linalg_ops import det, matrix_power  # noqa: E402
+from ._linalg_ops import inv as inverse  # noqa: E402
+from ._linalg_ops import pinv as pinverse  # noqa: E402
+Tensor.inverse, Tensor.det, Tensor.logdet, Tensor.slogdet = inverse, det, logdet, slogdet
+Tensor.matrix_power, Tensor.matrix_exp, Tensor.pinverse = matrix_power, matrix_exp, pinverse
+Tensor.cholesky_solve, Tensor.cholesky_inverse = cholesky_solve, cholesky_inverse
 from .linalg import _cdist as cdist  # noqa: E402
-# torch.testing (assert_close, make_tensor) and torch.is_inference_mode_enabled (h21)
+# torch.testing (assert_close, make_tensor) and torch.is_inference_mode_enabled
 from . import testing  # noqa: E402
 from ._grad_mode import is_inference_mode_enabled  # noqa: E402
-# matrix-product accumulations, tensor_split, index_put, memory methods; torch.func, jit (h20)
+# matrix-product accumulations, tensor_split, index_put, memory methods; torch.func, jit
 from ._extra_ops import (  # noqa: E402
                          addbmm, addmm, addmv, baddbmm, index_put, mv, tensor_split)
 from . import func, jit  # noqa: E402
+from . import distributions  # noqa: E402  (torch.distributions)
 from .autograd.anomaly_mode import (  # noqa: E402
                                     is_anomaly_check_nan_enabled, is_anomaly_enabled)
 
@@ -126,3 +139,61 @@ def __getattr__(name):
         raise AttributeError(name)
     raise AttributeError(f"module 'cagrad' has no attribute {name!r}: cagrad implements a "
                          f"subset of torch's API, listed in docs/python-api.md")
+# dot, vdot, inner, ger, addr, tensordot, chain_matmul as functions and methods (_products.py)
+from . import _products  # noqa: E402
+from ._products import addr, chain_matmul, dot, ger, inner, tensordot, vdot  # noqa: E402
+for _name in ("dot", "vdot", "inner", "ger", "addr"):
+    setattr(Tensor, _name, getattr(_products, _name))
+del _name
+# masked_scatter, index_copy, scatter_reduce (_ops_extra3.py) as functions and methods
+from . import _ops_extra3  # noqa: E402
+from ._ops_extra3 import index_copy, masked_scatter, scatter_reduce  # noqa: E402
+for _name in ("masked_scatter", "masked_scatter_", "index_copy", "index_copy_",
+              "scatter_reduce", "scatter_reduce_"):
+    setattr(Tensor, _name, getattr(_ops_extra3, _name))
+del _name
+# bitwise ops and operators on int64/bool (_bitwise.py); Tensor.type/apply_/map_,
+# signbit, histogram and the print options (_tensor_misc.py)
+from . import _bitwise, _tensor_misc  # noqa: E402
+from ._bitwise import (bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,  # noqa: E402
+                       bitwise_right_shift, bitwise_xor)
+from ._tensor_misc import (get_printoptions, histogram, set_printoptions,  # noqa: E402
+                           signbit)
+for _name in _bitwise.METHODS:
+    setattr(Tensor, _name, getattr(_bitwise, _name))
+Tensor.type = _tensor_misc.type_
+Tensor.apply_, Tensor.map_ = _tensor_misc.apply_, _tensor_misc.map_
+Tensor.signbit, Tensor.histogram = signbit, histogram
+del _name
+# lgamma, digamma, polygamma, mvlgamma, i0 (_special_fns.py) and torch.special
+from . import _special_fns, special  # noqa: E402
+from ._special_fns import digamma, i0, lgamma, mvlgamma, polygamma  # noqa: E402
+for _name in ("lgamma", "digamma", "mvlgamma", "i0", "lgamma_", "digamma_", "mvlgamma_",
+              "i0_", "polygamma_"):
+    setattr(Tensor, _name, getattr(_special_fns, _name))
+Tensor.polygamma = _special_fns.polygamma_method
+del _name
+# torch.vmap (cagrad.func.vmap: a loop over the batch, see _func_transforms.py)
+from .func import vmap  # noqa: E402
+# torch.multiprocessing, torch.profiler and torch.autograd.profiler (CPU, see profiler.py)
+from . import multiprocessing, profiler  # noqa: E402
+from .autograd import profiler as _autograd_profiler  # noqa: E402, F401
+# torch.optim.swa_utils (AveragedModel, SWALR, update_bn, EMA/SWA avg fns)
+from .optim import swa_utils as _swa_utils  # noqa: E402, F401
+# torch.clamp_min / clamp_max and the in-place forms the registry's list lacks (pow_, clip_,
+# sign_, nan_to_num_, clamp_min_, clamp_max_): recorded in the autograd graph like the others
+def clamp_min(input, min):  # noqa: F811 - torch's parameter name shadows cagrad.min here
+    return clamp(input, min=min)  # noqa: F821
+
+
+def clamp_max(input, max):  # noqa: F811 - likewise
+    return clamp(input, max=max)  # noqa: F821
+
+
+Tensor.clamp_min, Tensor.clamp_max = clamp_min, clamp_max
+from . import _ops as _ops_module  # noqa: E402
+for _name, _fn in (("pow", pow), ("clip", clip), ("sign", sign),  # noqa: F821
+                   ("nan_to_num", nan_to_num), ("clamp_min", clamp_min),  # noqa: F821
+                   ("clamp_max", clamp_max)):
+    setattr(Tensor, f"{_name}_", _ops_module._inplace_method(_name, _fn))
+del _name, _fn

@@ -38,12 +38,6 @@ def _coerce(other):
     return None
 
 
-def _int_float_error(name, value):
-    return RuntimeError(f"{name}(): an int64 tensor with the Python float {value!r}: cagrad "
-                        f"does not promote dtypes (torch would give a float tensor); convert "
-                        f"the tensor first with .float()")
-
-
 def _operand_error(name, other):
     return TypeError(f"{name}(): 'other' must be a Tensor or a number, not "
                      f"{type(other).__name__}")
@@ -62,8 +56,8 @@ def _arith(name, tensor_fn, scalar_fn):
         if input._dtype == _BOOL and t in (bool, int, float):
             return _bool_ops.scalar(name, tensor_fn, scalar_fn, input, other)
         if t is float:
-            if input._dtype == _INT64:  # cagrad would silently truncate the float
-                raise _int_float_error(name, other)
+            if input._dtype == _INT64:  # torch's promotion: the default float dtype
+                input = _C.to_dtype(input, get_default_dtype()._code)
             return scalar_fn(input, other)
         if t is int or t is bool:
             return scalar_fn(input, other)
@@ -477,7 +471,7 @@ def clamp(input, min=None, max=None):
     if input._dtype == _BOOL:  # torch clamps a bool tensor as int64 (with int bounds)
         input = _C.to_dtype(input, _INT64)
     if input._dtype == _INT64 and (type(min) is float or type(max) is float):
-        raise _int_float_error("clamp", min if type(min) is float else max)
+        input = _C.to_dtype(input, get_default_dtype()._code)  # torch's promotion
     if input._dtype == _INT64:  # no int64 clamp kernel: the scalar max / min are exact
         out = input if min is None else _C.maximum_scalar(input, min)
         return out if max is None else _C.minimum_scalar(out, max)
@@ -588,10 +582,35 @@ class _MinResult(_ValuesIndices, namedtuple("min", ["values", "indices"])):
 _MaxResult.__name__, _MinResult.__name__ = "max", "min"
 
 
+def _tied_extreme(reduce, input, dims, keepdim):
+    """amax/amin and max()/min() over every dim: the value, with the gradient split evenly
+    among the elements equal to it, as torch's (the index-based rule of max(dim) gives it
+    to one). value + (s - s.detach()) keeps the value bit for bit; s carries the split."""
+    if not (input.requires_grad and _C.is_grad_enabled()):
+        return reduce(input, dims, keepdim)[0]
+    value = reduce(input, dims, True)[0]
+    with _no_grad():
+        ties = _C.to_dtype(_C.eq(input, value), input._dtype)
+        share = ties / ties.sum(dims if dims else None, keepdim=True)
+    spread = (input * share).sum(dims if dims else None, keepdim=True)
+    out = value.detach() + (spread - spread.detach())
+    return out if keepdim else _squeezed(out, dims, input.dim())
+
+
+def _squeezed(t, dims, ndim):
+    """t (reduced with keepdim) without the reduced dims."""
+    gone = sorted((d % ndim for d in dims) if dims else range(ndim), reverse=True)
+    for d in gone:
+        t = t.squeeze(d)
+    return t
+
+
 def max(input, dim=None, keepdim=False):
     """max() -> the largest value; max(dim) -> (values, indices); max(other) -> maximum."""
     if dim is None:
-        return _max(input, (), False)[0]
+        if input._dtype in (_INT64, _BOOL):
+            return _max(input, (), False)[0]
+        return _tied_extreme(_max, input, (), False)
     if isinstance(dim, _TensorBase):
         return maximum(input, dim)
     return _MaxResult(*_max(input, (_dim(dim, "max"),), keepdim))
@@ -600,18 +619,24 @@ def max(input, dim=None, keepdim=False):
 def min(input, dim=None, keepdim=False):
     """min() -> the smallest value; min(dim) -> (values, indices); min(other) -> minimum."""
     if dim is None:
-        return _min(input, (), False)[0]
+        if input._dtype in (_INT64, _BOOL):
+            return _min(input, (), False)[0]
+        return _tied_extreme(_min, input, (), False)
     if isinstance(dim, _TensorBase):
         return minimum(input, dim)
     return _MinResult(*_min(input, (_dim(dim, "min"),), keepdim))
 
 
 def amax(input, dim=(), keepdim=False):
-    return _max(input, _dims(dim, "amax"), keepdim)[0]
+    if input._dtype in (_INT64, _BOOL):
+        return _max(input, _dims(dim, "amax"), keepdim)[0]
+    return _tied_extreme(_max, input, _dims(dim, "amax"), keepdim)
 
 
 def amin(input, dim=(), keepdim=False):
-    return _min(input, _dims(dim, "amin"), keepdim)[0]
+    if input._dtype in (_INT64, _BOOL):
+        return _min(input, _dims(dim, "amin"), keepdim)[0]
+    return _tied_extreme(_min, input, _dims(dim, "amin"), keepdim)
 
 
 def _no_bool_arg(input, fname):
@@ -746,9 +771,11 @@ def split(tensor, split_size_or_sections, dim=0):
 def chunk(input, chunks, dim=0):
     """At most `chunks` views along dim, each of ceil(size / chunks) (the last smaller)."""
     if chunks <= 0:
-        raise ValueError(f"chunk(): chunks must be positive, got {chunks}")
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     n = input._shape[dim]
-    return split(input, -(-n // chunks) or 1, dim)
+    if n == 0:  # torch: `chunks` empty views (split would give one)
+        return tuple(narrow(input, dim, 0, 0) for _ in range(chunks))
+    return split(input, -(-n // chunks), dim)
 
 
 def unbind(input, dim=0):

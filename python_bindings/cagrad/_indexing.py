@@ -18,11 +18,15 @@ _NO_STOP = 2**63 - 1  # slice end for `start:` (C clamps it like Python)
 
 # ------------------------------------------------------------------ values (Tensor uses them too)
 def _scalar_value(self, value, fname):
-    """value (a number) checked against self's dtype: an int64 tensor takes no float."""
+    """value (a number) for self's dtype, as torch: an int64 tensor's in-place arithmetic
+    refuses a float (its result would be a float), while fill_ and item assignment cast it,
+    truncating toward zero."""
     if type(value) is not float and type(value) is not int and type(value) is not bool:
         value = F._number(value, fname)
     if type(value) is float and self._dtype == _INT64:
-        raise F._int_float_error(fname, value)
+        if fname in ("add_", "mul_"):
+            raise RuntimeError("result type Float can't be cast to the desired output type Long")
+        return int(value)
     return value
 
 

@@ -268,19 +268,66 @@ def outer(input, vec2):
     return input.reshape(-1, 1) * vec2.reshape(1, -1)
 
 
+def _diagonal_dims(dim1, dim2, ndim):
+    """dim1 and dim2 of an ndim-d tensor as non-negative ints, with torch's errors."""
+    dims = []
+    top = ndim or 1  # a 0-d tensor takes dims -1 and 0, as everywhere in torch
+    for d in (dim1, dim2):
+        d = operator.index(d)
+        if not -top <= d < top:
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-top}, {top - 1}], but got {d})")
+        dims.append(d + top if d < 0 else d)
+    if dims[0] == dims[1]:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return dims
+
+
 def diagonal(input, offset=0, dim1=0, dim2=1):
-    if input.dim() != 2 or (dim1, dim2) not in ((0, 1), (-2, -1), (0, -1), (-2, 1)):
-        raise NotImplementedError("cagrad: diagonal takes 2-D input with dim1=0, dim2=1 "
-                                  "only; see docs/python-api.md")
-    rows, cols = input.shape
+    """torch.diagonal for any ndim: the diagonal of the (dim1, dim2) planes, appended as
+    the last dim. A copy (torch returns a view), built from a permute, a reshape and a
+    strided slice, so autograd differentiates it in eager and compiled mode."""
+    d1, d2 = _diagonal_dims(dim1, dim2, input.dim())
+    offset = operator.index(offset)
+    rest = [d for d in range(input.dim()) if d not in (d1, d2)]
+    planes = F.permute(input, rest + [d1, d2])
+    rows, cols = input.shape[d1], input.shape[d2]
     length = builtin_max(0, min(rows, cols - offset) if offset >= 0 else
                          min(rows + offset, cols))
-    start = offset if offset >= 0 else -offset * cols
-    flat = input.reshape(-1)
+    flat = planes.reshape(list(planes.shape[:-2]) + [rows * cols])
     if length == 0:
-        return flat[0:0]
-    # entries of one diagonal sit cols + 1 apart in the row-major flattening
-    return flat[start:start + (length - 1) * (cols + 1) + 1:cols + 1]
+        return flat[..., 0:0]
+    start = offset if offset >= 0 else -offset * cols
+    # entries of one diagonal sit cols + 1 apart in a plane's row-major flattening
+    return flat[..., start:start + (length - 1) * (cols + 1) + 1:cols + 1]
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """torch.diag_embed: the last dim of input on the offset diagonal of new (dim1, dim2)
+    planes of an (ndim + 1)-d result, zeros elsewhere; a composite (differentiable)."""
+    from ._creation import zeros
+    if input.dim() < 1:
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but "
+                         "got -2)")
+    ndim = input.dim() + 1
+    d1, d2 = _diagonal_dims(dim1, dim2, ndim)
+    offset = operator.index(offset)
+    n, k = input.shape[-1], abs(offset)
+    square = input.unsqueeze(-1) * eye(n, dtype=input.dtype)
+    batch = list(input.shape[:-1])
+    if k:
+        # offset > 0 puts the square k columns right (k zero rows below it); < 0 k rows down
+        side = zeros(batch + [n, k], dtype=input.dtype)
+        band = zeros(batch + [k, n + k], dtype=input.dtype)
+        if offset > 0:
+            square = F.cat([F.cat([side, square], -1), band], -2)
+        else:
+            square = F.cat([band, F.cat([square, side], -1)], -2)
+    # the planes are the last two dims; move them to d1 and d2 (the rest keep their order)
+    order = [None] * ndim
+    order[d1], order[d2] = ndim - 2, ndim - 1
+    others = iter(range(ndim - 2))
+    return F.permute(square, [o if o is not None else next(others) for o in order])
 
 
 def diag(input, diagonal=0):

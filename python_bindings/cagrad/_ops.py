@@ -16,7 +16,7 @@ TypeError.
 import functools
 import re
 
-from . import _C, _bool_ops, _dtype
+from . import _C, _bool_ops, _dtype, _int_ops
 
 _BOOL = _bool_ops.BOOL
 
@@ -28,9 +28,45 @@ UNIT, ABOVE_1, ABOVE_M1, PROB = _C.OP_UNIT, _C.OP_ABOVE_1, _C.OP_ABOVE_M1, _C.OP
 _PARAM = re.compile(r"^(Tensor|float\??|int|bool|str\{([^}]*)\}) (\w+)(?:=(.*))?$")
 
 
-def _no_inplace(name):
-    raise NotImplementedError(f"cagrad's {name}() does not support inplace=True; use the "
-                              f"result of the out-of-place call")
+def in_graph(self, args=(), kwargs=None):
+    """Whether an in-place op on self must be recorded: grad mode on and self, or a tensor
+    operand, requires grad."""
+    if not _C.is_grad_enabled():
+        return False
+    if getattr(self, "requires_grad", False):
+        return True
+    operands = list(args) + list((kwargs or {}).values())
+    return any(getattr(a, "requires_grad", False) for a in operands)
+
+
+def _fit_in_place(self, result):
+    """result as self's in-place value: self's dtype (torch's cast rules), self's shape."""
+    if result._dtype != self._dtype:
+        _bool_ops.check_cast(result._dtype, self._dtype)
+        result = result.to(self.dtype)
+    if tuple(result.shape) != tuple(self.shape):
+        raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast "
+                           f"shape {list(result.shape)}")
+    return result
+
+
+def graph_inplace(self, compute):
+    """self <- compute(self) for a tensor in the autograd graph, as PyTorch's in-place ops:
+    self takes the out-of-place result's values and history (Tensor._rebase_); when the
+    result's node saved self (its backward needs self's old values), compute runs again on
+    a differentiable copy of self."""
+    if not self._rebase_(_fit_in_place(self, compute(self))):
+        self._rebase_(_fit_in_place(self, compute(self * 1)))
+    return self
+
+
+def inplace_assign(self, compute):
+    """self <- compute(self): recorded in the graph, else written in place."""
+    if in_graph(self):
+        return graph_inplace(self, compute)
+    result = compute(self)
+    _bool_ops.check_cast(result._dtype, self._dtype)
+    return self.copy_(result)
 
 
 def _no_out(name):
@@ -78,9 +114,11 @@ def _source(name, schema, flags, env):
                     f"        raise _bad_choice({name!r}, {pname!r}, {pname}, "
                     f"{choices!r})\n")
         args.append(f"{pname}_index")
-    if flags & PY_INPLACE:
+    if flags & PY_INPLACE:  # out of place, then into the input (recorded in the graph)
         sig.append("inplace=False")
-        body.append(f"    if inplace:\n        _no_inplace({name!r})\n")
+        rest = "".join(f", {a}" for a in args[1:])
+        body.append(f"    if inplace:\n        return _inplace_assign({args[0]}, "
+                    f"lambda _x: _op_{name}(_x{rest}))\n")
     if flags & PY_OUT:
         sig += ["*", "out=None"]
         body.append(f"    if out is not None:\n        _no_out({name!r})\n")
@@ -90,7 +128,7 @@ def _source(name, schema, flags, env):
 
 def _build_all(ops):
     """{name: function} for every registry op, compiled as one generated module."""
-    env = {"_no_inplace": _no_inplace, "_no_out": _no_out, "_bad_choice": _bad_choice,
+    env = {"_inplace_assign": inplace_assign, "_no_out": _no_out, "_bad_choice": _bad_choice,
            "_NAN": float("nan")}
     sources = []
     for name, (builtin, schema, flags) in sorted(ops.items()):
@@ -186,6 +224,8 @@ for _name in _INT_TO_FLOAT_UNARY:
     FUNCTIONS[_name] = _unary_int_to_float(FUNCTIONS[_name])
 for _name in _INT_TO_FLOAT_BINARY:
     FUNCTIONS[_name] = _binary_int_to_float(FUNCTIONS[_name])
+for _name in ("remainder", "fmod", "floor_divide"):  # outermost: sees the caller's operands
+    FUNCTIONS[_name] = _int_ops.exact_on_integers(_name, FUNCTIONS[_name])
 del _name, _positions
 
 
@@ -251,8 +291,11 @@ _SCALAR_TYPE = {_dtype.float32: "Float", _dtype.float64: "Double", _dtype.int64:
 
 def _inplace_method(name, fn):
     """Tensor.<name>_: computed out of place, then copied in with copy_, which bumps the
-    version counter and refuses leaves that require grad, as PyTorch's in-place ops do."""
+    version counter and refuses leaves that require grad, as PyTorch's in-place ops do; in
+    the autograd graph, recorded (graph_inplace)."""
     def method(self, *args, **kwargs):
+        if in_graph(self, args, kwargs):
+            return graph_inplace(self, lambda x: fn(x, *args, **kwargs))
         result = fn(self, *args, **kwargs)
         # log1p_ of int64 is torch's error (copy_ would truncate); float64 into float32 casts
         _bool_ops.check_cast(result._dtype, self._dtype)

@@ -8,6 +8,7 @@ _tensor_repr.py.
 
 import copy as _copy
 import operator
+import warnings
 import weakref
 
 import numpy as np
@@ -18,6 +19,7 @@ from . import _creation
 from . import _ops
 from ._ops import FUNCTIONS as _REGISTRY
 from . import _functions as F
+from . import _int_ops
 from . import _order
 from . import _scatter
 from . import _more_ops
@@ -34,6 +36,7 @@ from ._dtype import bfloat16 as _bfloat16_dtype
 from ._dtype import bool as _bool_dtype
 from ._dtype import float16 as _half_dtype
 from ._graph_break import break_graph
+from ._grad_mode import no_grad as _no_grad
 from ._indexing import (_assign_masked, _index, _is_mask_item, _scalar_value, _slice,
                         _to_code)
 from ._tensor_repr import _repr
@@ -153,7 +156,11 @@ class Tensor(_TensorBase):
         return self._data_ptr
 
     # ---------------------------------------------------------------- autograd
+    # (requires_grad and grad: properties with torch's checks, set after the class)
     def requires_grad_(self, requires_grad=True):
+        if not isinstance(requires_grad, bool):
+            raise TypeError(f"requires_grad_(): argument 'requires_grad' (position 1) must be "
+                            f"bool, not {type(requires_grad).__name__}")
         self.requires_grad = requires_grad
         return self
 
@@ -171,29 +178,55 @@ class Tensor(_TensorBase):
         if inputs is not None or create_graph:
             _autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
             return
-        # queue_callback's callbacks run at the scope's end; anomaly mode checks for NaNs
-        with _autograd.variable._BackwardScope((self,)), _autograd.anomaly_mode.checking((self,)):
+        gradient = _autograd._make_grad(self, gradient, 0)
+        _autograd._check_outputs((self,))
+        # grad mode off while it runs, as in torch; queue_callback's callbacks run at the
+        # scope's end; anomaly mode checks for NaNs
+        with _autograd._engine_grad_mode(False), _autograd.variable._BackwardScope((self,)), \
+                _autograd.anomaly_mode.checking((self,)):
             _C.backward(self, gradient, bool(retain_graph))
 
     def detach(self):
         return _C.detach(self)
 
+    def detach_(self):
+        """In place: a leaf stops requiring grad. cagrad cannot cut a non-leaf from its
+        graph in place (its node is fixed in the C tensor): use detach()."""
+        if self.grad_fn is not None:
+            raise NotImplementedError("cagrad has no in-place detach_() of a tensor with a "
+                                      "grad_fn (a non-leaf); use t = t.detach() instead (see "
+                                      "docs/python-api.md, Autograd)")
+        self.requires_grad = False
+        return self
+
     def retain_grad(self):
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         _C.retain_grad(self)
 
     def register_hook(self, hook):
         """hook(grad) runs when self's gradient is computed; it may return a replacement
         gradient (same shape and dtype) or None. Returns a RemovableHandle."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require "
+                               "gradient")
         if not callable(hook):
             raise TypeError(f"register_hook() takes a callable, not {type(hook).__name__}")
-        return RemovableHandle(self, _C.register_hook(self, hook))
+        return RemovableHandle(self, _C.register_hook(self, _checked_hook(hook)))
 
     def register_post_accumulate_grad_hook(self, hook):
         """hook(tensor) runs after a leaf's .grad has been updated by backward()."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require "
+                               "gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
         if not callable(hook):
             raise TypeError(f"register_post_accumulate_grad_hook() takes a callable, not "
                             f"{type(hook).__name__}")
-        return RemovableHandle(self, _C.register_post_accumulate_grad_hook(self, hook))
+        return RemovableHandle(self, _C.register_post_accumulate_grad_hook(
+            self, _post_accumulate_hook(hook, self)))
 
     @property
     def data(self):
@@ -261,7 +294,9 @@ class Tensor(_TensorBase):
         return self._item()
 
     def __format__(self, format_spec):
-        if self.ndim == 0 and format_spec:
+        # torch formats the Python number of every 0-d tensor, empty spec included
+        # (f"{tensor(1.0)}" is "1.0"); other tensors format as their repr
+        if self.ndim == 0:
             return format(self.item(), format_spec)
         return object.__format__(self, format_spec)
 
@@ -391,7 +426,10 @@ class Tensor(_TensorBase):
     def __deepcopy__(self, memo):
         if not self.is_leaf:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
-                               "support the deepcopy protocol; detach() it first")
+                               "support the deepcopy protocol at the moment.  If you were "
+                               "attempting to deepcopy a module, this may be because of a "
+                               "torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
         new = Tensor.__new__(type(self), F.clone(_C.detach(self)))
         new.requires_grad = self.requires_grad
         memo[id(self)] = new
@@ -527,8 +565,8 @@ class Tensor(_TensorBase):
     __sub__ = F.sub_op
     __rsub__ = F.rsub_op
     __mul__ = __rmul__ = F.mul_op
-    __truediv__ = F.div_op
-    __rtruediv__ = F.rdiv_op
+    __truediv__ = _int_ops.true_divide_operator(F.div, F.div_op)
+    __rtruediv__ = _int_ops.reflected_true_divide(F.div, F.rdiv_op)
     __pow__ = F.pow_op
     __rpow__ = F.rpow_op
     __lt__ = F.lt_op
@@ -594,11 +632,9 @@ class Tensor(_TensorBase):
         return _index(self, index if t is tuple else (index,))
 
     def __setitem__(self, index, value):
-        if self.requires_grad and _C.is_grad_enabled():
-            raise RuntimeError("cagrad cannot assign into a tensor that requires grad while "
-                               "grad mode is on (it has no in-place autograd); wrap the "
-                               "assignment in `with cagrad.no_grad():` or build the result "
-                               "out of place with where()/masked_fill()")
+        if _ops.in_graph(self, (value,)):
+            _setitem_in_graph(self, index, value)
+            return
         items = index if type(index) is tuple else (index,)
         if len(items) == 1 and _is_mask_item(items[0]):
             _assign_masked(self, items[0], value)
@@ -610,6 +646,173 @@ class Tensor(_TensorBase):
             _C.copy_(target, _creation.tensor(value, dtype=DTYPES[self._dtype]))
         else:
             _C.fill_(target, _scalar_value(self, value, "__setitem__"))
+
+
+def _setitem_in_graph(self, index, value):
+    """self[index] = value for a tensor in the autograd graph, as torch records it (its
+    CopySlices): the selected elements take value, so their gradient goes to value (summed
+    over what value was broadcast to) and not to self's old values."""
+    if self.is_leaf and self.requires_grad:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+    with _no_grad():
+        selected = _creation.zeros(tuple(self.shape), dtype=_bool_dtype)
+        selected[index] = True
+    if not isinstance(value, _TensorBase) or not value.requires_grad:
+        with _no_grad():
+            placed = _creation.zeros(tuple(self.shape), dtype=self.dtype)
+            placed[index] = value.detach() if isinstance(value, _TensorBase) else value
+        _ops.graph_inplace(self, lambda x: F.where(selected, placed, x))
+        return
+    _ops.graph_inplace(self, lambda x: _AssignSlices.apply(x, value, index, selected))
+
+
+def _sum_to(g, shape):
+    """g summed over the dims it has beyond shape and those shape broadcasts (size 1)."""
+    while g.dim() > len(shape):
+        g = g.sum(0)
+    for d, n in enumerate(shape):
+        if n == 1 and g.shape[d] != 1:
+            g = g.sum(d, keepdim=True)
+    return g
+
+
+class _AssignSlices(_autograd.Function):
+    """out = x with out[index] = value: torch's CopySlices for a value that requires grad."""
+
+    @staticmethod
+    def forward(ctx, x, value, index, selected):
+        ctx.index, ctx.selected = index, selected
+        ctx.value_shape, ctx.value_dtype = tuple(value.shape), value.dtype
+        out = x.detach().clone()
+        out[index] = value.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        gx = F.where(ctx.selected, _creation.zeros((), dtype=g.dtype), g)
+        gv = _sum_to(g[ctx.index], ctx.value_shape).reshape(ctx.value_shape)
+        return gx, gv.to(ctx.value_dtype), None, None
+
+
+# ------------------------------------------------------------------------------ autograd checks
+# torch's checks and messages for the attributes and hooks of Tensor's autograd section.
+_C_GRAD = _TensorBase.grad
+_C_REQUIRES_GRAD = _TensorBase.requires_grad
+_NON_LEAF_GRAD_WARNING = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+    "attribute won't be populated during autograd.backward(). If you indeed want the .grad "
+    "field to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor. "
+    "If you access the non-leaf Tensor by mistake, make sure you access the leaf Tensor "
+    "instead. See github.com/pytorch/pytorch/pull/30531 for more information.")
+# names of dtypes in torch's messages: (the C++ type's name, the ScalarType's)
+_GRAD_DTYPE_NAMES = {"float32": ("float", "Float"), "float64": ("double", "Double"),
+                     "int64": ("long int", "Long"), "bool": ("bool", "Bool")}
+
+
+def _get_grad(t):
+    g = _C_GRAD.__get__(t)
+    if g is None and not t.is_leaf and not t._retains_grad:
+        warnings.warn(_NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+    return g
+
+
+def _set_grad(t, value):
+    if value is not None:
+        if not isinstance(value, _TensorBase):
+            raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of "
+                            f"type {type(value).__name__}")
+        if value is t:
+            raise RuntimeError("can't assign Variable as its own grad")
+        if value._dtype != t._dtype:
+            got = _GRAD_DTYPE_NAMES.get(str(value.dtype).split(".")[-1], ("?", "?"))[0]
+            want = _GRAD_DTYPE_NAMES.get(str(t.dtype).split(".")[-1], ("?", "?"))[1]
+            raise RuntimeError(
+                f"attempting to assign a gradient with dtype '{got}' to a tensor with "
+                f"grad_dtype '{want}'. The gradient must match the tensor's grad_dtype "
+                f"(defaults to the tensor's dtype). You can set the tensor's grad_dtype "
+                f"attribute with a specific dtype, or None to allow any dtype. Set grad_dtype "
+                f"with caution. Diverging the dtypes of a tensor and its gradient may break "
+                f"downstream systems that assume they match.")
+        if value._shape != t._shape:
+            raise RuntimeError(f"attempting to assign a gradient of size '{list(value._shape)}' "
+                               f"to a tensor of size '{list(t._shape)}'. Please ensure that "
+                               f"the gradient and the tensor are the same size")
+    _C_GRAD.__set__(t, value)
+
+
+def _set_requires_grad(t, value):
+    if not isinstance(value, bool):  # None: `del t.requires_grad`
+        raise RuntimeError("requires_grad must be a bool")
+    if not t.is_leaf and not value:
+        raise RuntimeError("you can only change requires_grad flags of leaf variables. If you "
+                           "want to use a computed variable in a subgraph that doesn't require "
+                           "differentiation use var_no_grad = var.detach().")
+    if value and not t.is_floating_point():
+        raise RuntimeError("only Tensors of floating point dtype can require gradients")
+    _C_REQUIRES_GRAD.__set__(t, value)
+
+
+def _delete_grad(t):
+    _set_grad(t, None)
+
+
+def _delete_requires_grad(t):
+    _set_requires_grad(t, None)
+
+
+# The C attributes, wrapped with torch's checks and messages; reading requires_grad stays
+# a C call.
+Tensor.requires_grad = property(_C_REQUIRES_GRAD.__get__, _set_requires_grad,
+                                _delete_requires_grad, _C_REQUIRES_GRAD.__doc__)
+Tensor.grad = property(_get_grad, _set_grad, _delete_grad, _C_GRAD.__doc__)
+
+
+def _hook_name(hook):
+    return getattr(hook, "__name__", "<unknown>")
+
+
+def _legacy_type_name(t):
+    return {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
+            "int64": "torch.LongTensor", "bool": "torch.BoolTensor"}.get(
+                str(t.dtype).split(".")[-1], str(t.dtype))
+
+
+def _checked_hook(hook):
+    """hook, with torch's checks of what it returns: None, or a tensor of the gradient's
+    dtype and shape."""
+    def run(grad):
+        result = hook(grad)
+        if result is None:
+            return None
+        if not isinstance(result, _TensorBase):
+            raise TypeError(f"expected Variable, but hook returned "
+                            f"'{type(result).__name__}'")
+        if result._dtype != grad._dtype:
+            raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
+                               f"{_legacy_type_name(grad)} got {_legacy_type_name(result)})")
+        if result._shape != grad._shape:
+            raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
+        return result
+    return run
+
+
+def _post_accumulate_hook(hook, leaf):
+    """hook, called with the leaf's own Python object (the library passes a new one over
+    the same tensor, and code such as an optimizer step per parameter keys dicts by the
+    parameter), and torch's checks of its result: None, or the leaf itself."""
+    ref = weakref.ref(leaf)  # weak: the hook lives in the C tensor the leaf holds
+
+    def run(tensor):
+        leaf = ref()
+        leaf = tensor if leaf is None else leaf
+        result = hook(leaf)
+        if result is None or result is leaf:
+            return
+        if not isinstance(result, _TensorBase):
+            raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+    return run
 
 
 # ------------------------------------------------------------------------------ methods

@@ -1,10 +1,13 @@
 """cagrad.func: torch.func.functional_call (call a module with other tensors in place of
-its parameters and buffers). The other torch.func transforms (grad, vmap, jacrev, ...)
-are not part of cagrad; cagrad.autograd.functional has jacobian/hessian/vjp/jvp."""
+its parameters and buffers) and the transforms grad, grad_and_value, vjp, jacrev, jacfwd,
+hessian and vmap (_func_transforms.py: built on reverse mode; vmap is a loop over the
+batch, not a batching transform)."""
 
+from ._func_transforms import grad, grad_and_value, hessian, jacfwd, jacrev, vjp, vmap
 from .nn.module import Module
 
-__all__ = ["functional_call"]
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "vjp",
+           "vmap"]
 
 
 def _merged(parameter_and_buffer_dicts):
@@ -111,4 +114,4 @@ def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(f"module 'cagrad.func' has no attribute {name!r}: cagrad.func has "
-                         f"functional_call only (see docs/python-api.md)")
+                         f"{', '.join(__all__)} (see docs/python-api.md)")

@@ -1,9 +1,11 @@
-"""cagrad.linalg: the norms and products of torch.linalg that are composites of cagrad's
-differentiable ops (vector_norm, matrix_norm, norm, cross), and torch.cdist.
+"""cagrad.linalg: torch.linalg for real float32/float64 tensors with batch dims.
 
-Decompositions (svd, eigh, qr, solve, inv, ...) and the norms that need them (matrix
-'nuc', 2 and -2) are not implemented: they raise NotImplementedError naming
-docs/python-api.md.
+Here: the norms and products that are composites of cagrad's differentiable ops
+(vector_norm, matrix_norm, norm, cross, vecdot) and torch.cdist. The decompositions and
+solvers (inv, det, solve, cholesky, eigh, qr, svd, pinv, lstsq, ...) live in _linalg_ops.py
+(numpy.linalg forwards, autograd Functions in _linalg_autograd.py). Not implemented: the
+non-symmetric eigen-decomposition (eig, eigvals), LU (lu, lu_factor, lu_solve), ldl_*,
+householder_product, tensorinv, tensorsolve, cond, and complex dtypes (docs/python-api.md).
 """
 
 import math
@@ -13,17 +15,23 @@ from . import _C
 from . import _functions as F
 from ._grad_mode import no_grad
 from ._more_ops2 import _cross, _no_out, _wrap
+from ._linalg_kernels import LinAlgError
+from ._linalg_ops import (cholesky, cholesky_ex, cond, det, diagonal, eigh, eigvalsh, inv,
+                          inv_ex, lstsq, matrix_exp, matrix_power, matrix_rank, multi_dot,
+                          pinv, qr, slogdet, solve, solve_ex, solve_triangular, svd, svdvals)
 
-__all__ = ["cross", "matmul", "matrix_norm", "norm", "vecdot", "vector_norm"]
+__all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eigh",
+           "eigvalsh", "inv", "inv_ex", "lstsq", "matmul", "matrix_exp", "matrix_norm",
+           "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve",
+           "solve_ex", "solve_triangular", "svd", "svdvals", "vecdot", "vector_norm"]
 
 
 def __getattr__(name):
-    # only reached for what cagrad.linalg lacks (decompositions, solvers): say so
+    # only reached for what cagrad.linalg lacks (eig, lu, ...): say so
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(f"module 'cagrad.linalg' has no attribute {name!r}: cagrad.linalg "
-                         f"has the composites {', '.join(__all__)} only (no decompositions "
-                         f"or solvers); see docs/python-api.md")
+                         f"has {', '.join(__all__)} only; see docs/python-api.md")
 
 
 def matmul(input, other, *, out=None):
@@ -35,11 +43,6 @@ def vecdot(x, y, *, dim=-1, out=None):
     """Sum of x * y along dim (broadcast), for real tensors."""
     _no_out("linalg.vecdot", out)
     return F.sum(x * y, dim)
-
-
-def _unsupported(what):
-    raise NotImplementedError(f"cagrad: {what} is not supported (it needs a matrix "
-                              f"decomposition, which cagrad lacks); see docs/python-api.md")
 
 
 def _float_input(fname, input, dtype):
@@ -110,7 +113,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     if ord == "fro":
         return vector_norm(A, 2, (rows, cols), keepdim)
     if ord in ("nuc", 2, -2):
-        _unsupported(f"linalg.matrix_norm with ord={ord!r}")
+        return _spectral_norm(A, ord, rows, cols, keepdim)
     if ord not in (1, -1, math.inf, -math.inf):
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
     # 1/-1: largest/smallest column sum of |A|; inf/-inf: the same over rows
@@ -119,6 +122,21 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     pick = F.amax if ord > 0 else F.amin
     result = pick(sums, picked, keepdim=True)
     return result if keepdim else result.squeeze(max(rows, cols)).squeeze(min(rows, cols))
+
+
+def _spectral_norm(A, ord, rows, cols, keepdim):
+    """'nuc' (sum), 2 (largest) or -2 (smallest) of the singular values of the (rows, cols)
+    matrices: differentiable through svdvals."""
+    planes = F.permute(A, [d for d in range(A.dim()) if d not in (rows, cols)] + [rows, cols])
+    singular = svdvals(planes)
+    if ord == "nuc":
+        result = F.sum(singular, -1)
+    else:
+        result = (F.amax if ord == 2 else F.amin)(singular, -1)
+    if keepdim:
+        for d in sorted((rows, cols)):
+            result = result.unsqueeze(d)
+    return result
 
 
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):

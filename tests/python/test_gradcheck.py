@@ -154,7 +154,8 @@ def test_a_wrong_backward_names_the_output_and_input(output, compiled, fast):
     assert str(got).splitlines()[0] == str(want).splitlines()[0]
     assert str(got).splitlines()[0] == (f"Jacobian mismatch for output {output} with respect "
                                         "to input 1,")
-    assert "\nnumerical:tensor(" in str(got) and "\nanalytical:tensor(" in str(got)
+    for part in ("\nnumerical:tensor(", "\nanalytical:tensor("):  # fast mode: floats
+        assert (part in str(got)) == (part in str(want))
     for L in (cagrad, torch):
         assert failure(L, "gradcheck", case, compiled, raise_exception=False,
                        fast_mode=fast) is False
@@ -163,8 +164,8 @@ def test_a_wrong_backward_names_the_output_and_input(output, compiled, fast):
 def test_fast_mode_failure_shows_the_pairs_full_jacobians():
     text = str(failure(cagrad, "gradcheck", lambda L: wrong_backward(L, 1), fast_mode=True))
     head, slow = text.split("\nNumerical:\n")
-    assert head.startswith("Jacobian mismatch for output 1 with respect to input 1,\n"
-                           "numerical:tensor(")  # the fast-mode scalars v^T J u
+    assert re.match(r"Jacobian mismatch for output 1 with respect to input 1,\n"
+                    r"numerical:-?[0-9.e+-]+\n", head)  # the fast-mode scalar v^T J u, as torch
     numerical, analytical = slow.split("\nAnalytical:\n")
     for block, want in ((numerical, np.diag(C4)), (analytical.split("\n\n")[0],
                                                    1.5 * np.diag(C4))):

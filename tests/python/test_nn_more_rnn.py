@@ -182,12 +182,6 @@ def test_single_layer_dropout_warns():
             lib.nn.GRU(3, 4, dropout=0.5)
 
 
-def test_packed_sequence_is_an_honest_error():
-    packed = torch.nn.utils.rnn.pack_sequence([torch.zeros(3, 2), torch.zeros(2, 2)])
-    with pytest.raises(NotImplementedError, match="python-api.md"):
-        ca.nn.LSTM(2, 3)(packed)
-
-
 # --- transformer encoder ------------------------------------------------------------------
 
 LAYER_CASES = [

@@ -199,9 +199,14 @@ def test_derivative_fuses_with_its_neighbours(name, rng):
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if OPS[n][2] & PY_INPLACE])
-def test_inplace_is_refused_by_name(name):
-    with pytest.raises(NotImplementedError, match=f"{name}.*inplace=True"):
-        getattr(ca.nn.functional, name)(ca.ones(3), inplace=True)
+def test_inplace_true_writes_into_the_input(name):
+    """inplace=True: the out-of-place value, written into the input and returned (in the
+    autograd graph it is recorded: test_inplace_autograd.py)."""
+    x = ca.tensor([-1.5, 0.25, 2.0])
+    want = getattr(ca.nn.functional, name)(x.clone())
+    got = getattr(ca.nn.functional, name)(x, inplace=True)
+    assert got is x and x._version == 1
+    assert x.tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if OPS[n][2] & PY_OUT])

@@ -174,11 +174,17 @@ def test_inplace_on_a_leaf_that_requires_grad_raises_like_torch(op):
 
 
 @pytest.mark.parametrize("op", ["scatter_", "scatter_add_", "index_add_"])
-def test_inplace_in_the_graph_is_refused_like_other_inplace_ops(op):
-    # cagrad refuses in-place ops on tensors in the autograd graph (docs/python-api.md)
-    x = ca.tensor(X, requires_grad=True) * 1.0
-    with pytest.raises(RuntimeError, match="in-place ops on tensors in the autograd graph"):
-        getattr(x, op)(1, *_inplace_args(ca, op))
+def test_inplace_in_the_graph_is_recorded_as_torch(op):
+    """In the autograd graph the in-place forms are recorded: values and gradients as torch."""
+    results = []
+    for L in (ca, torch):
+        leaf = L.tensor(X, requires_grad=True)
+        x = leaf * 1.0
+        getattr(x, op)(1, *_inplace_args(L, op))
+        (x * L.tensor(X)).sum().backward()
+        results.append((x.detach().numpy().copy(), leaf.grad.numpy().copy()))
+    for c, t in zip(*results):
+        np.testing.assert_allclose(c, t, rtol=1e-12, atol=1e-12)
 
 
 def test_scatter_reduce_add_matches_torch_values_and_has_no_gradient():

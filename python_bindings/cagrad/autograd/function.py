@@ -24,11 +24,14 @@ only calls cagrad ops; otherwise it is an opaque call-out step of that graph.
 import functools
 import inspect
 import itertools
+import re
+import warnings
 import weakref
 
 from .. import _C
 from .._grad_mode import is_grad_enabled, no_grad
 from .graph import Node, _HookMixin, current_saved_tensors_hooks
+from .graph import _checked as _checked_hook_result, _hook_name
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
            "InplaceFunction", "NestedIOFunction"]
@@ -46,6 +49,7 @@ _class_ids = itertools.count(1)
 _CTX_OWN = frozenset({"needs_input_grad", "_arg_is_tensor", "to_save", "_saved", "dirty_tensors",
                       "non_differentiable", "saved_for_forward", "materialize_grads",
                       "_output_metas", "_output_ref", "_metadata", "_released",
+                      "_output_slots",
                       "_creating_graph"})
 # distinct ctx states of one Function that get traced backwards; past this, call-outs
 _MAX_TRACE_STATES = 8
@@ -124,12 +128,15 @@ class _Saved:
     def unpack(self):
         t = self.tensor
         if t._version != self.version:
+            # torch's words, then where cagrad's hint points
+            which = "" if self.origin is None else f", which is {self.origin},"
             raise RuntimeError(
                 f"one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{_tensor_type_name(t)} {list(t._shape)}], which is "
-                f"{self.origin}, is at version {t._version}; expected version {self.version} "
-                f"instead. Hint: the tensor was saved with ctx.save_for_backward(); change a "
-                f"clone of it instead.")
+                f"inplace operation: [{_tensor_type_name(t)} {list(t._shape)}]{which} is at "
+                f"version {t._version}; expected version {self.version} instead. Hint: enable "
+                f"anomaly detection to find the operation that failed to compute its gradient, "
+                f"with torch.autograd.set_detect_anomaly(True, check_nan=False). (The tensor "
+                f"was saved with ctx.save_for_backward(); change a clone of it instead.)")
         return t
 
 
@@ -153,10 +160,10 @@ class FunctionCtx:
     materialize_grads = True
 
     def save_for_backward(self, *tensors):
-        for t in tensors:
+        for i, t in enumerate(tensors):
             if t is not None and not _is_tensor(t):
                 raise TypeError(f"save_for_backward can only save variables, but argument "
-                                f"{tensors.index(t)} is of type {type(t).__name__}")
+                                f"{i} is of type {type(t).__name__}")
         self.to_save = tensors
 
     def save_for_forward(self, *tensors):
@@ -212,7 +219,11 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
                      if isinstance(s, _Saved) and s.output is not None else v
                      for s, v in zip(saved, values))
 
-    saved_variables = saved_tensors
+    @property
+    def saved_variables(self):
+        warnings.warn("'saved_variables' is deprecated; use 'saved_tensors'",
+                      DeprecationWarning, stacklevel=2)
+        return self.saved_tensors
 
     @property
     def metadata(self):
@@ -276,12 +287,60 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         if self.materialize_grads:
             grads = tuple(_C.zeros(dt, shape) if g is None else g
                           for g, (dt, shape) in zip(grads, self._output_metas))
+        grads = self._all_outputs(grads)
+        slots = self.__dict__.get("_output_slots")
+        if slots and slots[2] and self.materialize_grads:  # repeated outputs get zeros
+            grads = list(grads)
+            for i, n in slots[2]:
+                grads[i] = _C.zeros(*self._output_metas[n])
+            grads = tuple(grads)
         # the library runs backward with grad mode = create_graph, as torch
         self._creating_graph = is_grad_enabled()
         try:
             return self._check_grads(self._forward_cls.backward(self, *grads))
         finally:
             self._creating_graph = False
+
+    # The library's node has one gradient per distinct tensor output; torch's backward and
+    # node hooks see one per output of forward, None for the outputs that are not tensors
+    # (and for the earlier places of a tensor returned twice).
+    def _all_outputs(self, grads):
+        slots = self.__dict__.get("_output_slots")
+        if slots is None:
+            return tuple(grads)
+        count, positions, _ = slots
+        full = [None] * count
+        for k, g in zip(positions, grads):
+            full[k] = g
+        return tuple(full)
+
+    def _tensor_outputs(self, grads):
+        slots = self.__dict__.get("_output_slots")
+        return tuple(grads) if slots is None else tuple(grads[k] for k in slots[1])
+
+    def register_prehook(self, fn):
+        if not callable(fn):
+            raise TypeError(f"register_prehook() takes a callable, not {type(fn).__name__}")
+        if "_output_slots" not in self.__dict__:
+            return super().register_prehook(fn)
+
+        def on_all_outputs(grad_outputs):
+            full = self._all_outputs(grad_outputs)
+            result = _checked_hook_result(fn, fn(full), full)
+            return None if result is None else self._tensor_outputs(result)
+        on_all_outputs.__name__ = _hook_name(fn)
+        return super().register_prehook(on_all_outputs)
+
+    def register_hook(self, fn):
+        if not callable(fn):
+            raise TypeError(f"register_hook() takes a callable, not {type(fn).__name__}")
+        if "_output_slots" not in self.__dict__:
+            return super().register_hook(fn)
+
+        def on_all_outputs(grad_inputs, grad_outputs):
+            return fn(grad_inputs, self._all_outputs(grad_outputs))
+        on_all_outputs.__name__ = _hook_name(fn)
+        return super().register_hook(on_all_outputs)
 
     def _check_grads(self, result):
         if not isinstance(result, tuple):
@@ -367,6 +426,14 @@ class Function(FunctionCtx, metaclass=FunctionMeta):
     def jvp(ctx, *grad_inputs):
         raise NotImplementedError("cagrad has no forward-mode AD (jvp)")
 
+    # torch.func.vmap support: cagrad has no vmap, so a rule is never generated or used
+    generate_vmap_rule = False
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        raise NotImplementedError("cagrad has no vmap (torch.func), so a Function's vmap "
+                                  "staticmethod is never called (see docs/python-api.md)")
+
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = cls._backward_cls()
@@ -389,7 +456,11 @@ def _record(cls, ctx, tensor_args, output):
     is_tuple = isinstance(output, tuple)
     outputs = output if is_tuple else (output,)
     positions = [i for i, o in enumerate(outputs) if _is_tensor(o)]
-    tensors = [outputs[i] for i in positions]
+    # A tensor returned at several positions is one output of the node, at its last
+    # position, as in torch: the others get no gradient (zeros when materialized).
+    kept = [i for k, i in enumerate(positions)
+            if not any(outputs[j] is outputs[i] for j in positions[k + 1:])]
+    tensors = [outputs[i] for i in kept]
     if not tensors:
         return output
     dirty = getattr(ctx, "dirty_tensors", ())
@@ -400,7 +471,14 @@ def _record(cls, ctx, tensor_args, output):
         if not any(d is a for a in tensor_args):
             raise RuntimeError("mark_dirty() takes the inputs that forward() changed in place; "
                                "a tensor that is not an input was given")
+        if d.is_leaf and d.requires_grad and is_grad_enabled():
+            raise RuntimeError("a leaf Variable that requires grad has been used in an in-place "
+                               "operation.")
     ctx._output_metas = [(t._dtype, tuple(t._shape)) for t in tensors]
+    if len(kept) != len(outputs):  # some outputs are not tensors, or repeat one
+        twins = tuple((i, next(n for n, k in enumerate(kept) if outputs[k] is outputs[i]))
+                      for i in positions if i not in kept)
+        ctx._output_slots = (len(outputs), tuple(kept), twins)
     _save(ctx, tensor_args, tensors)
     results = _C.custom_apply(ctx, tensor_args, tensors, flags, cls.__name__ + "Backward",
                               cls._key)
@@ -411,8 +489,10 @@ def _record(cls, ctx, tensor_args, output):
     if not is_tuple:
         return results[0]
     out = list(outputs)
-    for i, r in zip(positions, results):
+    for i, r in zip(kept, results):
         out[i] = r
+    for i, n in ctx.__dict__.get("_output_slots", (0, (), ()))[2]:
+        out[i] = results[n]
     return tuple(out)
 
 
@@ -431,13 +511,20 @@ def _save(ctx, inputs, outputs):
             saved.append(_Packed(t, hooks))
         elif any(t is o for o in outputs) and not any(t is a for a in inputs):
             k = next(i for i, o in enumerate(outputs) if o is t)
-            saved.append(_Saved(_C.detach(t), f"output {k} of {type(ctx).__name__}", k))
+            saved.append(_Saved(_C.detach(t), f"output {k} of {_op_name(type(ctx).__name__)}",
+                                k))
         else:
-            origin = (f"output {_C.output_nr(t)} of {t._grad_fn_name}" if t._grad_fn_name
-                      else "a leaf tensor")
+            origin = (f"output {_C.output_nr(t)} of {_op_name(t._grad_fn_name)}"
+                      if t._grad_fn_name else None)
             saved.append(_Saved(t, origin))
     ctx._saved = saved
     ctx.to_save = None
+
+
+def _op_name(node_name):
+    """A node's name as torch's in-place error names it: MulBackward0 -> Mul."""
+    from .graph import python_name
+    return re.sub(r"Backward\d*$", "", python_name(node_name))
 
 
 def once_differentiable(fn):

@@ -9,13 +9,16 @@ are. A custom Function's node is its ctx object (function.BackwardCFunction).
 """
 
 import abc
+import contextlib
 import threading
 import weakref
+from typing import NamedTuple
 
 from .. import _C
 
 __all__ = ["Node", "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks",
-           "register_multi_grad_hook"]
+           "register_multi_grad_hook", "increment_version", "GradientEdge",
+           "get_gradient_edge"]
 
 
 class Node(abc.ABC):
@@ -66,23 +69,37 @@ class _NodeHandle:
 
 
 def _hook_name(fn):
-    return getattr(fn, "__name__", type(fn).__name__)
+    return getattr(fn, "__name__", "<unknown>")
 
 
 def _checked(fn, result, expected):
-    """fn's result: None, or as many gradients as expected, each of its entry's shape."""
+    """fn's result, checked as torch checks a node hook's: None, or a tuple of as many
+    entries as expected, each None or a tensor of its entry's dtype and shape."""
     if result is None:
         return None
-    if not isinstance(result, (tuple, list)):
-        raise TypeError(f"hook '{_hook_name(fn)}' must return a tuple of gradients or None, "
-                        f"not {type(result).__name__}")
+    if not isinstance(result, tuple):
+        raise TypeError(f"expected tuple, but hook returned '{type(result).__name__}'")
     if len(result) != len(expected):
         raise RuntimeError(f"hook '{_hook_name(fn)}' has returned an incorrect number of values "
                            f"(got {len(result)}, but expected {len(expected)})")
     for new, old in zip(result, expected):
-        if new is not None and old is not None and tuple(new._shape) != tuple(old._shape):
+        if new is None:
+            continue
+        if old is None:
+            raise RuntimeError("can't replace a None gradient with a non-None value")
+        if not isinstance(new, _C.TensorBase):
+            raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
+        if new._dtype != old._dtype:
+            raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the type of value (was "
+                               f"{_type_name(old)} got {_type_name(new)})")
+        if tuple(new._shape) != tuple(old._shape):
             raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the size of value")
     return result
+
+
+def _type_name(t):
+    return {0: "torch.FloatTensor", 1: "torch.DoubleTensor", 2: "torch.LongTensor"}.get(
+        t._dtype, str(t.dtype))
 
 
 def _pre_wrapper(fn):
@@ -235,6 +252,9 @@ class saved_tensors_hooks:
         self.unpack_hook = unpack_hook
 
     def __enter__(self):
+        disabled = getattr(_hooks_local, "disabled", None)
+        if disabled is not None:  # inside disable_saved_tensors_hooks(message)
+            raise RuntimeError(disabled)
         _C.saved_tensors_hooks_push(self.pack_hook, self.unpack_hook)
         _hooks_stack().append((self.pack_hook, self.unpack_hook))
         return self
@@ -251,8 +271,52 @@ class save_on_cpu(saved_tensors_hooks):
         super().__init__(lambda t: t, lambda t: t)
 
 
+@contextlib.contextmanager
 def disable_saved_tensors_hooks(error_message):
-    raise NotImplementedError("cagrad does not support saved_tensors_hooks yet")
+    """Within the block, entering saved_tensors_hooks (or save_on_cpu) raises
+    RuntimeError(error_message), as in torch; so does entering the block while hooks are
+    active."""
+    if _hooks_stack():
+        raise RuntimeError(error_message)
+    previous = getattr(_hooks_local, "disabled", None)
+    _hooks_local.disabled = error_message
+    try:
+        yield
+    finally:
+        _hooks_local.disabled = previous
+
+
+# ------------------------------------------------------------------ versions and edges
+def increment_version(tensor):
+    """Bump the version counter of a tensor (or of each of an iterable of tensors), as an
+    in-place change would: for data changed behind autograd's back (through numpy or a
+    data pointer), so that a backward that saved it raises the in-place error."""
+    from .._grad_mode import no_grad
+    tensors = (tensor,) if isinstance(tensor, _C.TensorBase) else tuple(tensor)
+    with no_grad():
+        for t in tensors:
+            _C.copy_(t, t)  # the values stay; the copy bumps the counter once
+
+
+class GradientEdge(NamedTuple):
+    """An edge of the graph: the node that takes the gradient, and which of its inputs."""
+
+    node: object
+    output_nr: int
+    ownership_token: object = None
+
+
+def get_gradient_edge(tensor):
+    """The edge a tensor's gradient flows into: (its grad_fn, its output number), or
+    (its AccumulateGrad node, 0) for a leaf, as torch.autograd.graph.get_gradient_edge.
+    cagrad's grad() and backward() take tensors only, not edges."""
+    if not tensor.requires_grad:
+        raise RuntimeError("It is not possible to get the gradient edge for a Tensor that "
+                           "does not require gradients")
+    base = _C.grad_fn_node(tensor)
+    if base is None:
+        return GradientEdge(grad_accumulator_of(tensor), 0)
+    return GradientEdge(node_object(base), _C.output_nr(tensor))
 
 
 # ------------------------------------------------------------------ multi-grad hooks

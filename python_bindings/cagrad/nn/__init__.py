@@ -44,9 +44,25 @@ __all__ = [
     "RNN", "LSTM", "GRU", "TransformerEncoder", "TransformerEncoderLayer",
 ]
 
-# margin / embedding / likelihood losses and extra layers (h20)
+# margin / embedding / likelihood losses and extra layers
 from . import layers_extra, loss_extra  # noqa: E402
 from .layers_extra import *  # noqa: E402,F403
 from .loss_extra import *  # noqa: E402,F403
 
 __all__ += loss_extra.__all__ + layers_extra.__all__
+
+# RNN cells and padding layers
+from . import padding  # noqa: E402
+from .padding import *  # noqa: E402,F403
+from .rnn import GRUCell, LSTMCell, RNNCell, RNNCellBase  # noqa: E402
+
+__all__ += ["RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"] + padding.__all__
+
+# module hooks' global registry, packed sequences, transformer decoder, more layers
+from . import modules  # noqa: E402
+from . import layers_more  # noqa: E402
+from .layers_more import *  # noqa: E402,F403
+from .transformer import Transformer, TransformerDecoder, TransformerDecoderLayer  # noqa: E402
+
+__all__ += ["modules", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
+__all__ += layers_more.__all__

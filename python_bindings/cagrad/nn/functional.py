@@ -44,9 +44,6 @@ def _unsupported(fn, what, hint=""):
     raise NotImplementedError(f"cagrad's {fn}() does not support {what}{hint}")
 
 
-def _no_inplace(fn, inplace):
-    if inplace:
-        _ops._no_inplace(fn)
 
 
 def _reduction_code(fn, size_average, reduce, reduction):
@@ -105,7 +102,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     weight = _optional_tensor("cross_entropy", "weight", weight)
     if weight is None and label_smoothing == 0.0 and target._dtype == _INT64:
         return _C.cross_entropy(input, target, code, ignore_index)
-    # class weights, label smoothing, probability targets: composites (h20)
+    # class weights, label smoothing, probability targets: composites
     return _losses_extra.cross_entropy_with_options(input, target, weight, code,
                                                     ignore_index, float(label_smoothing))
 
@@ -115,7 +112,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     code = _reduction_code("nll_loss", size_average, reduce, reduction)
     _tensor("nll_loss", "input", input)
     _tensor("nll_loss", "target", target)
-    if weight is not None:  # composite (h20)
+    if weight is not None:  # composite
         weight = _tensor("nll_loss", "weight", weight)
         return _losses_extra.weighted_nll_loss(input, target, weight, code, ignore_index)
     return _C.nll_loss(input, target, code, ignore_index)
@@ -199,13 +196,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
-    if max_norm is not None:
-        _unsupported("embedding", "max_norm=...")
     if scale_grad_by_freq:
         _unsupported("embedding", "scale_grad_by_freq=True")
     if sparse:
         _unsupported("embedding", "sparse=True", " (cagrad has no sparse gradients)")
     _tensor("embedding", "input", input)
+    if max_norm is not None:  # torch renormalises the looked-up rows of weight in place
+        _layers_more.embedding_renorm_(weight, input, max_norm, norm_type)
     out = _C.embedding(_tensor("embedding", "weight", weight), input)
     if padding_idx is None:
         return out
@@ -229,8 +226,10 @@ def _padding_index(padding_idx, num_embeddings):
 def dropout(input, p=0.5, training=True, inplace=False):
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    _no_inplace("dropout", inplace)
-    return _C.dropout(_tensor("dropout", "input", input), float(p), bool(training))
+    _tensor("dropout", "input", input)
+    if inplace:  # out of place, then into input (recorded in the graph), as torch
+        return _ops.inplace_assign(input, lambda x: _C.dropout(x, float(p), bool(training)))
+    return _C.dropout(input, float(p), bool(training))
 
 
 # --- composites (losses, normalization, dropout family, attention, conv1d, pad) ------------
@@ -254,9 +253,18 @@ from ._shape_ops import *  # noqa: E402,F403
 
 __all__ += _shape_ops.__all__ + _interpolate.__all__ + _conv_transpose.__all__
 
-# cross_entropy options, margin / embedding / likelihood losses, extra layers (h20)
+# cross_entropy options, margin / embedding / likelihood losses, extra layers
 from . import _layers_extra, _losses_extra  # noqa: E402
 from ._layers_extra import *  # noqa: E402,F403
 from ._losses_extra import *  # noqa: E402,F403
 
 __all__ += _losses_extra.__all__ + _layers_extra.__all__
+
+# glu, threshold, channel_shuffle, local_response_norm, multi_margin_loss, gumbel_softmax,
+# 3-d / adaptive-max pooling and unpooling, affine_grid / grid_sample
+from . import _grid, _layers_more, _pool_more  # noqa: E402
+from ._grid import *  # noqa: E402,F403
+from ._layers_more import *  # noqa: E402,F403
+from ._pool_more import *  # noqa: E402,F403
+
+__all__ += _layers_more.__all__ + _pool_more.__all__ + _grid.__all__

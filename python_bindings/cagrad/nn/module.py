@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from .. import _C
 from .._dtype import check_device, dtype, float32, float64
 from .._grad_mode import no_grad, zero_grads
+from . import _hooks
 from .parameter import Parameter
 
 
@@ -63,13 +64,102 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", OrderedDict())
+        for name in _HOOK_DICTS:
+            object.__setattr__(self, name, OrderedDict())
+        object.__setattr__(self, "_is_full_backward_hook", None)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required '
                                   f'"forward" function')
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if not _hooks.has_hooks(self):
+            return self.forward(*args, **kwargs)
+        return _hooks.call_with_hooks(self, args, kwargs)
+
+    # --- hooks (run by __call__; see _hooks.py) --------------------------------------------
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """hook(module, args) -> None or new args (with_kwargs: hook(module, args, kwargs)
+        -> None or (new_args, new_kwargs)) before forward."""
+        handle = _hooks.RemovableHandle(self._forward_pre_hooks,
+                                        extra_dict=self._forward_pre_hooks_with_kwargs)
+        self._forward_pre_hooks[handle.id] = hook
+        if with_kwargs:
+            self._forward_pre_hooks_with_kwargs[handle.id] = True
+        _place(self._forward_pre_hooks, handle, prepend)
+        return handle
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False,
+                              always_call=False):
+        """hook(module, args, output) (with_kwargs: hook(module, args, kwargs, output)) ->
+        None or a replacement output, after forward; always_call: also when it raised."""
+        handle = _hooks.RemovableHandle(self._forward_hooks, extra_dict=[
+            self._forward_hooks_with_kwargs, self._forward_hooks_always_called])
+        self._forward_hooks[handle.id] = hook
+        if with_kwargs:
+            self._forward_hooks_with_kwargs[handle.id] = True
+        if always_call:
+            self._forward_hooks_always_called[handle.id] = True
+        _place(self._forward_hooks, handle, prepend)
+        return handle
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None or a replacement grad_output, when the
+        gradients of the module's outputs are known."""
+        handle = _hooks.RemovableHandle(self._backward_pre_hooks)
+        self._backward_pre_hooks[handle.id] = hook
+        _place(self._backward_pre_hooks, handle, prepend)
+        return handle
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None or a replacement grad_input, when
+        the gradients of the module's positional inputs are known."""
+        if self._is_full_backward_hook is False:
+            raise RuntimeError("Cannot use both regular backward hooks and full backward "
+                               "hooks on a single Module. Please use only one of them.")
+        self._is_full_backward_hook = True
+        handle = _hooks.RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
+        _place(self._backward_hooks, handle, prepend)
+        return handle
+
+    def register_backward_hook(self, hook):
+        raise NotImplementedError(_hooks._NON_FULL)
+
+    # --- lookup by qualified name ----------------------------------------------------------
+
+    def get_submodule(self, target):
+        """The descendant named by target ("net_b.linear"); "" is self."""
+        if target == "":
+            return self
+        module = self
+        for item in target.split("."):
+            if not hasattr(module, item):
+                raise AttributeError(f"{module._get_name()} has no attribute `{item}`")
+            module = getattr(module, item)
+            if not isinstance(module, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
+        return module
+
+    def get_parameter(self, target):
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        param = getattr(module, name)
+        if not isinstance(param, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return param
+
+    def get_buffer(self, target):
+        module_path, _, name = target.rpartition(".")
+        module = self.get_submodule(module_path)
+        if not hasattr(module, name):
+            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        if name not in module._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return getattr(module, name)
 
     # --- registration --------------------------------------------------------------------
 
@@ -395,6 +485,16 @@ class Module:
             return f"{self._get_name()}({extra_lines[0]})"
         body = "\n  ".join(extra_lines + child_lines)
         return f"{self._get_name()}(\n  {body}\n)" if body else f"{self._get_name()}()"
+
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_backward_pre_hooks", "_backward_hooks")
+
+
+def _place(hooks, handle, prepend):
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
 
 
 def _needs_conversion(tensor, target):

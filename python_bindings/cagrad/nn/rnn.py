@@ -4,9 +4,15 @@ pointwise gates, so autograd (eager and compiled) differentiates them like any g
 Parameters, their names (weight_ih_l0, weight_hh_l0_reverse, ...), shapes, order and
 initialization are PyTorch's, so a torch state_dict loads unchanged. The input-to-hidden
 product is done for every time step at once (one matmul per layer and direction); only
-the hidden-to-hidden product runs per step. PackedSequence inputs are not supported.
+the hidden-to-hidden product runs per step. A PackedSequence input runs step t on the
+batch_sizes[t] sequences still going (so each sequence's final state is taken at its own
+last step) and gives a PackedSequence output with the same batch_sizes and indices.
+
+RNNCell, LSTMCell and GRUCell run one step of the same gate maths (_rnn_step, _gru_step,
+_lstm_step), so the full-sequence modules and the cells cannot drift apart.
 """
 
+import functools
 import math
 import numbers
 import warnings
@@ -18,10 +24,50 @@ from . import functional as F
 from . import init
 from .module import Module
 from .parameter import Parameter
+from .utils.rnn import PackedSequence
 
-__all__ = ["RNN", "LSTM", "GRU"]
+__all__ = ["RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+# --- one time step: shared by the full-sequence modules and the cells ------------------
+# input_term is x W_ih^T + b_ih (precomputed for all steps by RNN/LSTM/GRU); state is h
+# (and c for LSTM) of shape [N, H].
+
+def _gates(t, n):
+    """t's last dim cut into n equal gates (narrow, not chunk: cagrad's chunk gives one
+    piece for an empty dim, and a cell may have hidden_size 0)."""
+    size = t.shape[-1] // n
+    return [t.narrow(-1, i * size, size) for i in range(n)]
+
+
+def _rnn_step(input_term, h, weight_hh, bias_hh, nonlinearity):
+    """Elman step: act(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
+    pre = input_term + F.linear(h, weight_hh, bias_hh)
+    return pre.tanh() if nonlinearity == "tanh" else pre.relu()
+
+
+def _gru_step(input_term, h, weight_hh, bias_hh):
+    """GRU step with PyTorch's gate order r, z, n; the reset gate scales only the hidden
+    part of the candidate (h W_hn^T + b_hn), as PyTorch does."""
+    in_r, in_z, in_n = _gates(input_term, 3)
+    hid_r, hid_z, hid_n = _gates(F.linear(h, weight_hh, bias_hh), 3)
+    reset = (in_r + hid_r).sigmoid()
+    update = (in_z + hid_z).sigmoid()
+    candidate = (in_n + reset * hid_n).tanh()
+    return (1 - update) * candidate + update * h
+
+
+def _lstm_step(input_term, h, c, weight_hh, bias_hh, projection=None):
+    """LSTM step with PyTorch's gate order i, f, g, o; returns (h', c')."""
+    gates = input_term + F.linear(h, weight_hh, bias_hh)
+    in_gate, forget_gate, cell_gate, out_gate = _gates(gates, 4)
+    c = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
+    h = out_gate.sigmoid() * c.tanh()
+    if projection is not None:
+        h = F.linear(h, projection)
+    return h, c
 
 
 def _check_sizes(input_size, hidden_size, num_layers, bias, batch_first, dropout, proj_size):
@@ -144,10 +190,6 @@ class RNNBase(Module):
     # --- forward helpers ---------------------------------------------------------------
 
     def _check_input(self, input):
-        if _is_packed(input):
-            F._unsupported(type(self).__name__, "PackedSequence input",
-                           "; pad the batch (nn.utils.rnn.pad_sequence) instead; see "
-                           "docs/python-api.md")
         F._tensor(type(self).__name__, "input", input)
         if input.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
@@ -169,17 +211,20 @@ class RNNBase(Module):
         if tuple(state.shape) != expected:
             raise RuntimeError(f"Expected {what} size {expected}, got {list(state.shape)}")
 
-    def _layers(self, x, states):
-        """Runs every layer and direction over x [T, N, C]; states: per layer-direction
-        tuples (h0, [c0]). Returns the last layer's output [T, N, D*H] and the final
-        states in the same order."""
+    def _layers(self, x, states, batch_sizes=None):
+        """Runs every layer and direction over x [T, N, C] (or a PackedSequence's data
+        [sum of lengths, C] with its batch_sizes, a list of ints); states: per
+        layer-direction tuples (h0, [c0]). Returns the last layer's output [T, N, D*H]
+        (packed: [sum, D*H]) and the final states in the same order."""
         finals = []
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(self._directions):
                 index = layer * self._directions + direction
                 params = [getattr(self, n) for n in self._all_weights[index]]
-                out, final = self._run_direction(x, states[index], params, direction == 1)
+                run = self._run_direction if batch_sizes is None else functools.partial(
+                    self._run_packed, batch_sizes=batch_sizes)
+                out, final = run(x, states[index], params, direction == 1)
                 outputs.append(out)
                 finals.append(final)
             x = outputs[0] if len(outputs) == 1 else _functions.cat(outputs, -1)
@@ -198,6 +243,59 @@ class RNNBase(Module):
             state = self._cell(inputs[t], state, weight_hh, bias_hh, projection)
             outputs[t] = state[0]
         return _functions.stack(outputs, 0), state
+
+    def _run_packed(self, data, state, params, reverse, batch_sizes):
+        """_run_direction over packed data: step t updates the first batch_sizes[t] rows
+        of the state (the sequences still running; the others keep their final state).
+        Backwards, a sequence joins (from its initial state) at its own last step."""
+        weight_hh = params[1]
+        bias_hh = params[3] if self.bias else None
+        projection = params[-1] if self.proj_size > 0 else None
+        inputs = F.linear(data, params[0], params[2] if self.bias else None)
+        offsets = [sum(batch_sizes[:t]) for t in range(len(batch_sizes))]
+        outputs = [None] * len(batch_sizes)
+        initial = state
+        if reverse:
+            state = tuple(s.narrow(0, 0, 0) for s in initial)
+        for t in (reversed(range(len(batch_sizes))) if reverse else range(len(batch_sizes))):
+            size = batch_sizes[t]
+            if reverse and size > state[0].shape[0]:  # sequences whose last step is t
+                state = tuple(_functions.cat([s, s0.narrow(0, s.shape[0], size - s.shape[0])], 0)
+                              for s, s0 in zip(state, initial))
+            running = tuple(s.narrow(0, 0, size) for s in state)
+            new = self._cell(inputs.narrow(0, offsets[t], size), running, weight_hh, bias_hh,
+                             projection)
+            outputs[t] = new[0]
+            if size < state[0].shape[0]:  # finished sequences keep their state
+                new = tuple(_functions.cat([n, s.narrow(0, size, s.shape[0] - size)], 0)
+                            for n, s in zip(new, state))
+            state = new
+        return _functions.cat(outputs, 0), state
+
+    def _forward_packed(self, packed, hx, sizes):
+        """forward() of a PackedSequence: hx (and the returned states) are in the batch's
+        original order; sizes: the state sizes ([H] or LSTM's [proj or H, H])."""
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        self._check_input(data)
+        batch_sizes = [int(b) for b in batch_sizes.tolist()]
+        expected = [self._expected_size(batch_sizes[0], size) for size in sizes]
+        if hx is None:
+            states = [zeros(*shape, dtype=data.dtype) for shape in expected]
+        else:
+            states = [hx] if len(sizes) == 1 else list(hx)
+            names = ["hidden"] if len(sizes) == 1 else ["hidden[0]", "hidden[1]"]
+            for state, shape, name in zip(states, expected, names):
+                self._check_state(state, shape, name)
+            if sorted_indices is not None:
+                states = [s.index_select(1, sorted_indices) for s in states]
+        out, finals = self._layers(data, list(zip(*[s.unbind(0) for s in states])),
+                                   batch_sizes)
+        results = [_functions.stack([final[i] for final in finals], 0)
+                   for i in range(len(sizes))]
+        if unsorted_indices is not None:
+            results = [r.index_select(1, unsorted_indices) for r in results]
+        output = PackedSequence(out, packed.batch_sizes, sorted_indices, unsorted_indices)
+        return output, results[0] if len(sizes) == 1 else tuple(results)
 
 
 def _is_packed(value):
@@ -231,6 +329,8 @@ class _SingleStateRNN(RNNBase):
     """RNN and GRU: the state is one tensor h [D*layers, N, H]."""
 
     def forward(self, input, hx=None):
+        if _is_packed(input):
+            return self._forward_packed(input, hx, [self.hidden_size])
         self._check_input(input)
         x, batched = _time_major(self, input)
         expected = self._expected_size(x.shape[1], self.hidden_size)
@@ -269,8 +369,7 @@ class RNN(_SingleStateRNN):
         self.nonlinearity = nonlinearity
 
     def _cell(self, input_term, state, weight_hh, bias_hh, projection):
-        pre = input_term + F.linear(state[0], weight_hh, bias_hh)
-        return (pre.tanh() if self.nonlinearity == "tanh" else pre.relu(),)
+        return (_rnn_step(input_term, state[0], weight_hh, bias_hh, self.nonlinearity),)
 
 
 class GRU(_SingleStateRNN):
@@ -284,13 +383,7 @@ class GRU(_SingleStateRNN):
                          dropout, bidirectional, 0, device, dtype)
 
     def _cell(self, input_term, state, weight_hh, bias_hh, projection):
-        h = state[0]
-        in_r, in_z, in_n = input_term.chunk(3, -1)
-        hid_r, hid_z, hid_n = F.linear(h, weight_hh, bias_hh).chunk(3, -1)
-        reset = (in_r + hid_r).sigmoid()
-        update = (in_z + hid_z).sigmoid()
-        candidate = (in_n + reset * hid_n).tanh()
-        return ((1 - update) * candidate + update * h,)
+        return (_gru_step(input_term, state[0], weight_hh, bias_hh),)
 
 
 class LSTM(RNNBase):
@@ -303,16 +396,11 @@ class LSTM(RNNBase):
                          dropout, bidirectional, proj_size, device, dtype)
 
     def _cell(self, input_term, state, weight_hh, bias_hh, projection):
-        h, c = state
-        gates = input_term + F.linear(h, weight_hh, bias_hh)
-        in_gate, forget_gate, cell_gate, out_gate = gates.chunk(4, -1)
-        c = forget_gate.sigmoid() * c + in_gate.sigmoid() * cell_gate.tanh()
-        h = out_gate.sigmoid() * c.tanh()
-        if projection is not None:
-            h = F.linear(h, projection)
-        return (h, c)
+        return _lstm_step(input_term, state[0], state[1], weight_hh, bias_hh, projection)
 
     def forward(self, input, hx=None):
+        if _is_packed(input):
+            return self._forward_packed(input, hx, [self._state_size, self.hidden_size])
         self._check_input(input)
         x, batched = _time_major(self, input)
         batch = x.shape[1]
@@ -340,3 +428,145 @@ class LSTM(RNNBase):
             raise RuntimeError(f"For {kind} input, hx and cx should also be {want}-D but got "
                                f"({h0.ndim}-D, {c0.ndim}-D) tensors")
         return (h0, c0) if batched else (h0.unsqueeze(1), c0.unsqueeze(1))
+
+
+# --- single-step cells ------------------------------------------------------------------
+
+_TORCH_DTYPE_NAMES = {"float64": "Double", "float32": "Float", "float16": "Half",
+                      "bfloat16": "BFloat16"}
+
+
+def _dtype_word(dtype):
+    name = str(dtype).rsplit(".", 1)[-1]
+    return _TORCH_DTYPE_NAMES.get(name, name)
+
+
+class RNNCellBase(Module):
+    """weight_ih [chunks*H, input_size], weight_hh [chunks*H, H] and, with bias,
+    bias_ih/bias_hh [chunks*H] (None without), all U(-1/sqrt(H), 1/sqrt(H)) as PyTorch."""
+
+    def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
+        super().__init__()
+        check_device(device)
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.bias = bias
+        gate_size = num_chunks * hidden_size
+        self.weight_ih = Parameter(empty(gate_size, input_size, dtype=dtype))
+        self.weight_hh = Parameter(empty(gate_size, hidden_size, dtype=dtype))
+        if bias:
+            self.bias_ih = Parameter(empty(gate_size, dtype=dtype))
+            self.bias_hh = Parameter(empty(gate_size, dtype=dtype))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
+        for weight in self.parameters():
+            init.uniform_(weight, -bound, bound)
+
+    def extra_repr(self):
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            text += f", bias={self.bias}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            text += f", nonlinearity={self.nonlinearity}"
+        return text
+
+    # --- forward helpers ---------------------------------------------------------------
+
+    def _batched(self, input, states, names):
+        """(input [N, C], states [N, H] (None -> zeros), whether input was batched), with
+        PyTorch's 1D/2D checks; names label the states in its messages."""
+        cls = type(self).__name__
+        F._tensor(cls, "input", input)
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{cls}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        if states is not None:
+            for name, state in zip(names, states):
+                if state.ndim not in (1, 2):
+                    raise ValueError(f"{cls}: Expected {name} to be 1D or 2D, got "
+                                     f"{state.ndim}D instead")
+        batched = input.ndim == 2
+        if not batched:
+            input = input.unsqueeze(0)
+        if states is None:
+            zero = zeros(input.shape[0], self.hidden_size, dtype=input.dtype)
+            states = [zero] * len(names)
+        elif not batched:  # PyTorch reads only the first len(names) unbatched states
+            states = [state.unsqueeze(0) for state in states[:len(names)]]
+        if len(states) != len(names):
+            raise RuntimeError("lstm_cell expects two hidden states")  # only LSTMCell
+        self._check_forward(input, states)
+        return input, list(states), batched
+
+    def _check_forward(self, input, states):
+        """The size and dtype checks PyTorch's cell kernels make, with their messages."""
+        if input.shape[1] != self.input_size:
+            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[1]} "
+                               f"expected {self.input_size}")
+        for i, state in enumerate(states):
+            if state.shape[0] != input.shape[0]:
+                raise RuntimeError(f"Input batch size {input.shape[0]} doesn't match "
+                                   f"hidden{i} batch size {state.shape[0]}")
+            if state.shape[1] != self.hidden_size:
+                raise RuntimeError(f"hidden{i} has inconsistent hidden_size: got "
+                                   f"{state.shape[1]}, expected {self.hidden_size}")
+        for operand in (input, *states):
+            if operand.dtype != self.weight_ih.dtype:
+                raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                                   f"{_dtype_word(operand.dtype)} and "
+                                   f"{_dtype_word(self.weight_ih.dtype)}")
+
+    def _input_term(self, input):
+        return F.linear(input, self.weight_ih, self.bias_ih)
+
+
+class RNNCell(RNNCellBase):
+    """One Elman step: h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh); nonlinearity 'tanh' or
+    'relu' (another value fails at forward, as in PyTorch)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None,
+                 dtype=None):
+        super().__init__(input_size, hidden_size, bias, 1, device, dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):
+        states = None if hx is None else [hx]
+        input, (hx,), batched = self._batched(input, states, ["hidden"])
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
+        h = _rnn_step(self._input_term(input), hx, self.weight_hh, self.bias_hh,
+                      self.nonlinearity)
+        return h if batched else h.squeeze(0)
+
+
+class GRUCell(RNNCellBase):
+    """One GRU step (gate order r, z, n): h' = (1 - z) * n + z * h."""
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, 3, device, dtype)
+
+    def forward(self, input, hx=None):
+        states = None if hx is None else [hx]
+        input, (hx,), batched = self._batched(input, states, ["hidden"])
+        h = _gru_step(self._input_term(input), hx, self.weight_hh, self.bias_hh)
+        return h if batched else h.squeeze(0)
+
+
+class LSTMCell(RNNCellBase):
+    """One LSTM step (gate order i, f, g, o); hx is (h, c) or None for zeros; returns
+    (h', c')."""
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, 4, device, dtype)
+
+    def forward(self, input, hx=None):
+        if hx is not None:
+            hx = list(hx)
+        input, states, batched = self._batched(input, hx, ["hx[0]", "hx[1]"])
+        h, c = _lstm_step(self._input_term(input), states[0], states[1], self.weight_hh,
+                          self.bias_hh)
+        return (h, c) if batched else (h.squeeze(0), c.squeeze(0))

@@ -1,15 +1,16 @@
-"""cagrad.optim: SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam and RMSprop with
-torch.optim's hyperparameters and update math, and the lr_scheduler module."""
+"""cagrad.optim: SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam, RMSprop and LBFGS
+with torch.optim's hyperparameters and update math, and the lr_scheduler module."""
 
 from . import lr_scheduler
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .adamax import Adamax
+from .lbfgs import LBFGS
 from .nadam import NAdam, RAdam
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "Adamax", "NAdam",
-           "RAdam", "RMSprop", "lr_scheduler"]
+           "RAdam", "RMSprop", "LBFGS", "lr_scheduler"]

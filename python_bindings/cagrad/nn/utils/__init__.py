@@ -9,7 +9,7 @@ from .clip_grad import (
 )
 from .convert_parameters import parameters_to_vector, vector_to_parameters
 from . import rnn
-# weight-norm reparametrisations (h20)
+# weight-norm reparametrisations
 from . import parametrizations, parametrize
 from .spectral_norm import remove_spectral_norm, spectral_norm
 from .weight_norm import remove_weight_norm, weight_norm
