@@ -4,9 +4,11 @@
  *
  * In the graph, an in-place op runs out of place, r = op(self, ...), and self takes r's
  * values and history (cai_tensor_rebase), as PyTorch rebases self's grad_fn onto the op's
- * node: the gradient flows through the op to self's old history. When the op's node saved
- * self's memory, the op runs again on a clone of self, as PyTorch saves the original self
- * of an in-place op whose derivative needs it.
+ * node: the gradient flows through the op to self's old history. What the op's node saved
+ * of self moves to memory of its own first, as PyTorch keeps the original self of an
+ * in-place op whose derivative needs it (when saved-tensor hooks packed it instead, the op
+ * runs again on a copy of self). Rebasing changes self and, for copy_, may change the
+ * source's node: not safe while another thread uses either.
  */
 #include "autograd/internal.h"
 
