@@ -4,12 +4,13 @@ gradients, eager and compiled, come from those ops), and embedding's max_norm re
 
 import warnings
 
-from .. import _functions, _ops
+from .. import _creation, _dtype, _functions, _ops
 from .._creation import arange, full, tensor, zeros_like
 from .._grad_mode import is_grad_enabled, no_grad
 
 __all__ = ["glu", "tanhshrink", "threshold", "threshold_", "channel_shuffle",
-           "local_response_norm", "multi_margin_loss", "gumbel_softmax"]
+           "local_response_norm", "multi_margin_loss", "gumbel_softmax", "softshrink",
+           "hardshrink", "softmin", "rrelu", "rrelu_"]
 
 
 def _functional():
@@ -37,6 +38,58 @@ def glu(input, dim=-1):
 def tanhshrink(input):
     _functional()._tensor("tanhshrink", "input", input)
     return input - input.tanh()
+
+
+def softshrink(input, lambd=0.5):
+    """x - lambd above lambd, x + lambd below -lambd, 0 between (gradient 1 outside)."""
+    _functional()._tensor("softshrink", "input", input)
+    if lambd < 0:
+        name = "Double" if input.dtype == _dtype.float64 else "Float"
+        top = "1.79769e+308" if name == "Double" else "3.40282e+38"
+        raise RuntimeError(f"lambda must be in range [0, {top}] for input dtype {name}, but "
+                           f"found {lambd:g}")
+    zero = full((), 0.0, dtype=input.dtype)
+    return _functions.where(input > lambd, input - lambd,
+                            _functions.where(input < -lambd, input + lambd, zero))
+
+
+def hardshrink(input, lambd=0.5):
+    """x where |x| > lambd, else 0."""
+    _functional()._tensor("hardshrink", "input", input)
+    return _functions.where(input.abs() > lambd, input, full((), 0.0, dtype=input.dtype))
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """softmax of -input along dim (torch's implicit dim, with its warning, when None)."""
+    F = _functional()
+    if dim is None:
+        warnings.warn("Implicit dimension choice for softmin has been deprecated. Change the "
+                      "call to include dim=X as an argument.", UserWarning, stacklevel=2)
+        dim = 0 if input.dim() in (0, 1, 3) else 1
+    x = -input if dtype is None else (-input).to(dtype)
+    return F.softmax(x, dim)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Randomized leaky ReLU: in training each negative element's slope is drawn from
+    U(lower, upper) (cagrad's generator), in eval it is (lower + upper) / 2."""
+    F = _functional()
+    F._tensor("rrelu", "input", input)
+    if lower > upper:
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
+
+    def compute(x):
+        if not training:
+            return F.leaky_relu(x, (lower + upper) / 2)
+        with no_grad():
+            slope = _creation.empty(tuple(x.shape), dtype=x.dtype).uniform_(lower, upper)
+        return _functions.where(x > 0, x, x * slope)
+
+    return _ops.inplace_assign(input, compute) if inplace else compute(input)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    return rrelu(input, lower, upper, training, True)
 
 
 def threshold(input, threshold, value, inplace=False):

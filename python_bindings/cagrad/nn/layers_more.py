@@ -8,7 +8,8 @@ from .module import Module
 
 __all__ = ["GLU", "Tanhshrink", "Threshold", "Softmax2d", "ChannelShuffle",
            "LocalResponseNorm", "MaxPool3d", "AvgPool3d", "AdaptiveMaxPool1d",
-           "AdaptiveMaxPool2d", "MaxUnpool1d", "MaxUnpool2d", "MultiMarginLoss"]
+           "AdaptiveMaxPool2d", "MaxUnpool1d", "MaxUnpool2d", "MultiMarginLoss", "Softshrink",
+           "Hardshrink", "Softmin", "RReLU"]
 
 
 def _tuple(value, n):
@@ -30,6 +31,48 @@ class GLU(Module):
 class Tanhshrink(Module):
     def forward(self, input):
         return L.tanhshrink(input)
+
+
+class Softshrink(Module):
+    def __init__(self, lambd=0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input):
+        return L.softshrink(input, self.lambd)
+
+    def extra_repr(self):
+        return str(self.lambd)
+
+
+class Hardshrink(Softshrink):
+    def forward(self, input):
+        return L.hardshrink(input, self.lambd)
+
+
+class Softmin(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return L.softmin(input, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class RReLU(Module):
+    def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input):
+        return L.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self):
+        inplace = ", inplace=True" if self.inplace else ""
+        return f"lower={self.lower}, upper={self.upper}{inplace}"
 
 
 class Threshold(Module):
