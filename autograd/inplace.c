@@ -55,15 +55,7 @@ static ca_status node_keep_saved(ca_node *n, const ca_storage *s, bool *ok) {
         ca_meta m;
         cai_tensor_meta(sv->t, &m);
         ca_tensor *copy = NULL;
-        CA_CHECK(cai_tensor_new(&m, &copy));
-        kern_src src;
-        cai_tensor_src(sv->t, m.ndim, m.shape, &src);
-        if (cai_kern_pointwise(KPW_COPY, kdt(m.dtype), KERN_F32, m.ndim, m.shape,
-                               cai_tensor_ptr(copy), copy->strides, &src, 0, 0) != 0) {
-            ca_tensor_release(copy);
-            return err_set(CA_STATUS_DTYPE, "in-place: cannot copy a saved %s tensor",
-                           ca_dtype_name(m.dtype));
-        }
+        CA_CHECK(cai_tensor_pointwise(KPW_COPY, &m, 1, &sv->t, 0, 0, &copy));
         bool stale = sv->version != sv->t->storage->version;
         ca_tensor_release(sv->t);
         sv->t = copy;
