@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _C
 from . import _bool_ops
+from . import _int_ops
 from ._creation import get_default_dtype
 from ._creation import tensor as _tensor_from_data
 from ._dtype import check_dtype, check_memory_format
@@ -316,17 +317,7 @@ def _as_float_operands(input, other):
 def _integer_div(input, other, mode):
     """Exact int64 division rounded down ('floor') or toward zero ('trunc'); torch's
     RuntimeError for a zero divisor."""
-    a = input.numpy() if isinstance(input, _TensorBase) else np.int64(input)
-    b = other.numpy() if isinstance(other, _TensorBase) else np.int64(other)
-    broadcast_shape(np.shape(a), np.shape(b))
-    if np.any(b == 0):
-        raise RuntimeError("ZeroDivisionError")
-    with np.errstate(over="ignore"):  # INT64_MIN // -1 wraps
-        quotient = np.floor_divide(a, b)
-        if mode == "trunc":  # floor is one below trunc where the division is inexact and
-            inexact = (a - quotient * b) != 0  # the signs differ
-            quotient = quotient + (inexact & ((a < 0) != (b < 0)))
-    return _tensor_from_data(np.asarray(quotient, dtype=np.int64))
+    return _int_ops.exact("floor_divide" if mode == "floor" else "trunc_divide", input, other)
 
 
 def broadcast_shape(a, b):

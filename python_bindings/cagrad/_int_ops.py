@@ -12,7 +12,15 @@ import numpy as np
 
 from . import _dtype
 
-_EXACT = {"remainder": np.remainder, "fmod": np.fmod, "floor_divide": np.floor_divide}
+def _trunc_divide(a, b):
+    """a / b rounded toward zero: floor is one below it where the division is inexact and
+    the signs differ."""
+    q = np.floor_divide(a, b)
+    return q + (((a - q * b) != 0) & ((a < 0) != (b < 0)))
+
+
+_EXACT = {"remainder": np.remainder, "fmod": np.fmod, "floor_divide": np.floor_divide,
+          "trunc_divide": _trunc_divide}
 
 
 def _integral(x):
@@ -25,7 +33,9 @@ def _as_array(x):
     return x.numpy().astype(np.int64) if hasattr(x, "_dtype") else np.int64(x)
 
 
-def _exact(name, input, other):
+def exact(name, input, other):
+    """name (a key of _EXACT) of two integral tensors or numbers, exactly, as an int64
+    tensor; torch's errors for shapes that differ and for a zero divisor."""
     from ._creation import tensor  # _creation imports the tensor class, which imports this
     from ._functions import broadcast_shape
 
@@ -44,7 +54,7 @@ def exact_on_integers(name, fn):
     def wrapper(input, other, *, out=None):
         tensors = [x for x in (input, other) if hasattr(x, "_dtype")]
         if tensors and all(_integral(x) for x in (input, other)) and out is None:
-            return _exact(name, input, other)
+            return exact(name, input, other)
         if type(other) is float and _integral(input) and hasattr(input, "_dtype"):
             from ._creation import get_default_dtype
 

@@ -60,9 +60,12 @@ def graph_inplace(self, compute):
     return self
 
 
-def inplace_assign(self, compute):
-    """self <- compute(self): recorded in the graph, else written in place."""
-    if in_graph(self):
+def inplace_assign(self, compute, args=(), kwargs=None):
+    """self <- compute(self), args and kwargs being the op's other operands: recorded in
+    the graph when self or one of them is in it, else written in place with copy_ (which
+    bumps the version counter and refuses leaves that require grad, as PyTorch does). An
+    int64 self refuses a float result (log1p_), float64 into float32 casts."""
+    if in_graph(self, args, kwargs):
         return graph_inplace(self, compute)
     result = compute(self)
     _bool_ops.check_cast(result._dtype, self._dtype)
@@ -290,16 +293,9 @@ _SCALAR_TYPE = {_dtype.float32: "Float", _dtype.float64: "Double", _dtype.int64:
 
 
 def _inplace_method(name, fn):
-    """Tensor.<name>_: computed out of place, then copied in with copy_, which bumps the
-    version counter and refuses leaves that require grad, as PyTorch's in-place ops do; in
-    the autograd graph, recorded (graph_inplace)."""
+    """Tensor.<name>_: fn out of place, then into self (inplace_assign)."""
     def method(self, *args, **kwargs):
-        if in_graph(self, args, kwargs):
-            return graph_inplace(self, lambda x: fn(x, *args, **kwargs))
-        result = fn(self, *args, **kwargs)
-        # log1p_ of int64 is torch's error (copy_ would truncate); float64 into float32 casts
-        _bool_ops.check_cast(result._dtype, self._dtype)
-        return self.copy_(result)
+        return inplace_assign(self, lambda x: fn(x, *args, **kwargs), args, kwargs)
 
     method.__name__ = method.__qualname__ = f"{name}_"
     return method

@@ -5,12 +5,7 @@ import functools
 import operator
 
 from . import _functions
-
-_DTYPE_NAMES = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
-
-
-def _dtype_name(t):
-    return _DTYPE_NAMES.get(str(t.dtype).split(".")[-1], str(t.dtype))
+from ._ops import _SCALAR_TYPE
 
 
 def dot(input, other, *, out=None):
@@ -22,7 +17,7 @@ def dot(input, other, *, out=None):
                            f"tensors")
     if input.dtype != other.dtype:
         raise RuntimeError(f"dot : expected both vectors to have same dtype, but found "
-                           f"{_dtype_name(input)} and {_dtype_name(other)}")
+                           f"{_SCALAR_TYPE[input.dtype]} and {_SCALAR_TYPE[other.dtype]}")
     n, m = input.shape[0], other.shape[0]
     if n != m:
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to "

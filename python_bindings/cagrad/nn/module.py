@@ -142,21 +142,23 @@ class Module:
                 raise AttributeError(f"`{item}` is not an nn.Module")
         return module
 
-    def get_parameter(self, target):
+    def _attribute_at(self, target):
+        """(module, name) of "net_b.linear.weight", with torch's error when it is missing."""
         module_path, _, name = target.rpartition(".")
         module = self.get_submodule(module_path)
         if not hasattr(module, name):
             raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        return module, name
+
+    def get_parameter(self, target):
+        module, name = self._attribute_at(target)
         param = getattr(module, name)
         if not isinstance(param, Parameter):
             raise AttributeError(f"`{name}` is not an nn.Parameter")
         return param
 
     def get_buffer(self, target):
-        module_path, _, name = target.rpartition(".")
-        module = self.get_submodule(module_path)
-        if not hasattr(module, name):
-            raise AttributeError(f"{module._get_name()} has no attribute `{name}`")
+        module, name = self._attribute_at(target)
         if name not in module._buffers:
             raise AttributeError(f"`{name}` is not a buffer")
         return getattr(module, name)
