@@ -363,6 +363,7 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
     for (int i = 0; i < r->walk->nodes.n && st == CA_OK; i++) /* saved-tensor hooks */
         st = cai_saved_unpack(r->walk->nodes.v[i]);
     engine_depth++;
+    cai_kern_bind_begin();
     bool outer_create_graph = engine_create_graph;
     engine_create_graph = r->create_graph;
     /* PyTorch runs the whole backward (hooks too) with grad mode = create_graph; a plain
@@ -395,6 +396,7 @@ static ca_status engine_run_graph(engine_run *r, ca_node *const *roots, ca_tenso
         ca_set_grad_enabled(prev_mode);
     engine_create_graph = outer_create_graph;
     engine_depth--;
+    cai_kern_bind_end();
     run_cleanup(r);
     return st;
 }

@@ -394,6 +394,10 @@ int cai_kern_num_threads(void);
 /* CLOCK_MONOTONIC in ns: the one clock of the library's timers (compile time, plan
  * profiles, the pool's spin). */
 int64_t cai_kern_now_ns(void);
+/* A backward's scope (nested, per thread): from its first parallel job to its end, the
+ * calling thread stays on its CPU and the workers on CPUs of their own (kern_pool.c). */
+void cai_kern_bind_begin(void);
+void cai_kern_bind_end(void);
 /* Set the pool size (1..cores); returns the size now in use. Safe between calls only. */
 int cai_kern_set_num_threads(int n);
 

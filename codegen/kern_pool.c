@@ -11,12 +11,13 @@
  * chunks for take part in it (kern_pool.seats); the rest keep watching for the next.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#define _GNU_SOURCE /* sched_getaffinity, sched_getcpu, pthread_setaffinity_np */
 #endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ static struct {
                .wake = PTHREAD_COND_INITIALIZER,
                .idle = PTHREAD_COND_INITIALIZER};
 
+static int bind_workers_around = -1; /* the caller CPU the workers were placed around */
 static pthread_mutex_t kern_pool_resize_mu = PTHREAD_MUTEX_INITIALIZER; /* kern_pool_stop */
 static _Thread_local bool kern_in_pool; /* nested calls run serially */
 static _Thread_local int kern_no_wait;  /* cai_kern_no_wait_begin's depth */
@@ -192,6 +194,7 @@ static void kern_pool_start(void) {
     pthread_once(&kern_atfork_once, kern_pool_register_atfork);
     int want = kern_pool.want > 0 ? kern_pool.want : kern_default_threads();
     kern_pool.size = 1;
+    bind_workers_around = -1; /* new workers: placed by the next scope */
     if (want < 2)
         return;
     kern_pool.tid = malloc(sizeof(pthread_t) * (size_t)(want - 1));
@@ -282,6 +285,82 @@ static void kern_pool_run_and_release(kern_range_fn fn, void *ctx, int64_t n, in
     pthread_mutex_unlock(&kern_pool.mu);
 }
 
+/* ------------------------------------------------------------------ placement
+ * During a backward (cai_kern_bind_begin .. end) the calling thread stays on the CPU it
+ * started on and each worker on a CPU of its own among the others, as OpenMP does under
+ * OMP_PROC_BIND. Left to the scheduler, a worker woken after the process has been idle is
+ * often placed on its waker's CPU (on a VM the other vCPU may not look idle), and the two
+ * then share one core for milliseconds, until the load balancer parts them: slower than one
+ * thread. The caller's own mask is put back at the end; the workers keep their CPUs until
+ * a later backward starts on one of them. CAGRAD_BIND_THREADS=0 turns this off. */
+static _Thread_local int bind_depth;
+static _Thread_local bool bind_done;   /* placed (or given up) in this scope */
+static _Thread_local bool bind_pinned; /* the caller's mask was changed: restore it */
+static _Thread_local cpu_set_t bind_saved;
+static _Thread_local int bind_cpu;
+static int bind_enabled = -1;
+
+static bool bind_wanted(void) {
+    if (bind_enabled < 0) {
+        const char *e = getenv("CAGRAD_BIND_THREADS");
+        bind_enabled = !(e && strcmp(e, "0") == 0);
+    }
+    return bind_enabled == 1;
+}
+
+/* Worker i's CPU: the i-th of `set` other than `skip`, cyclically. */
+static int bind_nth_other(const cpu_set_t *set, int skip, int i) {
+    int n = CPU_COUNT(set) - 1, k = n > 0 ? (i - 1) % n : 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, set) && c != skip && k-- == 0)
+            return c;
+    return -1;
+}
+
+/* Called with the pool's lock held, before publishing the first job of a scope. */
+static void bind_place(void) {
+    bind_done = true;
+    if (!bind_wanted() || sched_getaffinity(0, sizeof bind_saved, &bind_saved) != 0 ||
+        CPU_COUNT(&bind_saved) < 2)
+        return;
+    int c = sched_getcpu();
+    if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &bind_saved))
+        return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        return;
+    bind_pinned = true;
+    bind_cpu = c;
+    if (bind_workers_around == c)
+        return;
+    for (int i = 1; i < kern_pool.size; i++) {
+        int w = bind_nth_other(&bind_saved, c, i);
+        if (w < 0)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(w, &one);
+        pthread_setaffinity_np(kern_pool.tid[i - 1], sizeof one, &one);
+    }
+    bind_workers_around = c;
+}
+
+void cai_kern_bind_begin(void) {
+    if (bind_depth++ == 0)
+        bind_done = bind_pinned = false;
+}
+
+void cai_kern_bind_end(void) {
+    if (--bind_depth > 0 || !bind_pinned)
+        return;
+    bind_pinned = false;
+    cpu_set_t now; /* a hook that moved this thread itself keeps its choice */
+    if (sched_getaffinity(0, sizeof now, &now) == 0 && CPU_COUNT(&now) == 1 &&
+        CPU_ISSET(bind_cpu, &now))
+        sched_setaffinity(0, sizeof bind_saved, &bind_saved);
+}
+
 void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx) {
     if (n <= 0)
         return;
@@ -305,6 +384,8 @@ void cai_kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx
         fn(ctx, 0, n);
         return;
     }
+    if (bind_depth > 0 && !bind_done)
+        bind_place();
     int64_t nchunks = n / grain, most = 4 * (int64_t)kern_pool.size;
     kern_pool_publish(fn, ctx, n, nchunks < most ? nchunks : most, false);
     kern_pool_run_and_release(fn, ctx, n, nchunks < most ? nchunks : most, false);
@@ -332,6 +413,8 @@ bool cai_kern_gang(int n, kern_range_fn fn, void *ctx) {
         pthread_mutex_unlock(&kern_pool.mu);
         return false;
     }
+    if (bind_depth > 0 && !bind_done)
+        bind_place();
     kern_pool_publish(fn, ctx, n, n, true);
     kern_pool_run_and_release(fn, ctx, n, n, true);
     return true;
