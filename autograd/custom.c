@@ -103,8 +103,8 @@ static ca_status check_dirty(const ca_custom_function *fn, int n_inputs, ca_tens
                            fn->name, k);
         if (t->requires_grad && !t->grad_fn && cai_grad_mode_enabled())
             return err_set(CA_STATUS_AUTOGRAD,
-                           "a leaf Variable that requires grad is being used in an in-place "
-                           "operation (%s changed input %d in place)",
+                           "a leaf Variable that requires grad has been used in an in-place "
+                           "operation. (%s changed input %d in place.)",
                            fn->name, input_index(n_inputs, inputs, t));
     }
     return CA_OK;
@@ -215,6 +215,9 @@ ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor 
             results[k] = NULL;
         st = check_dirty(fn, n_inputs, inputs, n_outputs, outputs, output_flags);
     }
+    for (int k = 0; st == CA_OK && output_flags && k < n_outputs; k++)
+        if (output_flags[k] & CA_CUSTOM_DIRTY) /* as PyTorch: a dirty input's version moves on */
+            cai_tensor_bump_version(outputs[k]);
     bool record = st == CA_OK && cai_grad_mode_enabled() && any_requires_grad(n_inputs, inputs);
     if (st == CA_OK && !record) {
         for (int k = 0; k < n_outputs; k++)

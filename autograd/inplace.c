@@ -16,9 +16,9 @@
 
 static ca_status leaf_error(const char *fn) {
     return err_set(CA_STATUS_AUTOGRAD,
-                   "%s: a leaf Variable that requires grad is being used in an in-place "
-                   "operation; do the update with grad mode off (ca_set_grad_enabled(false), as "
-                   "torch.no_grad() does for optimizer steps)",
+                   "a leaf Variable that requires grad is being used in an in-place "
+                   "operation. (%s: do the update with grad mode off, "
+                   "ca_set_grad_enabled(false), as torch.no_grad() does for optimizer steps.)",
                    fn);
 }
 
@@ -96,6 +96,9 @@ ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const cha
     int old_nr = self->output_nr;
     self->grad_fn = r->grad_fn ? cai_node_retain(r->grad_fn) : NULL;
     self->output_nr = r->output_nr;
+    /* a custom node's name lives with it: version errors then name the saved grad_fn */
+    self->storage->rebased_by =
+        self->grad_fn && !self->grad_fn->custom ? cai_node_name(self->grad_fn) : NULL;
     self->requires_grad = r->requires_grad;
     if (self->retains_grad && old && node_retained(old, old_nr) == self)
         node_set_retained(old, old_nr, NULL); /* retain_grad follows self to the new node */

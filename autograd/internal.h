@@ -159,6 +159,10 @@ typedef struct ca_storage {
     /* A view of a tensor in the autograd graph shares this memory (set by op.c): an
      * in-place op on any tensor over it cannot rebase the others' history (inplace.c). */
     _Atomic bool graph_views;
+    /* The node name (an op row's, static) of the last in-place op that gave a tensor over
+     * this memory a new history (inplace.c): version errors name it, as PyTorch names the
+     * changed tensor's grad_fn at backward time. */
+    const char *rebased_by;
     /* Memory owned elsewhere (ca_tensor_from_blob): handed back through the deleter
      * instead of freed. */
     bool external;
@@ -268,6 +272,10 @@ typedef struct {
     ca_tensor *t;     /* a detached alias (no grad_fn, so no reference cycle) */
     uint64_t version; /* storage version when saved */
     int field;        /* index into the op row's fields, for error messages */
+    /* The grad_fn (strong; also an edge of the saving node, so never its last reference)
+     * and output number of a saved input that had one, for version errors. */
+    ca_node *origin;
+    int origin_nr;
     /* Packed by saved-tensor hooks (saved_hooks.c): t is NULL but while a backward runs,
      * when it holds what the unpack hook gave back. */
     void *packed;
@@ -281,6 +289,8 @@ ca_status cai_saved_pack(ca_saved *s);
 /* Unpack every packed saved tensor of n into s->t (at the start of a backward), and drop
  * them again (at its end: the next backward unpacks afresh, as PyTorch does). */
 ca_status cai_saved_unpack(ca_node *n);
+/* One saved value as a new reference (NULL: none), through its unpack hook when packed. */
+ca_status cai_saved_read(ca_saved *s, ca_tensor **out);
 void cai_saved_drop_unpacked(ca_node *n);
 /* Free s's packed value and hooks. */
 void cai_saved_free_packed(ca_saved *s);

@@ -4,6 +4,9 @@
  * nodes of its next edges and its saved tensors (detached aliases), and an AccumulateGrad
  * node owns its leaf. The leaf points back to that node only weakly.
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "autograd/internal.h"
 
 ca_node *cai_node_retain(ca_node *n) {
@@ -18,6 +21,8 @@ void cai_node_release_saved(ca_node *n) {
     for (int i = 0; i < n->n_saved; i++) {
         ca_tensor_release(n->saved[i].t);
         n->saved[i].t = NULL;
+        cai_node_release(n->saved[i].origin);
+        n->saved[i].origin = NULL;
         cai_saved_free_packed(&n->saved[i]);
     }
     n->released = true;
@@ -136,6 +141,31 @@ static const char *torch_type_name(ca_dtype dt) {
     }
 }
 
+/* ", which is output 0 of Mul," for a saved tensor that is a node's output, as PyTorch
+ * writes it (the node's name without its "Backward<k>" suffix): the node of the last
+ * in-place op on its memory, else its grad_fn when saved, or n itself for n's output. */
+static void saved_origin(const ca_node *n, const ca_saved *s, char *buf, size_t size) {
+    const char *name = NULL;
+    int nr = 0;
+    if (cai_op_def(n->op)->fields[s->field].src == FROM_OUTPUT)
+        name = cai_node_name(n);
+    else if (s->t && s->t->storage->rebased_by)
+        name = s->t->storage->rebased_by;
+    else if (s->origin) {
+        name = cai_node_name(s->origin);
+        nr = s->origin_nr;
+    }
+    buf[0] = '\0';
+    if (!name)
+        return;
+    size_t len = strlen(name);
+    while (len > 0 && name[len - 1] >= '0' && name[len - 1] <= '9')
+        len--;
+    if (len > 8 && strncmp(name + len - 8, "Backward", 8) == 0)
+        len -= 8;
+    snprintf(buf, size, ", which is output %d of %.*s,", nr, (int)len, name);
+}
+
 /* The messages start with torch's own words (PyTorch's tests match them), then say which
  * node and field it was. */
 ca_status cai_node_check_saved(const ca_node *n, int k) {
@@ -153,18 +183,19 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
             "freed by an earlier backward.)",
             row->node_name, field);
     if (s->t && !s->hooks && s->t->storage->version != s->version) {
-        char shape[128];
+        char shape[128], origin[160];
+        saved_origin(n, s, origin, sizeof origin);
         return err_set(
             CA_STATUS_AUTOGRAD,
             "one of the variables needed for gradient computation has been modified by an "
-            "inplace operation: [%s %s] is at version %llu; expected version %llu instead. "
+            "inplace operation: [%s %s]%s is at version %llu; expected version %llu instead. "
             "Hint: enable anomaly detection to find the operation that failed to compute its "
             "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False). (It was "
             "saved as '%s' by %s: do not change it in place before backward(), or change a "
             "copy, clone(), instead.)",
             torch_type_name(s->t->dtype), cai_err_shape_str(s->t->ndim, s->t->shape, shape, 128),
-            (unsigned long long)s->t->storage->version, (unsigned long long)s->version, field,
-            row->node_name);
+            origin, (unsigned long long)s->t->storage->version, (unsigned long long)s->version,
+            field, row->node_name);
     }
     return CA_OK;
 }

@@ -32,6 +32,10 @@ static ca_tensor *field_tensor(const ca_field_desc *f, ca_tensor *const *in, int
     }
 }
 
+static bool input_differentiable(const ca_op_def *row, ca_tensor *const *in, int i) {
+    return !(row->nondiff_inputs & (1u << (i < 31 ? i : 31))) && in[i]->requires_grad;
+}
+
 static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const *in, int n_in,
                              ca_tensor *res, ca_tensor *const *aux) {
     for (int f = 0; f < row->n_fields; f++) {
@@ -45,13 +49,13 @@ static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const 
             continue;
         CA_CHECK(cai_tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, &s->t));
         s->version = t->storage->version;
+        if (fd->src == FROM_INPUT && t->grad_fn && input_differentiable(row, in, fd->idx)) {
+            s->origin = cai_node_retain(t->grad_fn);
+            s->origin_nr = t->output_nr;
+        }
         CA_CHECK(cai_saved_pack(s));
     }
     return CA_OK;
-}
-
-static bool input_differentiable(const ca_op_def *row, ca_tensor *const *in, int i) {
-    return !(row->nondiff_inputs & (1u << (i < 31 ? i : 31))) && in[i]->requires_grad;
 }
 
 static bool needs_record(const ca_op_def *row, ca_tensor *const *in, int n_in, const ca_attrs *a) {

@@ -112,6 +112,20 @@ ca_status cai_saved_unpack(ca_node *n) {
     return CA_OK;
 }
 
+ca_status cai_saved_read(ca_saved *s, ca_tensor **out) {
+    *out = NULL;
+    if (s->t) {
+        *out = ca_tensor_retain(s->t);
+        return CA_OK;
+    }
+    if (!s->hooks)
+        return CA_OK;
+    CA_CHECK(unpack_one(s)); /* into s->t, checked against the saved meta */
+    *out = s->t;
+    s->t = NULL;
+    return CA_OK;
+}
+
 void cai_saved_drop_unpacked(ca_node *n) {
     for (int i = 0; i < n->n_saved; i++)
         if (n->saved[i].hooks) {

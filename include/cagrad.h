@@ -460,6 +460,33 @@ void ca_node_set_user_data(ca_node *n, void *data, ca_ctx_free_fn ctx_free);
 void *ca_node_user_data(const ca_node *n);
 /* The custom function a node runs, or NULL (see ca_custom_apply). */
 const struct ca_custom_function_s *ca_node_custom(const ca_node *n);
+/* A built-in node's saved values by PyTorch's names (grad_fn._saved_self, _saved_dim):
+ * ca_node_n_saved / ca_node_saved_name list them (none for custom functions' nodes and
+ * AccumulateGrad), ca_node_saved reads one. A tensor comes back as a new reference (NULL
+ * for an optional input that was not given), through its unpack hook if saved-tensor hooks
+ * packed it. Errors: CA_STATUS_INVALID (an argument NULL; no saved value of that name),
+ * CA_STATUS_AUTOGRAD (freed by a backward, or changed in place since: a backward's
+ * messages), CA_STATUS_HOOK (the unpack hook failed). */
+typedef enum { CA_SAVED_TENSOR, CA_SAVED_INT, CA_SAVED_DOUBLE, CA_SAVED_INTS } ca_saved_kind;
+typedef struct {
+    ca_saved_kind kind;
+    ca_tensor *tensor; /* CA_SAVED_TENSOR */
+    int64_t i;         /* CA_SAVED_INT */
+    double d;          /* CA_SAVED_DOUBLE */
+    int n_ints;        /* CA_SAVED_INTS: dims or sizes */
+    int64_t ints[CA_MAX_DIMS];
+} ca_saved_value;
+int ca_node_n_saved(const ca_node *n);
+const char *ca_node_saved_name(const ca_node *n, int i);
+ca_status ca_node_saved(ca_node *n, const char *name, ca_saved_value *out);
+/* Call a built-in node on its output's gradient, as PyTorch's grad_fn(grad): its
+ * derivative rule runs once and grad_inputs[i] (ca_node_n_next entries) gets input i's
+ * gradient as a new reference, NULL where input i needs none. With grad mode on the rule's
+ * ops record, so the results are differentiable. Errors: CA_STATUS_INVALID (an argument
+ * NULL; a custom function's or AccumulateGrad node), CA_STATUS_SHAPE (grad_output not of
+ * the output's shape and dtype), CA_STATUS_AUTOGRAD (saved values freed by a backward, or
+ * changed in place). */
+ca_status ca_node_call(ca_node *n, ca_tensor *grad_output, ca_tensor **grad_inputs);
 /* Errors: CA_STATUS_INVALID (n or fn NULL), CA_STATUS_NOMEM. */
 ca_status ca_node_register_pre_hook(ca_node *n, ca_node_pre_hook_fn fn, void *ctx,
                                     ca_ctx_free_fn ctx_free, ca_hook_handle *handle);

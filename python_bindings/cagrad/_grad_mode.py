@@ -7,6 +7,7 @@ context manager and a function decorator; `@no_grad` works with and without pare
 import functools
 import inspect
 import threading
+import warnings
 
 from . import _C
 
@@ -34,9 +35,18 @@ class _GradModeContext:
         return type(self)()
 
     def __call__(self, func):
+        if inspect.isclass(func):
+            warnings.warn("Decorating classes is deprecated and will be disabled in future "
+                          "versions. You should only decorate functions or methods. To "
+                          "preserve the current behavior of class decoration, you can "
+                          "directly decorate the `__init__` method and nothing else.",
+                          FutureWarning, stacklevel=2)
+            cls = func
+
+            def func(*args, **kwargs):  # as torch: the class's construction runs in the mode
+                return cls(*args, **kwargs)
         if inspect.isgeneratorfunction(func):
-            raise TypeError(f"cagrad's {type(self).__name__} cannot decorate a generator "
-                            f"function; use `with` inside the generator instead")
+            return _wrap_generator(self.clone, func)
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
@@ -44,6 +54,36 @@ class _GradModeContext:
                 return func(*args, **kwargs)
 
         return wrapper
+
+
+def _wrap_generator(make_ctx, func):
+    """A generator function decorated with a grad mode runs each of its steps (the start,
+    every send, throw and the close) in that mode, and the caller's code between two steps
+    in the caller's own mode, as torch does."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        gen = func(*args, **kwargs)
+        try:
+            with make_ctx():
+                out = gen.send(None)
+            while True:
+                try:
+                    sent = yield out
+                except GeneratorExit:
+                    with make_ctx():
+                        gen.close()
+                    raise
+                except BaseException as exc:  # thrown in by the caller: pass it on
+                    with make_ctx():
+                        out = gen.throw(exc)
+                else:
+                    with make_ctx():
+                        out = gen.send(sent)
+        except StopIteration as stop:
+            return stop.value
+
+    return wrapper
 
 
 class no_grad(_GradModeContext):

@@ -91,6 +91,72 @@ static PyObject *node_get_next(PyObject *self, void *unused) {
     return tuple;
 }
 
+/* The names of a built-in node's saved values (grad_fn._saved_<name>). */
+static PyObject *node_get_saved_names(PyObject *self, void *unused) {
+    int n;
+    GLUE_CALL_QUICK(n = ca_node_n_saved(N(self)));
+    PyObject *tuple = PyTuple_New(n);
+    for (int i = 0; tuple && i < n; i++) {
+        const char *name;
+        GLUE_CALL_QUICK(name = ca_node_saved_name(N(self), i));
+        PyObject *s = PyUnicode_FromString(name);
+        if (!s)
+            Py_CLEAR(tuple);
+        else
+            PyTuple_SET_ITEM(tuple, i, s);
+    }
+    return tuple;
+}
+
+/* _saved(name): a Tensor (None for an optional input not given), an int, a float, or a
+ * tuple of ints (dims, sizes). */
+static PyObject *node_saved(PyObject *self, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    ca_saved_value v;
+    ca_status st;
+    GLUE_CALL(st = ca_node_saved(N(self), name, &v)); /* an unpack hook may run Python */
+    if (st != CA_OK)
+        return glue_raise(st);
+    switch (v.kind) {
+    case CA_SAVED_TENSOR: return v.tensor ? glue_wrap(v.tensor) : Py_NewRef(Py_None);
+    case CA_SAVED_INT: return PyLong_FromLongLong(v.i);
+    case CA_SAVED_DOUBLE: return PyFloat_FromDouble(v.d);
+    case CA_SAVED_INTS: break;
+    }
+    PyObject *tuple = PyTuple_New(v.n_ints);
+    for (int i = 0; tuple && i < v.n_ints; i++) {
+        PyObject *d = PyLong_FromLongLong(v.ints[i]);
+        if (!d)
+            Py_CLEAR(tuple);
+        else
+            PyTuple_SET_ITEM(tuple, i, d);
+    }
+    return tuple;
+}
+
+static PyObject *tensors_tuple(int n, ca_tensor *const *ts);
+
+/* _call(grad): the node's rule on grad: a tuple of a Tensor or None per input. */
+static PyObject *node_call(PyObject *self, PyObject *arg) {
+    if (!glue_tensor_check(arg))
+        return PyErr_Format(PyExc_TypeError, "a node is called with a Tensor, not a %.100s",
+                            Py_TYPE(arg)->tp_name);
+    int n;
+    GLUE_CALL_QUICK(n = ca_node_n_next(N(self)));
+    ca_tensor **gin = PyMem_Calloc((size_t)(n > 0 ? n : 1), sizeof(ca_tensor *));
+    if (!gin)
+        return PyErr_NoMemory();
+    ca_status st;
+    GLUE_CALL(st = ca_node_call(N(self), glue_tensor_unwrap(arg), gin));
+    PyObject *res = st == CA_OK ? tensors_tuple(n, gin) : glue_raise(st);
+    for (int i = 0; i < n; i++)
+        ca_tensor_release(gin[i]);
+    PyMem_Free(gin);
+    return res;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Hooks
  */
@@ -235,6 +301,7 @@ static PyGetSetDef node_getset[] = {
     {"_n_outputs", node_get_n_outputs, NULL, "number of outputs", NULL},
     {"_variable", node_get_variable, NULL, "AccumulateGrad: its leaf; else None", NULL},
     {"_ctx", node_get_ctx, NULL, "a custom Function's ctx, or None", NULL},
+    {"_saved_names", node_get_saved_names, NULL, "names of the saved values", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -242,6 +309,8 @@ static PyMethodDef node_methods[] = {
     {"_register_pre_hook", node_register_pre, METH_O, "fn(grad_outputs) -> handle"},
     {"_register_post_hook", node_register_post, METH_O, "fn(grad_inputs, grad_outputs) -> handle"},
     {"_remove_hook", node_remove_hook, METH_O, "remove a node hook by handle"},
+    {"_call", node_call, METH_O, "run the node's rule on its output's gradient"},
+    {"_saved", node_saved, METH_O, "a saved value by name (grad_fn._saved_<name>)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -281,8 +281,10 @@ Test(custom, dirty_inputs) {
     bool prev = ca_set_grad_enabled(false);
     TU_OK(ca_mul_scalar_(h, 2.0));
     ca_set_grad_enabled(prev);
+    uint64_t v = ca_tensor_version(h);
     TU_OK(ca_custom_apply(&fn, 1, &h, 1, &h, (unsigned[]){CA_CUSTOM_DIRTY}, res));
     cr_assert_eq(res[0], h, "a dirty input is the output itself");
+    cr_assert_eq(ca_tensor_version(h), v + 1, "apply moves a dirty input's version on, as torch");
     cr_assert_str_eq(ca_tensor_grad_fn_name(h), "ScaleBackward", "its history is rebased");
     ca_tensor *loss = weighted_loss(h, NULL, 1.0, 0);
     TU_OK(ca_backward(loss));
@@ -292,7 +294,7 @@ Test(custom, dirty_inputs) {
     fn_state leaf = {0};
     ca_custom_function fn2 = scale_fn(&leaf, 2.0, 0);
     TU_FAILS(ca_custom_apply(&fn2, 1, &x, 1, &x, (unsigned[]){CA_CUSTOM_DIRTY}, res),
-             CA_STATUS_AUTOGRAD, "a leaf Variable that requires grad is being used in an in-place");
+             CA_STATUS_AUTOGRAD, "a leaf Variable that requires grad has been used in an in-place");
     cr_assert_eq(leaf.freed, 1, "a refused apply frees ctx");
     ca_tensor *other = tu_randn(CA_FLOAT32, TU_SHAPE(3), false);
     fn_state notin = {0};

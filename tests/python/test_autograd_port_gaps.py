@@ -1,6 +1,6 @@
 """The test_autograd port's known gaps: strict xfails, each comparing cagrad with torch
 through autograd_port_helpers.parity, so a fix shows up as an XPASS (then turn the test
-into a plain one). Most need the C library; two are in _grad_mode.py."""
+into a plain one). Each needs the C library."""
 
 import pytest
 
@@ -13,36 +13,6 @@ from helpers import ca
 # ---------------------------------------------------------------------------------------
 def _c_gap(reason):
     return pytest.mark.xfail(strict=True, reason="C gap: " + reason)
-
-
-@pytest.mark.parametrize("changed", [
-    "leaf_input",
-    pytest.param("non_leaf", marks=_c_gap("the version-counter error does not say which "
-                                          "node's output the changed tensor is (torch: "
-                                          "', which is output 0 of MulBackward0,')"))])
-def test_gap_version_error_message(changed):
-    def make(L):
-        w = L.ones(3, requires_grad=True)
-        x = L.ones(3) if changed == "leaf_input" else w * 2
-        y = x * w
-        x.add_(1)
-        y.sum().backward()
-    parity(make)
-
-
-@_c_gap("the error for an in-place op on a leaf that requires grad is not torch's")
-def test_gap_in_place_on_a_leaf_message():
-    parity(lambda L: L.ones(3, requires_grad=True).add_(1))
-
-
-@_c_gap("built-in nodes have no _saved_<name> / _raw_saved_<name> attributes")
-def test_gap_saved_attributes():
-    def make(L):
-        x = L.tensor([1.0, 2.0], requires_grad=True)
-        w = L.tensor([3.0, 4.0], requires_grad=True)
-        y = x * w
-        return y.grad_fn._saved_self, y.grad_fn._saved_other, x.pow(3).grad_fn._saved_exponent
-    parity(make)
 
 
 @_c_gap("AccumulateGrad.variable is a new Python object over the leaf, not the leaf")
@@ -60,14 +30,6 @@ def test_gap_node_names():
         x = L.ones(3, requires_grad=True)
         var, mean = L.var_mean(x.view(3, 1), dim=0)
         return x.clone().grad_fn.name(), (x @ x).grad_fn.name(), var.grad_fn.name()
-    parity(make)
-
-
-@_c_gap("nodes are not callable (torch: y.grad_fn(grad) runs the node's backward)")
-def test_gap_calling_a_node():
-    def make(L):
-        x = L.ones(1, requires_grad=True)
-        return (x ** 2).grad_fn(x.detach())
     parity(make)
 
 
@@ -124,48 +86,6 @@ def test_gap_gradient_layout_follows_the_leaf():
         x = L.randn(3, 4).t().detach().requires_grad_()
         (x * 2).sum().backward()
         return x.grad.stride()
-    parity(make)
-
-
-@_c_gap("mark_dirty does not bump the version of the changed input (torch bumps it)")
-def test_gap_mark_dirty_bumps_the_version():
-    def make(L):
-        class F(L.autograd.Function):
-            @staticmethod
-            def forward(ctx, a):
-                a.mul_(2)
-                ctx.mark_dirty(a)
-                return a
-
-            @staticmethod
-            def backward(ctx, g):
-                return g * 2
-        y = L.tensor([1.0, 2.0], requires_grad=True).clone()
-        return F.apply(y)._version
-    parity(make)
-
-
-@pytest.mark.xfail(strict=True, reason="not in this helper's files: _grad_mode.py refuses "
-                   "generator functions (torch runs each step of the generator in the mode)")
-def test_gap_no_grad_decorates_a_generator():
-    def make(L):
-        @L.no_grad()
-        def gen():
-            yield L.is_grad_enabled()
-            yield L.is_grad_enabled()
-        return list(gen())
-    parity(make)
-
-
-@pytest.mark.xfail(strict=True, reason="not in this helper's files: _grad_mode.py does not "
-                   "warn (FutureWarning) when a grad-mode object decorates a class")
-def test_gap_no_grad_on_a_class_warns():
-    def make(L):
-        def decorate():
-            @L.no_grad()
-            class Foo:
-                pass
-        return warning_categories(decorate)
     parity(make)
 
 
