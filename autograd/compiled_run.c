@@ -45,7 +45,13 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
     cai_grad_lock(t);
     ca_status st = CA_OK;
     if (!t->grad) {
-        st = cai_tensor_from_view(v, &t->grad);
+        st = cai_tensor_grad_like(t, &t->grad); /* a leaf's .grad takes its layout */
+        if (st == CA_OK) {
+            kern_src src;
+            src_of(v, &src);
+            cai_kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape,
+                               cai_tensor_ptr(t->grad), t->grad->strides, &src, 0, 0);
+        }
     } else {
         kern_src src;
         src_of(v, &src);
@@ -57,6 +63,8 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
 
 /* The call-out's result, which no one else holds, becomes .grad when there is none. */
 static bool grad_steal(ca_tensor *leaf, callout_state *co, const graph_view *v) {
+    if (!ca_tensor_is_contiguous(leaf) && cai_tensor_dense(leaf))
+        return false; /* its .grad takes its strides: grad_add_view copies */
     cai_grad_lock(leaf);
     bool stolen = !leaf->grad && (leaf->grad = cai_callout_take(co, v)) != NULL;
     cai_grad_unlock(leaf);
@@ -130,9 +138,8 @@ static ca_status grad_target(ca_tensor *t, const graph_view *value, graph_view *
     if (t->grad) {
         cai_tensor_bump_version(t->grad); /* the runner writes it next */
     } else {
-        ca_meta m = {.dtype = (ca_dtype)value->dtype, .ndim = value->ndim};
-        memcpy(m.shape, value->shape, sizeof(int64_t) * (size_t)value->ndim);
-        ca_status st = cai_tensor_new(&m, &t->grad);
+        (void)value; /* of t's shape and dtype: the key's lifted leaf */
+        ca_status st = cai_tensor_grad_like(t, &t->grad); /* the runner copies if strided */
         if (st != CA_OK) {
             cai_grad_unlock(t);
             return st;

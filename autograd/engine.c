@@ -108,13 +108,12 @@ static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g) {
     if (!leaf->grad) {
         bool private = ref_count(&g->refcnt) == 1 && ref_count(&g->storage->refcnt) == 1 &&
                        ca_tensor_is_contiguous(g);
-        if (private) {
+        if (private && (ca_tensor_is_contiguous(leaf) || !cai_tensor_dense(leaf))) {
             leaf->grad = ca_tensor_retain(g);
             return CA_OK;
         }
-        ca_meta m;
-        cai_tensor_meta(g, &m);
-        return cai_tensor_pointwise(KPW_COPY, &m, 1, &g, 0, 0, &leaf->grad);
+        CA_CHECK(cai_tensor_grad_like(leaf, &leaf->grad));
+        return cai_op_copy_into(cai_tensor_ptr(leaf->grad), leaf->grad->strides, g, ".grad");
     }
     kern_src src;
     cai_tensor_src(g, leaf->grad->ndim, leaf->grad->shape, &src);

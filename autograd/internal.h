@@ -187,6 +187,7 @@ struct ca_tensor {
     ca_node *grad_accumulator; /* weak: the leaf's AccumulateGrad node, cleared when freed */
     ca_hook *hooks;            /* leaf only: tensor pre-hooks (non-leaf ones live on grad_fn) */
     ca_hook *post_acc_hooks;   /* leaf only */
+    void *binding;             /* ca_tensor_set_binding: a language binding's, borrowed */
 };
 
 /* Which output of its grad_fn t's gradient enters (0 for a leaf's AccumulateGrad). */
@@ -204,6 +205,13 @@ void cai_tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *stri
 void *cai_tensor_ptr(const ca_tensor *t); /* element (0,...,0) */
 /* Strides of t broadcast to out_ndim/out_shape (0 on broadcast dims) as a kernel source. */
 void cai_tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src);
+/* Whether t's elements fill their memory span without overlap in some order of its dims
+ * (PyTorch's "non-overlapping and dense"). */
+bool cai_tensor_dense(const ca_tensor *t);
+/* A new, unfilled tensor for leaf's first .grad: leaf's strides when it is dense but not
+ * contiguous (a transposed weight's grad is transposed too), else contiguous, as PyTorch's
+ * AccumulateGrad lays gradients out. */
+ca_status cai_tensor_grad_like(const ca_tensor *leaf, ca_tensor **out);
 /* Run a pointwise kernel writing a fresh contiguous tensor of shape m. */
 ca_status cai_tensor_pointwise(kern_pw_op op, const ca_meta *m, int n, ca_tensor *const *in,
                                double p0, double p1, ca_tensor **out);

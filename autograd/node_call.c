@@ -57,3 +57,36 @@ ca_status ca_node_call(ca_node *n, ca_tensor *grad_output, ca_tensor **grad_inpu
         cai_mem_free(gin);
     return st;
 }
+
+/* A GradientEdge (node n, output k) as a tensor ca_grad takes as an input or output: a
+ * leaf's AccumulateGrad stands for the leaf itself; any other node's output k for a zero
+ * of that output's gradient's dtype and shape (one element, broadcast), whose grad_fn is
+ * n at output k. */
+ca_status ca_node_output_tensor(ca_node *n, int k, ca_tensor **out) {
+    CA_ARG_NOT_NULL(out, "ca_node_output_tensor");
+    *out = NULL;
+    CA_ARG_NOT_NULL(n, "ca_node_output_tensor");
+    if (k < 0 || k >= n->n_out)
+        return err_set(CA_STATUS_INVALID, "ca_node_output_tensor: %s has %d output(s), not %d",
+                       cai_node_name(n), n->n_out, k + 1);
+    if (n->op == CA_OP_ACCUMULATE_GRAD) {
+        if (!n->leaf)
+            return err_set(CA_STATUS_INVALID, "ca_node_output_tensor: this AccumulateGrad "
+                                              "node's leaf is gone");
+        *out = ca_tensor_retain(n->leaf);
+        return CA_OK;
+    }
+    const ca_meta *m = node_out_meta_c(n, k);
+    ca_meta one = {.dtype = m->dtype, .ndim = 0};
+    ca_tensor *zero = NULL;
+    CA_CHECK(cai_tensor_full(&one, 0.0, &zero));
+    int64_t strides[CA_MAX_DIMS] = {0};
+    ca_status st = cai_tensor_alias(zero, m->ndim, m->shape, strides, zero->offset, out);
+    ca_tensor_release(zero);
+    if (st != CA_OK)
+        return st;
+    (*out)->grad_fn = cai_node_retain(n);
+    (*out)->output_nr = k;
+    (*out)->requires_grad = true;
+    return CA_OK;
+}

@@ -222,6 +222,41 @@ bool ca_tensor_is_contiguous(const ca_tensor *t) {
     return true;
 }
 
+bool cai_tensor_dense(const ca_tensor *t) {
+    int order[CA_MAX_DIMS], n = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0)
+            return true;
+        if (t->shape[d] != 1)
+            order[n++] = d;
+    }
+    for (int i = 1; i < n; i++) /* by stride, smallest first (insertion sort: n <= 8) */
+        for (int j = i; j > 0 && t->strides[order[j]] < t->strides[order[j - 1]]; j--) {
+            int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    int64_t expect = 1;
+    for (int i = 0; i < n; i++) {
+        if (t->strides[order[i]] != expect)
+            return false;
+        expect *= t->shape[order[i]];
+    }
+    return true;
+}
+
+ca_status cai_tensor_grad_like(const ca_tensor *leaf, ca_tensor **out) {
+    ca_meta m;
+    cai_tensor_meta(leaf, &m);
+    if (ca_tensor_is_contiguous(leaf) || !cai_tensor_dense(leaf))
+        return cai_tensor_new(&m, out);
+    ca_tensor *flat = NULL;
+    CA_CHECK(cai_tensor_new(&m, &flat)); /* numel entries: the dense layout's span */
+    ca_status st = cai_tensor_alias(flat, leaf->ndim, leaf->shape, leaf->strides, 0, out);
+    ca_tensor_release(flat);
+    return st;
+}
+
 ca_status cai_tensor_contiguous(ca_tensor *t, ca_tensor **out) {
     if (ca_tensor_is_contiguous(t)) {
         *out = ca_tensor_retain(t);
@@ -588,6 +623,36 @@ ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out) {
     *out = NULL;
     CA_ARG_NOT_NULL(t, "ca_tensor_detach");
     return cai_tensor_alias(t, t->ndim, t->shape, t->strides, t->offset, out);
+}
+
+void ca_tensor_set_binding(ca_tensor *t, void *p) {
+    if (t)
+        t->binding = p;
+}
+
+void *ca_tensor_binding(const ca_tensor *t) {
+    return t ? t->binding : NULL;
+}
+
+ca_status ca_tensor_detach_(ca_tensor *t) {
+    CA_ARG_NOT_NULL(t, "ca_tensor_detach_");
+    ca_node *n = t->grad_fn;
+    if (n && !n->custom && cai_op_def(n->op)->fusion == CA_FUSE_VIEW)
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "Can't detach views in-place. Use detach() instead. If you are using "
+                       "DistributedDataParallel (DDP) for training, and gradient_as_bucket_view "
+                       "is set as True, gradients are views of DDP buckets, and hence detach_() "
+                       "cannot be called on these gradients. To fix this error, please refer to "
+                       "the Optimizer.zero_grad() function in torch/optim/optimizer.py as the "
+                       "solution. (ca_tensor_detach_: this tensor is a view made by %s.)",
+                       cai_node_name(n));
+    if (n && t->retains_grad && node_retained(n, t->output_nr) == t)
+        node_set_retained(n, t->output_nr, NULL); /* the node forgets its weak pointer */
+    t->grad_fn = NULL;
+    t->output_nr = 0;
+    t->requires_grad = false;
+    cai_node_release(n);
+    return CA_OK;
 }
 
 ca_status ca_tensor_retain_grad(ca_tensor *t) {

@@ -11,7 +11,11 @@
  *    in the runner instead); reading through a view (or a hook that passed its gradient on,
  *    or a reshape that may or may not copy) reads the buffers underneath;
  *  - the caller's thread: hooks, call-outs and a GEMM that writes .grad itself run on the
- *    caller's thread, in graph order, as in the serial run.
+ *    caller's thread, in graph order, as in the serial run;
+ *  - memory outside the arena: user code (hooks, custom functions' call-outs) may change
+ *    the graph's inputs in place (an optimizer step in a post-accumulate-grad hook updates
+ *    a weight that a GEMM reads), so the inputs count as one more buffer, which such steps
+ *    write: a step that reads an input keeps its place between them, as in eager.
  * Edges are collected as (from, to) pairs, sorted, deduplicated and stored as successor
  * lists with a predecessor count per step. Every edge must point forward in graph order,
  * which also proves the DAG has no cycle; a plan where one would not gets no DAG and
@@ -35,7 +39,8 @@ typedef struct {
     int32_t *rd_node, *rd_next;
     int n_rd, cap_rd_node, cap_rd_next;
     bool oom;
-    bool backward; /* an edge against graph order: no DAG (the serial run only) */
+    bool backward;   /* an edge against graph order: no DAG (the serial run only) */
+    int32_t outside; /* the buffer number standing for the inputs' memory */
 } dag_builder;
 
 static bool grow(void **arr, int *cap, int need, size_t elem) {
@@ -114,12 +119,19 @@ static void read_value(dag_builder *b, graph_val u, graph_val v) {
         case PK_MAYBE_VIEW: note_read(b, pn->buf, v); break; /* and what it may view */
         case PK_VIEW:
         case PK_HOOK: break; /* a view of its input; a hook may pass its input on */
-        default: return;     /* inputs, call-out results: memory outside the arena */
+        case PK_INPUT: note_read(b, b->outside, v); return; /* user code may change it */
+        default: return; /* call-out results: memory of their own */
         }
         if (x->a.n_in < 1)
             return;
         u = x->a.in[0];
     }
+}
+
+/* Steps that run user code, which may change the inputs' memory. */
+static bool runs_user_code(const graph_plan *p, graph_val v) {
+    int op = cai_graph_node_at(p->g, v)->a.op;
+    return op == GOP_HOOK || op == GOP_POST_HOOK || op == GOP_CALLOUT;
 }
 
 static void note_write(dag_builder *b, int32_t buf, graph_val v) {
@@ -161,6 +173,8 @@ static void step_edges(dag_builder *b, graph_val v, graph_val *prev_caller) {
         add_edge(b, *prev_caller, v);
         *prev_caller = v;
     }
+    if (runs_user_code(p, v))
+        note_write(b, b->outside, v);
     if (G) {
         for (int m = 0; m < G->n_members; m++)
             if (G->member[m] != v)
@@ -225,8 +239,8 @@ static plan_dag *dag_store(const graph_plan *p, dag_builder *b) {
 }
 
 plan_dag *cai_graph_plan_dag_new(const graph_plan *p) {
-    dag_builder b = {.p = p};
-    size_t nb = (size_t)(p->n_bufs > 0 ? p->n_bufs : 1);
+    dag_builder b = {.p = p, .outside = p->n_bufs > 0 ? p->n_bufs : 0};
+    size_t nb = (size_t)b.outside + 1;
     b.last_writer = cai_graph_mem_alloc(sizeof(int32_t) * nb);
     b.rd_head = cai_graph_mem_alloc(sizeof(int32_t) * nb);
     plan_dag *d = NULL;

@@ -346,6 +346,16 @@ const char *ca_tensor_grad_fn_name(const ca_tensor *t);
 /* A new tensor sharing t's storage, outside the graph (requires_grad false).
  * Errors: CA_STATUS_INVALID (t or out NULL), CA_STATUS_NOMEM. */
 ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out);
+/* One pointer per tensor for a language binding (NULL until set; not reference counted,
+ * never read by the library): Python keeps its wrapper there while the wrapper lives, so
+ * that a tensor handed out twice is the same object, as in PyTorch. */
+void ca_tensor_set_binding(ca_tensor *t, void *p);
+void *ca_tensor_binding(const ca_tensor *t);
+/* In place, as PyTorch's detach_(): t leaves its graph and becomes a leaf that does not
+ * require grad (the graph itself is unchanged for the other tensors in it).
+ * Errors: CA_STATUS_INVALID (t NULL), CA_STATUS_AUTOGRAD (t is a view made by a view op
+ * in the graph: PyTorch's "Can't detach views in-place"; use ca_tensor_detach). */
+ca_status ca_tensor_detach_(ca_tensor *t);
 /* Make a non-leaf keep its gradient in .grad during backward (no-op on leaves).
  * Errors: CA_STATUS_INVALID (t NULL), CA_STATUS_AUTOGRAD (t does not require grad). */
 ca_status ca_tensor_retain_grad(ca_tensor *t);
@@ -487,6 +497,12 @@ ca_status ca_node_saved(ca_node *n, const char *name, ca_saved_value *out);
  * the output's shape and dtype), CA_STATUS_AUTOGRAD (saved values freed by a backward, or
  * changed in place). */
 ca_status ca_node_call(ca_node *n, ca_tensor *grad_output, ca_tensor **grad_inputs);
+/* A graph edge (node n's output k, PyTorch's GradientEdge) as a tensor that ca_grad and
+ * ca_backward_ex take as an input or output: for an AccumulateGrad node its leaf, else a
+ * zero of the output's gradient's dtype and shape (broadcast from one element) whose
+ * grad_fn is n at output k. New reference. Errors: CA_STATUS_INVALID (n or out NULL; k
+ * not an output of n; the AccumulateGrad node's leaf is gone), CA_STATUS_NOMEM. */
+ca_status ca_node_output_tensor(ca_node *n, int k, ca_tensor **out);
 /* Errors: CA_STATUS_INVALID (n or fn NULL), CA_STATUS_NOMEM. */
 ca_status ca_node_register_pre_hook(ca_node *n, ca_node_pre_hook_fn fn, void *ctx,
                                     ca_ctx_free_fn ctx_free, ca_hook_handle *handle);

@@ -173,6 +173,9 @@ for _name in ("lgamma", "digamma", "mvlgamma", "i0", "lgamma_", "digamma_", "mvl
     setattr(Tensor, _name, getattr(_special_fns, _name))
 Tensor.polygamma = _special_fns.polygamma_method
 del _name
+# Tensor.unfold(dimension, size, step): sliding windows, a composite (_more_ops2.py)
+from ._more_ops2 import tensor_unfold as _tensor_unfold  # noqa: E402
+Tensor.unfold = _tensor_unfold
 # torch.vmap (cagrad.func.vmap: a loop over the batch, see _func_transforms.py)
 from .func import vmap  # noqa: E402
 # torch.multiprocessing, torch.profiler and torch.autograd.profiler (CPU, see profiler.py)

@@ -87,7 +87,7 @@ def _classify(item):
         return _INDEX, item
     if t is bool:
         return _MASK, np.array(item)
-    if isinstance(item, (list, tuple, np.ndarray)):
+    if isinstance(item, (list, tuple, np.ndarray, range)):
         arr = np.asarray(item)
         if arr.dtype.kind == "b":
             return _MASK, arr
@@ -154,10 +154,10 @@ def _index_advanced(x, items, writable):
         raise NotImplementedError("cagrad can assign through ints, slices, None, ... and a "
                                   "single boolean mask; not through an index tensor. Build "
                                   "the result out of place instead.")
-    if len(advanced) > 1:
-        raise IndexError("cagrad supports one index tensor or mask per indexing expression "
-                         "(torch would pair several up elementwise); use gather(), or index "
-                         "one dim at a time")
+    if len(advanced) > 1:  # several advanced indices, paired up elementwise
+        positions = _positions(tuple(x._shape), parsed, consumed)
+        flat = _C.index_select(_C.reshape(x, (-1,)), 0, _int64_tensor(positions.reshape(-1)))
+        return _C.reshape(flat, positions.shape)
     # Ints select first, as in torch (numpy's rule of moving the indexed dims to the front
     # when an int and an index tensor are apart does not apply).
     d = 0  # the dim of the result the next item applies to
@@ -180,6 +180,62 @@ def _index_advanced(x, items, writable):
             x, n = _index_tensor(x, d, v)
             d += n
     return x
+
+
+def _int64_tensor(arr):
+    return _creation.from_numpy(np.ascontiguousarray(arr, dtype=np.int64))
+
+
+def _positions(shape, parsed, consumed):
+    """The flat positions in a tensor of `shape` that the indexing expression picks, in the
+    shape of its result. Ints select first (torch's rule, unlike numpy's), then numpy's
+    advanced indexing pairs the index arrays and masks up elementwise and, as torch does,
+    puts their dims first when slices stand between them."""
+    ids = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    rest, d = [], 0
+    for k, v in parsed:
+        if k == _INT:
+            size = ids.shape[d]
+            if not -size <= v < size:
+                raise IndexError(f"index {v} is out of range for dimension {d} with size "
+                                 f"{size}")
+            ids = np.take(ids, v, axis=d)
+            continue
+        if k == _INDEX and isinstance(v, _TensorBase):
+            break_graph("indexing with several index tensors needs their values (graph break)")
+            v = np.asarray(v)
+        rest.append(v if k in (_INDEX, _MASK, _SLICE) else (None if k == _NONE else Ellipsis))
+        d += {_SLICE: 1, _INDEX: 1, _MASK: getattr(v, "ndim", 0), _NONE: 0}.get(
+            k, len(shape) - consumed)
+    try:
+        return ids[tuple(rest)]
+    except IndexError as e:  # numpy's words for an index out of range, in torch's
+        raise IndexError(str(e).replace("axis", "dimension")) from None
+
+
+def _has_advanced(items):
+    return any(type(it) not in _BASIC and (not hasattr(it, "__index__") or
+                                            isinstance(it, (_TensorBase, np.ndarray)))
+               for it in items)
+
+
+def _assign_advanced(x, items, value):
+    """x[items] = value where items hold index tensors, lists or masks (torch's index_put_
+    without accumulate): the value, broadcast to the result's shape, is written at the
+    positions the expression picks. Outside the autograd graph (x and value need no
+    gradient here, see Tensor.__setitem__), so numpy writes it."""
+    parsed = [_classify(it) for it in items]
+    consumed = sum(v.ndim if k == _MASK else 1 for k, v in parsed if k not in (_NONE, _ELLIPSIS))
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    positions = _positions(tuple(x._shape), parsed, consumed)
+    if isinstance(value, _TensorBase):  # torch's index_put_: one dtype, even for one value
+        values = np.asarray(_values_for(x, value, positions.shape))
+    else:
+        values = _scalar_value(x, value, "__setitem__")
+    data = np.array(x.numpy(), copy=True)
+    data.reshape(-1)[positions.reshape(-1)] = np.broadcast_to(values, positions.shape).reshape(-1)
+    _C.copy_(x, _creation.from_numpy(data).reshape(tuple(x._shape)))
 
 
 def _index_mask(x, d, mask):
@@ -215,17 +271,44 @@ def _index_tensor(x, d, idx):
 
 
 def _assign_masked(x, mask_item, value):
-    """x[mask] = value for a number or a one-element tensor value."""
+    """x[mask] = value for a number, a one-element tensor, or a tensor that broadcasts to
+    the selected part x[mask] (as DQN code's next_values[non_final_mask] = q.max(1).values)."""
     mask = mask_item if isinstance(mask_item, _TensorBase) else _creation.tensor(mask_item)
     k = mask.ndim
     if mask._shape != x._shape[:k]:
         raise IndexError(f"the shape of the mask {list(mask._shape)} does not match the shape "
                          f"{list(x._shape[:k])} of the indexed dims")
+    selected = (int(np.count_nonzero(mask.numpy())),) + tuple(x._shape[k:])
     mask = _C.reshape(mask, mask._shape + (1,) * (x.ndim - k))  # broadcast over the rest
-    if isinstance(value, _TensorBase):
-        if value.numel() != 1:
-            raise NotImplementedError("cagrad assigns through a mask only a number or a "
-                                      "one-element tensor; use where(mask, values, x)")
+    if isinstance(value, _TensorBase) and value.numel() != 1:
+        from ._ops_extra3 import masked_scatter  # imports _indexing's users: import late
+
+        # the values fill the selected positions in row-major order, as torch's index_put_
+        _C.copy_(x, masked_scatter(x, mask, _values_for(x, value, selected)))
+    elif isinstance(value, _TensorBase):
         _C.copy_(x, _C.where(mask, _to_code(_C.reshape(value, ()), x._dtype), x))
     else:
         _C.copy_(x, _C.masked_fill(x, mask, _scalar_value(x, value, "__setitem__")))
+
+
+_TYPE_NAMES = {0: "Float", 1: "Double", 2: "Long", 3: "Bool"}
+
+
+def _values_for(x, value, selected):
+    """value broadcast to the shape of x[mask] (leading 1-dims dropped first), with torch's
+    errors: the same dtype as x, and a shape that broadcasts."""
+    if value._dtype != x._dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{_TYPE_NAMES[x._dtype]} for the destination and "
+                           f"{_TYPE_NAMES[value._dtype]} for the source.")
+    shape = list(value._shape)
+    while len(shape) > len(selected) and shape[0] == 1:
+        shape.pop(0)
+    try:
+        fits = np.broadcast_shapes(tuple(shape), selected) == selected
+    except ValueError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(value._shape)} cannot "
+                           f"be broadcast to indexing result of shape {list(selected)}")
+    return _C.expand(_C.reshape(value, tuple(shape)), selected)

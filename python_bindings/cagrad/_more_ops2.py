@@ -440,3 +440,33 @@ def histc(input, bins=100, min=0, max=0):
     index = np.floor((inside - low) * bins / (high - low)).astype(np.int64)
     index = np.minimum(index, bins - 1)
     return _from_numpy(np.bincount(index, minlength=bins).astype(values.dtype))
+
+
+# --- Tensor.unfold ---------------------------------------------------------------------------
+# The sliding windows of one dimension, as ViT patchify code (x.unfold(2, p, p).unfold(3, p,
+# p)) and windowed time series use them: ONE index_select of every window's positions, a
+# reshape into (windows, size) and a movedim that puts the window's elements last, so its
+# gradient is index_select's (an index_add, summing where windows overlap). Unlike torch,
+# whose unfold returns a view, the result is a copy: writing into it in place does not
+# change self (see docs/python-api.md).
+def tensor_unfold(self, dimension, size, step):
+    """[.., L, ..] -> [.., (L - size) // step + 1, .., size]: window i holds elements
+    i*step .. i*step+size-1 of `dimension`; a 0-d tensor counts as one element."""
+    size, step = operator.index(size), operator.index(step)
+    zero_dim = self.ndim == 0
+    x = self.reshape(1) if zero_dim else self
+    d = _wrap(dimension, self.ndim)
+    length = x.shape[d]
+    if size > length:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {length} but size "
+                           f"is {size}")
+    if size < 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    windows = (length - size) // step + 1
+    positions = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    picked = x.index_select(d, _from_numpy(positions.astype(np.int64)))
+    shape = tuple(x.shape)
+    out = picked.reshape(shape[:d] + (windows, size) + shape[d + 1:]).movedim(d + 1, -1)
+    return out.reshape(size) if zero_dim else out

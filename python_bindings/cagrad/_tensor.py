@@ -37,8 +37,8 @@ from ._dtype import bool as _bool_dtype
 from ._dtype import float16 as _half_dtype
 from ._graph_break import break_graph
 from ._grad_mode import no_grad as _no_grad
-from ._indexing import (_assign_masked, _index, _is_mask_item, _scalar_value, _slice,
-                        _to_code)
+from ._indexing import (_assign_advanced, _assign_masked, _has_advanced, _index,
+                        _is_mask_item, _scalar_value, _slice, _to_code)
 from ._tensor_repr import _repr
 from . import autograd as _autograd
 from .autograd import graph as _graph
@@ -56,19 +56,25 @@ class RemovableHandle:
     """Returned by register_hook(); remove() unregisters the hook (also as `with` block).
 
     It holds the tensor weakly: once the tensor object is gone, remove() does nothing.
+    remove() switches the hook off at once (`live`, read by its wrapper) and unlinks it
+    once no backward runs (autograd.variable._after_backwards): a hook may remove itself.
     """
 
-    __slots__ = ("_tensor", "id", "__weakref__")
+    __slots__ = ("_tensor", "id", "_live", "__weakref__")
 
-    def __init__(self, tensor, hook_id):
+    def __init__(self, tensor, hook_id, live):
         self._tensor = weakref.ref(tensor)
         self.id = hook_id
+        self._live = live
 
     def remove(self):
         t = self._tensor and self._tensor()
         self._tensor = None  # a second remove() is a no-op
         if t is not None:
-            _C.remove_hook(t, self.id)
+            self._live[0] = False
+            ref, hook_id = weakref.ref(t), self.id
+            _autograd.variable._after_backwards(
+                lambda: ref() is not None and _C.remove_hook(ref(), hook_id))
 
     def __enter__(self):
         return self
@@ -190,13 +196,12 @@ class Tensor(_TensorBase):
         return _C.detach(self)
 
     def detach_(self):
-        """In place: a leaf stops requiring grad. cagrad cannot cut a non-leaf from its
-        graph in place (its node is fixed in the C tensor): use detach()."""
+        """In place: the tensor leaves its graph and becomes a leaf that does not require
+        grad (a view made by a view op refuses, as in torch)."""
         if self.grad_fn is not None:
-            raise NotImplementedError("cagrad has no in-place detach_() of a tensor with a "
-                                      "grad_fn (a non-leaf); use t = t.detach() instead (see "
-                                      "docs/python-api.md, Autograd)")
-        self.requires_grad = False
+            _C.detach_(self)
+        else:
+            self.requires_grad = False
         return self
 
     def retain_grad(self):
@@ -212,7 +217,8 @@ class Tensor(_TensorBase):
                                "gradient")
         if not callable(hook):
             raise TypeError(f"register_hook() takes a callable, not {type(hook).__name__}")
-        return RemovableHandle(self, _C.register_hook(self, _checked_hook(hook)))
+        live = [True]
+        return RemovableHandle(self, _C.register_hook(self, _checked_hook(hook, live)), live)
 
     def register_post_accumulate_grad_hook(self, hook):
         """hook(tensor) runs after a leaf's .grad has been updated by backward()."""
@@ -225,8 +231,9 @@ class Tensor(_TensorBase):
         if not callable(hook):
             raise TypeError(f"register_post_accumulate_grad_hook() takes a callable, not "
                             f"{type(hook).__name__}")
+        live = [True]
         return RemovableHandle(self, _C.register_post_accumulate_grad_hook(
-            self, _post_accumulate_hook(hook, self)))
+            self, _post_accumulate_hook(hook, self, live)), live)
 
     @property
     def data(self):
@@ -639,13 +646,24 @@ class Tensor(_TensorBase):
         if len(items) == 1 and _is_mask_item(items[0]):
             _assign_masked(self, items[0], value)
             return
+        if _has_advanced(items):  # index tensors, lists, ranges: torch's index_put_
+            _assign_advanced(self, items, value)
+            return
         target = _index(self, items, writable=True)
         if isinstance(value, _TensorBase):
-            _C.copy_(target, _to_code(value, self._dtype))
+            _C.copy_(target, _to_code(_drop_leading_ones(value, target.ndim), self._dtype))
         elif isinstance(value, (list, tuple, np.ndarray)):
             _C.copy_(target, _creation.tensor(value, dtype=DTYPES[self._dtype]))
         else:
             _C.fill_(target, _scalar_value(self, value, "__setitem__"))
+
+
+def _drop_leading_ones(value, ndim):
+    """value without the leading 1-dims it has beyond ndim: torch's item assignment takes a
+    [1, n] value for an [n] target."""
+    while value.ndim > ndim and value.shape[0] == 1:
+        value = _C.reshape(value, tuple(value.shape[1:]))
+    return value
 
 
 def _setitem_in_graph(self, index, value):
@@ -671,6 +689,8 @@ def _sum_to(g, shape):
     """g summed over the dims it has beyond shape and those shape broadcasts (size 1)."""
     while g.dim() > len(shape):
         g = g.sum(0)
+    if g.dim() < len(shape):  # value had leading 1-dims, which the assignment dropped
+        g = g.reshape((1,) * (len(shape) - g.dim()) + tuple(g.shape))
     for d, n in enumerate(shape):
         if n == 1 and g.shape[d] != 1:
             g = g.sum(d, keepdim=True)
@@ -778,10 +798,12 @@ def _legacy_type_name(t):
                 str(t.dtype).split(".")[-1], str(t.dtype))
 
 
-def _checked_hook(hook):
+def _checked_hook(hook, live):
     """hook, with torch's checks of what it returns: None, or a tensor of the gradient's
-    dtype and shape."""
+    dtype and shape. live: [False] once removed (RemovableHandle)."""
     def run(grad):
+        if not live[0]:
+            return None
         result = hook(grad)
         if result is None:
             return None
@@ -797,13 +819,16 @@ def _checked_hook(hook):
     return run
 
 
-def _post_accumulate_hook(hook, leaf):
+def _post_accumulate_hook(hook, leaf, live):
     """hook, called with the leaf's own Python object (the library passes a new one over
     the same tensor, and code such as an optimizer step per parameter keys dicts by the
-    parameter), and torch's checks of its result: None, or the leaf itself."""
+    parameter), and torch's checks of its result: None, or the leaf itself. live: [False]
+    once removed (RemovableHandle)."""
     ref = weakref.ref(leaf)  # weak: the hook lives in the C tensor the leaf holds
 
     def run(tensor):
+        if not live[0]:
+            return None
         leaf = ref()
         leaf = tensor if leaf is None else leaf
         result = hook(leaf)

@@ -190,11 +190,20 @@ PyObject *glue_wrap_as(PyTypeObject *cls, ca_tensor *t) {
         PyErr_SetString(PyExc_SystemError, "libcagrad reported success but returned no tensor");
         return NULL;
     }
+    /* The tensor's live wrapper, if it has one of this class: one object per tensor, as
+     * PyTorch (x.contiguous() is x; AccumulateGrad.variable is the leaf). A wrapper being
+     * deallocated (no references left) is not handed out again. */
+    PyObject *live = ca_tensor_binding(t);
+    if (live && Py_REFCNT(live) > 0 && PyObject_TypeCheck(live, cls)) {
+        glue_release(t); /* the wrapper holds its own reference */
+        return Py_NewRef(live);
+    }
     glue_tensor *self = (glue_tensor *)cls->tp_alloc(cls, 0);
     if (!self) {
         glue_release(t);
         return NULL;
     }
     self->t = t;
+    ca_tensor_set_binding(t, self);
     return (PyObject *)self;
 }

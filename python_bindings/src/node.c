@@ -138,6 +138,17 @@ static PyObject *node_saved(PyObject *self, PyObject *arg) {
 
 static PyObject *tensors_tuple(int n, ca_tensor *const *ts);
 
+/* _output_tensor(k): the edge (this node, output k) as a tensor grad() takes. */
+static PyObject *node_output_tensor(PyObject *self, PyObject *arg) {
+    long k = PyLong_AsLong(arg);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    ca_tensor *t = NULL;
+    ca_status st;
+    GLUE_CALL_QUICK(st = ca_node_output_tensor(N(self), (int)k, &t));
+    return st == CA_OK ? glue_wrap(t) : glue_raise(st);
+}
+
 /* _call(grad): the node's rule on grad: a tuple of a Tensor or None per input. */
 static PyObject *node_call(PyObject *self, PyObject *arg) {
     if (!glue_tensor_check(arg))
@@ -309,6 +320,7 @@ static PyMethodDef node_methods[] = {
     {"_register_pre_hook", node_register_pre, METH_O, "fn(grad_outputs) -> handle"},
     {"_register_post_hook", node_register_post, METH_O, "fn(grad_inputs, grad_outputs) -> handle"},
     {"_remove_hook", node_remove_hook, METH_O, "remove a node hook by handle"},
+    {"_output_tensor", node_output_tensor, METH_O, "the edge (node, output k) as a tensor"},
     {"_call", node_call, METH_O, "run the node's rule on its output's gradient"},
     {"_saved", node_saved, METH_O, "a saved value by name (grad_fn._saved_<name>)"},
     {NULL, NULL, 0, NULL},

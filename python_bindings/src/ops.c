@@ -172,7 +172,8 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
     X(zero_, "self:t", ca_zero_(T(0)))                                                          \
     X(fill_, "self:t v:f", ca_fill_(T(0), F(1)))                                                \
     X(copy_, "self:t src:t", ca_copy_(T(0), T(1)))                                              \
-    X(retain_grad, "t:t", ca_tensor_retain_grad(T(0)))
+    X(retain_grad, "t:t", ca_tensor_retain_grad(T(0)))                                       \
+    X(detach_, "t:t", ca_tensor_detach_(T(0)))
 /* clang-format on */
 
 /* ---------------------------------------------------------------------------------------

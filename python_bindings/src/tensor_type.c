@@ -41,6 +41,8 @@ static int tensor_clear(PyObject *self) {
 
 static void tensor_dealloc(PyObject *self) {
     glue_tensor *t = (glue_tensor *)self;
+    if (t->t && ca_tensor_binding(t->t) == self) /* first: nothing may hand it out now */
+        ca_tensor_set_binding(t->t, NULL);
     PyObject_GC_UnTrack(self);
     if (t->weakrefs)
         PyObject_ClearWeakRefs(self);

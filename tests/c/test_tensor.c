@@ -450,3 +450,53 @@ Test(tensor, inplace_on_leaf_requiring_grad) {
     ca_tensor_release(w);
     ca_tensor_release(d);
 }
+
+/* detach_ in place: a non-leaf leaves its graph, and a view made by a view op refuses. */
+Test(tensor, detach_in_place) {
+    int64_t shape[] = {2, 3};
+    ca_tensor *a = tu_randn(CA_FLOAT32, 2, shape, true), *y = NULL, *v = NULL;
+    TU_OK(ca_mul_scalar(a, 2.0, &y));
+    TU_OK(ca_transpose(y, 0, 1, &v));
+    TU_FAILS(ca_tensor_detach_(v), CA_STATUS_AUTOGRAD, "Can't detach views in-place");
+    TU_OK(ca_tensor_retain_grad(y));
+    TU_OK(ca_tensor_detach_(y));
+    cr_assert(ca_tensor_is_leaf(y));
+    cr_assert_not(ca_tensor_requires_grad(y));
+    cr_assert_null(ca_tensor_grad_fn(y));
+    cr_assert_not_null(ca_tensor_grad_fn(v), "the view keeps its history");
+    ca_tensor *ts[] = {v, y, a};
+    tu_release_n(ts, 3);
+}
+
+/* A transposed leaf's first .grad is transposed too (PyTorch's AccumulateGrad layout),
+ * eager and compiled, with the GEMM writing it; then it accumulates in place. */
+Test(tensor, grad_takes_a_dense_leafs_strides) {
+    for (int compiled = 0; compiled < 2; compiled++) {
+        int64_t ws[] = {5, 3}, xs[] = {4, 3};
+        ca_tensor *w0 = tu_randn(CA_FLOAT32, 2, ws, false), *w = NULL, *wd = NULL;
+        ca_tensor *x = tu_randn(CA_FLOAT32, 2, xs, false), *y = NULL, *loss = NULL;
+        TU_OK(ca_transpose(w0, 0, 1, &wd));
+        TU_OK(ca_tensor_detach(wd, &w));
+        TU_OK(ca_tensor_set_requires_grad(w, true));
+        if (compiled)
+            TU_OK(ca_compiled_autograd_enable(NULL));
+        TU_OK(ca_matmul(x, w, &y));
+        TU_OK(ca_sum(y, 0, NULL, false, &loss));
+        TU_OK(ca_backward(loss));
+        const int64_t *st = ca_tensor_strides(ca_tensor_grad(w));
+        cr_assert(st[0] == 1 && st[1] == 3, "compiled %d: .grad strides (%lld, %lld)", compiled,
+                  (long long)st[0], (long long)st[1]);
+        /* d(sum(x @ w))/dw[k][j] = sum_i x[i][k] */
+        for (int k = 0; k < 3; k++) {
+            double want = 0;
+            for (int i = 0; i < 4; i++)
+                want += tu_at(x, (int64_t[]){i, k});
+            for (int j = 0; j < 5; j++)
+                cr_assert_float_eq(tu_at(ca_tensor_grad(w), (int64_t[]){k, j}), want, 1e-4);
+        }
+        if (compiled)
+            TU_OK(ca_compiled_autograd_disable());
+        ca_tensor *ts[] = {loss, y, x, w, wd, w0};
+        tu_release_n(ts, 6);
+    }
+}

@@ -111,3 +111,29 @@ def test_mark_dirty_moves_the_version_on(case, change):
         out.sum().backward()
         return out._version
     parity(make)
+
+
+def test_detach_in_place_cuts_a_non_leaf_from_its_graph():
+    def make(L):
+        a = L.ones(2, 3, requires_grad=True)
+        y = a * 2
+        same = y.detach_() is y
+        z = a * 3
+        v = z.view(6)  # a base with a view detaches; the view keeps its history
+        z.detach_()
+        w = a * 4
+        w.retain_grad()
+        w.detach_()
+        return (same, y.requires_grad, y.grad_fn is None, y.is_leaf, y._version,
+                z.requires_grad, v.grad_fn is not None, w.retains_grad)
+    parity(make)
+
+
+@pytest.mark.parametrize("view", ["select", "view", "transpose"])
+def test_detach_in_place_refuses_a_view(view):
+    def make(L):
+        y = L.ones(2, 3, requires_grad=True) * 2
+        v = {"select": lambda: y[0], "view": lambda: y.view(3, 2),
+             "transpose": lambda: y.t()}[view]()
+        v.detach_()
+    parity(make)

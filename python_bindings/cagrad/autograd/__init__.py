@@ -27,16 +27,20 @@ def __getattr__(name):
                          f"gradcheck and gradgradcheck (see docs/python-api.md)")
 
 
+def _edge_tensor(edge):
+    """A GradientEdge as the tensor the C engine takes for it: the edge's leaf, or a
+    stand-in whose grad_fn is the edge's node at its output number."""
+    node = edge.node._handle() if hasattr(edge.node, "_handle") else edge.node
+    return node._output_tensor(edge.output_nr)
+
+
 def _as_tuple(value, what):
     if isinstance(value, _C.TensorBase):
         return (value,)
-    if isinstance(value, graph.GradientEdge) or (
-            isinstance(value, (tuple, list)) and
-            any(isinstance(v, graph.GradientEdge) for v in value)):
-        raise NotImplementedError(f"cagrad's autograd takes tensors as {what}, not "
-                                  f"GradientEdges: pass the tensor the edge was made from "
-                                  f"(see docs/python-api.md, Autograd)")
+    if isinstance(value, graph.GradientEdge):
+        return (_edge_tensor(value),)
     if isinstance(value, (tuple, list)):
+        value = [_edge_tensor(v) if isinstance(v, graph.GradientEdge) else v for v in value]
         for v in value:
             if not isinstance(v, _C.TensorBase):
                 raise TypeError(f"{what} must be Tensors, got an element of type "

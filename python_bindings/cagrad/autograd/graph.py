@@ -15,6 +15,7 @@ import weakref
 from typing import NamedTuple
 
 from .. import _C
+from .variable import _after_backwards
 
 __all__ = ["Node", "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks",
            "register_multi_grad_hook", "increment_version", "GradientEdge",
@@ -48,18 +49,25 @@ class Node(abc.ABC):
 
 class _NodeHandle:
     """Returned by register_hook / register_prehook; remove() unregisters the hook (a second
-    remove() does nothing). It keeps the node alive until then, as the hook does."""
+    remove() does nothing). It keeps the node alive until then, as the hook does.
 
-    __slots__ = ("_node", "id", "__weakref__")
+    remove() switches the hook off at once (`live`, read by its wrapper); while a backward
+    runs, the C entry is unlinked when it ends (variable._after_backwards), since the
+    engine may be walking that list: a hook may remove itself, as in PyTorch."""
 
-    def __init__(self, node, hook_id):
+    __slots__ = ("_node", "id", "_live", "__weakref__")
+
+    def __init__(self, node, hook_id, live):
         self._node = _C.NodeBase(node)
         self.id = hook_id
+        self._live = live
 
     def remove(self):
         node, self._node = self._node, None
         if node is not None:
-            node._remove_hook(self.id)
+            self._live[0] = False
+            hook_id = self.id
+            _after_backwards(lambda: node._remove_hook(hook_id))
 
     def __enter__(self):
         return self
@@ -102,15 +110,20 @@ def _type_name(t):
         t._dtype, str(t.dtype))
 
 
-def _pre_wrapper(fn):
+def _pre_wrapper(fn, live):
+    """live: [False] once the hook's handle removed it (_NodeHandle)."""
     def pre(grad_outputs):
+        if not live[0]:
+            return None
         return _checked(fn, fn(grad_outputs), grad_outputs)
     return pre
 
 
-def _post_wrapper(fn, pad):
+def _post_wrapper(fn, pad, live):
     """pad: inputs PyTorch's node has and cagrad's lacks (always None gradients)."""
     def post(grad_inputs, grad_outputs):
+        if not live[0]:
+            return None
         full = tuple(grad_inputs) + (None,) * pad
         result = _checked(fn, fn(full, grad_outputs), full)
         return None if result is None else tuple(result)[:len(grad_inputs)]
@@ -137,13 +150,16 @@ class _HookMixin:
         if not callable(fn):
             raise TypeError(f"register_hook() takes a callable, not {type(fn).__name__}")
         base = self._handle()
-        return _NodeHandle(base, base._register_post_hook(_post_wrapper(fn, _missing_inputs(base))))
+        live = [True]
+        hook_id = base._register_post_hook(_post_wrapper(fn, _missing_inputs(base), live))
+        return _NodeHandle(base, hook_id, live)
 
     def register_prehook(self, fn):
         if not callable(fn):
             raise TypeError(f"register_prehook() takes a callable, not {type(fn).__name__}")
         base = self._handle()
-        return _NodeHandle(base, base._register_pre_hook(_pre_wrapper(fn)))
+        live = [True]
+        return _NodeHandle(base, base._register_pre_hook(_pre_wrapper(fn, live)), live)
 
     @property
     def next_functions(self):
@@ -173,6 +189,27 @@ class _BuiltinNode(_C.NodeBase, _HookMixin):
 
     def __repr__(self):
         return f"<{type(self).__name__} object at {id(self):#x}>"
+
+    def __call__(self, *grads):
+        # grad_fn(grad): the node's derivative rule on its output's gradient, as torch:
+        # one input gives a Tensor, several a tuple (None where an input needs none)
+        if len(grads) != 1:
+            raise TypeError(f"{type(self).__name__} takes the gradient of its one output, "
+                            f"{len(grads)} given")
+        res = self._call(grads[0])
+        if type(self).__name__ != self._name:  # a scalar overload: torch's 0-d other
+            res = res + (None,)
+        return res[0] if len(res) == 1 else res
+
+    def __getattr__(self, attr):
+        # grad_fn._saved_<name>: what the node keeps for its backward, by PyTorch's names
+        # (the C op row's fields); a tensor is checked as a backward would check it
+        if attr.startswith("_saved_") and attr[7:] in self._saved_names:
+            return self._saved(attr[7:])
+        if attr.startswith("_raw_saved_") and attr[11:] in self._saved_names:
+            raise NotImplementedError(f"{attr}: cagrad has no SavedTensor objects; read "
+                                      f"_saved_{attr[11:]} instead (see docs/python-api.md)")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{attr}'")
 
 
 Node.register(_BuiltinNode)

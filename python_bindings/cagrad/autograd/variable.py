@@ -11,6 +11,19 @@ __all__ = ["Variable", "VariableMeta"]
 # backward(), so this is process-wide rather than per thread.
 _running = []
 
+# Hook removals asked for while a backward ran, done when no backward runs any more: the C
+# engine walks a tensor's or node's hook list while it calls the hooks, and unlinking the
+# entry it stands on (a hook that removes itself, as PyTorch allows) would free it under it.
+_deferred = []
+
+
+def _after_backwards(fn):
+    """fn() now, or once no backward is running (see _deferred)."""
+    if _running:
+        _deferred.append(fn)
+    else:
+        fn()
+
 
 class _ExecutionEngine:
     def queue_callback(self, callback):
@@ -50,6 +63,8 @@ class _BackwardScope:
                 i += 1
         finally:
             _running.pop()
+            while not _running and _deferred:
+                _deferred.pop(0)()
         return False
 
 

@@ -14,6 +14,8 @@ from collections import defaultdict
 from .. import _C
 from .._functions import clone
 from .._grad_mode import enable_grad, no_grad, zero_grads
+from ._step_hooks import (StepHooks, register_optimizer_step_post_hook,  # noqa: F401
+                          register_optimizer_step_pre_hook)
 
 
 class _RequiredParameter:
@@ -28,7 +30,7 @@ def _typename(obj):
     return type(obj).__name__
 
 
-class Optimizer:
+class Optimizer(StepHooks):  # StepHooks: register_step_pre_hook / _post_hook (_step_hooks.py)
     def __init__(self, params, defaults):
         if isinstance(params, _C.TensorBase):
             raise TypeError("params argument given to the optimizer should be an iterable of "

@@ -13,15 +13,17 @@ same mask). Two variants, as in PyTorch:
 - use_reentrant=True (the default when it is not given, with PyTorch's warning): the
   block is one custom Function node; its backward recomputes the block and runs a
   backward through it. Under compiled autograd it is one call-out step. Parameters the
-  block uses get their gradient accumulated into .grad directly, so autograd.grad() with
-  respect to one of them does not see it (RuntimeError).
+  block uses get their gradient accumulated into .grad directly, so, as in PyTorch, a
+  backward with inputs (autograd.grad(), backward(inputs=...)) that reaches the block
+  raises RuntimeError. A block none of whose tensor arguments requires grad runs under
+  no_grad (PyTorch's warning), so its output does not require grad either.
 """
 
 import warnings
 
 from .. import _C
 from .._creation import get_rng_state, set_rng_state
-from .._grad_mode import enable_grad, is_grad_enabled
+from .._grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..autograd import backward as _backward
 from ..autograd.function import Function
 from ..autograd.graph import saved_tensors_hooks
@@ -50,6 +52,12 @@ class CheckpointFunction(Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if not _checkpoint_valid():
+            raise RuntimeError(
+                "When use_reentrant=True, torch.utils.checkpoint is incompatible with .grad() "
+                "or passing an `inputs` parameter to .backward(). To resolve this error, you "
+                "can either set use_reentrant=False, or call .backward() without passing the "
+                "`inputs` argument.")
         tensors = iter(ctx.saved_tensors)
         args = []
         for is_tensor, plain in zip(ctx.arg_is_tensor, ctx.plain_args):
@@ -70,6 +78,14 @@ class CheckpointFunction(Function):
         _backward([o for o, _ in pairs], [g for _, g in pairs])
         return (None, None, None) + tuple(a.grad if t else None
                                           for a, t in zip(args, ctx.arg_is_tensor))
+
+
+def _checkpoint_valid():
+    """False in a backward given `inputs` (autograd.grad(), backward(inputs=...)), as
+    torch.autograd._is_checkpoint_valid: the block's backward writes .grad of whatever
+    requires grad inside it, which such a backward must not do."""
+    from ..autograd.variable import _running
+    return not _running or _running[-1].inputs is None
 
 
 def _recompute(ctx, args):
@@ -170,7 +186,9 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
         warnings.warn("torch.utils.checkpoint: the use_reentrant parameter should be passed "
                       "explicitly. use_reentrant=False is recommended.", stacklevel=2)
     if context_fn is not None:
-        raise NotImplementedError("cagrad's checkpoint() does not take context_fn")
+        raise NotImplementedError("checkpoint(): context_fn (selective activation "
+                                  "checkpointing) is not supported by cagrad; see "
+                                  "docs/python-api.md, 'Where cagrad differs from PyTorch'")
     if determinism_check not in ("default", "none"):
         raise ValueError(f"determinism_check should be one of ['default', 'none'], but got "
                          f"{determinism_check}")
@@ -185,7 +203,8 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
     if not any(_is_tensor(a) and a.requires_grad for a in args):
         warnings.warn("None of the inputs have requires_grad=True. Gradients will be None",
                       stacklevel=2)
-        return function(*args, **kwargs)
+        with no_grad():  # as PyTorch's CheckpointFunction.forward: no history at all
+            return function(*args, **kwargs)
     return CheckpointFunction.apply(function, bool(preserve_rng_state), kwargs, *args)
 
 
