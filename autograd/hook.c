@@ -79,24 +79,73 @@ ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_acc
     return CA_OK;
 }
 
-static bool hook_unlink(ca_hook **list, ca_hook_handle id) {
+/* The ids of the hooks running on this thread, innermost last. A running hook cannot be
+ * removed: its entry and ctx would be freed under its own call, and the loop running it
+ * reads the entry afterwards. (Python's handles defer such a removal to the backward's
+ * end, as PyTorch lets a hook remove itself.) */
+#define HOOK_NEST 32
+static _Thread_local ca_hook_handle hook_running[HOOK_NEST];
+static _Thread_local int hook_depth;
+
+static void hook_enter(const ca_hook *h) {
+    if (hook_depth < HOOK_NEST)
+        hook_running[hook_depth] = h->id;
+    hook_depth++;
+}
+
+static void hook_leave(void) {
+    hook_depth--;
+}
+
+static bool hook_is_running(ca_hook_handle id) {
+    for (int i = 0; i < hook_depth && i < HOOK_NEST; i++)
+        if (hook_running[i] == id)
+            return true;
+    return hook_depth > HOOK_NEST; /* too deep to know: assume it is */
+}
+
+typedef enum { UNLINK_NONE, UNLINK_DONE, UNLINK_RUNNING } unlink_result;
+
+static unlink_result hook_unlink(ca_hook **list, ca_hook_handle id) {
     for (; *list; list = &(*list)->next) {
         if ((*list)->id != id)
             continue;
+        if (hook_is_running(id))
+            return UNLINK_RUNNING;
         ca_hook *h = *list;
         *list = h->next;
         h->next = NULL;
         cai_hook_list_free(&h);
-        return true;
+        return UNLINK_DONE;
     }
-    return false;
+    return UNLINK_NONE;
+}
+
+/* The status of removing `handle` from the first of n lists that has it. */
+static ca_status hook_remove(ca_hook **lists[], int n, ca_hook_handle handle, const char *fn,
+                             bool *found) {
+    *found = true;
+    for (int i = 0; i < n; i++) {
+        unlink_result r = lists[i] ? hook_unlink(lists[i], handle) : UNLINK_NONE;
+        if (r == UNLINK_DONE)
+            return CA_OK;
+        if (r == UNLINK_RUNNING)
+            return err_set(CA_STATUS_INVALID,
+                           "%s: hook %llu is running; a hook cannot remove itself during its "
+                           "own call (remove it after the backward returns)",
+                           fn, (unsigned long long)handle);
+    }
+    *found = false;
+    return CA_OK;
 }
 
 ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle) {
     CA_ARG_NOT_NULL(t, "ca_tensor_remove_hook");
-    if (hook_unlink(&t->hooks, handle) || hook_unlink(&t->post_acc_hooks, handle) ||
-        (t->grad_fn && hook_unlink(&t->grad_fn->pre_hooks, handle)))
-        return CA_OK;
+    ca_hook **lists[] = {&t->hooks, &t->post_acc_hooks, t->grad_fn ? &t->grad_fn->pre_hooks : NULL};
+    bool found;
+    ca_status st = hook_remove(lists, 3, handle, "ca_tensor_remove_hook", &found);
+    if (found)
+        return st;
     return err_set(CA_STATUS_INVALID,
                    "ca_tensor_remove_hook: no hook with handle %llu is "
                    "registered on this tensor (already removed, or registered "
@@ -117,7 +166,9 @@ ca_status cai_hook_run_pre_output(ca_hook *list, int k, ca_tensor **grad, const 
             continue;
         ca_tensor *repl = NULL;
         uint64_t gen = cai_err_generation();
+        hook_enter(h);
         ca_status st = h->pre(*grad, &repl, h->ctx);
+        hook_leave();
         if (st != CA_OK) {
             ca_tensor_release(repl);
             if (cai_err_generation() == gen)
@@ -151,7 +202,9 @@ ca_status cai_hook_run_pre_output(ca_hook *list, int k, ca_tensor **grad, const 
 ca_status cai_hook_run_post(ca_hook *list, ca_tensor *leaf) {
     for (ca_hook *h = list; h; h = h->next) {
         uint64_t gen = cai_err_generation();
+        hook_enter(h);
         ca_status st = h->post(leaf, h->ctx);
+        hook_leave();
         if (st != CA_OK) {
             if (cai_err_generation() == gen)
                 return err_set(CA_STATUS_HOOK,
@@ -199,8 +252,11 @@ ca_status ca_node_register_post_hook(ca_node *n, ca_node_post_hook_fn fn, void *
 
 ca_status ca_node_remove_hook(ca_node *n, ca_hook_handle handle) {
     CA_ARG_NOT_NULL(n, "ca_node_remove_hook");
-    if (hook_unlink(&n->node_pre_hooks, handle) || hook_unlink(&n->node_post_hooks, handle))
-        return CA_OK;
+    ca_hook **lists[] = {&n->node_pre_hooks, &n->node_post_hooks};
+    bool found;
+    ca_status st = hook_remove(lists, 2, handle, "ca_node_remove_hook", &found);
+    if (found)
+        return st;
     return err_set(CA_STATUS_INVALID,
                    "ca_node_remove_hook: no hook with handle %llu is registered on %s (already "
                    "removed, or registered elsewhere)",
@@ -256,7 +312,9 @@ ca_status cai_hook_run_node_pre(ca_hook *list, int n_out, ca_tensor **grads, con
     for (ca_hook *h = list; h; h = h->next) {
         memcpy(before, grads, sizeof(ca_tensor *) * (size_t)n_out);
         uint64_t gen = cai_err_generation();
+        hook_enter(h);
         ca_status st = h->node_pre(n_out, grads, h->ctx);
+        hook_leave();
         if (st == CA_OK)
             st = check_replaced(n_out, grads, before, out_meta_of, "node pre-hook", n);
         if (st != CA_OK)
@@ -275,7 +333,9 @@ ca_status cai_hook_run_node_post(ca_hook *list, int n_in, ca_tensor **gin, int n
         if (n_in > 0) /* AccumulateGrad has no inputs (gin NULL) */
             memcpy(before, gin, sizeof(ca_tensor *) * (size_t)n_in);
         uint64_t gen = cai_err_generation();
+        hook_enter(h);
         ca_status st = h->node_post(n_in, gin, n_out, gout, h->ctx);
+        hook_leave();
         if (st == CA_OK)
             st = check_replaced(n_in, gin, before, in_meta_of, "node post-hook", n);
         if (st != CA_OK)

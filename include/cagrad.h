@@ -422,8 +422,9 @@ ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
 ca_status ca_tensor_register_post_accumulate_grad_hook(ca_tensor *t, ca_post_accumulate_hook_fn fn,
                                                        void *ctx, ca_ctx_free_fn ctx_free,
                                                        ca_hook_handle *handle);
-/* Remove a hook of either kind registered on t.
- * Errors: CA_STATUS_INVALID (t NULL; no hook with that handle on t). */
+/* Remove a hook of either kind registered on t. A hook cannot remove itself during its own
+ * call (its entry and ctx would be freed under it): remove it after the backward returns.
+ * Errors: CA_STATUS_INVALID (t NULL; no hook with that handle on t; the hook is running). */
 ca_status ca_tensor_remove_hook(ca_tensor *t, ca_hook_handle handle);
 
 /* ---------------------------------------------------------------------------------------
@@ -508,7 +509,8 @@ ca_status ca_node_register_pre_hook(ca_node *n, ca_node_pre_hook_fn fn, void *ct
                                     ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
 ca_status ca_node_register_post_hook(ca_node *n, ca_node_post_hook_fn fn, void *ctx,
                                      ca_ctx_free_fn ctx_free, ca_hook_handle *handle);
-/* Errors: CA_STATUS_INVALID (n NULL; no hook with that handle on n). */
+/* As ca_tensor_remove_hook, for node hooks.
+ * Errors: CA_STATUS_INVALID (n NULL; no hook with that handle on n; the hook is running). */
 ca_status ca_node_remove_hook(ca_node *n, ca_hook_handle handle);
 
 /* ---------------------------------------------------------------------------------------

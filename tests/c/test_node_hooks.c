@@ -219,6 +219,54 @@ Test(node_hooks, remove) {
     net_free(&n);
 }
 
+/* A hook that tries to remove a hook (itself, or another) from inside its own call. */
+typedef struct {
+    ca_tensor *t;
+    ca_hook_handle target;
+    ca_status got;
+    int calls;
+} removing_state;
+
+static ca_status removing_hook(ca_tensor *grad, ca_tensor **repl, void *ctx) {
+    (void)grad, (void)repl;
+    removing_state *s = ctx;
+    s->calls++;
+    s->got = ca_tensor_remove_hook(s->t, s->target);
+    ca_error_clear();
+    return CA_OK;
+}
+
+static ca_status counting_hook(ca_tensor *grad, ca_tensor **repl, void *ctx) {
+    (void)grad, (void)repl;
+    ++*(int *)ctx;
+    return CA_OK;
+}
+
+/* A running hook cannot be removed (its entry would be freed under its own call); one that
+ * is not running can, and the backward goes on. */
+Test(node_hooks, a_hook_cannot_remove_itself_while_it_runs) {
+    for (int self = 0; self < 2; self++) {
+        net n = net_make();
+        removing_state rs = {.t = n.xw};
+        int other_calls = 0;
+        ca_hook_handle h_rm, h_other;
+        TU_OK(ca_tensor_register_hook(n.xw, removing_hook, &rs, NULL, &h_rm));
+        TU_OK(ca_tensor_register_hook(n.xw, counting_hook, &other_calls, NULL, &h_other));
+        rs.target = self ? h_rm : h_other;
+        TU_OK(ca_backward(n.loss));
+        cr_assert_eq(rs.calls, 1);
+        if (self) {
+            cr_assert_eq(rs.got, CA_STATUS_INVALID, "removing itself must be refused");
+            cr_assert_eq(other_calls, 1);
+            TU_OK(ca_tensor_remove_hook(n.xw, h_rm)); /* after the backward it can */
+        } else {
+            cr_assert_eq(rs.got, CA_OK, "removing a hook that is not running works");
+            cr_assert_eq(other_calls, 0, "the removed hook did not run");
+        }
+        net_free(&n);
+    }
+}
+
 /* A custom function y = 2x whose node carries hooks. */
 static ca_status twice_backward(void *ctx, int n_out, ca_tensor *const *gout, int n_in,
                                 ca_tensor **gin) {
