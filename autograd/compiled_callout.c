@@ -17,14 +17,18 @@ void cai_view_of(const ca_tensor *t, graph_view *v) {
     memcpy(v->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
 }
 
+void cai_view_copy_into(const graph_view *v, ca_tensor *dst) {
+    kern_src src = {.data = v->data};
+    memcpy(src.strides, v->strides, sizeof(int64_t) * (size_t)v->ndim);
+    cai_kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape, cai_tensor_ptr(dst),
+                       dst->strides, &src, 0, 0);
+}
+
 ca_status cai_tensor_from_view(const graph_view *v, ca_tensor **out) {
     ca_meta m = {.dtype = (ca_dtype)v->dtype, .ndim = v->ndim};
     memcpy(m.shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
     CA_CHECK(cai_tensor_new(&m, out));
-    kern_src src = {.data = v->data};
-    memcpy(src.strides, v->strides, sizeof(int64_t) * (size_t)v->ndim);
-    cai_kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape, cai_tensor_ptr(*out),
-                       (*out)->strides, &src, 0, 0);
+    cai_view_copy_into(v, *out);
     return CA_OK;
 }
 

@@ -36,5 +36,7 @@ ca_tensor *cai_callout_take(callout_state *s, const graph_view *v);
 void cai_view_of(const ca_tensor *t, graph_view *v);
 /* A new contiguous tensor holding a copy of v. */
 ca_status cai_tensor_from_view(const graph_view *v, ca_tensor **out);
+/* v's values into dst (of v's shape and dtype, any strides). */
+void cai_view_copy_into(const graph_view *v, ca_tensor *dst);
 
 #endif /* CAGRAD_COMPILED_CALLOUT_H */

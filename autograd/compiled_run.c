@@ -46,12 +46,8 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
     ca_status st = CA_OK;
     if (!t->grad) {
         st = cai_tensor_grad_like(t, &t->grad); /* a leaf's .grad takes its layout */
-        if (st == CA_OK) {
-            kern_src src;
-            src_of(v, &src);
-            cai_kern_pointwise(KPW_COPY, v->dtype, KERN_F32, v->ndim, v->shape,
-                               cai_tensor_ptr(t->grad), t->grad->strides, &src, 0, 0);
-        }
+        if (st == CA_OK)
+            cai_view_copy_into(v, t->grad);
     } else {
         kern_src src;
         src_of(v, &src);
@@ -63,7 +59,7 @@ static ca_status grad_add_view(ca_tensor *t, const graph_view *v) {
 
 /* The call-out's result, which no one else holds, becomes .grad when there is none. */
 static bool grad_steal(ca_tensor *leaf, callout_state *co, const graph_view *v) {
-    if (!ca_tensor_is_contiguous(leaf) && cai_tensor_dense(leaf))
+    if (cai_tensor_grad_strided(leaf))
         return false; /* its .grad takes its strides: grad_add_view copies */
     cai_grad_lock(leaf);
     bool stolen = !leaf->grad && (leaf->grad = cai_callout_take(co, v)) != NULL;

@@ -108,7 +108,7 @@ static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g) {
     if (!leaf->grad) {
         bool private = ref_count(&g->refcnt) == 1 && ref_count(&g->storage->refcnt) == 1 &&
                        ca_tensor_is_contiguous(g);
-        if (private && (ca_tensor_is_contiguous(leaf) || !cai_tensor_dense(leaf))) {
+        if (private && !cai_tensor_grad_strided(leaf)) {
             leaf->grad = ca_tensor_retain(g);
             return CA_OK;
         }

@@ -205,9 +205,9 @@ void cai_tensor_contiguous_strides(int ndim, const int64_t *shape, int64_t *stri
 void *cai_tensor_ptr(const ca_tensor *t); /* element (0,...,0) */
 /* Strides of t broadcast to out_ndim/out_shape (0 on broadcast dims) as a kernel source. */
 void cai_tensor_src(const ca_tensor *t, int out_ndim, const int64_t *out_shape, kern_src *src);
-/* Whether t's elements fill their memory span without overlap in some order of its dims
- * (PyTorch's "non-overlapping and dense"). */
-bool cai_tensor_dense(const ca_tensor *t);
+/* Whether leaf's .grad takes leaf's strides: its elements fill their memory span without
+ * overlap (PyTorch's "non-overlapping and dense"), but not in row-major order. */
+bool cai_tensor_grad_strided(const ca_tensor *leaf);
 /* A new, unfilled tensor for leaf's first .grad: leaf's strides when it is dense but not
  * contiguous (a transposed weight's grad is transposed too), else contiguous, as PyTorch's
  * AccumulateGrad lays gradients out. */

@@ -222,7 +222,8 @@ bool ca_tensor_is_contiguous(const ca_tensor *t) {
     return true;
 }
 
-bool cai_tensor_dense(const ca_tensor *t) {
+/* Whether t's elements fill their memory span without overlap in some order of its dims. */
+static bool tensor_dense(const ca_tensor *t) {
     int order[CA_MAX_DIMS], n = 0;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] == 0)
@@ -245,10 +246,14 @@ bool cai_tensor_dense(const ca_tensor *t) {
     return true;
 }
 
+bool cai_tensor_grad_strided(const ca_tensor *leaf) {
+    return !ca_tensor_is_contiguous(leaf) && tensor_dense(leaf);
+}
+
 ca_status cai_tensor_grad_like(const ca_tensor *leaf, ca_tensor **out) {
     ca_meta m;
     cai_tensor_meta(leaf, &m);
-    if (ca_tensor_is_contiguous(leaf) || !cai_tensor_dense(leaf))
+    if (!cai_tensor_grad_strided(leaf))
         return cai_tensor_new(&m, out);
     ca_tensor *flat = NULL;
     CA_CHECK(cai_tensor_new(&m, &flat)); /* numel entries: the dense layout's span */
