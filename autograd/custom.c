@@ -210,6 +210,8 @@ ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor 
                           ca_tensor **results) {
     CA_CHECK(ca_init());
     ca_status st = check_apply_args(fn, n_inputs, inputs, n_outputs, outputs, results);
+    for (int i = 0; i < n_inputs && st == CA_OK; i++) /* a view whose base changed in place */
+        st = cai_view_sync_fast(inputs[i]);
     if (st == CA_OK) {
         for (int k = 0; k < n_outputs; k++)
             results[k] = NULL;
@@ -240,11 +242,12 @@ ca_status ca_custom_apply(const ca_custom_function *fn, int n_inputs, ca_tensor 
 }
 
 int ca_tensor_output_nr(const ca_tensor *t) {
-    return t ? t->output_nr : 0;
+    return t ? cai_tensor_synced(t)->output_nr : 0;
 }
 
 const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t) {
-    return t && t->grad_fn && t->grad_fn->custom ? &t->grad_fn->custom->fn : NULL;
+    return t && cai_tensor_synced(t)->grad_fn && t->grad_fn->custom ? &t->grad_fn->custom->fn
+                                                                    : NULL;
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -121,16 +121,11 @@ static ca_status grad_accumulate_locked(ca_tensor *leaf, ca_tensor *g) {
     return CA_OK;
 }
 
-static bool grad_requires_grad(ca_tensor *t) {
-    cai_grad_lock(t);
-    bool r = t->grad && t->grad->requires_grad;
-    cai_grad_unlock(t);
-    return r;
-}
-
-/* Threads backwarding through one model at once each add theirs. */
+/* Threads backwarding through one model at once each add theirs. Under create_graph the
+ * new .grad is always a new tensor (PyTorch's AccumulateGrad with grad mode on), even when
+ * neither gradient requires grad: a .grad someone holds is never written. */
 ca_status cai_grad_accumulate(ca_tensor *leaf, ca_tensor *g, bool create_graph) {
-    if (create_graph && (g->requires_grad || grad_requires_grad(leaf)))
+    if (create_graph)
         return accumulate_grad_recorded(leaf, g);
     cai_grad_lock(leaf);
     ca_status st = grad_accumulate_locked(leaf, g);
@@ -456,6 +451,8 @@ static ca_status roots_prepare(int n, ca_tensor *const *outs, ca_tensor *const *
         if (!outs[i])
             st = err_set(CA_STATUS_INVALID, "%s: output %d is NULL; pass a valid tensor", fn, i);
         if (st == CA_OK)
+            st = cai_view_sync_fast(outs[i]);
+        if (st == CA_OK)
             st = root_node(outs[i], fn, i, &nodes[i]);
         if (st == CA_OK)
             st = root_grad(outs[i], given ? given[i] : NULL, fn, &grads[i]);
@@ -569,8 +566,11 @@ static ca_status grad_targets(engine_run *r, ca_node *const *roots, int n_roots,
                               ca_tensor *const *inputs) {
     ca_walk probe = {0};
     ca_status st = cai_walk_graph(&probe, roots, n_roots);
-    for (int i = 0; i < n_in && st == CA_OK; i++)
-        st = capture_node(inputs[i], i, &probe, &r->cap_nodes[i], &r->cap_nrs[i]);
+    for (int i = 0; i < n_in && st == CA_OK; i++) {
+        st = cai_view_sync_fast(inputs[i]);
+        if (st == CA_OK)
+            st = capture_node(inputs[i], i, &probe, &r->cap_nodes[i], &r->cap_nrs[i]);
+    }
     cai_walk_free(&probe);
     return st;
 }

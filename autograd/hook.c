@@ -45,6 +45,7 @@ ca_status ca_tensor_register_hook(ca_tensor *t, ca_tensor_hook_fn fn, void *ctx,
                                   ca_ctx_free_fn ctx_free, ca_hook_handle *handle) {
     CA_ARG_NOT_NULL(t, "ca_tensor_register_hook");
     CA_ARG_NOT_NULL(fn, "ca_tensor_register_hook");
+    CA_CHECK(cai_view_sync_fast(t));
     if (!t->requires_grad)
         return err_set(CA_STATUS_AUTOGRAD, "ca_tensor_register_hook: cannot register a hook on "
                                            "a tensor that does not require grad; call "

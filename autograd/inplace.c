@@ -32,7 +32,10 @@ static ca_status inplace_check(ca_tensor *self, ca_tensor *other, const char *fn
         return CA_OK;
     if (self->requires_grad && !self->grad_fn)
         return leaf_error(fn);
-    *graph = self->requires_grad || (other && other->requires_grad);
+    /* a view of a tensor in the graph too: its base's history must take the update (or,
+     * for a view made with grad mode off, PyTorch's error) */
+    *graph = self->requires_grad || (other && other->requires_grad) ||
+             (self->view_base && self->view_base->requires_grad);
     return CA_OK;
 }
 
@@ -40,7 +43,7 @@ static ca_status inplace_check(ca_tensor *self, ca_tensor *other, const char *fn
  * written: what PyTorch's in-place ops keep as the "original self" when their derivative
  * needs it. False when n holds a value packed by saved-tensor hooks, which cannot be
  * reached (the caller recomputes from a copy instead). */
-static ca_status node_keep_saved(ca_node *n, const ca_storage *s, bool *ok) {
+ca_status cai_node_keep_saved(ca_node *n, const ca_storage *s, bool *ok) {
     *ok = true;
     if (!n)
         return CA_OK;
@@ -66,46 +69,53 @@ static ca_status node_keep_saved(ca_node *n, const ca_storage *s, bool *ok) {
     return CA_OK;
 }
 
+/* self's memory takes r's values (same shape and dtype); its version goes up. */
+ca_status cai_tensor_write(ca_tensor *self, ca_tensor *r, const char *fn) {
+    kern_src src;
+    cai_tensor_src(r, self->ndim, self->shape, &src);
+    if (cai_kern_pointwise(KPW_COPY, kdt(self->dtype), KERN_F32, self->ndim, self->shape,
+                           cai_tensor_ptr(self), self->strides, &src, 0, 0) != 0)
+        return err_set(CA_STATUS_DTYPE, "%s: not supported for %s tensors", fn,
+                       ca_dtype_name(self->dtype));
+    cai_tensor_bump_version(self);
+    return CA_OK;
+}
+
+void cai_tensor_take_history(ca_tensor *t, ca_node *node, int output_nr, bool requires_grad) {
+    ca_node *old = t->grad_fn;
+    int old_nr = t->output_nr;
+    t->grad_fn = node ? cai_node_retain(node) : NULL;
+    t->output_nr = output_nr;
+    t->requires_grad = requires_grad;
+    if (t->retains_grad && old && node_retained(old, old_nr) == t)
+        node_set_retained(old, old_nr, NULL); /* retain_grad follows t to the new node */
+    if (t->retains_grad && t->grad_fn)
+        node_set_retained(t->grad_fn, t->output_nr, t);
+    if (old)
+        cai_node_release(old);
+}
+
 ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn) {
     *done = false;
     if (self->requires_grad && !self->grad_fn)
         return leaf_error(fn);
-    if (atomic_load_explicit(&self->storage->graph_views, memory_order_relaxed))
-        return err_set(CA_STATUS_AUTOGRAD,
-                       "%s: an in-place op on a view of a tensor in the autograd graph (or on "
-                       "a tensor that has such a view) is not supported; use the out-of-place "
-                       "op, or clone() the view first",
-                       fn);
     ca_meta ms, mr;
     cai_tensor_meta(self, &ms);
     cai_tensor_meta(r, &mr);
     if (ms.dtype != mr.dtype || !cai_meta_same_shape(&ms, &mr))
         return err_set(CA_STATUS_SHAPE, "%s: the result does not fit self in place", fn);
+    if (self->view_base)
+        return cai_view_rebase(self, r, done, fn);
     bool ok;
-    CA_CHECK(node_keep_saved(r->grad_fn, self->storage, &ok));
+    CA_CHECK(cai_node_keep_saved(r->grad_fn, self->storage, &ok));
     if (!ok)
         return CA_OK;
-    kern_src src;
-    cai_tensor_src(r, ms.ndim, ms.shape, &src);
-    if (cai_kern_pointwise(KPW_COPY, kdt(ms.dtype), KERN_F32, ms.ndim, ms.shape,
-                           cai_tensor_ptr(self), self->strides, &src, 0, 0) != 0)
-        return err_set(CA_STATUS_DTYPE, "%s: not supported for %s tensors", fn,
-                       ca_dtype_name(ms.dtype));
-    cai_tensor_bump_version(self);
-    ca_node *old = self->grad_fn;
-    int old_nr = self->output_nr;
-    self->grad_fn = r->grad_fn ? cai_node_retain(r->grad_fn) : NULL;
-    self->output_nr = r->output_nr;
+    CA_CHECK(cai_tensor_write(self, r, fn));
+    cai_tensor_take_history(self, r->grad_fn, r->output_nr, r->requires_grad);
     /* a custom node's name lives with it: version errors then name the saved grad_fn */
     self->storage->rebased_by =
         self->grad_fn && !self->grad_fn->custom ? cai_node_name(self->grad_fn) : NULL;
-    self->requires_grad = r->requires_grad;
-    if (self->retains_grad && old && node_retained(old, old_nr) == self)
-        node_set_retained(old, old_nr, NULL); /* retain_grad follows self to the new node */
-    if (self->retains_grad && self->grad_fn)
-        node_set_retained(self->grad_fn, self->output_nr, self);
-    if (old)
-        cai_node_release(old);
+    self->storage->history_epoch++; /* views of self replay their ops on its new history */
     *done = true;
     return CA_OK;
 }
@@ -141,7 +151,7 @@ static ca_status inplace_graph(ca_tensor *self, ca_tensor *other, kern_pw_op op,
     if (op == KPW_COPY) {
         /* src's own node may have saved self (self.copy_(f(self))): keep those values */
         bool ok;
-        st = node_keep_saved(other->grad_fn, self->storage, &ok);
+        st = cai_node_keep_saved(other->grad_fn, self->storage, &ok);
         ca_tensor *conv = ca_tensor_retain(other), *wide = NULL;
         if (st == CA_OK && other->dtype != self->dtype) {
             ca_tensor_release(conv);
@@ -217,17 +227,31 @@ static ca_status inplace_binary(ca_tensor *self, ca_tensor *other, kern_pw_op op
     return CA_OK;
 }
 
+/* fill_ / zero_ of a tensor in the graph: self = where(false, self, value), whose values
+ * are all value and whose gradient to self's old history is zero, as PyTorch's
+ * FillBackward0 (self keeps requiring grad). */
+static ca_status fill_graph(ca_tensor *self, double value, const char *fn) {
+    ca_meta none = {.dtype = CA_BOOL, .ndim = 0};
+    ca_tensor *no = NULL, *r = NULL;
+    bool done = false;
+    ca_status st = cai_tensor_full(&none, 0.0, &no);
+    if (st == CA_OK)
+        st = ca_where_scalar(no, self, value, &r);
+    if (st == CA_OK)
+        st = cai_tensor_rebase(self, r, &done, fn);
+    ca_tensor_release(no);
+    ca_tensor_release(r);
+    return st;
+}
+
 /* self = op(self) with scalar p0. */
 static ca_status inplace_unary(ca_tensor *self, kern_pw_op op, double p0, const char *fn) {
     bool graph;
     CA_CHECK(inplace_check(self, NULL, fn, &graph));
     if (graph && op == KPW_MUL_S)
         return inplace_graph(self, NULL, op, p0, fn);
-    if (graph) /* fill_ / zero_: self's new values depend on nothing */
-        return err_set(CA_STATUS_AUTOGRAD,
-                       "%s: filling a tensor in the autograd graph is not supported; use "
-                       "ca_full / ca_zeros, or turn grad mode off",
-                       fn);
+    if (graph)
+        return fill_graph(self, p0, fn);
     kern_src src;
     cai_tensor_src(self, self->ndim, self->shape, &src);
     if (cai_kern_pointwise(op, kdt(self->dtype), KERN_F32, self->ndim, self->shape,

@@ -156,9 +156,10 @@ typedef struct ca_storage {
     void *data;
     size_t nbytes;
     uint64_t version; /* shared by every view: bumped by each in-place write */
-    /* A view of a tensor in the autograd graph shares this memory (set by op.c): an
-     * in-place op on any tensor over it cannot rebase the others' history (inplace.c). */
-    _Atomic bool graph_views;
+    /* Moves on each time an in-place op gives a tensor over this memory a new history
+     * (inplace.c): a view whose view_epoch differs replays its view ops on its base's new
+     * history before it is used (view_inplace.c). */
+    uint64_t history_epoch;
     /* The node name (an op row's, static) of the last in-place op that gave a tensor over
      * this memory a new history (inplace.c): version errors name it, as PyTorch names the
      * changed tensor's grad_fn at backward time. */
@@ -188,6 +189,20 @@ struct ca_tensor {
     ca_hook *hooks;            /* leaf only: tensor pre-hooks (non-leaf ones live on grad_fn) */
     ca_hook *post_acc_hooks;   /* leaf only */
     void *binding;             /* ca_tensor_set_binding: a language binding's, borrowed */
+
+    /* A view made by a view op (view_inplace.c): the tensor that owns the memory (PyTorch's
+     * _base) and, when made with grad mode on, the tensor it was made from and the op's step
+     * (a node holding the row, the attributes and the shapes), all strong. An in-place op
+     * on the view rebases the base's history through them, as PyTorch's CopySlices does.
+     * view_depth counts the steps back to the base; past CAI_VIEW_CHAIN_MAX, or for a view
+     * made with grad mode off (view_no_grad, inherited by its views), view_src and view_step
+     * are NULL (not replayable). */
+    ca_tensor *view_base;
+    ca_tensor *view_src;
+    ca_node *view_step;
+    int view_depth;
+    bool view_no_grad;
+    uint64_t view_epoch; /* the memory's history_epoch when grad_fn was last made */
 };
 
 /* Which output of its grad_fn t's gradient enters (0 for a leaf's AccumulateGrad). */
@@ -228,10 +243,19 @@ void cai_tensor_bump_version(ca_tensor *t);
  * self takes r's values (written into its memory, bumping its version) and r's history,
  * as PyTorch rebases a tensor's grad_fn onto the in-place op's node. *done is false, with
  * nothing changed, when r's node saved self's memory (its backward needs self's old
- * values): the caller computes r again from a clone of self. Errors: a leaf that requires
- * grad, a view of a tensor in the graph (or a tensor that has one), r of another shape or
- * dtype. */
+ * values): the caller computes r again from a clone of self. When self is a view, its
+ * base takes the history (cai_view_rebase). Errors: a leaf that requires grad (or a view of
+ * one), r of another shape or dtype. */
 ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn);
+/* Copy the values n's backward saved from storage s to memory of their own before s is
+ * written; *ok false when a saved-tensor hook packed one (the caller recomputes from a
+ * copy of self instead). */
+ca_status cai_node_keep_saved(ca_node *n, const ca_storage *s, bool *ok);
+/* self's memory takes r's values (same shape and dtype); its version goes up. */
+ca_status cai_tensor_write(ca_tensor *self, ca_tensor *r, const char *fn);
+/* t takes history (node, output_nr, requires_grad), moving a retained grad with it. */
+void cai_tensor_take_history(ca_tensor *t, ca_node *node, int output_nr, bool requires_grad);
+
 /* a and b are the same view: one storage, offset, dtype, shape and strides. */
 bool cai_tensor_same_view(const ca_tensor *a, const ca_tensor *b);
 /* Raw, autograd-free fills used by creation functions and the engine. */
@@ -336,6 +360,27 @@ struct ca_node {
 };
 
 ca_status cai_node_alloc(int op, int n_in, ca_node **out);
+
+/* ---- views in the autograd graph (view_inplace.c) ---- */
+/* t, its history first brought up to date (cai_view_sync) when t is a stale view. */
+const ca_tensor *cai_tensor_synced(const ca_tensor *t);
+#define CAI_VIEW_CHAIN_MAX 32
+/* Record that res, made by view op `op` (canonical attributes a, input meta in_meta) from
+ * src, is a view of src's memory (op.c). With grad mode off only its base is kept. */
+ca_status cai_view_track(ca_tensor *res, ca_tensor *src, int op, const ca_attrs *a,
+                         const ca_meta *in_meta);
+/* Bring a view's history up to date: when an in-place op gave its base (or another view of
+ * it) a new history, replay the view's ops on the base. A no-op for other tensors. */
+ca_status cai_view_sync(ca_tensor *t);
+static inline ca_status cai_view_sync_fast(ca_tensor *t) {
+    return t && t->view_base && t->view_epoch != t->storage->history_epoch ? cai_view_sync(t)
+                                                                           : CA_OK;
+}
+/* The in-place op r = op(v) on a view v, as PyTorch's CopySlices: v's base b takes the
+ * history where(selected, embed(r), b), embed being the view ops' adjoint, so the gradient
+ * of the selected elements flows to r and the rest to b's old history; v replays its view
+ * ops on it. Then v's memory takes r's values. *done as cai_tensor_rebase. */
+ca_status cai_view_rebase(ca_tensor *v, ca_tensor *r, bool *done, const char *fn);
 
 /* Output k's gradient meta, buffer and retained tensor (k < n->n_out). */
 static inline ca_meta *node_out_meta(ca_node *n, int k) {
@@ -518,6 +563,9 @@ struct ca_op_def {
     int id;                /* ca_op_id: the row's place in the table */
     const char *name;      /* the op: "mul" */
     const char *node_name; /* its node in logs and grad_fn: "MulBackward0" */
+    /* optional: the node's name from its attributes, where one row stands for two of
+     * PyTorch's ops (to_dtype for clone) */
+    const char *(*node_name_of)(const ca_attrs *a);
     ca_fusion_class fusion;
     int n_in_min, n_in_max; /* tensor inputs (n_in_max -1: unbounded, e.g. cat) */
     unsigned flags;

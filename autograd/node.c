@@ -75,6 +75,8 @@ const char *cai_node_name(const ca_node *n) {
     if (n->custom)
         return n->custom->name;
     const ca_op_def *row = cai_op_def(n->op);
+    if (row && row->node_name_of)
+        return row->node_name_of(&n->attrs);
     return row ? row->node_name : "UnknownBackward";
 }
 
@@ -204,7 +206,7 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
  * The public view of nodes
  */
 ca_node *ca_tensor_grad_fn(const ca_tensor *t) {
-    return t ? t->grad_fn : NULL;
+    return t ? cai_tensor_synced(t)->grad_fn : NULL;
 }
 
 ca_status ca_tensor_grad_accumulator(ca_tensor *t, ca_node **out) {

@@ -95,9 +95,6 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
     }
     res->grad_fn = n;
     res->requires_grad = true;
-    for (int i = 0; i < n_in; i++) /* a view in the graph: in-place ops must not rebase */
-        if (in[i] && in[i]->storage == res->storage)
-            atomic_store_explicit(&res->storage->graph_views, true, memory_order_relaxed);
     return CA_OK;
 }
 
@@ -183,6 +180,10 @@ static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca
     ca_status st = CA_OK;
     if (needs_record(row, in, n_in, a))
         st = record_node(row, in, n_in, a, metas, res, aux);
+    /* a view: in-place ops on it must reach its base's history */
+    if (st == CA_OK && row->fusion == CA_FUSE_VIEW && res != in[0] &&
+        res->storage == in[0]->storage && !res->view_base)
+        st = cai_view_track(res, in[0], row->id, a, &metas[0]);
     for (int k = 0; k < CA_MAX_AUX; k++) {
         if (st == CA_OK && aux_out)
             aux_out[k] = aux[k];
@@ -208,6 +209,8 @@ ca_status cai_op_call(int op, int n_in, ca_tensor *const *in, const ca_attrs *at
     if (aux_out)
         memset(aux_out, 0, sizeof(ca_tensor *) * CA_MAX_AUX);
     CA_CHECK(check_inputs(row, n_in, in));
+    for (int i = 0; i < n_in; i++) /* a view whose base changed in place in the graph */
+        CA_CHECK(cai_view_sync_fast(in[i]));
     ca_attrs a = attrs ? *attrs : (ca_attrs){0};
     ca_meta local[8], *metas = local;
     if (n_in > 8 && !(metas = cai_mem_alloc(sizeof(ca_meta) * (size_t)n_in)))

@@ -222,6 +222,11 @@ static void clamp_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *
     unary_bw(b, n, g, gin, KPW_CLAMP_BW, n->attrs.s[0], n->attrs.s[1]);
 }
 
+/* i[1] = 1: a clone (a copy of the same dtype), PyTorch's CloneBackward0. */
+static const char *to_dtype_node_name(const ca_attrs *a) {
+    return a->i[1] ? "CloneBackward0" : "ToCopyBackward0";
+}
+
 /* The gradient converts back to the input's dtype. */
 static void to_dtype_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
     if (!node_needs_grad(n, 0))
@@ -504,6 +509,7 @@ static const ca_op_def rows[] = {
     {.id = CA_OP_TO_DTYPE,
      .name = "to_dtype",
      .node_name = "ToCopyBackward0",
+     .node_name_of = to_dtype_node_name,
      .fusion = CA_FUSE_OPAQUE,
      .n_in_min = 1,
      .n_in_max = 1,
@@ -635,4 +641,9 @@ ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out) {
 ca_status ca_to_dtype(ca_tensor *x, ca_dtype dtype, ca_tensor **out) {
     ca_attrs at = {.i = {(int64_t)dtype}};
     return unary(CA_OP_TO_DTYPE, "ca_to_dtype", x, &at, out);
+}
+
+ca_status ca_clone(ca_tensor *x, ca_tensor **out) {
+    ca_attrs at = {.i = {x ? (int64_t)x->dtype : 0, 1}};
+    return unary(CA_OP_TO_DTYPE, "ca_clone", x, &at, out);
 }

@@ -180,6 +180,9 @@ void ca_tensor_release(ca_tensor *t) {
     cai_hook_list_free(&t->post_acc_hooks);
     ca_tensor_release(t->grad);
     cai_node_release(t->grad_fn);
+    cai_node_release(t->view_step);
+    ca_tensor_release(t->view_src); /* at most CAI_VIEW_CHAIN_MAX deep */
+    ca_tensor_release(t->view_base);
     storage_release(t->storage);
     cai_mem_free(t);
 }
@@ -563,11 +566,20 @@ const char *ca_tensor_describe(const ca_tensor *t, char *buf, size_t size) {
 /* ---------------------------------------------------------------------------------------
  * Autograd state of a tensor (public)
  */
+/* t's history, brought up to date first when t is a view whose base changed in place (a
+ * lazy update, as PyTorch regenerates a view's grad_fn when read: it changes no value). A
+ * failure leaves the old history, for the next op on t to report. */
+const ca_tensor *cai_tensor_synced(const ca_tensor *t) {
+    if (t && t->view_base && cai_view_sync_fast((ca_tensor *)t) != CA_OK)
+        ca_error_clear();
+    return t;
+}
+
 bool ca_tensor_requires_grad(const ca_tensor *t) {
-    return t && t->requires_grad;
+    return t && cai_tensor_synced(t)->requires_grad;
 }
 bool ca_tensor_is_leaf(const ca_tensor *t) {
-    return t && !t->grad_fn;
+    return t && !cai_tensor_synced(t)->grad_fn;
 }
 ca_tensor *ca_tensor_grad(const ca_tensor *t) {
     return t ? t->grad : NULL;
@@ -576,12 +588,17 @@ bool ca_tensor_retains_grad(const ca_tensor *t) {
     return t && t->retains_grad;
 }
 
+ca_tensor *ca_tensor_view_base(const ca_tensor *t) {
+    return t ? t->view_base : NULL;
+}
+
 const char *ca_tensor_grad_fn_name(const ca_tensor *t) {
-    return t && t->grad_fn ? cai_node_name(t->grad_fn) : NULL;
+    return t && cai_tensor_synced(t)->grad_fn ? cai_node_name(t->grad_fn) : NULL;
 }
 
 ca_status ca_tensor_set_requires_grad(ca_tensor *t, bool requires_grad) {
     CA_ARG_NOT_NULL(t, "ca_tensor_set_requires_grad");
+    CA_CHECK(cai_view_sync_fast(t));
     if (t->grad_fn) {
         if (requires_grad)
             return CA_OK;
@@ -641,6 +658,7 @@ void *ca_tensor_binding(const ca_tensor *t) {
 
 ca_status ca_tensor_detach_(ca_tensor *t) {
     CA_ARG_NOT_NULL(t, "ca_tensor_detach_");
+    CA_CHECK(cai_view_sync_fast(t));
     ca_node *n = t->grad_fn;
     if (n && !n->custom && cai_op_def(n->op)->fusion == CA_FUSE_VIEW)
         return err_set(CA_STATUS_AUTOGRAD,
@@ -662,6 +680,7 @@ ca_status ca_tensor_detach_(ca_tensor *t) {
 
 ca_status ca_tensor_retain_grad(ca_tensor *t) {
     CA_ARG_NOT_NULL(t, "ca_tensor_retain_grad");
+    CA_CHECK(cai_view_sync_fast(t));
     if (!t->requires_grad)
         return err_set(CA_STATUS_AUTOGRAD, "ca_tensor_retain_grad: the tensor does not require "
                                            "grad, so it will never get one; call it on a tensor "

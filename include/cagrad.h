@@ -70,7 +70,10 @@
  *   the caller's race with every other use of it, as in PyTorch: in-place ops (the
  *   optimizer step, zeroing .grad), ca_tensor_set_grad, ca_tensor_set_requires_grad,
  *   ca_tensor_retain_grad and registering or removing hooks, and reading .grad while a
- *   backward on another thread may accumulate into it. Saved-tensor hooks' tensors are
+ *   backward on another thread may accumulate into it. An in-place op in the graph on a
+ *   view, or on a tensor with views, changes every view of its memory: each rebuilds its
+ *   history when next used, so such views must not be in use on other threads until each
+ *   has been used once on the changing thread. Saved-tensor hooks' tensors are
  *   unpacked into the graph's nodes for the length of a backward: a graph with packed
  *   saved tensors is backwarded by one thread at a time.
  * - Process-wide. Safe from any thread (locked, atomic, or read-only after ca_init):
@@ -298,6 +301,25 @@ ca_status ca_tensor_from_blob(ca_dtype dtype, int ndim, const int64_t *shape,
                               const int64_t *strides, void *data, ca_blob_deleter_fn deleter,
                               void *ctx, ca_tensor **out);
 
+/* Shared memory, as torch.Tensor.share_memory_() (Linux). ca_tensor_share_memory_ moves
+ * t's memory, and so every view of it, into an anonymous memory file mapped shared: a
+ * process forked afterwards writes the same memory (Hogwild training), and the file's
+ * descriptor (ca_tensor_shared_fd: owned by the memory, with the mapping's size and the
+ * byte offset of t's element 0) maps it in another process, once passed there (as
+ * multiprocessing passes descriptors over a Unix socket), with ca_tensor_from_shared_fd,
+ * which duplicates fd and takes geometry as ca_tensor_from_blob. Values are kept; sharing
+ * shared memory is a no-op. ca_tensor_shared_fd returns -1 for memory that is not shared.
+ * Errors: CA_STATUS_INVALID (t or out NULL, a bad descriptor or offset), CA_STATUS_NOMEM
+ * (the system refused the memory), CA_STATUS_SHAPE (the view exceeds the mapping), and
+ * ca_tensor_from_blob's. Thread-safe: no for share_memory_ (t's memory moves), shared for
+ * the others. */
+ca_status ca_tensor_share_memory_(ca_tensor *t);
+bool ca_tensor_is_shared(const ca_tensor *t);
+int ca_tensor_shared_fd(const ca_tensor *t, size_t *map_bytes, size_t *elem0_offset);
+ca_status ca_tensor_from_shared_fd(int fd, size_t map_bytes, size_t elem0_offset, ca_dtype dtype,
+                                   int ndim, const int64_t *shape, const int64_t *strides,
+                                   ca_tensor **out);
+
 /* References. retain returns its argument; both take NULL. Releasing the last reference
  * may free nodes and release other tensors of t's graph. Thread-safe: shared. */
 ca_tensor *ca_tensor_retain(ca_tensor *t);
@@ -343,6 +365,9 @@ ca_tensor *ca_tensor_grad(const ca_tensor *t);
 ca_status ca_tensor_set_grad(ca_tensor *t, ca_tensor *grad);
 /* Name of the node that made t ("MulBackward0"), or NULL for a leaf. Static string. */
 const char *ca_tensor_grad_fn_name(const ca_tensor *t);
+/* The tensor whose memory the view t was made over by view ops (PyTorch's _base: never
+ * itself a view), or NULL when t is not such a view (a detached alias is not). Borrowed. */
+ca_tensor *ca_tensor_view_base(const ca_tensor *t);
 /* A new tensor sharing t's storage, outside the graph (requires_grad false).
  * Errors: CA_STATUS_INVALID (t or out NULL), CA_STATUS_NOMEM. */
 ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out);
@@ -919,6 +944,9 @@ ca_status ca_clamp(ca_tensor *x, double min, double max, ca_tensor **out);
  * bool: 0 or 1. A result of bool or int64 has no gradient. CA_STATUS_INVALID when dtype is
  * not a ca_dtype; CA_STATUS_DTYPE from a float dtype to int64 (unsupported). */
 ca_status ca_to_dtype(ca_tensor *x, ca_dtype dtype, ca_tensor **out);
+/* A contiguous copy of x in memory of its own (torch.clone); its node is CloneBackward0.
+ * CA_STATUS_INVALID for x or out NULL. */
+ca_status ca_clone(ca_tensor *x, ca_tensor **out);
 
 /* reductions over n_dims dims (n_dims == 0: every dim).
  * Errors: CA_STATUS_INVALID (n_dims outside 0..CA_MAX_DIMS; dims NULL with n_dims > 0),
@@ -1113,9 +1141,10 @@ ca_status ca_dropout(ca_tensor *x, double p, bool training, ca_tensor **out);
  * no operand requiring grad) they allocate nothing. In it, as in PyTorch, the op is
  * recorded: it runs out of place and self takes the result's values and history
  * (ca_tensor_rebase_), so the gradient flows through it to self's old history and to other;
- * copy_ gives self src's history. A leaf that requires grad is refused (update it with
- * grad mode off, as torch.no_grad() does for optimizer steps), as is a view of a tensor in
- * the graph or a tensor that has one, and zero_/fill_ of a tensor in the graph.
+ * copy_ gives self src's history; zero_/fill_ give a zero gradient to self's old history.
+ * On a view, the view's base takes the update's history (ca_tensor_rebase_). A leaf that
+ * requires grad, or a view of one, is refused (update it with grad mode off, as
+ * torch.no_grad() does for optimizer steps), as is a view whose elements overlap.
  * Errors: CA_STATUS_INVALID (self or other NULL), CA_STATUS_AUTOGRAD (those refusals),
  * CA_STATUS_DTYPE (self and other differ), CA_STATUS_SHAPE (other does not broadcast to
  * self's shape).
@@ -1133,9 +1162,13 @@ ca_status ca_copy_(ca_tensor *self, ca_tensor *src); /* src broadcasts to self's
  * op's node. *done is false, with nothing changed, when result's node saved self's memory
  * (its backward needs self's old values): compute result again from a copy of self (a
  * differentiable one, such as ca_mul_scalar(self, 1)) and call again.
+ * When self is a view (made by a view op with grad mode on), its base takes the history
+ * where(selected, result scattered into the base's shape, base), as PyTorch's CopySlices,
+ * and every view of the base rebuilds its history from the base's when next used.
  * Errors: CA_STATUS_INVALID (an argument NULL), CA_STATUS_AUTOGRAD (self is a leaf that
- * requires grad while grad mode is on; self is a view of a tensor in the graph or has such
- * a view), CA_STATUS_SHAPE (result's shape or dtype is not self's).
+ * requires grad while grad mode is on, or a view of one; self's elements overlap; self is
+ * more than 32 view ops from its base), CA_STATUS_SHAPE (result's shape or dtype is not
+ * self's).
  * Thread-safe: no (self is written). */
 ca_status ca_tensor_rebase_(ca_tensor *self, ca_tensor *result, bool *done);
 

@@ -218,13 +218,15 @@ def is_pinned(self, device=None):
 
 
 def share_memory_(self):
-    raise NotImplementedError("cagrad's Tensor.share_memory_() is not supported: cagrad "
-                              "tensors live in process-private memory, so another process "
-                              "cannot see their updates (see docs/python-api.md)")
+    """Move this tensor's memory (and so every view of it) to memory shared with other
+    processes: one forked afterwards, or one it is sent to through cagrad.multiprocessing,
+    writes the same memory (Hogwild training). Returns self."""
+    _C.share_memory_(self)
+    return self
 
 
 def is_shared(self):
-    return False
+    return _C.is_shared(self)
 
 
 def _index_put_method(self, indices, values, accumulate=False):

@@ -828,9 +828,9 @@ def log_softmax(input, dim, dtype=None):
 # ------------------------------------------------------------------------------ misc
 def clone(input, *, memory_format=None):
     """A contiguous copy with its own storage; gradients flow back to input (as
-    ToCopyBackward0)."""
+    CloneBackward0)."""
     check_memory_format("clone", memory_format, like=input)
-    return _C.to_dtype(input, input._dtype)
+    return _C.clone(input)
 
 
 def detach(input):

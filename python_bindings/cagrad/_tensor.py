@@ -161,6 +161,10 @@ class Tensor(_TensorBase):
     def data_ptr(self):
         return self._data_ptr
 
+    def _is_view(self):
+        """Whether view ops made this tensor over another's memory (that one is _base)."""
+        return self._base is not None
+
     # ---------------------------------------------------------------- autograd
     # (requires_grad and grad: properties with torch's checks, set after the class)
     def requires_grad_(self, requires_grad=True):

@@ -4,14 +4,18 @@ Everything of Python's multiprocessing is re-exported (Process, Queue, Pool, get
 set_start_method, ...), plus torch's spawn / start_processes with ProcessContext and its
 exceptions, and the sharing-strategy functions.
 
-Differences from PyTorch: cagrad tensors cross process boundaries by pickling (a copy of
-the values, see Tensor.__reduce_ex__), not through shared memory, so a child's in-place
-changes are not seen by the parent and share_memory_() is not available. The sharing
-strategy can be read and set but changes nothing.
+A tensor whose memory is shared (Tensor.share_memory_(), Module.share_memory()) crosses
+a process boundary as PyTorch's file_descriptor strategy sends it: its memory file's
+descriptor goes over, and the other process maps the same memory, so Hogwild training
+sees every process's updates (with the fork start method a forked child simply inherits
+the mapping). Differences from PyTorch: any other tensor is pickled (a copy of the
+values, see Tensor.__reduce_ex__), where PyTorch first moves it to shared memory; and the
+sharing strategy can be read and set but changes nothing.
 """
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import sys
 import traceback
@@ -39,6 +43,52 @@ def set_sharing_strategy(new_strategy):
     if new_strategy not in _STRATEGIES:
         raise AssertionError(f"invalid sharing strategy {new_strategy!r}")
     _strategy[0] = new_strategy
+
+
+# ------------------------------------------------------------------------------ shared tensors
+def _reduce_tensor(t):
+    """How multiprocessing's pickler sends a tensor: shared memory by its descriptor, any
+    other tensor as a copy (Tensor.__reduce_ex__)."""
+    from . import _C
+    info = _C.shared_fd(t)
+    if info is None:
+        return t.__reduce_ex__(2)
+    if t.requires_grad and not t.is_leaf:
+        raise RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
+            "autograd does not support crossing process boundaries.  If you just want to "
+            "transfer the data, call detach() on the tensor before serializing (e.g., "
+            "putting it on the queue).")
+    fd, nbytes, offset = info
+    return (_rebuild_shared, (type(t), multiprocessing.reduction.DupFd(fd), nbytes, offset,
+                              t._dtype, tuple(t.shape), tuple(t.stride()), t.requires_grad,
+                              dict(t.__dict__)))
+
+
+def _rebuild_shared(cls, dup, nbytes, offset, dtype, shape, strides, requires_grad, state):
+    from . import _C
+    from ._tensor import Tensor
+    fd = dup.detach()
+    try:
+        base = _C.from_shared_fd(fd, nbytes, offset, dtype, shape, strides)
+    finally:
+        os.close(fd)
+    t = Tensor.__new__(cls, base)
+    t.requires_grad = requires_grad
+    t.__dict__.update(state)
+    return t
+
+
+def _register_reducers():
+    from multiprocessing.reduction import ForkingPickler
+
+    from ._tensor import Tensor
+    from .nn.parameter import Parameter
+    for cls in (Tensor, Parameter):
+        ForkingPickler.register(cls, _reduce_tensor)
+
+
+_register_reducers()
 
 
 # ------------------------------------------------------------------------------ exceptions

@@ -168,7 +168,8 @@ extern PyMethodDef glue_autograd_methods[];
 extern PyMethodDef glue_interop_methods[];
 extern PyMethodDef glue_custom_methods[];
 extern PyMethodDef glue_node_methods[];
-extern PyMethodDef glue_dist_methods[]; /* dist.c */
+extern PyMethodDef glue_dist_methods[];   /* dist.c */
+extern PyMethodDef glue_shared_methods[]; /* shared.c */
 
 /* _C.NodeBase (node.c). 0, or -1 with an exception set. */
 int glue_add_node_type(PyObject *module);

@@ -155,7 +155,8 @@ static struct PyModuleDef module_def = {
 
 static int module_add_functions(PyObject *m) {
     PyMethodDef *tables[] = {glue_ops_methods,    glue_autograd_methods, glue_interop_methods,
-                             glue_custom_methods, glue_node_methods,     glue_dist_methods};
+                             glue_custom_methods, glue_node_methods,     glue_dist_methods,
+                             glue_shared_methods};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             return -1;

@@ -96,6 +96,7 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
     /* pointwise unary */                                                                       \
     X(clamp, "x:t min:f max:f", ca_clamp(T(0), F(1), F(2), out))                                \
     X(to_dtype, "x:t dtype:y", ca_to_dtype(T(0), Y(1), out))                                    \
+    X(clone, "x:t", ca_clone(T(0), out))                                                        \
     /* reductions (dims=() means every dim) */                                                  \
     REDUCE(X, sum) REDUCE(X, mean) REDUCE(X, logsumexp)                                         \
     /* shape */                                                                                 \

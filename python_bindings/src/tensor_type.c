@@ -164,6 +164,14 @@ static PyObject *tensor_get_grad_fn_name(PyObject *self, void *unused) {
     return PyUnicode_FromString(name);
 }
 
+/* The view's base (one Python object per tensor: `v._base is x`), or None. */
+static PyObject *tensor_get_base(PyObject *self, void *unused) {
+    ca_tensor *base = ca_tensor_view_base(T(self));
+    if (!base)
+        Py_RETURN_NONE;
+    return glue_wrap(ca_tensor_retain(base));
+}
+
 static PyObject *tensor_get_version(PyObject *self, void *unused) {
     return PyLong_FromUnsignedLongLong(ca_tensor_version(T(self)));
 }
@@ -190,6 +198,7 @@ static PyGetSetDef tensor_getset[] = {
     {"is_leaf", tensor_get_is_leaf, NULL, "True unless an op that recorded a graph made it", NULL},
     {"grad", tensor_get_grad, tensor_set_grad, "accumulated gradient, or None", NULL},
     {"_grad_fn_name", tensor_get_grad_fn_name, NULL, "name of grad_fn's node, or None", NULL},
+    {"_base", tensor_get_base, NULL, "the tensor this view's memory belongs to, or None", NULL},
     {"_version", tensor_get_version, NULL, "in-place version counter of the storage", NULL},
     {"_forward_graph", tensor_get_forward_graph, NULL, "forward graph of grad_fn, -1 for leaves",
      NULL},

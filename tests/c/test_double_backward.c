@@ -171,6 +171,29 @@ Test(double_backward, backward_create_graph_grad_has_history) {
     tu_release_n((ca_tensor *[]){x, gs, h}, 3);
 }
 
+/* Under create_graph a .grad someone holds is never written: with no gradient requiring
+ * grad, the second backward still makes a new .grad (PyTorch's AccumulateGrad with grad
+ * mode on), where a plain backward adds in place. */
+Test(double_backward, create_graph_accumulates_out_of_place) {
+    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){1, 2}, false);
+    ca_tensor *w = tu_from(CA_FLOAT64, TU_SHAPE(2), (double[]){3, 4}, true);
+    for (int create = 0; create < 2; create++) {
+        ca_backward_options o = {.create_graph = create, .retain_graph = true};
+        ca_tensor *y = NULL, *s = NULL;
+        TU_OK(ca_mul(x, w, &y)); /* d/dw = x: no gradient requires grad */
+        TU_OK(ca_sum(y, 0, NULL, false, &s));
+        TU_OK(ca_backward_ex(s, &o));
+        ca_tensor *first = ca_tensor_retain(ca_tensor_grad(w));
+        TU_OK(ca_backward_ex(s, &o));
+        cr_assert_eq(ca_tensor_grad(w) == first, !create);
+        tu_assert_values(first, create ? (double[]){1, 2} : (double[]){2, 4}, 0);
+        tu_assert_values(ca_tensor_grad(w), (double[]){2, 4}, 0);
+        TU_OK(ca_tensor_set_grad(w, NULL));
+        tu_release_n((ca_tensor *[]){y, s, first}, 3);
+    }
+    tu_release_n((ca_tensor *[]){x, w}, 2);
+}
+
 /* cumprod_backward, the kernel of cumprod's first derivative, is not differentiated again
  * (a double backward builds cumprod's derivative from differentiable ops instead); reached
  * anyway, it fails naming itself, PyTorch's "the derivative for 'X' is not implemented". */

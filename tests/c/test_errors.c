@@ -479,15 +479,6 @@ Test(errors, inplace_on_leaf_requiring_grad) {
     ca_tensor_release(w);
 }
 
-Test(errors, fill_in_graph) {
-    ca_tensor *w = rnd(CA_FLOAT32, TU_SHAPE(3), true), *y = NULL;
-    TU_OK(ca_mul_scalar(w, 2.0, &y));
-    TU_FAILS(ca_fill_(y, 1.0), CA_STATUS_AUTOGRAD, "autograd graph");
-    cr_assert_eq(ca_tensor_version(y), 0);
-    ca_tensor_release(y);
-    ca_tensor_release(w);
-}
-
 Test(errors, inplace_dtype_mismatch) {
     ca_tensor *a = rnd(CA_FLOAT32, TU_SHAPE(3), false), *b = rnd(CA_FLOAT64, TU_SHAPE(3), false);
     TU_FAILS(ca_copy_(a, b), CA_STATUS_DTYPE, "ca_to_dtype");

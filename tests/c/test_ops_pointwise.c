@@ -878,6 +878,10 @@ Test(pointwise, to_dtype_grad_converts_back) {
     ca_tensor *y = NULL, *p = NULL, *loss = NULL;
     TU_OK(ca_to_dtype(x, CA_FLOAT64, &y));
     cr_assert_str_eq(ca_tensor_grad_fn_name(y), "ToCopyBackward0");
+    ca_tensor *c = NULL;
+    TU_OK(ca_clone(y, &c)); /* the same row: a copy of the same dtype, PyTorch's name */
+    cr_assert_str_eq(ca_tensor_grad_fn_name(c), "CloneBackward0");
+    ca_tensor_release(c);
     TU_OK(ca_mul(y, w, &p));
     TU_OK(ca_sum(p, 0, NULL, false, &loss));
     TU_OK(ca_backward(loss));

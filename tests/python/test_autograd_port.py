@@ -234,12 +234,11 @@ def test_accumulate_in_place(mode):
     parity(lambda L: _assigned_then_backward(L, False), mode)
 
 
-@pytest.mark.xfail(strict=True, reason="C gap: AccumulateGrad adds in place under "
-                   "create_graph when neither gradient requires grad; torch makes a new "
-                   "tensor (grad + new) whenever create_graph=True")
-def test_accumulate_out_of_place_under_create_graph():
-    parity(lambda L: _accumulate_twice(L, True))
-    parity(lambda L: _assigned_then_backward(L, True))
+@MODES
+def test_accumulate_out_of_place_under_create_graph(mode):
+    # torch makes a new tensor (grad + new) whenever create_graph=True
+    parity(lambda L: _accumulate_twice(L, True), mode)
+    parity(lambda L: _assigned_then_backward(L, True), mode)
 
 
 @MODES

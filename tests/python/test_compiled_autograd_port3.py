@@ -268,10 +268,6 @@ def test_slice_assignment_on_non_leaf():
     check(fn, captures=1, hits=1)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-    "C gap: an in-place op on a view of a tensor in the graph (y[1:3].mul_(3)) is refused; "
-    "the C library does not rebase the base's history as PyTorch's CopySlices does "
-    "(docs/python-api.md, 'In-place ops in the autograd graph')"))
 def test_inplace_on_view_of_non_leaf():
     def fn(d):
         x = d.randn(4, 4, requires_grad=True)

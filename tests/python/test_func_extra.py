@@ -143,11 +143,10 @@ def test_index_put_inplace_refuses_to_drop_gradients():
 def test_memory_methods_of_a_cpu_library():
     x = ca.ones(2)
     assert x.is_pinned() is torch.ones(2).is_pinned() is False
-    assert x.is_shared() is False
-    with pytest.raises(NotImplementedError, match="share_memory_.*docs/python-api.md"):
-        x.share_memory_()
-    with pytest.raises(NotImplementedError, match="process-private"):
-        ca.nn.Linear(2, 2).share_memory()
+    assert x.is_shared() is torch.ones(2).is_shared() is False
+    assert x.share_memory_() is x and x.is_shared()  # test_shared_memory.py: processes
+    m = ca.nn.Linear(2, 2)
+    assert m.share_memory() is m and m.weight.is_shared() and m.bias.is_shared()
 
 
 # --- torch.func.functional_call ------------------------------------------------------------

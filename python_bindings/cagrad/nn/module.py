@@ -349,10 +349,12 @@ class Module:
         zero_grads(self.parameters(), set_to_none)
 
     def share_memory(self):
-        """Tensor.share_memory_() on every parameter and buffer: cagrad refuses it (its
-        tensors are process-private), so this raises that NotImplementedError."""
+        """Tensor.share_memory_() on every parameter and buffer (and their grads): processes
+        forked or spawned with the module afterwards update the same memory (Hogwild)."""
         for tensor in list(self.parameters()) + list(self.buffers()):
             tensor.share_memory_()
+            if tensor.grad is not None:
+                tensor.grad.share_memory_()
         return self
 
     # --- state_dict ----------------------------------------------------------------------
