@@ -66,3 +66,9 @@ from .transformer import Transformer, TransformerDecoder, TransformerDecoderLaye
 
 __all__ += ["modules", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
 __all__ += layers_more.__all__
+
+# CTCLoss, AdaptiveLogSoftmaxWithLoss, Conv3d, ConvTranspose3d, AdaptiveAvgPool3d
+from . import layers_ctc_conv3d  # noqa: E402
+from .layers_ctc_conv3d import *  # noqa: E402,F403
+
+__all__ += layers_ctc_conv3d.__all__

@@ -268,3 +268,10 @@ from ._layers_more import *  # noqa: E402,F403
 from ._pool_more import *  # noqa: E402,F403
 
 __all__ += _layers_more.__all__ + _pool_more.__all__ + _grid.__all__
+
+# ctc_loss, conv3d / conv_transpose3d, adaptive_avg_pool3d
+from . import _conv3d, _ctc  # noqa: E402
+from ._conv3d import *  # noqa: E402,F403
+from ._ctc import *  # noqa: E402,F403
+
+__all__ += _ctc.__all__ + _conv3d.__all__
