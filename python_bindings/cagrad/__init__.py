@@ -200,3 +200,25 @@ for _name, _fn in (("pow", pow), ("clip", clip), ("sign", sign),  # noqa: F821
                    ("clamp_max", clamp_max)):
     setattr(Tensor, f"{_name}_", _ops_module._inplace_method(_name, _fn))
 del _name, _fn
+# sparse COO tensors as Python objects over dense ops: torch.sparse_coo_tensor, torch.sparse,
+# spmm, mm / matmul with a sparse operand, Tensor.to_sparse / is_sparse / layout (_sparse.py)
+from . import _sparse, sparse  # noqa: E402
+from ._sparse import sparse_coo, sparse_coo_tensor, spmm  # noqa: E402
+mm = _sparse.sparse_aware(mm, _sparse.mm)  # noqa: F821
+matmul = _sparse.sparse_aware(matmul, _sparse.matmul)  # noqa: F821
+_sparse.install(Tensor)
+# the legacy tensor types torch.FloatTensor, DoubleTensor, LongTensor, BoolTensor
+from ._legacy_tensors import legacy_types as _legacy_types  # noqa: E402
+globals().update(_legacy_types())
+# window functions, combinations, trapezoid / cumulative_trapezoid, put / Tensor.put_
+# (_everyday.py), and torch.mps (no Metal backend: is_available() is False)
+from . import _everyday, mps  # noqa: E402
+from ._everyday import (bartlett_window, blackman_window, combinations,  # noqa: E402
+                        cumulative_trapezoid, hamming_window, hann_window, kaiser_window,
+                        put, trapezoid, trapz)
+Tensor.put_, Tensor.put = _everyday.put_, _everyday.put
+# Tensor.untyped_storage() / storage() / storage_offset(): read-only views (_storage.py)
+from . import _storage  # noqa: E402
+from ._storage import TypedStorage, UntypedStorage  # noqa: E402
+Tensor.untyped_storage, Tensor.storage = _storage.untyped_storage, _storage.storage
+Tensor.storage_offset = _storage.storage_offset

@@ -4,6 +4,7 @@ and the global settings they read (default dtype, seed, threads).
 Results are instances of cagrad.Tensor: _tensor.py registers the class with _C.
 """
 
+import collections.abc as _abc
 import operator
 
 import numpy as np
@@ -100,10 +101,26 @@ def _finish(t, requires_grad):
 _INT_KINDS = ("i", "u")
 
 
-def _target_dtype(arr, from_python):
+def _numpy_float_width(data):
+    """The widest numpy float scalar (np.float32/np.float64) in nested Python data, in
+    bytes, or 0: torch.tensor([np.float64(1.0)]) is float64 where [1.0] is float32."""
+    widest, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, np.floating):
+            widest = max(widest, item.itemsize)
+        elif isinstance(item, (list, tuple)) or (isinstance(item, _abc.Sequence)
+                                                 and not isinstance(item, (str, bytes))):
+            stack.extend(item)
+    return widest
+
+
+def _target_dtype(arr, from_python, data=None):
     """The cagrad dtype for data that numpy read as arr, following torch.tensor's rules."""
     kind = arr.dtype.kind
     if kind == "f":
+        if from_python and data is not None and _numpy_float_width(data) == 8:
+            return float64
         if from_python or arr.dtype.itemsize < 4:  # Python floats, float16 -> default
             return _default_float
         return float64 if arr.dtype.itemsize == 8 else float32
@@ -130,9 +147,11 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         return _finish(_C.copy_from_buffer(data), requires_grad)
     # Python numbers and lists take torch's default dtypes; arrays (numpy, or anything with
     # __array__) keep theirs; np.float64 subclasses float, hence the exact type test.
-    from_python = isinstance(data, (list, tuple)) or type(data) in (int, float)
+    # Any Python sequence (a deque of returns, a range) reads as Python data, as in torch
+    from_python = isinstance(data, _abc.Sequence) and not isinstance(data, (str, bytes)) \
+        or type(data) in (int, float)
     arr = np.asarray(data)
-    target = _target_dtype(arr, from_python) if dtype is None else check_dtype(dtype)
+    target = _target_dtype(arr, from_python, data) if dtype is None else check_dtype(dtype)
     # order="C" flips negative strides, which _C.copy_from_buffer does not take
     t = _C.copy_from_buffer(np.asarray(arr, dtype=target._numpy, order="C"))
     return _finish(t, requires_grad)

@@ -1,5 +1,5 @@
-"""torch.func's transforms for cagrad: grad, grad_and_value, vjp, jacrev, jacfwd, hessian and
-vmap.
+"""torch.func's transforms for cagrad: grad, grad_and_value, vjp, jvp, linearize, jacrev,
+jacfwd, hessian and vmap.
 
 They are built on cagrad's reverse mode (autograd.grad), not on functorch's levels:
 
@@ -7,8 +7,9 @@ They are built on cagrad's reverse mode (autograd.grad), not on functorch's leve
   graph (requires grad) gets a differentiable alias, so an outer transform still sees the
   dependence (grad(grad(f)), jacrev(jacrev(f)) nest), and the inner gradients keep their
   graph only then (create_graph is on only when nesting);
-- jacfwd is computed by reverse mode too (a vjp per output element): same values as
-  PyTorch's forward mode, a different cost;
+- jacfwd is computed by reverse mode too (a vjp per output element), and jvp by two
+  reverse passes (the double-vjp trick): same values as PyTorch's forward mode, a
+  different cost;
 - vmap is a Python loop over the batch that stacks the results, not a batching transform:
   func runs once per batch element (side effects and randomness happen per element; the
   randomness argument is accepted and not enforced).
@@ -207,6 +208,104 @@ def vjp(func, *primals, has_aux=False):
     if has_aux:
         return result, vjp_fn, _map(lambda x: _finish(x, keep), aux)
     return result, vjp_fn
+
+
+# ------------------------------------------------------------------------------ jvp
+_JVP = "jvp(f, primals, tangents): "
+
+
+def _jvp_leaves(primals, tangents):
+    """The tangent leaves, with torch's checks, in the primals' dtypes (the results take
+    the wider dtype back, as PyTorch's forward gradients do)."""
+    if not isinstance(primals, tuple):
+        raise RuntimeError(_JVP + "Expected primals to be a tuple. E.g. it should be valid "
+                                  "to call f(*primals).")
+    p_leaves, _ = _flatten(primals)
+    t_leaves, _ = _flatten(tangents)
+    if type(tangents) is not tuple or len(p_leaves) != len(t_leaves) or any(
+            type(a) is not type(b) and (isinstance(a, (tuple, list, dict))
+                                        or isinstance(b, (tuple, list, dict)))
+            for a, b in zip(primals, tangents)):
+        raise RuntimeError(_JVP + "Expected primals and tangents to have the same python "
+                                  "structure. For example, if primals is a tuple of 3 tensors, "
+                                  "tangents also must be.")
+    if not p_leaves:
+        raise RuntimeError(_JVP + "Expected primals to contain at least one Tensor.")
+    out = []
+    for p, t in zip(p_leaves, t_leaves):
+        _check_tensor_leaf(p)
+        _check_tensor_leaf(t)
+        if tuple(p._shape) != tuple(t._shape):
+            raise RuntimeError(f"Trying to set a forward gradient that has a different size "
+                               f"than that of the original Tensor, this is not supported. "
+                               f"Tensor is of size {list(p._shape)} while the given forward "
+                               f"gradient is of size {list(t._shape)}.")
+        out.append(t if t._dtype == p._dtype else t.to(p.dtype))
+    return out
+
+
+def _jvp_core(func, primals, tangent_leaves, has_aux, api):
+    """(output, J tangents, aux) by reverse mode twice (the double-vjp trick): the vjp
+    u -> J^T u is linear in u, so its own vjp at the tangents is J tangents. Needs func's
+    ops to be twice differentiable, as every op of cagrad's table is."""
+    from ._creation import zeros_like
+
+    with enable_grad():
+        marked = _Marked(primals, tuple(range(len(primals))))
+        output, aux = _split_aux(func(*marked.args), has_aux, api)
+        out_leaves, out_rebuild = _flatten(output)
+        for o in out_leaves:
+            _check_tensor_leaf(o)
+        us = [zeros_like(_C.detach(o)).requires_grad_(True) for o in out_leaves]
+        vjps = _grads(tuple(out_leaves), marked.leaves, tuple(us), True)
+        pairs = [(g, t) for g, t in zip(vjps, tangent_leaves) if g.requires_grad]
+        if pairs:
+            jv = autograd.grad(tuple(p[0] for p in pairs), us, tuple(p[1] for p in pairs),
+                               retain_graph=True, create_graph=marked.nested,
+                               allow_unused=True, materialize_grads=True)
+        else:  # no output depends on the primals
+            jv = [zeros_like(_C.detach(o)) for o in out_leaves]
+    keep = marked.nested
+    return (out_rebuild([_finish(o, keep) for o in out_leaves]),
+            out_rebuild([_finish(j, keep) for j in jv]),
+            _map(lambda x: _finish(x, keep), aux) if has_aux else None)
+
+
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """torch.func.jvp: (func(*primals), the Jacobian of func at primals times tangents),
+    and aux with has_aux. cagrad computes it by reverse mode (two vjps), with the values
+    of PyTorch's forward mode at about twice a backward's cost. Nests with the other
+    transforms (jvp of grad is a Hessian-vector product)."""
+    tangent_leaves = _jvp_leaves(primals, tangents)
+    output, jv, aux = _jvp_core(func, primals, tangent_leaves, has_aux, "jvp")
+    wide = [t for t in _flatten(tangents)[0] if t.dtype.itemsize == 8 and t.is_floating_point()]
+    if wide:  # a float64 tangent makes float64 products
+        jv = _map(lambda j: j.to(wide[0].dtype) if j.is_floating_point() else j, jv)
+    return (output, jv, aux) if has_aux else (output, jv)
+
+
+def linearize(func, *primals):
+    """torch.func.linearize: (func(*primals), jvp_fn) where jvp_fn(*tangents) is the jvp
+    at primals. cagrad's jvp_fn runs func again for each call (PyTorch traces it once)."""
+    with enable_grad():
+        output = func(*primals)
+    shapes = [tuple(p._shape) for p in _flatten(primals)[0]]
+
+    def jvp_fn(*tangents):
+        leaves, _ = _flatten(tangents)
+        for i, (t, shape) in enumerate(zip(leaves, shapes)):
+            if tuple(t._shape) != shape:
+                raise RuntimeError(f"tangent:{i} with shape {t.shape} in flattened pytree "
+                                   f"doesn't match the shape {_C_size(shape)} of the "
+                                   f"corresponding primal.")
+        return jvp(func, primals, tangents)[1]
+
+    return _map(lambda x: _finish(x, False), output), jvp_fn
+
+
+def _C_size(shape):
+    from ._dtype import Size
+    return Size(shape)
 
 
 # ------------------------------------------------------------------------------ jacobians

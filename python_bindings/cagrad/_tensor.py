@@ -37,6 +37,7 @@ from ._dtype import bool as _bool_dtype
 from ._dtype import float16 as _half_dtype
 from ._graph_break import break_graph
 from ._grad_mode import no_grad as _no_grad
+from ._indexing import _BASIC as _BASIC_ITEMS
 from ._indexing import (_assign_advanced, _assign_masked, _has_advanced, _index,
                         _is_mask_item, _scalar_value, _slice, _to_code)
 from ._tensor_repr import _repr
@@ -643,10 +644,13 @@ class Tensor(_TensorBase):
         return _index(self, index if t is tuple else (index,))
 
     def __setitem__(self, index, value):
-        if _ops.in_graph(self, (value,)):
+        items = index if type(index) is tuple else (index,)
+        # basic items (ints, slices, None, ...) give a view: writing through it, in the
+        # graph too (the C library rebases self's history, as PyTorch's CopySlices)
+        basic = all(type(it) in _BASIC_ITEMS for it in items)
+        if not basic and _ops.in_graph(self, (value,)):
             _setitem_in_graph(self, index, value)
             return
-        items = index if type(index) is tuple else (index,)
         if len(items) == 1 and _is_mask_item(items[0]):
             _assign_masked(self, items[0], value)
             return

@@ -38,6 +38,8 @@ def type_(self, dtype=None, non_blocking=False, **kwargs):
         return _legacy_name(self)
     if isinstance(dtype, str):
         dtype = _dtype_from_name(dtype)
+    elif isinstance(dtype, type) and type(getattr(dtype, "dtype", None)) is _dtype_type:
+        dtype = dtype.dtype  # a legacy type: t.type(torch.DoubleTensor) (_legacy_tensors.py)
     elif type(dtype) is not _dtype_type:
         raise TypeError(f"type(): expected a dtype or a type name string, got "
                         f"{type(dtype).__name__}")

@@ -1,13 +1,43 @@
 """cagrad.func: torch.func.functional_call (call a module with other tensors in place of
-its parameters and buffers) and the transforms grad, grad_and_value, vjp, jacrev, jacfwd,
-hessian and vmap (_func_transforms.py: built on reverse mode; vmap is a loop over the
-batch, not a batching transform)."""
+its parameters and buffers), stack_module_state (model ensembling) and the transforms grad,
+grad_and_value, vjp, jvp, linearize, jacrev, jacfwd, hessian and vmap (_func_transforms.py:
+built on reverse mode; vmap is a loop over the batch, not a batching transform)."""
 
-from ._func_transforms import grad, grad_and_value, hessian, jacfwd, jacrev, vjp, vmap
+from ._func_transforms import (grad, grad_and_value, hessian, jacfwd, jacrev, jvp, linearize,
+                               vjp, vmap)
 from .nn.module import Module
 
-__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "vjp",
-           "vmap"]
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp",
+           "linearize", "stack_module_state", "vjp", "vmap"]
+
+
+def stack_module_state(models):
+    """(params, buffers): each name's tensors of every model stacked along a new dim 0, as
+    torch.func.stack_module_state prepares an ensemble for vmap over functional_call.
+    The stacked parameters are new leaves that require grad as the models' did."""
+    from ._functions import stack
+
+    models = list(models)
+    if not models:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if len({m.training for m in models}) > 1:
+        raise RuntimeError("stack_module_state: Expected all models to have the same "
+                           "training/eval mode.")
+    first_params, first_buffers = dict(models[0].named_parameters()), dict(models[0].named_buffers())
+    for m in models[1:]:
+        if (list(dict(m.named_parameters())) != list(first_params)
+                or list(dict(m.named_buffers())) != list(first_buffers)):
+            raise RuntimeError("stack_module_state: Expected all models to have the same "
+                               "parameter and buffer names.")
+
+    def stacked(name, getter, parameter):
+        values = [getter(m)[name] for m in models]
+        out = stack([v.detach() for v in values])
+        return out.requires_grad_(values[0].requires_grad) if parameter else out
+
+    params = {n: stacked(n, lambda m: dict(m.named_parameters()), True) for n in first_params}
+    buffers = {n: stacked(n, lambda m: dict(m.named_buffers()), False) for n in first_buffers}
+    return params, buffers
 
 
 def _merged(parameter_and_buffer_dicts):

@@ -257,3 +257,13 @@ def test_full_keeps_every_bit_of_a_big_int64(value):
                  lambda L: L.full_like(L.zeros(3, dtype=L.int64), value)):
         got, want = make(ca), make(torch)
         assert got.dtype == ca.int64 and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("data", [
+    [np.float64(1.0)], [np.float32(1.0)], [1.0, np.float64(2.0)], [[np.float64(1.0)], [2.0]],
+    [np.float64(1.0), np.float32(2.0)], [1, np.float32(2.0)], [1.0, 2.0], (np.float64(1.0),),
+    [np.int64(1), 2], [True, np.bool_(False)]], ids=repr)
+def test_tensor_of_numpy_scalars_takes_torchs_dtype(data):
+    """torch.tensor reads a numpy float64 scalar inside a list as float64 (rewards from a
+    numpy environment), where a Python float gives the default float32."""
+    assert str(ca.tensor(data).dtype).split(".")[-1] == str(torch.tensor(data).dtype).split(".")[-1]

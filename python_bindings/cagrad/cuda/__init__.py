@@ -55,3 +55,15 @@ def current_device():
 
 def is_bf16_supported(including_emulation=True):
     return False
+
+
+def get_device_name(device=None):
+    raise AssertionError(_NOT_COMPILED)
+
+
+def get_device_capability(device=None):
+    raise AssertionError(_NOT_COMPILED)
+
+
+def get_device_properties(device=None):
+    raise AssertionError(_NOT_COMPILED)

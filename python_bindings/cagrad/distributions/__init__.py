@@ -1,16 +1,18 @@
 """cagrad.distributions: torch.distributions' Distribution API on cagrad tensors.
 
-Normal, Uniform, Bernoulli, Categorical, OneHotCategorical, Independent and
-MultivariateNormal, with torch's shapes, validation messages, log_prob / entropy / cdf
-formulas, and kl_divergence / register_kl. Draws come from cagrad's generator
+Normal, Uniform, Bernoulli, Categorical, OneHotCategorical, Independent,
+MultivariateNormal, Beta, Gamma, Dirichlet and TransformedDistribution (with
+transforms.ExpTransform / AffineTransform / SigmoidTransform / ComposeTransform), with
+torch's shapes, validation messages, log_prob / entropy / cdf formulas, and kl_divergence / register_kl. Draws come from cagrad's generator
 (cagrad.manual_seed), so they are reproducible but not torch's numbers; rsample is
 reparameterised, so its gradients flow (eagerly and under compiled autograd).
 docs/python-api.md ("Distributions") lists what is supported and what is not.
 """
 
-from . import constraints
+from . import constraints, transforms
 from .bernoulli import Bernoulli
 from .categorical import Categorical
+from .gamma import Beta, Dirichlet, Gamma
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .independent import Independent
@@ -18,10 +20,12 @@ from .kl import kl_divergence, register_kl
 from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
+from .transformed_distribution import TransformedDistribution
 from .uniform import Uniform
 
 __all__ = ["Bernoulli", "Categorical", "Distribution", "ExponentialFamily", "Independent",
-           "MultivariateNormal", "Normal", "OneHotCategorical", "Uniform", "constraints",
+           "MultivariateNormal", "Normal", "OneHotCategorical", "Uniform", "Beta", "Gamma",
+           "Dirichlet", "TransformedDistribution", "constraints", "transforms",
            "kl_divergence", "register_kl"]
 
 _DOCS = "docs/python-api.md"
@@ -33,4 +37,4 @@ def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(f"module 'cagrad.distributions' has no attribute {name!r}: cagrad "
-                         f"implements {', '.join(__all__[:9])} (see {_DOCS}, Distributions)")
+                         f"implements {', '.join(__all__[:13])} (see {_DOCS}, Distributions)")

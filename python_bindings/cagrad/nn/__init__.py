@@ -72,3 +72,15 @@ from . import layers_ctc_conv3d  # noqa: E402
 from .layers_ctc_conv3d import *  # noqa: E402,F403
 
 __all__ += layers_ctc_conv3d.__all__
+
+# lazy modules (LazyLinear, LazyConv1d/2d, LazyBatchNorm1d/2d) and their placeholders
+from . import _lazy  # noqa: E402
+from ._lazy import (LazyBatchNorm1d, LazyBatchNorm2d, LazyConv1d, LazyConv2d,  # noqa: E402
+                    LazyLinear, UninitializedBuffer, UninitializedParameter)
+from . import parameter as _parameter_module  # noqa: E402
+
+# torch.nn.parameter.UninitializedParameter / UninitializedBuffer, as PyTorch places them
+_parameter_module.UninitializedParameter = UninitializedParameter
+_parameter_module.UninitializedBuffer = UninitializedBuffer
+__all__ += ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyConv1d", "LazyConv2d", "LazyLinear",
+            "UninitializedBuffer", "UninitializedParameter"]

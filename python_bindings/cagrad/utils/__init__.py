@@ -1,5 +1,6 @@
-"""cagrad.utils: checkpoint (torch.utils.checkpoint) and data (torch.utils.data)."""
+"""cagrad.utils: checkpoint (torch.utils.checkpoint), data (torch.utils.data) and
+tensorboard (torch.utils.tensorboard's SummaryWriter)."""
 
-from . import checkpoint, data
+from . import checkpoint, data, tensorboard
 
-__all__ = ["checkpoint", "data"]
+__all__ = ["checkpoint", "data", "tensorboard"]
