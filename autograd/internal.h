@@ -202,6 +202,12 @@ struct ca_tensor {
     ca_node *view_step;
     int view_depth;
     bool view_no_grad;
+    /* An output of a function that returns several views (unbind, split: marked by
+     * ca_tensor_mark_multi_output_view, inherited by views of it): PyTorch refuses in-place
+     * ops on it in the graph. view_multi names the function ("Unbind"), view_multi_nr the
+     * output. */
+    const char *view_multi;
+    int view_multi_nr;
     uint64_t view_epoch; /* the memory's history_epoch when grad_fn was last made */
 };
 

@@ -5,9 +5,10 @@
  * view of that base sees it. cagrad does the same with the ops it already differentiates,
  * so the eager and the compiled backward both follow without a node kind of their own:
  *
- *   - a view op run with grad mode on records, on its result, the base that owns the
- *     memory and one step (the op's node: row, canonical attributes, shapes) back to the
- *     tensor it was made from (cai_view_track);
+ *   - a view op records, on its result, the base that owns the memory (PyTorch's _base)
+ *     and, with grad mode on, one step (the op's node: row, canonical attributes, shapes)
+ *     back to the tensor it was made from (cai_view_track). A view made with grad mode off
+ *     refuses in-place ops in the graph, with PyTorch's error;
  *   - an in-place op on view v computes r = op(v) out of place, as any in-place op in the
  *     graph does (inplace.c). Then base b takes the history
  *         b' = where(selected, embed(r), b)
@@ -27,6 +28,7 @@
 #include "autograd/internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 ca_status cai_view_track(ca_tensor *res, ca_tensor *src, int op, const ca_attrs *a,
                          const ca_meta *in_meta) {
@@ -37,6 +39,11 @@ ca_status cai_view_track(ca_tensor *res, ca_tensor *src, int op, const ca_attrs 
     /* grad mode off (the backward's own reshapes, optimizer steps): only the base, as
      * PyTorch, whose in-place ops in the graph refuse such a view */
     res->view_no_grad = !cai_grad_mode_enabled() || (src->view_base && src->view_no_grad);
+    if (src->view_base && src->view_multi) { /* PyTorch names the last view op then */
+        const char *name = cai_op_def(op)->node_name;
+        res->view_multi = name;
+        res->view_multi_nr = 0;
+    }
     if (res->view_no_grad || depth > CAI_VIEW_CHAIN_MAX) /* not replayable */
         return CA_OK;
     ca_node *step = NULL;
@@ -192,9 +199,53 @@ static ca_status view_scatter(ca_node *const *steps, int n, ca_tensor *b, ca_ten
     return st;
 }
 
+static const char multi_view_tail[] =
+    "This view is the output of a function that returns multiple views. Such functions do not "
+    "allow the output views to be modified inplace. You should replace the inplace operation "
+    "by an out-of-place one.";
+
+/* PyTorch's refusal of an in-place op in the graph on an output of unbind/split (or a view
+ * of one); its node is named without "Backward0". */
+static ca_status multi_view_error(const ca_tensor *v, const char *fn) {
+    if (!v->view_base->requires_grad)
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "A view was created in no_grad mode and is being modified inplace with "
+                       "grad mode enabled. %s (%s)",
+                       multi_view_tail, fn);
+    const char *name = v->view_multi;
+    size_t n = strlen(name);
+    if (n > 9 && strcmp(name + n - 9, "Backward0") == 0)
+        n -= 9;
+    return err_set(CA_STATUS_AUTOGRAD,
+                   "Output %d of %.*s is a view and is being modified "
+                   "inplace. %s (%s)",
+                   v->view_multi_nr, (int)n, name, multi_view_tail, fn);
+}
+
+ca_status ca_tensor_mark_multi_output_view(ca_tensor *t, const char *function, int output_nr) {
+    static const char *const known[] = {"Unbind", "Split", "SplitWithSizes"};
+    CA_ARG_NOT_NULL(t, "ca_tensor_mark_multi_output_view");
+    CA_ARG_NOT_NULL(function, "ca_tensor_mark_multi_output_view");
+    if (!t->view_base)
+        return err_set(CA_STATUS_INVALID,
+                       "ca_tensor_mark_multi_output_view: the tensor is not a view");
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strcmp(function, known[k]) == 0) {
+            t->view_multi = known[k];
+            t->view_multi_nr = output_nr;
+            return CA_OK;
+        }
+    return err_set(CA_STATUS_INVALID,
+                   "ca_tensor_mark_multi_output_view: %s is not one of Unbind, Split, "
+                   "SplitWithSizes",
+                   function);
+}
+
 ca_status cai_view_rebase(ca_tensor *v, ca_tensor *r, bool *done, const char *fn) {
     *done = false;
     ca_tensor *b = v->view_base;
+    if (v->view_multi)
+        return multi_view_error(v, fn);
     if (b->requires_grad && !b->grad_fn)
         return err_set(CA_STATUS_AUTOGRAD,
                        "a view of a leaf Variable that requires grad is being used in an "

@@ -368,6 +368,13 @@ const char *ca_tensor_grad_fn_name(const ca_tensor *t);
 /* The tensor whose memory the view t was made over by view ops (PyTorch's _base: never
  * itself a view), or NULL when t is not such a view (a detached alias is not). Borrowed. */
 ca_tensor *ca_tensor_view_base(const ca_tensor *t);
+/* Mark the view t as output output_nr of a function that returns several views
+ * (function: "Unbind", "Split" or "SplitWithSizes"; a binding that builds torch.unbind or
+ * torch.split out of ca_select/ca_narrow calls it): in-place ops on it, or on views of it,
+ * in the graph are then refused as PyTorch refuses them.
+ * Errors: CA_STATUS_INVALID (t or function NULL, t not a view, another function).
+ * Thread-safe: no (t changes). */
+ca_status ca_tensor_mark_multi_output_view(ca_tensor *t, const char *function, int output_nr);
 /* A new tensor sharing t's storage, outside the graph (requires_grad false).
  * Errors: CA_STATUS_INVALID (t or out NULL), CA_STATUS_NOMEM. */
 ca_status ca_tensor_detach(ca_tensor *t, ca_tensor **out);

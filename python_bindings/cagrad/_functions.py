@@ -756,7 +756,17 @@ def split(tensor, split_size_or_sections, dim=0):
     for size in sizes or [0]:
         out.append(_C.narrow(tensor, dim, start, size))
         start += size
-    return tuple(out)
+    return _multi_output_views(out, "Split" if isinstance(split_size_or_sections, int)
+                               else "SplitWithSizes")
+
+
+def _multi_output_views(views, function):
+    """views as the outputs of one function that returns several views: in the graph,
+    in-place ops on them (or on views of them) are refused, as PyTorch refuses them."""
+    if _C.is_grad_enabled():
+        for i, v in enumerate(views):
+            _C.mark_multi_output_view(v, function, i)
+    return tuple(views)
 
 
 def chunk(input, chunks, dim=0):
@@ -770,7 +780,8 @@ def chunk(input, chunks, dim=0):
 
 
 def unbind(input, dim=0):
-    return tuple(_C.select(input, dim, i) for i in range(input._shape[dim]))
+    return _multi_output_views([_C.select(input, dim, i) for i in range(input._shape[dim])],
+                               "Unbind")
 
 
 # ------------------------------------------------------------------------------ indexing

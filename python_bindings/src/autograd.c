@@ -433,6 +433,20 @@ static PyObject *py_graph_write_dot(PyObject *module, PyObject *const *args, Py_
     return return_none_or_raise(st);
 }
 
+/* mark_multi_output_view(t, function, output_nr): t is output output_nr of unbind/split. */
+static PyObject *py_mark_multi_output_view(PyObject *module, PyObject *const *args,
+                                           Py_ssize_t nargs, PyObject *kwnames) {
+    glue_args p;
+    if (glue_parse("mark_multi_output_view", "t:t function:o output_nr:i", args, nargs, kwnames,
+                   &p) < 0)
+        return NULL;
+    const char *function = PyUnicode_AsUTF8(p.a[1].o);
+    if (!function)
+        return NULL;
+    return return_none_or_raise(
+        ca_tensor_mark_multi_output_view(p.a[0].t, function, (int)p.a[2].i));
+}
+
 #define FASTCALL(name, doc)                                                                        \
     { #name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL | METH_KEYWORDS, doc }
 #define NOARGS(name, doc)                                                                          \
@@ -448,6 +462,8 @@ PyMethodDef glue_autograd_methods[] = {
     FASTCALL(register_post_accumulate_grad_hook,
              "register_post_accumulate_grad_hook(t, fn) -> handle; fn(tensor) -> None"),
     FASTCALL(remove_hook, "remove_hook(t, handle) -> None"),
+    FASTCALL(mark_multi_output_view, "mark_multi_output_view(t, function, output_nr): t is "
+                                     "an output of unbind/split (in-place ops refuse it)"),
     NOARGS(is_grad_enabled, "is_grad_enabled() -> bool (this thread)"),
     FASTCALL(set_grad_enabled, "set_grad_enabled(enabled) -> the previous setting"),
     FASTCALL(graph_break, "graph_break(reason=None) -> None: start the next forward graph"),

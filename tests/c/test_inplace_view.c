@@ -231,3 +231,25 @@ Test(inplace_view, a_view_made_without_grad_refuses_and_knows_its_base) {
     ca_tensor *all[] = {x, y, v, w};
     tu_release_n(all, 4);
 }
+
+Test(inplace_view, an_output_of_a_multi_view_function_refuses) {
+    const double xv[6] = {1, 2, 3, 4, 5, 6};
+    ca_tensor *x = tu_from(CA_FLOAT64, TU_SHAPE(2, 3), xv, true), *y = NULL, *row = NULL,
+              *part = NULL, *plain = NULL;
+    TU_OK(ca_mul_scalar(x, 1.0, &y));
+    TU_OK(ca_select(y, 0, 1, &row));
+    TU_FAILS(ca_tensor_mark_multi_output_view(row, "Stack", 1), CA_STATUS_INVALID, "Unbind");
+    TU_FAILS(ca_tensor_mark_multi_output_view(y, "Unbind", 1), CA_STATUS_INVALID, "not a view");
+    TU_OK(ca_tensor_mark_multi_output_view(row, "Unbind", 1));
+    TU_FAILS(ca_mul_scalar_(row, 2.0), CA_STATUS_AUTOGRAD, "Output 1 of Unbind is a view");
+    TU_OK(ca_narrow(row, 0, 0, 2, &part)); /* a view of it: PyTorch names its own op */
+    TU_FAILS(ca_mul_scalar_(part, 2.0), CA_STATUS_AUTOGRAD, "Output 0 of Slice is a view");
+    bool prev = ca_set_grad_enabled(false); /* outside the graph it writes */
+    TU_OK(ca_mul_scalar_(row, 2.0));
+    ca_set_grad_enabled(prev);
+    tu_assert_values(y, (const double[]){1, 2, 3, 8, 10, 12}, 0);
+    TU_OK(ca_narrow(y, 0, 0, 1, &plain)); /* other views of y are not marked */
+    TU_OK(ca_mul_scalar_(plain, 2.0));
+    ca_tensor *all[] = {x, y, row, part, plain};
+    tu_release_n(all, 5);
+}

@@ -177,3 +177,32 @@ def test_view_made_without_grad_refuses_even_a_constant_update():
     (ctype, cmsg), (ttype, tmsg) = error_of(ca, make), error_of(torch, make)
     assert ctype is ttype is RuntimeError
     assert "created in no_grad mode" in cmsg and "created in no_grad mode" in tmsg
+
+
+@pytest.mark.parametrize("case", ["unbind", "split", "split_sizes", "chunk", "view_of_output",
+                                  "leaf", "base_outside_graph"])
+def test_outputs_of_multi_view_functions_refuse_as_torch(case):
+    def make(L):
+        y = L.ones(4, 3, requires_grad=True)
+        if case == "base_outside_graph":
+            L.ones(4, 3).unbind(0)[1].copy_(L.ones(3, requires_grad=True))
+            return
+        if case != "leaf":
+            y = y * 1
+        {"unbind": lambda: y.unbind(0)[1].mul_(2), "split": lambda: y.split(2)[1].mul_(2),
+         "split_sizes": lambda: y.split([1, 3])[1].mul_(2),
+         "chunk": lambda: y.chunk(2)[1].mul_(2), "leaf": lambda: y.unbind(0)[1].mul_(2),
+         "view_of_output": lambda: y.unbind(0)[1].view(3)[0:2].mul_(2)}[case]()
+    (ctype, cmsg), (ttype, tmsg) = error_of(ca, make), error_of(torch, make)
+    assert ctype is ttype is RuntimeError
+    assert cmsg.startswith(tmsg), (cmsg, tmsg)
+
+
+def test_outputs_of_multi_view_functions_still_write_outside_the_graph():
+    for L in (ca, torch):
+        y = L.ones(4, 3, requires_grad=True) * 1
+        with L.no_grad():
+            y.unbind(0)[1].mul_(2)
+        z = L.ones(4, 3)
+        z.split(2)[1].add_(1)
+        assert y.sum().item() == 15 and z.sum().item() == 18
