@@ -249,10 +249,13 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
         any = true;
         st = output_grad(r, n, k, n->pre_hooks, &grads[k]);
     }
-    if (st == CA_OK && any && n->node_pre_hooks)
+    /* node pre-hooks run only when the node runs, as PyTorch's (not for a node whose
+     * gradient autograd.grad only captures) */
+    bool executes = any && cai_walk_leads_on(r->walk, n);
+    if (st == CA_OK && executes && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, n->n_out, grads, n);
     bool ran_rule = false;
-    if (st == CA_OK && any && cai_walk_leads_on(r->walk, n)) {
+    if (st == CA_OK && executes) {
         st = cai_custom_backward(n, grads, gin);
         if (st == CA_OK && n->node_post_hooks)
             st = cai_hook_run_node_post(n->node_post_hooks, n->n_in, gin, n->n_out, grads, n);
@@ -284,7 +287,10 @@ static ca_status run_node(engine_run *r, ca_node *n) {
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     ca_hook *hooks = is_acc ? (n->leaf ? n->leaf->hooks : NULL) : n->pre_hooks;
     ca_status st = output_grad(r, n, 0, hooks, &g);
-    if (st == CA_OK && n->node_pre_hooks)
+    /* node pre-hooks run only when the node runs (autograd.grad's capture at an input, or
+     * at a leaf's AccumulateGrad, does not run it), as PyTorch's */
+    bool executes = is_acc ? r->mode == RUN_ACCUMULATE && n->leaf : cai_walk_leads_on(r->walk, n);
+    if (st == CA_OK && executes && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, 1, &g, n);
     bool ran_rule = false;
     if (st == CA_OK && !g) { /* a node pre-hook dropped the gradient */

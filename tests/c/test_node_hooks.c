@@ -373,3 +373,43 @@ Test(node_hooks, saved_tensor_hooks) {
              "pack and unpack are both required");
     ca_compiled_autograd_reset();
 }
+
+/* ca_grad captures at its inputs' nodes without running them: the node pre-hooks of the
+ * captured node (xw's MulBackward0) and of a leaf's AccumulateGrad do not run, as
+ * PyTorch's; a node that runs on the way to an input (the scalar Mul) runs its own. */
+static void grad_skips_hooks_of_unrun_nodes(bool compiled) {
+    net n = net_make();
+    hook_state at_mul = {.factor = 1}, at_acc = {.factor = 1}, at_scale = {.factor = 1};
+    ca_node *acc = NULL;
+    TU_OK(ca_tensor_grad_accumulator(n.x, &acc));
+    TU_OK(ca_node_register_pre_hook(ca_tensor_grad_fn(n.xw), pre_hook, &at_mul, NULL, NULL));
+    TU_OK(ca_node_register_pre_hook(acc, pre_hook, &at_acc, NULL, NULL));
+    TU_OK(ca_node_register_pre_hook(ca_tensor_grad_fn(n.y), pre_hook, &at_scale, NULL, NULL));
+    ca_grad_options o = {.retain_graph = true};
+    ca_tensor *g = NULL;
+    if (compiled)
+        TU_OK(ca_compiled_autograd_enable(NULL));
+    TU_OK(ca_grad(1, &n.loss, 1, &n.xw, &o, &g)); /* captured at xw: its Mul does not run */
+    cr_assert_eq(at_mul.calls, 0);
+    cr_assert_eq(at_scale.calls, 1);
+    ca_tensor_release(g);
+    TU_OK(ca_grad(1, &n.loss, 1, &n.x, &o, &g)); /* Mul runs, x's AccumulateGrad does not */
+    cr_assert_eq(at_mul.calls, 1);
+    cr_assert_eq(at_acc.calls, 0);
+    ca_tensor_release(g);
+    if (compiled)
+        TU_OK(ca_compiled_autograd_disable());
+    check_fallbacks(compiled);
+    TU_OK(run(n.loss, compiled)); /* a backward runs every node: the AccumulateGrad too */
+    cr_assert_eq(at_acc.calls, 1);
+    ca_node_release(acc);
+    net_free(&n);
+}
+
+Test(node_hooks, grad_skips_hooks_of_unrun_nodes_eager) {
+    grad_skips_hooks_of_unrun_nodes(false);
+}
+
+Test(node_hooks, grad_skips_hooks_of_unrun_nodes_compiled) {
+    grad_skips_hooks_of_unrun_nodes(true);
+}
