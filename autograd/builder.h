@@ -252,6 +252,13 @@ static inline ca_bval bx_scatter_add(ca_builder *b, const ca_meta *full, int dim
     return bx_index_scatter(b, CA_OP_SCATTER_ADD, full, dim, index, src);
 }
 
+/* x.index_select(dim, index) */
+static inline ca_bval bx_index_select(ca_builder *b, ca_bval x, int dim, ca_bval index) {
+    ca_attrs a = {.i = {dim}};
+    ca_bval in[2] = {x, index};
+    return bx_apply(b, CA_OP_INDEX_SELECT, 2, in, &a);
+}
+
 /* x.index_fill(dim, index, value) */
 static inline ca_bval bx_index_fill(ca_builder *b, ca_bval x, int dim, ca_bval index,
                                     double value) {

@@ -746,10 +746,11 @@ static void trace_custom(trace_builder *tb, ca_node *n, int call) {
         any |= g[k] >= 0;
     }
     make_shadow(tb, n, call);
-    bool executes = any && cai_walk_leads_on(tb->req->k->walk, n); /* as the eager engine */
-    if (executes && n->node_pre_hooks)
+    /* node pre-hooks as the eager engine: not where autograd.grad only captures */
+    bool leads_on = any && cai_walk_leads_on(tb->req->k->walk, n);
+    if (any && (leads_on || !tb->req->capture) && n->node_pre_hooks)
         node_pre_hooks(tb, n, call, g, n->n_out);
-    if (!executes || tb->base.status != CA_OK)
+    if (!leads_on || tb->base.status != CA_OK)
         return;
     graph_val gin[128] = {0};
     if (n->n_in > 128) {
@@ -793,9 +794,9 @@ static void trace_node(trace_builder *tb, int call) {
     }
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     graph_val g = output_grad(tb, n, call, 0);
-    /* node pre-hooks only where the node runs, as the eager engine */
-    bool executes = is_acc ? !tb->req->capture : cai_walk_leads_on(tb->req->k->walk, n);
-    if (g >= 0 && tb->base.status == CA_OK && executes && n->node_pre_hooks) {
+    /* node pre-hooks as the eager engine: not where autograd.grad only captures */
+    bool prehooks = !tb->req->capture || (!is_acc && cai_walk_leads_on(tb->req->k->walk, n));
+    if (g >= 0 && tb->base.status == CA_OK && prehooks && n->node_pre_hooks) {
         make_shadow(tb, n, call);
         node_pre_hooks(tb, n, call, &g, 1);
     }

@@ -249,13 +249,13 @@ static ca_status run_custom(engine_run *r, ca_node *n) {
         any = true;
         st = output_grad(r, n, k, n->pre_hooks, &grads[k]);
     }
-    /* node pre-hooks run only when the node runs, as PyTorch's (not for a node whose
-     * gradient autograd.grad only captures) */
-    bool executes = any && cai_walk_leads_on(r->walk, n);
-    if (st == CA_OK && executes && n->node_pre_hooks)
+    /* node pre-hooks run unless autograd.grad only captures the node's gradient, as
+     * PyTorch's (backward(inputs=) runs those of its targets) */
+    bool leads_on = any && cai_walk_leads_on(r->walk, n);
+    if (st == CA_OK && any && (leads_on || r->mode == RUN_ACCUMULATE) && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, n->n_out, grads, n);
     bool ran_rule = false;
-    if (st == CA_OK && executes) {
+    if (st == CA_OK && leads_on) {
         st = cai_custom_backward(n, grads, gin);
         if (st == CA_OK && n->node_post_hooks)
             st = cai_hook_run_node_post(n->node_post_hooks, n->n_in, gin, n->n_out, grads, n);
@@ -287,10 +287,12 @@ static ca_status run_node(engine_run *r, ca_node *n) {
     bool is_acc = n->op == CA_OP_ACCUMULATE_GRAD;
     ca_hook *hooks = is_acc ? (n->leaf ? n->leaf->hooks : NULL) : n->pre_hooks;
     ca_status st = output_grad(r, n, 0, hooks, &g);
-    /* node pre-hooks run only when the node runs (autograd.grad's capture at an input, or
-     * at a leaf's AccumulateGrad, does not run it), as PyTorch's */
-    bool executes = is_acc ? r->mode == RUN_ACCUMULATE && n->leaf : cai_walk_leads_on(r->walk, n);
-    if (st == CA_OK && executes && n->node_pre_hooks)
+    /* node pre-hooks run unless autograd.grad only captures the node's gradient (at an
+     * input, or at a leaf's AccumulateGrad), as PyTorch's; backward(inputs=) runs those
+     * of its targets */
+    bool prehooks =
+        r->mode == RUN_ACCUMULATE ? !is_acc || n->leaf : !is_acc && cai_walk_leads_on(r->walk, n);
+    if (st == CA_OK && prehooks && n->node_pre_hooks)
         st = cai_hook_run_node_pre(n->node_pre_hooks, 1, &g, n);
     bool ran_rule = false;
     if (st == CA_OK && !g) { /* a node pre-hook dropped the gradient */

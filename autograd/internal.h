@@ -371,10 +371,11 @@ ca_status cai_node_alloc(int op, int n_in, ca_node **out);
 /* t, its history first brought up to date (cai_view_sync) when t is a stale view. */
 const ca_tensor *cai_tensor_synced(const ca_tensor *t);
 #define CAI_VIEW_CHAIN_MAX 32
-/* Record that res, made by view op `op` (canonical attributes a, input meta in_meta) from
- * src, is a view of src's memory (op.c). With grad mode off only its base is kept. */
-ca_status cai_view_track(ca_tensor *res, ca_tensor *src, int op, const ca_attrs *a,
-                         const ca_meta *in_meta);
+/* Record that res, made by a view op from src, is a view of src's memory (op.c). step: the
+ * op's node without edges (row, canonical attributes, shapes, saved values), taken over;
+ * NULL when the op recorded res->grad_fn, or with grad mode off (then only the base is
+ * kept). */
+ca_status cai_view_track(ca_tensor *res, ca_tensor *src, ca_node *step);
 /* Bring a view's history up to date: when an in-place op gave its base (or another view of
  * it) a new history, replay the view's ops on the base. A no-op for other tensors. */
 ca_status cai_view_sync(ca_tensor *t);
@@ -703,6 +704,7 @@ typedef enum {
     CA_OP_UNSQUEEZE,
     CA_OP_SLICE,
     CA_OP_SELECT,
+    CA_OP_AS_STRIDED, /* ops_strided.c: shape = sizes, dims = strides, i[0] = offset */
     CA_OP_CAT,
     CA_OP_CONTIGUOUS,
     CA_OP_MASKED_FILL,
@@ -781,7 +783,7 @@ typedef struct {
 
 extern const ca_op_group cai_ops_pointwise, cai_ops_activation, cai_ops_reduce, cai_ops_shape,
     cai_ops_slice, cai_ops_index, cai_ops_linalg, cai_ops_nn, cai_ops_norm, cai_ops_conv,
-    cai_ops_order, cai_ops_sort, cai_ops_pool, cai_ops_autograd, cai_ops_math;
+    cai_ops_order, cai_ops_sort, cai_ops_pool, cai_ops_autograd, cai_ops_math, cai_ops_strided;
 /* Every group, as cai_op_table_check gathers them. */
 extern const ca_op_group *const cai_op_groups[];
 extern const int cai_op_n_groups;

@@ -98,6 +98,26 @@ static ca_status record_node(const ca_op_def *row, ca_tensor *const *in, int n_i
     return CA_OK;
 }
 
+/* A view op's result: its base and, with grad mode on, the op's step for replaying it on
+ * the base's history later (view_inplace.c). The node just recorded is that step; else a
+ * node without edges, with the same attributes, shapes and saved values. */
+static ca_status view_track(const ca_op_def *row, ca_tensor *const *in, int n_in, const ca_attrs *a,
+                            const ca_meta *metas, ca_tensor *res, ca_tensor *const *aux) {
+    ca_node *step = NULL;
+    if (cai_grad_mode_enabled() && !res->grad_fn) {
+        CA_CHECK(cai_node_alloc(row->id, n_in, &step));
+        step->attrs = *a;
+        memcpy(step->in_meta, metas, sizeof(ca_meta) * (size_t)n_in);
+        cai_tensor_meta(res, &step->out_meta);
+        ca_status st = save_fields(row, step, in, n_in, res, aux);
+        if (st != CA_OK) {
+            cai_node_release(step);
+            return st;
+        }
+    }
+    return cai_view_track(res, in[0], step);
+}
+
 /* ---------------------------------------------------------------------------------------
  * The call
  */
@@ -183,7 +203,7 @@ static ca_status op_run(const ca_op_def *row, int n_in, ca_tensor *const *in, ca
     /* a view: in-place ops on it must reach its base's history */
     if (st == CA_OK && row->fusion == CA_FUSE_VIEW && res != in[0] &&
         res->storage == in[0]->storage && !res->view_base)
-        st = cai_view_track(res, in[0], row->id, a, &metas[0]);
+        st = view_track(row, in, n_in, a, metas, res, aux);
     for (int k = 0; k < CA_MAX_AUX; k++) {
         if (st == CA_OK && aux_out)
             aux_out[k] = aux[k];

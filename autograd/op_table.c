@@ -10,9 +10,10 @@
 #include <string.h>
 
 const ca_op_group *const cai_op_groups[] = {
-    &cai_ops_pointwise, &cai_ops_activation, &cai_ops_reduce, &cai_ops_shape,    &cai_ops_slice,
-    &cai_ops_index,     &cai_ops_linalg,     &cai_ops_nn,     &cai_ops_norm,     &cai_ops_conv,
-    &cai_ops_order,     &cai_ops_sort,       &cai_ops_pool,   &cai_ops_autograd, &cai_ops_math};
+    &cai_ops_pointwise, &cai_ops_activation, &cai_ops_reduce, &cai_ops_shape,
+    &cai_ops_slice,     &cai_ops_index,      &cai_ops_linalg, &cai_ops_nn,
+    &cai_ops_norm,      &cai_ops_conv,       &cai_ops_order,  &cai_ops_sort,
+    &cai_ops_pool,      &cai_ops_autograd,   &cai_ops_math,   &cai_ops_strided};
 const int cai_op_n_groups = (int)(sizeof cai_op_groups / sizeof cai_op_groups[0]);
 
 static const ca_op_def *table[CA_OP__COUNT];

@@ -30,8 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-ca_status cai_view_track(ca_tensor *res, ca_tensor *src, int op, const ca_attrs *a,
-                         const ca_meta *in_meta) {
+ca_status cai_view_track(ca_tensor *res, ca_tensor *src, ca_node *step) {
     int depth = src->view_base ? src->view_depth + 1 : 1;
     res->view_base = ca_tensor_retain(src->view_base ? src->view_base : src);
     res->view_depth = depth;
@@ -39,21 +38,16 @@ ca_status cai_view_track(ca_tensor *res, ca_tensor *src, int op, const ca_attrs 
     /* grad mode off (the backward's own reshapes, optimizer steps): only the base, as
      * PyTorch, whose in-place ops in the graph refuse such a view */
     res->view_no_grad = !cai_grad_mode_enabled() || (src->view_base && src->view_no_grad);
-    if (src->view_base && src->view_multi) { /* PyTorch names the last view op then */
-        const char *name = cai_op_def(op)->node_name;
-        res->view_multi = name;
+    if (!step && res->grad_fn) /* the node op.c just recorded */
+        step = cai_node_retain(res->grad_fn);
+    if (src->view_base && src->view_multi && step) { /* PyTorch names the last view op */
+        res->view_multi = cai_node_name(step);
         res->view_multi_nr = 0;
     }
-    if (res->view_no_grad || depth > CAI_VIEW_CHAIN_MAX) /* not replayable */
+    if (res->view_no_grad || depth > CAI_VIEW_CHAIN_MAX || !step) { /* not replayable */
+        if (step)
+            cai_node_release(step);
         return CA_OK;
-    ca_node *step = NULL;
-    if (res->grad_fn && res->grad_fn->op == op) { /* the node op.c just recorded */
-        step = cai_node_retain(res->grad_fn);
-    } else {
-        CA_CHECK(cai_node_alloc(op, 1, &step));
-        step->attrs = *a;
-        step->in_meta[0] = *in_meta;
-        cai_tensor_meta(res, &step->out_meta);
     }
     res->view_src = ca_tensor_retain(src);
     res->view_step = step;
@@ -77,6 +71,25 @@ static ca_status chain_too_long(const ca_tensor *v, const char *fn) {
                    "%s: this view is %d view ops away from its base, and cagrad follows at "
                    "most %d to update the base's history; clone() the view first",
                    fn, v->view_depth, CAI_VIEW_CHAIN_MAX);
+}
+
+/* The values a view row saved (as_strided's element map) into the replayed node m: the
+ * same tensors, which never change. A value packed by saved-tensor hooks cannot be shared
+ * between nodes. */
+static ca_status copy_saved(ca_node *m, const ca_node *step) {
+    for (int k = 0; k < step->n_saved; k++) {
+        const ca_saved *s = &step->saved[k];
+        if (s->packed)
+            return err_set(CA_STATUS_AUTOGRAD,
+                           "%s: this view's saved values were packed by saved-tensor hooks, so "
+                           "its history cannot be rebuilt after an in-place op on its base; "
+                           "make the view outside the hooks",
+                           cai_node_name(step));
+        m->saved[k] = (ca_saved){
+            .t = s->t ? ca_tensor_retain(s->t) : NULL, .version = s->version, .field = s->field};
+        m->n_saved = k + 1;
+    }
+    return CA_OK;
 }
 
 /* t's view ops as nodes over its base's current history, made directly from the steps
@@ -107,6 +120,12 @@ static ca_status view_replay(ca_tensor *t, ca_node *const *steps, int n) {
         m->attrs = steps[k]->attrs;
         m->in_meta[0] = steps[k]->in_meta[0];
         m->out_meta = steps[k]->out_meta;
+        st = copy_saved(m, steps[k]);
+        if (st != CA_OK) {
+            cai_node_release(m);
+            cai_node_release(cur);
+            return st;
+        }
         m->next[0] = (ca_edge){.fn = cur, .input_nr = cur_nr}; /* takes cur's reference */
         cur = m;
         cur_nr = 0;

@@ -1002,6 +1002,16 @@ ca_status ca_slice(ca_tensor *x, int64_t dim, int64_t start, int64_t end, int64_
                    ca_tensor **out);
 /* CA_STATUS_DIM for a 0-d x; CA_STATUS_INDEX when index is outside dim */
 ca_status ca_select(ca_tensor *x, int64_t dim, int64_t index, ca_tensor **out);
+/* A view of x's memory with the given sizes, strides (elements, >= 0) and storage offset
+ * (elements from the memory's start; -1: x's own), as torch.as_strided. Its gradient, as
+ * PyTorch's, goes by memory position: each element's gradient to the position it reads
+ * (summed where the view's elements overlap, as sliding windows do), each of x's elements
+ * taking its position's, split evenly among x's elements that share it (an expand); a
+ * position none of x's elements has drops its gradient.
+ * Errors: CA_STATUS_SHAPE (sizes and strides of different lengths, a negative size, stride
+ * or offset, memory beyond x's storage), CA_STATUS_INVALID (x or out NULL). */
+ca_status ca_as_strided(ca_tensor *x, int ndim, const int64_t *size, const int64_t *stride,
+                        int64_t storage_offset, ca_tensor **out);
 /* n >= 1 tensors (else CA_STATUS_INVALID) of one dtype (else CA_STATUS_DTYPE). cat:
  * CA_STATUS_DIM for a 0-d tensor, CA_STATUS_SHAPE for sizes that differ off dim. stack:
  * CA_STATUS_SHAPE for shapes that differ. */

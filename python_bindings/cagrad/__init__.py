@@ -20,7 +20,7 @@ from ._random import (Generator, default_generator, initial_seed, multinomial, r
                       randperm, seed)
 from ._sampling import bernoulli, normal, poisson  # distributions (_sampling.py)
 from ._grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
-from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, bmm, cat,
+from ._functions import (absolute, add, all, amax, amin, any, argmax, argmin, as_strided, bmm, cat,
                          chunk, clamp, clip, clone, concat, concatenate, detach, div,
                          divide, eq, flatten, gather, ge, greater, greater_equal, gt,
                          index_fill, index_select, is_floating_point, is_tensor, le, less, less_equal,
@@ -46,7 +46,8 @@ from .serialization import load, save
 from . import accelerator, amp, backends, cpu, cuda, distributed
 from ._dtype import bfloat16, float16
 from ._dtype import bool  # noqa: A004 (torch.bool: a name only, see _dtype.py)
-from .amp import autocast
+from .amp import GradScaler, autocast  # torch.GradScaler is torch.amp.GradScaler
+from .amp.autocast_mode import get_autocast_dtype, is_autocast_enabled
 from ._compile import compile  # noqa: A004 (torch.compile, as in PyTorch)
 
 # the ops of the C registry that PyTorch has as torch.<name> (relu, tanh, ...)

@@ -705,6 +705,16 @@ def select(input, dim, index):
     return _C.select(input, dim, index)
 
 
+def as_strided(input, size, stride, storage_offset=None):
+    """A view of input's memory with these sizes, strides and storage offset (input's own
+    by default). Its gradient sends each element's gradient to the input element it reads,
+    summed where the view's elements overlap."""
+    offset = -1 if storage_offset is None else operator.index(storage_offset)
+    if storage_offset is not None and offset < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {offset}")
+    return _C.as_strided(input, tuple(size), tuple(stride), offset)
+
+
 def _tensor_seq(tensors, fname):
     if isinstance(tensors, _TensorBase) or not isinstance(tensors, (tuple, list)):
         raise TypeError(f"{fname}(): expected a sequence of Tensors, not "

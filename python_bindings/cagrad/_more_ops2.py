@@ -444,11 +444,8 @@ def histc(input, bins=100, min=0, max=0):
 
 # --- Tensor.unfold ---------------------------------------------------------------------------
 # The sliding windows of one dimension, as ViT patchify code (x.unfold(2, p, p).unfold(3, p,
-# p)) and windowed time series use them: ONE index_select of every window's positions, a
-# reshape into (windows, size) and a movedim that puts the window's elements last, so its
-# gradient is index_select's (an index_add, summing where windows overlap). Unlike torch,
-# whose unfold returns a view, the result is a copy: writing into it in place does not
-# change self (see docs/python-api.md).
+# p)) and windowed time series use them: a view of self's memory (as_strided), as torch's,
+# whose gradient sums where windows overlap.
 def tensor_unfold(self, dimension, size, step):
     """[.., L, ..] -> [.., (L - size) // step + 1, .., size]: window i holds elements
     i*step .. i*step+size-1 of `dimension`; a 0-d tensor counts as one element."""
@@ -465,8 +462,8 @@ def tensor_unfold(self, dimension, size, step):
     if step <= 0:
         raise RuntimeError(f"step is {step} but must be > 0")
     windows = (length - size) // step + 1
-    positions = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
-    picked = x.index_select(d, _from_numpy(positions.astype(np.int64)))
-    shape = tuple(x.shape)
-    out = picked.reshape(shape[:d] + (windows, size) + shape[d + 1:]).movedim(d + 1, -1)
+    strides, shape = tuple(x.stride()), tuple(x.shape)
+    out = x.as_strided(shape[:d] + (windows,) + shape[d + 1:] + (size,),
+                       strides[:d] + (strides[d] * step,) + strides[d + 1:] + (strides[d],),
+                       x.storage_offset())
     return out.reshape(size) if zero_dim else out

@@ -476,6 +476,9 @@ class Tensor(_TensorBase):
     def view_as(self, other):
         return _C.view(self, other._shape)
 
+    def as_strided(self, size, stride, storage_offset=None):
+        return F.as_strided(self, size, stride, storage_offset)
+
     def reshape_as(self, other):
         return _C.reshape(self, other._shape)
 

@@ -40,6 +40,14 @@ static ca_status conv2d_call(ca_tensor *x, ca_tensor *w, ca_tensor *b, const glu
 
 /* Pooling's kernel, stride, padding and dilation are (height, width) pairs;
  * cagrad.nn.functional expands a single int. */
+/* torch.as_strided(x, size, stride, storage_offset): one length for both lists. */
+static ca_status as_strided_call(ca_tensor *x, const glue_ints *size, const glue_ints *stride,
+                                 int64_t offset, ca_tensor **out) {
+    if (size->n != stride->n)
+        return ca_error_set(CA_STATUS_SHAPE, "mismatch in length of strides and shape");
+    return ca_as_strided(x, size->n, size->v, stride->v, offset, out);
+}
+
 static ca_status pool_pairs(const char *op, const glue_ints *const *pairs, int n) {
     for (int k = 0; k < n; k++)
         if (pairs[k]->n != 2)
@@ -110,6 +118,8 @@ static ca_status avg_pool2d_call(ca_tensor *x, const glue_ints *k, const glue_in
     X(narrow, "x:t d:i start:i length:i", ca_narrow(T(0), I(1), I(2), I(3), out))               \
     X(slice, "x:t d:i start:i end:i step:i", ca_slice(T(0), I(1), I(2), I(3), I(4), out))       \
     X(select, "x:t d:i i:i", ca_select(T(0), I(1), I(2), out))                                  \
+    X(as_strided, "x:t size:s stride:s offset:i",                                               \
+      as_strided_call(T(0), &a[1].ints, &a[2].ints, I(3), out))                                 \
     X(cat, "seq:l d:i", ca_cat(LN(0), LV(0), I(1), out))                                        \
     X(stack, "seq:l d:i", ca_stack(LN(0), LV(0), I(1), out))                                    \
     UNARY(X, contiguous)                                                                        \

@@ -161,8 +161,21 @@ Test(double_backward, cross_entropy_and_mse_gradgradcheck) {
 
 static ca_status shapes(ca_tensor *const *in, ca_tensor **out, void *ctx) {
     (void)ctx;
-    ca_tensor *r = NULL, *p = NULL, *s = NULL, *c = NULL, *e = NULL;
+    ca_tensor *r = NULL, *p = NULL, *s = NULL, *c = NULL, *e = NULL, *w = NULL;
     ca_status st = ca_reshape(in[0], 2, (int64_t[]){4, 3}, &r);
+    /* overlapping windows of r's rows, 2 wide: [4, 2, 2] over [4, 3] */
+    if (st == CA_OK)
+        st = ca_as_strided(r, 3, (int64_t[]){4, 2, 2}, (int64_t[]){3, 1, 1}, -1, &w);
+    ca_tensor *ws = NULL, *wr = NULL;
+    if (st == CA_OK)
+        st = ca_reshape(w, 2, (int64_t[]){4, 4}, &ws);
+    if (st == CA_OK)
+        st = ca_slice(ws, 1, 0, 3, 1, &wr); /* [4, 3], r's shape again */
+    ca_tensor_release(r);
+    r = NULL;
+    if (st == CA_OK)
+        st = ca_mul(wr, wr, &r);
+    tu_release_n((ca_tensor *[]){w, ws, wr}, 3);
     if (st == CA_OK)
         st = ca_permute(r, 2, (int64_t[]){1, 0}, &p);
     if (st == CA_OK)
