@@ -18,6 +18,16 @@ _DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ide
                  "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
                  "privateuseone")
 _CPU_AUTOCAST_DTYPES = (_dtype.bfloat16, _dtype.float16)
+# The devices with autocast state in PyTorch, and each one's default dtype ('hip' has a
+# dtype but no enabled flag); asking about another device is a RuntimeError, as there.
+# _dtypes is the state torch.get_autocast_dtype reads: an autocast block sets its dtype
+# even when disabled and restores the old one on exit. Enabled is always False here
+# (cagrad never autocasts), so only the dtypes are kept.
+_DEFAULT_DTYPES = {"cpu": _dtype.bfloat16, "hpu": _dtype.bfloat16, "xla": _dtype.bfloat16,
+                   "maia": _dtype.bfloat16, "cuda": _dtype.float16, "ipu": _dtype.float16,
+                   "xpu": _dtype.float16, "mps": _dtype.float16, "mtia": _dtype.float16,
+                   "privateuseone": _dtype.float16, "hip": _dtype.float16}
+_dtypes = {}
 
 
 def _check_device_type(device_type):
@@ -56,9 +66,15 @@ class autocast:
             f"results are then float32, as PyTorch's without autocast. See docs/python-api.md")
 
     def __enter__(self):
+        self._prev_dtype = _dtypes.get(self.device)
+        _dtypes[self.device] = self.fast_dtype
         return self
 
     def __exit__(self, exc_type, exc_value, traceback):
+        if self._prev_dtype is None:
+            _dtypes.pop(self.device, None)
+        else:
+            _dtypes[self.device] = self._prev_dtype
         return False
 
     def __call__(self, func):
@@ -74,3 +90,31 @@ def is_autocast_available(device_type):
     """Whether autocast works for device_type: never in cagrad (float32/float64 only)."""
     _check_device_type(device_type)
     return False
+
+
+def _device_type_arg(fname, device_type):
+    if not isinstance(device_type, str):
+        raise TypeError(f"{fname}(): argument 'device_type' (position 1) must be str, not "
+                        f"{type(device_type).__name__}")
+    _check_device_type(device_type)
+    return device_type.partition(":")[0]
+
+
+def is_autocast_enabled(device_type="cuda"):
+    """torch.is_autocast_enabled(device_type): False, always: cagrad never autocasts (an
+    enabled autocast either disables itself or raises, see the module doc). Without an
+    argument it asks about CUDA, as PyTorch's legacy form does."""
+    device = _device_type_arg("is_autocast_enabled", device_type)
+    if device not in _DEFAULT_DTYPES or device == "hip":
+        raise RuntimeError("unknown device type for autocast in "
+                           "get_autocast_dispatch_key_from_device_type")
+    return False
+
+
+def get_autocast_dtype(device_type):
+    """torch.get_autocast_dtype(device_type): the dtype the innermost autocast block for
+    that device named (enabled or not), else PyTorch's default for the device."""
+    device = _device_type_arg("get_autocast_dtype", device_type)
+    if device not in _DEFAULT_DTYPES:
+        raise RuntimeError("unsupported scalarType")
+    return _dtypes.get(device, _DEFAULT_DTYPES[device])

@@ -10,7 +10,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from .. import _C
-from .._dtype import check_device, dtype, float32, float64
+from .._dtype import check_device, check_memory_format, dtype, float32, float64, memory_format
 from .._grad_mode import no_grad, zero_grads
 from . import _hooks
 from .parameter import Parameter
@@ -439,7 +439,10 @@ class Module:
         """to(dtype), to(device), to(tensor) or to(device, dtype). cagrad computes on the
         CPU only, so only the dtype changes anything: floating-point parameters (with their
         .grad) and buffers are converted, integer ones are kept."""
+        fmt = kwargs.pop("memory_format", None)
         target = _parse_to(args, kwargs)
+        if fmt is not None:
+            self._check_memory_format(fmt)
         if target is not None:
             if not target.is_floating_point:
                 raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got "
@@ -449,6 +452,22 @@ class Module:
                 for module in self.modules():
                     module._convert_local(target, converted)
         return self
+
+    def _check_memory_format(self, fmt):
+        """Module.to(memory_format=...) changes the layout of 4-D and 5-D parameters and
+        buffers only, as in PyTorch; cagrad's are row-major, so contiguous_format and
+        preserve_format keep them, and channels_last(_3d) raises (check_memory_format)."""
+        if type(fmt) is not memory_format:
+            raise TypeError(f"to() received an invalid combination of arguments - got "
+                            f"(memory_format={type(fmt).__name__}, ...)")
+        ranks = {"channels_last": 4, "channels_last_3d": 5}
+        for t in list(self.parameters()) + list(self.buffers()):
+            if t.ndim in (4, 5):
+                rank = ranks.get(str(fmt).rpartition(".")[2], t.ndim)
+                if rank != t.ndim:
+                    raise RuntimeError(f"required rank {rank} tensor to use "
+                                       f"{str(fmt).rpartition('.')[2]} format")
+                check_memory_format("to", fmt, like=t)
 
     def float(self):
         return self.to(float32)
