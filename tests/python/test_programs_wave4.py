@@ -13,14 +13,12 @@ within a small multiple of PyTorch's own float32 error, and compiled equals eage
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from test_programs_more import MODES, falls, prog, run
-from test_programs_wave3 import close64, scales, summary_matches
+from test_programs_wave3 import assert_probe_parity, summary_matches
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")
@@ -99,29 +97,6 @@ PARITY = ["seq2seq_style", "maml_style", "maml_first_order", "maml_vmap", "lm_de
           "unet_style"]
 
 
-def probe(tmp_path, program, lib, dtype, compiled=False):
-    out = str(tmp_path / f"{lib}-{dtype}-{int(compiled)}.npz")
-    args = [sys.executable, os.path.join(PROGRAMS, "wave4_probe.py"), program, lib, dtype,
-            str(tmp_path / "weights.npz"), out] + (["--compiled"] if compiled else [])
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert r.returncode == 0, r.stderr
-    return dict(np.load(out))
-
-
 @pytest.mark.parametrize("program", PARITY)
 def test_first_step_gradients_and_losses_match_torch(tmp_path, program):
-    t64 = probe(tmp_path, program, "torch", "float64")  # writes the shared weights
-    c64 = probe(tmp_path, program, "cagrad", "float64")
-    close64(c64, t64, "eager")
-    close64(probe(tmp_path, program, "cagrad", "float64", compiled=True), c64, "compiled")
-    t32 = probe(tmp_path, program, "torch", "float32")
-    u = 2.0 ** -24
-    scale64 = scales(t64)
-    for compiled in (False, True):
-        c32 = probe(tmp_path, program, "cagrad", "float32", compiled=compiled)
-        for name, ref in t64.items():
-            torch_err = np.abs(t32[name] - ref).max()
-            cagrad_err = np.abs(c32[name] - ref).max()
-            assert cagrad_err <= 10 * torch_err + 100 * u * scale64[name], \
-                (name, compiled, cagrad_err, torch_err)
+    assert_probe_parity(tmp_path, program, "wave4_probe.py")
