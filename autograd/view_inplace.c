@@ -73,28 +73,23 @@ static ca_status chain_too_long(const ca_tensor *v, const char *fn) {
                    fn, v->view_depth, CAI_VIEW_CHAIN_MAX);
 }
 
-/* The values a view row saved (as_strided's element map) into the replayed node m: the
- * same tensors, which never change. A value packed by saved-tensor hooks cannot be shared
- * between nodes. */
-static ca_status copy_saved(ca_node *m, const ca_node *step) {
+/* The values a view row saved (as_strided's position maps) into the replayed node m: the
+ * same tensors, which never change; one packed by saved-tensor hooks is unpacked once and
+ * held as it is. */
+static ca_status copy_saved(ca_node *m, ca_node *step) {
     for (int k = 0; k < step->n_saved; k++) {
-        const ca_saved *s = &step->saved[k];
-        if (s->packed)
-            return err_set(CA_STATUS_AUTOGRAD,
-                           "%s: this view's saved values were packed by saved-tensor hooks, so "
-                           "its history cannot be rebuilt after an in-place op on its base; "
-                           "make the view outside the hooks",
-                           cai_node_name(step));
-        m->saved[k] = (ca_saved){
-            .t = s->t ? ca_tensor_retain(s->t) : NULL, .version = s->version, .field = s->field};
+        ca_saved *s = &step->saved[k];
+        ca_tensor *t = NULL;
+        CA_CHECK(cai_saved_read(s, &t));
+        m->saved[k] = (ca_saved){.t = t, .version = t ? t->storage->version : 0, .field = s->field};
         m->n_saved = k + 1;
     }
     return CA_OK;
 }
 
 /* t's view ops as nodes over its base's current history, made directly from the steps
- * (a view row saves no tensor, and its attributes are kept in canonical form): t's values
- * do not change, only the history they carry. */
+ * (their attributes are kept in canonical form, their saved values carried over): t's
+ * values do not change, only the history they carry. */
 static ca_status view_replay(ca_tensor *t, ca_node *const *steps, int n) {
     ca_tensor *b = t->view_base;
     ca_node *cur = NULL;
@@ -185,7 +180,11 @@ static ca_status view_embed(ca_node *const *steps, int n, ca_tensor *x, ca_tenso
     ca_bval cur = bv_of(x);
     for (int k = 0; k < n && eb.base.status == CA_OK; k++) {
         ca_bval gin[1] = {0};
-        cai_op_def(steps[k]->op)->backward(&eb.base, steps[k], cur, gin);
+        /* a value saved-tensor hooks packed (as_strided's maps) comes back for the rule */
+        eb.base.status = cai_saved_unpack(steps[k]);
+        if (eb.base.status == CA_OK)
+            cai_op_def(steps[k]->op)->backward(&eb.base, steps[k], cur, gin);
+        cai_saved_drop_unpacked(steps[k]);
         cur = gin[0];
     }
     ca_status st = eb.base.status;

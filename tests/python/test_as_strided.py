@@ -88,3 +88,18 @@ def test_memory_outside_and_shared_by_the_elements_matches_torch(case):
         return v.detach(), x.grad
     for c, t in zip(run(ca), run(torch)):
         assert_close(c, t)
+
+
+def test_in_place_through_a_view_made_under_saved_tensor_hooks():
+    """the view's position maps were packed by the hooks: the in-place op unpacks them to
+    scatter into the base and to rebuild the view's history."""
+    def run(L):
+        x = L.arange(6.0, dtype=L.float64).requires_grad_(True)
+        with L.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t):
+            y = x * 2
+            v = y.as_strided((2,), (3,), 1)
+        v.mul_(5)
+        (y * y).sum().backward()
+        return y.detach(), x.grad
+    for c, t in zip(run(ca), run(torch)):
+        assert_close(c, t)
