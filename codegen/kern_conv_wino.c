@@ -28,8 +28,8 @@
  * same order at every thread count. The weight gradient adds its slabs in order into 16
  * accumulators per group before the final transform.
  */
+#include "kern_conv_wino.h"
 #include "kern_blas.h"
-#include "kern_internal.h"
 
 #include <string.h>
 
@@ -40,8 +40,6 @@
 /* Between the 16 planes: a transform writes (or reads) all 16 at once, and planes a
  * multiple of 4 KB apart would fall in one set of the L1 cache and evict each other. */
 #define WINO_PLANE_PAD 16
-#define WINO_CHUNK     64                   /* tiles of a tile row transformed together */
-#define WINO_COLS      (2 * WINO_CHUNK + 2) /* the image columns a chunk reads */
 
 static bool wino_enabled = true;
 
@@ -57,37 +55,7 @@ bool cai_kern_conv_winograd_fits(kern_dtype dt, const kern_conv_geom *g, int64_t
            g->oh >= 2 && g->ow >= 2;
 }
 
-/* The sizes every stage shares. */
-typedef struct {
-    kern_dtype dt;
-    size_t es;
-    const kern_conv_geom *g;
-    int64_t C, O, Cg, Og, G;
-    int64_t th, tw, tiles; /* tiles per image: th x tw */
-    int64_t S;             /* images per slab */
-    int64_t n0, s, nt;     /* this slab: images [n0, n0 + s), nt = s * tiles of them */
-    const char *x;
-    const int64_t *xs;
-    const char *w, *gy;
-    char *y, *dw;
-    double beta;
-    char *V, *M; /* [16][C][T], and [16][O][T] (forward M or the gradient's dY) */
-    char *U;     /* [16][O][Cg]: the transformed weight, or the gradient's sums */
-    int64_t vplane, mplane, uplane; /* entries from one position k's plane to the next */
-    int64_t blocks, edge;           /* the forward GEMMs' blocks of tiles */
-} wino_job;
-
-/* The outputs of tile row ty that exist: 2, or 1 in the last row of an odd oh. */
-static inline int64_t wino_tile_rows(const wino_job *j, int64_t ty) {
-    return j->g->oh - 2 * ty < 2 ? j->g->oh - 2 * ty : 2;
-}
-
-/* Where the weight stores the effective tap (a, b): turned 180 degrees with flip. */
-static inline int wino_tap(const kern_conv_geom *g, int a, int b) {
-    return g->flip ? (2 - a) * 3 + 2 - b : a * 3 + b;
-}
-
-/* The typed transforms, once per float dtype. */
+/* The baseline transforms (the AVX builds are in kern_conv_wino_avx2.c / _avx512.c). */
 #define WT        float
 #define WFN(name) name##_f32
 #include "kern_conv_wino.inc"
@@ -99,35 +67,46 @@ static inline int wino_tap(const kern_conv_geom *g, int a, int b) {
 #undef WT
 #undef WFN
 
+const wino_xf cai_wino_xf_scalar[2] = {WINO_XF_ROW(f32), WINO_XF_ROW(f64)};
+
+static const wino_xf *wino_xf_for(kern_dtype dt) {
+    int d = dt == KERN_F32 ? 0 : 1;
+    switch (cai_kern_isa()) {
+    case KERN_ISA_AVX512: return &cai_wino_xf_avx512[d];
+    case KERN_ISA_AVX2: return &cai_wino_xf_avx2[d];
+    default: return &cai_wino_xf_scalar[d];
+    }
+}
+
 /* The pool's ranges over each stage's items. */
 static void input_items(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
     for (int64_t it = begin; it < end; it++)
-        (j->dt == KERN_F32 ? input_tiles_f32 : input_tiles_f64)(j, it / j->C, it % j->C);
+        j->xf->input_tiles(j, it / j->C, it % j->C);
 }
 
 static void output_items(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
     for (int64_t it = begin; it < end; it++)
-        (j->dt == KERN_F32 ? output_tiles_f32 : output_tiles_f64)(j, it / j->O, it % j->O);
+        j->xf->output_tiles(j, it / j->O, it % j->O);
 }
 
 static void grad_items(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
     for (int64_t it = begin; it < end; it++)
-        (j->dt == KERN_F32 ? grad_tiles_f32 : grad_tiles_f64)(j, it / j->O, it % j->O);
+        j->xf->grad_tiles(j, it / j->O, it % j->O);
 }
 
 static void weight_items(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
     for (int64_t o = begin; o < end; o++)
-        (j->dt == KERN_F32 ? weight_transform_f32 : weight_transform_f64)(j, o);
+        j->xf->weight_transform(j, o);
 }
 
 static void unweight_items(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
     for (int64_t o = begin; o < end; o++)
-        (j->dt == KERN_F32 ? weight_untransform_f32 : weight_untransform_f64)(j, o);
+        j->xf->weight_untransform(j, o);
 }
 
 /* Forward GEMMs: item (k, group, block of tiles): M_k[group] = U_k[group] @ V_k[group]. */
@@ -144,8 +123,8 @@ static void forward_gemms(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Gradient GEMMs: item (k, group): U_k[group] += dY_k[group] @ V_k[group]^T, over the
- * slab's tiles. */
+/* Gradient GEMMs: item (k, group): U_k[group] = beta U_k[group] + dY_k[group] @ V_k[group]^T,
+ * over the slab's tiles (beta 0 for a partial's first slab, so nothing clears U first). */
 static void grad_gemms(void *ctx, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
     size_t es = j->es;
@@ -154,7 +133,7 @@ static void grad_gemms(void *ctx, int64_t begin, int64_t end) {
         const char *a = j->M + (size_t)(k * j->mplane + grp * j->Og * j->nt) * es;
         const char *b = j->V + (size_t)(k * j->vplane + grp * j->Cg * j->nt) * es;
         char *c = j->U + (size_t)(k * j->uplane + grp * j->Og * j->Cg) * es;
-        cai_kern_gemm1(j->dt, true, j->Og, j->Cg, j->nt, a, j->nt, b, j->nt, 1.0, c, j->Cg);
+        cai_kern_gemm1(j->dt, true, j->Og, j->Cg, j->nt, a, j->nt, b, j->nt, j->beta, c, j->Cg);
     }
 }
 
@@ -162,7 +141,8 @@ static void grad_gemms(void *ctx, int64_t begin, int64_t end) {
 static void wino_setup(wino_job *j, kern_dtype dt, const kern_conv_geom *g, const void *x,
                        const int64_t *xs, int64_t out_channels) {
     cai_kern_blas_init(); /* OpenBLAS on one thread: the GEMMs call it directly */
-    *j = (wino_job){.dt = dt, .es = cai_kern_dtype_size(dt), .g = g, .x = x, .xs = xs};
+    *j = (wino_job){
+        .dt = dt, .es = cai_kern_dtype_size(dt), .xf = wino_xf_for(dt), .g = g, .x = x, .xs = xs};
     j->C = g->c;
     j->O = out_channels;
     j->G = g->groups;
@@ -237,9 +217,9 @@ static void grad_slab(wino_job *j, bool in_pool) {
 static void grad_partial(wino_job *j, char *parts, int64_t p, int64_t per_part, bool in_pool) {
     int64_t slabs = slab_count(j), part = 16 * j->uplane;
     j->U = parts + (size_t)(p * part) * j->es;
-    memset(j->U, 0, (size_t)part * j->es);
     for (int64_t k = p * per_part; k < (p + 1) * per_part && k < slabs; k++) {
         slab_at(j, k);
+        j->beta = k == p * per_part ? 0.0 : 1.0;
         grad_slab(j, in_pool);
     }
 }
@@ -250,6 +230,7 @@ static void grad_partial(wino_job *j, char *parts, int64_t p, int64_t per_part, 
 typedef struct {
     wino_job base;
     int64_t per_part; /* slabs per partial sum (the weight gradient) */
+    int64_t parts;    /* partial sums */
     int rc;           /* the first failure, set atomically */
 } wino_sides;
 
@@ -277,6 +258,21 @@ static void grad_side_range(void *ctx, int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; p++)
         grad_partial(&j, w->base.U, p, w->per_part, false);
     slab_free(&j);
+}
+
+/* Rows [begin, end) of the 16 planes (row k * O + o: position k, output channel o) of
+ * the weight gradient's first partial sum take the others' rows, in order: each entry is
+ * the same sum at every thread count. */
+static void sum_partial_rows(void *ctx, int64_t begin, int64_t end) {
+    const wino_sides *w = ctx;
+    const wino_job *j = &w->base;
+    kern_pw_fn add = cai_kern_pw_kernel(KPW_ADD, j->dt);
+    size_t part = (size_t)(16 * j->uplane) * j->es;
+    for (int64_t r = begin; r < end; r++) {
+        char *dst = j->U + (size_t)(r / j->O * j->uplane + r % j->O * j->Cg) * j->es;
+        for (int64_t p = 1; p < w->parts; p++)
+            add(j->Cg, dst, dst, dst + (size_t)p * part, NULL, 1.0, 0.0);
+    }
 }
 
 /* Units of work: whole slabs side by side when there are enough of them to go round,
@@ -343,9 +339,8 @@ int cai_kern_conv2d_weight_grad_winograd(kern_dtype dt, const kern_conv_geom *g,
         slab_free(j);
     }
     if (sd.rc == 0) {
-        kern_pw_fn add = cai_kern_pw_kernel(KPW_ADD, dt); /* the partials, in order */
-        for (int64_t p = 1; p < parts; p++)
-            add(part, j->U, j->U, j->U + (size_t)(p * part) * j->es, NULL, 1.0, 0.0);
+        sd.parts = parts;
+        cai_kern_parallel_for(16 * j->O, 16, sum_partial_rows, &sd);
         cai_kern_parallel_for(j->O, 1, unweight_items, j);
     }
     cai_kern_scratch_free(j->U);

@@ -207,6 +207,67 @@ Test(conv_wino, slabs_side_by_side_or_in_turn_give_the_same_bits) {
         free(all[i]);
 }
 
+/* The transforms are built once per ISA (kern_conv_wino_avx2.c / _avx512.c): every level
+ * the CPU has gives the baseline's bits, forward (with beta, from strided images and
+ * contiguous ones, past the image's edges) and weight gradient, f32 and f64. */
+static void isa_run(kern_dtype dt, const kern_conv_geom *g, const int64_t *xs, int64_t nx,
+                    int64_t O, double beta, void **y, void **dw) {
+    size_t es = cai_kern_dtype_size(dt);
+    int64_t ny = g->n * O * g->oh * g->ow, nw = O * g->c / g->groups * 9;
+    void *x = malloc(es * (size_t)nx), *w = malloc(es * (size_t)nw), *gy = malloc(es * (size_t)ny);
+    for (int64_t i = 0; i < nx; i++)
+        kern_store(dt, x, i, sin(0.37 * (double)i + 0.2));
+    for (int64_t i = 0; i < nw; i++)
+        kern_store(dt, w, i, cos(1.3 * (double)i));
+    *y = malloc(es * (size_t)ny);
+    *dw = malloc(es * (size_t)nw);
+    for (int64_t i = 0; i < ny; i++) {
+        kern_store(dt, gy, i, sin(0.11 * (double)i - 1.0));
+        kern_store(dt, *y, i, cos(0.05 * (double)i));
+    }
+    cr_assert_eq(cai_kern_conv2d(dt, g, x, xs, w, O, beta, *y), 0);
+    cr_assert_eq(cai_kern_conv2d_weight_grad(dt, g, x, xs, gy, O, *dw), 0);
+    free(x);
+    free(w);
+    free(gy);
+}
+
+Test(conv_wino, every_isa_gives_the_baseline_bits) {
+    kern_isa_level before = cai_kern_isa();
+    kern_conv_geom gs[2] = {geom(3, 16, 9, 11, 1, 2, 0, 1, 1), geom(2, 32, 8, 8, 1, 1, 1, 1, 2)};
+    gs[1].flip = true;
+    for (int c = 0; c < 2; c++)
+        for (int d = 0; d < 2; d++) {
+            kern_dtype dt = d ? KERN_F64 : KERN_F32;
+            const kern_conv_geom *g = &gs[c];
+            int64_t nx = g->n * g->c * g->h * g->w, O = 16 * (c + 1);
+            int64_t xs[4] = {g->c * g->h * g->w, g->h * g->w, g->w, 1};
+            if (c == 0) { /* channels last: the strided copy into the chunk's rows */
+                int64_t s[4] = {g->h * g->w * g->c, 1, g->w * g->c, g->c};
+                memcpy(xs, s, sizeof s);
+            }
+            size_t by = cai_kern_dtype_size(dt) * (size_t)(g->n * O * g->oh * g->ow);
+            size_t bw = cai_kern_dtype_size(dt) * (size_t)(O * g->c / g->groups * 9);
+            void *y0, *dw0;
+            cai_kern_isa_set(KERN_ISA_SCALAR);
+            isa_run(dt, g, xs, nx, O, 0.7, &y0, &dw0);
+            for (int l = KERN_ISA_AVX2; l <= (int)cai_kern_isa_cpu(); l++) {
+                void *y, *dw;
+                cai_kern_isa_set((kern_isa_level)l);
+                isa_run(dt, g, xs, nx, O, 0.7, &y, &dw);
+                cr_assert(memcmp(y, y0, by) == 0, "conv2d at %s: bits differ (case %d, f%d)",
+                          cai_kern_isa_name((kern_isa_level)l), c, d ? 64 : 32);
+                cr_assert(memcmp(dw, dw0, bw) == 0, "dw at %s: bits differ (case %d, f%d)",
+                          cai_kern_isa_name((kern_isa_level)l), c, d ? 64 : 32);
+                free(y);
+                free(dw);
+            }
+            free(y0);
+            free(dw0);
+        }
+    cai_kern_isa_set(before);
+}
+
 Test(conv_wino, taken_only_where_it_fits) {
     kern_conv_geom g = geom(2, 16, 8, 8, 1, 1, 1, 1, 1);
     cr_assert(cai_kern_conv_winograd_fits(KERN_F32, &g, 16));

@@ -1,0 +1,71 @@
+/* kern_conv_wino.h - what kern_conv_wino.c shares with its transforms
+ * (kern_conv_wino.inc), which are built once per ISA: baseline x86-64 in kern_conv_wino.c,
+ * and with AVX2 or AVX-512 in kern_conv_wino_avx2.c / kern_conv_wino_avx512.c, picked at
+ * run time by cai_kern_isa(). The transforms are adds, subtractions and halvings, built
+ * with -ffp-contract=off: every ISA computes the same bits, vectorised or not.
+ */
+#ifndef CAGRAD_KERN_CONV_WINO_H
+#define CAGRAD_KERN_CONV_WINO_H
+
+#include "kern_internal.h"
+
+#define WINO_CHUNK 64                   /* tiles of a tile row transformed together */
+#define WINO_COLS  (2 * WINO_CHUNK + 2) /* the image columns a chunk reads */
+
+typedef struct wino_xf wino_xf;
+
+/* The sizes every stage shares. */
+typedef struct {
+    kern_dtype dt;
+    size_t es;
+    const wino_xf *xf; /* the transforms for this dtype and the ISA */
+    const kern_conv_geom *g;
+    int64_t C, O, Cg, Og, G;
+    int64_t th, tw, tiles; /* tiles per image: th x tw */
+    int64_t S;             /* images per slab */
+    int64_t n0, s, nt;     /* this slab: images [n0, n0 + s), nt = s * tiles of them */
+    const char *x;
+    const int64_t *xs;
+    const char *w, *gy;
+    char *y, *dw;
+    double beta;
+    char *V, *M; /* [16][C][T], and [16][O][T] (forward M or the gradient's dY) */
+    char *U;     /* [16][O][Cg]: the transformed weight, or the gradient's sums */
+    int64_t vplane, mplane, uplane; /* entries from one position k's plane to the next */
+    int64_t blocks, edge;           /* the forward GEMMs' blocks of tiles */
+} wino_job;
+
+/* One dtype's transforms at one ISA: the image planes (per slab image i and channel), the
+ * weight (per output channel o). */
+struct wino_xf {
+    void (*input_tiles)(const wino_job *j, int64_t i, int64_t c);
+    void (*output_tiles)(const wino_job *j, int64_t i, int64_t o);
+    void (*grad_tiles)(const wino_job *j, int64_t i, int64_t o);
+    void (*weight_transform)(const wino_job *j, int64_t o);
+    void (*weight_untransform)(const wino_job *j, int64_t o);
+};
+
+/* [0] float32, [1] float64 */
+extern const wino_xf cai_wino_xf_scalar[2];
+extern const wino_xf cai_wino_xf_avx2[2];
+extern const wino_xf cai_wino_xf_avx512[2];
+
+/* The outputs of tile row ty that exist: 2, or 1 in the last row of an odd oh. */
+static inline int64_t wino_tile_rows(const wino_job *j, int64_t ty) {
+    return j->g->oh - 2 * ty < 2 ? j->g->oh - 2 * ty : 2;
+}
+
+/* Where the weight stores the effective tap (a, b): turned 180 degrees with flip. */
+static inline int wino_tap(const kern_conv_geom *g, int a, int b) {
+    return g->flip ? (2 - a) * 3 + 2 - b : a * 3 + b;
+}
+
+/* The table of both dtypes' transforms, for an ISA's file: it includes
+ * kern_conv_wino.inc twice, suffixing the names with _f32 / _f64 and SFX. */
+#define WINO_XF_ROW(sfx)                                                                           \
+    {                                                                                              \
+        input_tiles_##sfx, output_tiles_##sfx, grad_tiles_##sfx, weight_transform_##sfx,           \
+            weight_untransform_##sfx                                                               \
+    }
+
+#endif
