@@ -68,10 +68,12 @@ ca_status cai_saved_reconnect(const ca_node *n, int k, ca_tensor **out) {
         *out = ca_tensor_retain(t);
         return CA_OK;
     }
-    if (e.fn->op == CA_OP_ACCUMULATE_GRAD && e.fn->leaf) {
+    if (e.fn->op == CA_OP_ACCUMULATE_GRAD && e.fn->leaf && !n->saved[k].hooks) {
         *out = ca_tensor_retain(e.fn->leaf); /* the same view: saved inputs alias it whole */
         return CA_OK;
     }
+    /* else the values the node saved (what an unpack hook gave back, for a leaf too), with
+     * the gradient going where the saved tensor's would */
     ca_status st = alias_with_edge(t, cai_node_retain(e.fn), e.input_nr, out);
     if (st != CA_OK)
         cai_node_release(e.fn);

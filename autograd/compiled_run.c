@@ -279,9 +279,9 @@ ca_status cai_entry_run_double(const compiled_call *c, const cache_entry *e, run
     dbl_sizes z = {cg->g, s->sym_values, e->n_symbols};
     if (st == CA_OK)
         st = cai_dbl_attach(cg->tape, k, &z, n, outs, outs + n);
-    cai_op_release_all(outs + n, n_kept); /* the node holds what it keeps */
-    for (int i = 0; i < c->n_targets; i++) {
-        if (st == CA_OK)
+    cai_op_release_all(outs + n, n_kept);    /* the node holds what it keeps */
+    for (int i = 0; i < c->n_targets; i++) { /* backward(inputs=) has targets, no outputs */
+        if (st == CA_OK && c->grads_out)
             c->grads_out[i] = outs[i];
         else
             ca_tensor_release(outs[i]);

@@ -93,18 +93,20 @@ def _nan_check(node_name):
     return hook
 
 
-def _graph_nodes(roots):
-    """Every node reachable from the roots' grad_fns, each once."""
-    stack = [t.grad_fn for t in roots if t.grad_fn is not None]
-    seen, nodes = set(), []
+def _graph_bases(roots):
+    """Every library node (_C.NodeBase) reachable from the roots, each once. Walked at the
+    C level: a custom Function's node is reachable from Python only through its outputs,
+    which may be gone while the graph still holds the node."""
+    stack = [_C.grad_fn_node(t) for t in roots]
+    seen, bases = set(), []
     while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
+        base = stack.pop()
+        if base is None or base._addr in seen:
             continue
-        seen.add(id(node))
-        nodes.append(node)
-        stack.extend(fn for fn, _ in node.next_functions)
-    return nodes
+        seen.add(base._addr)
+        bases.append(base)
+        stack.extend(b for b, _ in base._next)
+    return bases
 
 
 _OFF = contextlib.nullcontext()  # shared: a backward outside anomaly mode pays ~nothing
@@ -120,7 +122,14 @@ def checking(roots):
 
 @contextlib.contextmanager
 def _checking(roots):
-    handles = [node.register_hook(_nan_check(node.name())) for node in _graph_nodes(roots)]
+    from .graph import _NodeHandle, node_object
+    handles = []
+    for base in _graph_bases(roots):
+        live = [True]
+        hook = _nan_check(node_object(base).name())
+        hook_id = base._register_post_hook(lambda gi, go, hook=hook, live=live:
+                                           hook(gi, go) if live[0] else None)
+        handles.append(_NodeHandle(base, hook_id, live))
     try:
         yield
     finally:

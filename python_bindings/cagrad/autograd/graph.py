@@ -194,8 +194,8 @@ class _BuiltinNode(_C.NodeBase, _HookMixin):
         # grad_fn(grad): the node's derivative rule on its output's gradient, as torch:
         # one input gives a Tensor, several a tuple (None where an input needs none)
         if len(grads) != 1:
-            raise TypeError(f"{type(self).__name__} takes the gradient of its one output, "
-                            f"{len(grads)} given")
+            raise TypeError(f"expected 1 arguments, got {len(grads)} instead "
+                            f"({type(self).__name__} takes the gradient of its one output)")
         res = self._call(grads[0])
         if type(self).__name__ != self._name:  # a scalar overload: torch's 0-d other
             res = res + (None,)
@@ -279,6 +279,22 @@ def current_saved_tensors_hooks():
     return stack[-1] if stack else None
 
 
+def _pack_checked(pack_hook):
+    """pack_hook, refusing (as torch) a hook that changes the tensor it is given in place:
+    the tensor is the one the graph keeps, so the change would reach the forward too."""
+    def pack(tensor):
+        before = tensor._version
+        packed = pack_hook(tensor)
+        if tensor._version != before:
+            raise RuntimeError("A saved tensor pack hook is modifying its input in place. "
+                               "Tensors provided as input to pack hook cannot be modified by "
+                               "in-place operations as this can lead to unexpected "
+                               "side-effects. Please open an issue if you need to perform "
+                               "in-place operations on the input to a pack hook.")
+        return packed
+    return pack
+
+
 class saved_tensors_hooks:
     """Within the block, every tensor saved for backward goes through pack_hook(tensor) ->
     any object, and backward gets it back through unpack_hook(object) -> tensor (of the
@@ -292,8 +308,9 @@ class saved_tensors_hooks:
         disabled = getattr(_hooks_local, "disabled", None)
         if disabled is not None:  # inside disable_saved_tensors_hooks(message)
             raise RuntimeError(disabled)
-        _C.saved_tensors_hooks_push(self.pack_hook, self.unpack_hook)
-        _hooks_stack().append((self.pack_hook, self.unpack_hook))
+        pack = _pack_checked(self.pack_hook)
+        _C.saved_tensors_hooks_push(pack, self.unpack_hook)
+        _hooks_stack().append((pack, self.unpack_hook))
         return self
 
     def __exit__(self, *exc):
