@@ -250,6 +250,13 @@ const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t) {
                                                                     : NULL;
 }
 
+const ca_custom_function *ca_tensor_sole_custom_fn(const ca_tensor *t) {
+    if (!t || ref_count((cai_refcnt *)&t->refcnt) != 1) /* no sync: collectors run no ops */
+        return NULL;
+    ca_node *n = t->grad_fn;
+    return n && n->custom && ref_count(&n->refcnt) == 1 ? &n->custom->fn : NULL;
+}
+
 /* ---------------------------------------------------------------------------------------
  * The backward
  */

@@ -665,6 +665,13 @@ int ca_tensor_output_nr(const ca_tensor *t);
  * and ctx as given to ca_custom_apply), else NULL. Borrowed: valid while t's grad_fn is.
  * Thread-safe: shared. */
 const ca_custom_function *ca_tensor_grad_fn_custom(const ca_tensor *t);
+/* For a language binding's cycle collector: the custom function of t's grad_fn when t holds
+ * the only reference to that node and one reference alone holds t (the binding's own), so
+ * that the function's ctx is reachable only through t; else NULL. PyTorch's rule for
+ * collecting the cycles a ctx that holds its own output makes. Another thread taking a
+ * reference changes the answer; a collector that holds its interpreter's lock sees its
+ * own objects consistently. Thread-safe: shared. */
+const ca_custom_function *ca_tensor_sole_custom_fn(const ca_tensor *t);
 /* Nonzero while compiled autograd records a custom backward on this thread (see
  * trace_state): a callback should then report failure through its status alone. */
 int ca_custom_tracing(void);

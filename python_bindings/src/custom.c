@@ -163,6 +163,11 @@ static bool is_python_ctx(const ca_custom_function *fn) {
     return fn && fn->backward == backward_trampoline;
 }
 
+PyObject *glue_custom_gc_ctx(const ca_tensor *t) {
+    const ca_custom_function *fn = ca_tensor_sole_custom_fn(t);
+    return is_python_ctx(fn) ? (PyObject *)fn->ctx : NULL;
+}
+
 /* The output flags: a sequence of ints, one per output. */
 static int parse_flags(PyObject *obj, int n, unsigned *flags) {
     PyObject *seq = PySequence_Fast(obj, "custom_apply(): flags must be a sequence of ints");

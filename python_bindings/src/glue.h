@@ -176,6 +176,9 @@ int glue_add_node_type(PyObject *module);
 /* The Python ctx of a custom Function's node (custom.c), or None; new reference. */
 struct ca_custom_function_s;
 PyObject *glue_custom_ctx(const struct ca_custom_function_s *fn);
+/* The Python ctx of t's grad_fn when only t holds that custom node and only its wrapper
+ * holds t (borrowed; for the wrapper's tp_traverse), else NULL. */
+PyObject *glue_custom_gc_ctx(const ca_tensor *t);
 
 /* _C.ops: a builtin per op of the library's registry (registry.c). 0, or -1 with an
  * exception set. */

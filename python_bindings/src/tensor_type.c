@@ -29,8 +29,14 @@ static PyObject *tensor_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
     return st ? glue_raise(st) : glue_wrap_as(cls, alias);
 }
 
+/* Besides .grad, the ctx of a custom Function whose node only this tensor holds (as
+ * PyTorch's tensors do): a ctx that keeps the Function's output (ctx.out = y) is then a
+ * cycle the collector finds, rather than a leak. */
 static int tensor_traverse(PyObject *self, visitproc visit, void *arg) {
-    Py_VISIT(((glue_tensor *)self)->grad);
+    glue_tensor *t = (glue_tensor *)self;
+    Py_VISIT(t->grad);
+    if (t->t)
+        Py_VISIT(glue_custom_gc_ctx(t->t));
     return 0;
 }
 

@@ -374,3 +374,29 @@ Test(custom, nested_backward_keeps_the_outer_pending_gradients) {
     }
     ca_compiled_autograd_reset();
 }
+
+/* ca_tensor_sole_custom_fn: the node's function only while one reference holds the output
+ * and the output alone holds the node (what a binding's cycle collector may traverse). */
+Test(custom, sole_custom_fn_only_while_the_output_alone_holds_the_node) {
+    fn_state s = {.mode = 0};
+    s.scale[0] = 2.0;
+    ca_tensor *x = tu_randn(CA_FLOAT32, TU_SHAPE(3), true), *res[2];
+    apply_scale(&s, x, 1, res);
+    const ca_custom_function *fn = ca_tensor_sole_custom_fn(res[0]);
+    cr_assert_not_null(fn);
+    cr_assert_eq(fn->ctx, &s);
+    ca_tensor *extra = ca_tensor_retain(res[0]); /* a second holder of the output */
+    cr_assert_null(ca_tensor_sole_custom_fn(res[0]));
+    RELEASE(extra);
+    ca_tensor *view; /* a second holder of the node: a view shares its history */
+    TU_OK(ca_view(res[0], 1, (int64_t[]){3}, &view));
+    cr_assert_null(ca_tensor_sole_custom_fn(res[0]));
+    RELEASE(view);
+    cr_assert_eq(ca_tensor_sole_custom_fn(res[0]), fn);
+    RELEASE(res[0]);
+    apply_scale(&s, x, 2, res); /* two outputs share one node */
+    cr_assert_null(ca_tensor_sole_custom_fn(res[0]));
+    cr_assert_null(ca_tensor_sole_custom_fn(x), "a leaf has no node");
+    cr_assert_null(ca_tensor_sole_custom_fn(NULL));
+    RELEASE(res[0], res[1], x);
+}

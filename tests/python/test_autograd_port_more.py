@@ -788,9 +788,6 @@ def test_reentrant_callbacks_run_once_at_their_depth(mode, depth):
 
 
 @MODES
-@pytest.mark.xfail(strict=True, reason="autograd/function.py + C: a ctx that refers to its "
-                   "Function's output (ctx.out = y, or through a dict) makes a cycle through "
-                   "the C node that Python's gc cannot see, so it is never freed")
 def test_custom_function_ctx_holding_its_output_is_collected(mode):
     # ctx keeps a dict that holds the Function's own output: the cycle is still collected
     import gc
@@ -810,11 +807,22 @@ def test_custom_function_ctx_holding_its_output_is_collected(mode):
                 (x,) = ctx.saved_tensors
                 return g * x, None
 
+        class Keep(L.autograd.Function):  # ctx holds the output itself
+            @staticmethod
+            def forward(ctx, x, meta):
+                y = x * 2
+                ctx.out = y
+                return y
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2, None
+
         out = []
-        for with_backward in (False, True):
+        for fn, with_backward in ((Scale, False), (Scale, True), (Keep, False), (Keep, True)):
             a = L.tensor(3.14, requires_grad=True)
             meta = {}
-            y = Scale.apply(a, meta)
+            y = fn.apply(a, meta)
             meta["foo"] = y
             if with_backward:
                 y.sum().backward()
