@@ -59,6 +59,20 @@ def _slice(x, d, s):
 _INT, _SLICE, _NONE, _ELLIPSIS, _MASK, _INDEX = range(6)
 
 
+def index_items(index):
+    """The items of an index, read as torch reads them: a tuple is its items; a list under
+    32 long that holds a sequence, a slice, a tensor, None or ... is a tuple too (the legacy
+    numpy rule torch keeps: x[[rows, cols]] is x[rows, cols]); anything else, a list of
+    ints or a numpy array among them, is one item."""
+    if type(index) is tuple:
+        return index
+    if type(index) is list and len(index) < 32 and any(
+            it is None or it is Ellipsis or isinstance(it, (slice, list, tuple, _TensorBase))
+            for it in index):
+        return tuple(index)
+    return (index,)
+
+
 def _is_mask_item(item):
     if isinstance(item, _TensorBase):
         return item._dtype != _INT64

@@ -38,6 +38,7 @@ from ._dtype import float16 as _half_dtype
 from ._graph_break import break_graph
 from ._grad_mode import no_grad as _no_grad
 from ._indexing import _BASIC as _BASIC_ITEMS
+from ._indexing import index_items as _index_items
 from ._indexing import (_assign_advanced, _assign_masked, _has_advanced, _index,
                         _is_mask_item, _scalar_value, _slice, _to_code)
 from ._tensor_repr import _repr
@@ -644,10 +645,10 @@ class Tensor(_TensorBase):
             return _C.select(self, 0, index)
         if t is slice:
             return _slice(self, 0, index)
-        return _index(self, index if t is tuple else (index,))
+        return _index(self, _index_items(index))
 
     def __setitem__(self, index, value):
-        items = index if type(index) is tuple else (index,)
+        items = _index_items(index)
         # basic items (ints, slices, None, ...) give a view: writing through it, in the
         # graph too (the C library rebases self's history, as PyTorch's CopySlices)
         basic = all(type(it) in _BASIC_ITEMS for it in items)

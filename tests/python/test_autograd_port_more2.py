@@ -665,16 +665,42 @@ def test_setitem_backward(mode):
     parity(make, mode)
 
 
-@_c_gap("a list of lists as an index is one integer array on dim 0 (numpy's reading); torch "
-        "reads [[0, 4], [2, 2]] as the tuple ([0, 4], [2, 2])")
-def test_setitem_list_of_lists_index():
+@MODES
+def test_setitem_list_of_lists_index(mode):
+    # torch reads [[0, 4], [2, 2]] as the tuple ([0, 4], [2, 2]), not as one 2-D array
     def make(L):
         x = L.ones(5, 5, requires_grad=True)
         y = x + 2
         y[[[0, 4], [2, 2]]] = 2
         y.backward(L.ones(5, 5))
         return x.grad
-    parity(make)
+    parity(make, mode)
+
+
+_LIST_INDEXES = {  # a list that holds a sequence, tensor, slice, None or ... is a tuple
+    "lists": lambda L: [[0, 4], [2, 2]],
+    "tensors": lambda L: [L.tensor([0, 4]), L.tensor([2, 2])],
+    "int_and_tensor": lambda L: [1, L.tensor([0, 3])],
+    "slice": lambda L: [slice(None), 1],
+    "none": lambda L: [None, 1],
+    "ellipsis": lambda L: [Ellipsis, 2],
+    "ints_only": lambda L: [0, 4, 4],  # one integer index on dim 0
+    "bools_only": lambda L: [True, False, True, False, False],
+}
+
+
+@MODES
+@pytest.mark.parametrize("kind", list(_LIST_INDEXES))
+def test_list_index_read_as_torch_reads_it(mode, kind):
+    def make(L):
+        x = data(L, (5, 5), requires_grad=True)
+        idx = _LIST_INDEXES[kind](L)
+        got = x[idx] * 3
+        y = x * 1
+        y[idx] = 0.5
+        (got.sum() + (y * y).sum()).backward()
+        return got, y, x.grad
+    parity(make, mode)
 
 
 @MODES
