@@ -180,8 +180,6 @@ def test_save_none_for_backward(mode):
 
 
 @MODES
-@pytest.mark.xfail(strict=True, reason="autograd/function.py: apply() passes setup_context "
-                   "the arguments as given, without forward's defaults (torch binds them)")
 def test_setup_context_with_default_args_and_classmethods(mode):
     def make(L):
         class Pow(L.autograd.Function):
@@ -252,10 +250,7 @@ def test_setup_context_multi_input_and_output(mode):
 
 
 @MODES
-@pytest.mark.parametrize("case", ["no_forward", "no_backward", pytest.param(
-    "backward_and_vjp", marks=pytest.mark.xfail(
-        strict=True, reason="autograd/function.py: a Function defining both backward and "
-        "vjp is not refused"))])
+@pytest.mark.parametrize("case", ["no_forward", "no_backward", "backward_and_vjp", "vjp_only"])
 def test_custom_function_missing_methods(mode, case):
     def make(L):
         class NoForward(L.autograd.Function):
@@ -281,9 +276,18 @@ def test_custom_function_missing_methods(mode, case):
             def vjp(ctx, g):
                 return g
 
+        class VjpOnly(L.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def vjp(ctx, g):
+                return g * 5
+
         x = L.rand(1, requires_grad=True)
         cls = {"no_forward": NoForward, "no_backward": NoBackward,
-               "backward_and_vjp": Both}[case]
+               "backward_and_vjp": Both, "vjp_only": VjpOnly}[case]
         cls.apply(x).sum().backward()
         return x.grad
     parity(make, mode)

@@ -198,7 +198,7 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         return _C.grad_fn_node(out)
 
     def apply(self, *args):
-        return self._forward_cls.backward(self, *args)
+        return _user_backward(self._forward_cls)(self, *args)
 
     def name(self):
         return type(self).__name__
@@ -258,8 +258,12 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
             tensors = tuple(self.saved_tensors or ())
         except RuntimeError:  # freed or changed in place: the call-out raises it for real
             return 0, (), (), "its saved tensors cannot be read"
+        try:
+            backward = _user_backward(cls)
+        except RuntimeError:  # the call-out raises it for real
+            return 0, (), (), "it defines both backward and vjp"
         ints = []  # the ints below: size slots of the key, not part of the number
-        state = [cls.backward, self.materialize_grads, getattr(self, "needs_input_grad", ()),
+        state = [backward, self.materialize_grads, getattr(self, "needs_input_grad", ()),
                  tuple(t is None for t in tensors)]
         for name in sorted(self.__dict__):
             if name in _CTX_OWN:
@@ -271,7 +275,7 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
                 hint = (": save it with ctx.save_for_backward() to trace the backward"
                         if _is_tensor(value) else "")
                 return 0, (), (), f"ctx.{name} is a {type(value).__name__}{hint}"
-        state.extend(_names_state(cls.backward, ints))
+        state.extend(_names_state(backward, ints))
         states = cls._trace_states
         key = tuple(state)
         number = states.get(key)
@@ -297,7 +301,7 @@ class BackwardCFunction(FunctionCtx, _HookMixin):
         # the library runs backward with grad mode = create_graph, as torch
         self._creating_graph = is_grad_enabled()
         try:
-            return self._check_grads(self._forward_cls.backward(self, *grads))
+            return self._check_grads(_user_backward(self._forward_cls)(self, *grads))
         finally:
             self._creating_graph = False
 
@@ -436,11 +440,15 @@ class Function(FunctionCtx, metaclass=FunctionMeta):
 
     @classmethod
     def apply(cls, *args, **kwargs):
+        uses_setup = cls.setup_context is not Function.setup_context
+        if uses_setup:  # as torch: setup_context's inputs carry forward's defaults too
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
         ctx = cls._backward_cls()
         tensor_args = [a for a in args if _is_tensor(a)]
         ctx.needs_input_grad = tuple(_is_tensor(a) and a.requires_grad for a in args)
         ctx._arg_is_tensor = tuple(_is_tensor(a) for a in args)
-        uses_setup = cls.setup_context is not Function.setup_context
         with no_grad():
             if uses_setup:
                 output = cls.forward(*args, **kwargs)
@@ -449,6 +457,16 @@ class Function(FunctionCtx, metaclass=FunctionMeta):
         if uses_setup:
             cls.setup_context(ctx, args, output)
         return _record(cls, ctx, tensor_args, output)
+
+
+def _user_backward(cls):
+    """The backward rule a Function defines, backward or vjp (torch's alias), refusing both
+    as torch does."""
+    backward, vjp = cls.backward, cls.vjp
+    if backward is not Function.backward and vjp is not Function.vjp:
+        raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom Function is "
+                           "not allowed. You should only implement one of them.")
+    return vjp if vjp is not Function.vjp else backward
 
 
 def _record(cls, ctx, tensor_args, output):
