@@ -223,3 +223,9 @@ from . import _storage  # noqa: E402
 from ._storage import TypedStorage, UntypedStorage  # noqa: E402
 Tensor.untyped_storage, Tensor.storage = _storage.untyped_storage, _storage.storage
 Tensor.storage_offset = _storage.storage_offset
+# Tensor.fill_diagonal_ (a masked_fill_ on the main diagonal), torch.fliplr / flipud
+from ._flip_fill import fill_diagonal_ as _fill_diagonal_, fliplr, flipud  # noqa: E402
+Tensor.fill_diagonal_, Tensor.fliplr, Tensor.flipud = _fill_diagonal_, fliplr, flipud
+# torch._foreach_add_ / _foreach_lerp_ / ...: per-tensor ops over lists (_foreach.py)
+from . import _foreach  # noqa: E402
+globals().update(_foreach.namespace())

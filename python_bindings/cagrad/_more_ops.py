@@ -216,7 +216,9 @@ def broadcast_shapes(*shapes):
 
 def broadcast_tensors(*tensors):
     shape = broadcast_shapes(*(t.shape for t in tensors))
-    return tuple(t.expand(shape) for t in tensors)
+    # as in torch, a tensor already of the broadcast shape comes back itself, not a view:
+    # Normal(loc, scale).loc is then loc, a leaf whose .grad fills
+    return tuple(t if t.shape == shape else t.expand(shape) for t in tensors)
 
 
 def atleast_1d(*tensors):

@@ -62,7 +62,8 @@ _LGAMMA_UFUNC = np.frompyfunc(_lgamma_one, 1, 1)
 
 def _lgamma_np(x):
     with np.errstate(invalid="ignore"):  # NaN in, NaN out
-        return _LGAMMA_UFUNC(x).astype(np.float64)
+        # asarray: on a 0-d array frompyfunc returns a bare float, not an array
+        return np.asarray(_LGAMMA_UFUNC(x), dtype=np.float64)
 
 
 def _digamma_np(x):

@@ -22,11 +22,15 @@ from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
 from .transformed_distribution import TransformedDistribution
 from .uniform import Uniform
+# torch.distributions also exports its transforms at the top (torch.distributions.TanhTransform)
+from .transforms import (AffineTransform, ComposeTransform, ExpTransform,
+                         SigmoidTransform, TanhTransform, Transform)
 
 __all__ = ["Bernoulli", "Categorical", "Distribution", "ExponentialFamily", "Independent",
            "MultivariateNormal", "Normal", "OneHotCategorical", "Uniform", "Beta", "Gamma",
            "Dirichlet", "TransformedDistribution", "constraints", "transforms",
-           "kl_divergence", "register_kl"]
+           "kl_divergence", "register_kl", "AffineTransform", "ComposeTransform",
+           "ExpTransform", "SigmoidTransform", "TanhTransform", "Transform"]
 
 _DOCS = "docs/python-api.md"
 

@@ -1,5 +1,5 @@
-"""Transforms for TransformedDistribution: ExpTransform, AffineTransform, SigmoidTransform
-and ComposeTransform (torch.distributions.transforms' names and formulas).
+"""Transforms for TransformedDistribution: ExpTransform, AffineTransform, SigmoidTransform,
+TanhTransform and ComposeTransform (torch.distributions.transforms' names and formulas).
 
 Each is a bijection y = f(x) with inverse and log|det J| written with differentiable cagrad
 ops. cache_size=1 keeps the last (x, y) pair, so log_prob of a sample inverts exactly as
@@ -14,7 +14,7 @@ from . import constraints
 from .utils import _sum_rightmost
 
 __all__ = ["AffineTransform", "ComposeTransform", "ExpTransform", "SigmoidTransform",
-           "Transform", "identity_transform"]
+           "TanhTransform", "Transform", "identity_transform"]
 
 
 class Transform:
@@ -259,6 +259,31 @@ class SigmoidTransform(Transform):
 
     def log_abs_det_jacobian(self, x, y):
         return -cagrad.nn.functional.softplus(-x) - cagrad.nn.functional.softplus(x)
+
+
+class TanhTransform(Transform):
+    """y = tanh(x), onto (-1, 1): the squashing of SAC-style policies and bounded flows.
+
+    The inverse is atanh with no clamping at +-1 (as in torch: a sample's y is found in
+    the cache with cache_size=1 instead). log|dy/dx| = log(1 - tanh(x)^2), written as
+    2 * (log 2 - x - softplus(-2x)), which stays finite where tanh(x) rounds to +-1."""
+
+    domain = constraints.real
+    codomain = constraints.interval(-1.0, 1.0)
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other):
+        return isinstance(other, TanhTransform)
+
+    def _call(self, x):
+        return x.tanh()
+
+    def _inverse(self, y):
+        return cagrad.atanh(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        return 2.0 * (math.log(2.0) - x - cagrad.nn.functional.softplus(-2.0 * x))
 
 
 class AffineTransform(Transform):

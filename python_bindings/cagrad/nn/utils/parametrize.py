@@ -161,16 +161,17 @@ def remove_parametrizations(module, tensor_name, leave_parametrized=True):
     if not is_parametrized(module, tensor_name):
         raise ValueError(f"Module {module} does not have a parametrization on {tensor_name}")
     plist = module.parametrizations[tensor_name]
-    if leave_parametrized:
+    if leave_parametrized and plist.is_tensor:
         with no_grad():
             value = getattr(module, tensor_name)
-        if plist.is_tensor:
-            original = plist.original
-            with no_grad():
-                original.copy_(value)
-        else:
-            original = Parameter(value.detach(), requires_grad=value.requires_grad) \
-                if isinstance(plist.original0, Parameter) else value.detach()
+            plist.original.copy_(value)
+        original = plist.original
+    elif leave_parametrized:
+        # as torch: the value is computed in the caller's grad mode, and it comes back as a
+        # Parameter only if it requires grad (else, e.g. under no_grad, as a buffer)
+        value = getattr(module, tensor_name)
+        original = Parameter(value.detach(), value.requires_grad) if value.requires_grad \
+            else value.detach()
     elif plist.is_tensor:
         original = plist.original
     else:
