@@ -12,6 +12,7 @@ import operator
 import numpy as np
 
 from . import _bool_ops
+from . import _ops
 from . import _functions as F
 
 pi = math.pi
@@ -561,30 +562,33 @@ def get_float32_matmul_precision():
 
 
 # ------------------------------------------------------------------------ in-place methods
-# Computed out of place, then copied in: copy_ bumps the version counter and refuses
-# tensors that autograd must not see change, exactly as the other in-place methods do.
+# Computed out of place, then self takes the result: in the graph its values and history
+# (grad_fn is the op's node, ClampBackward1, as PyTorch's), else its values through copy_,
+# which bumps the version counter; an int64 self refuses a float result (_ops.inplace_assign).
 def clamp_(self, min=None, max=None):
-    return _bool_ops.copy_result(self, F.clamp(self, min, max))  # torch's cast check
+    return _ops.inplace_assign(self, lambda x: F.clamp(x, min, max), (min, max))
 
 
 def masked_fill_(self, mask, value):
-    return self.copy_(F.masked_fill(self, mask, value))
+    return _ops.inplace_assign(self, lambda x: F.masked_fill(x, mask, value), (mask, value))
 
 
 def exp_(self):
-    return self.copy_(self.exp())
+    return _ops.inplace_assign(self, lambda x: x.exp())
 
 
 def sqrt_(self):
-    return self.copy_(self.sqrt())
+    return _ops.inplace_assign(self, lambda x: x.sqrt())
 
 
 def addcmul_(self, tensor1, tensor2, *, value=1):
-    return _bool_ops.copy_result(self, addcmul(self, tensor1, tensor2, value=value))
+    return _ops.inplace_assign(self, lambda x: addcmul(x, tensor1, tensor2, value=value),
+                               (tensor1, tensor2))
 
 
 def addcdiv_(self, tensor1, tensor2, *, value=1):
-    return _bool_ops.copy_result(self, addcdiv(self, tensor1, tensor2, value=value))
+    return _ops.inplace_assign(self, lambda x: addcdiv(x, tensor1, tensor2, value=value),
+                               (tensor1, tensor2))
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):

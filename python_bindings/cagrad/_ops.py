@@ -174,8 +174,9 @@ def _taking_numbers(fn, positions):
 # Math ops that PyTorch computes in floating point for int64 and bool tensors (the C kernels
 # are float only): an int64 or bool operand becomes the other operand's float dtype, or the default
 # dtype (float32) when there is none, as PyTorch's type promotion does.
-_INT_TO_FLOAT_UNARY = ("log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos "
-                       "atan asinh acosh atanh sinc logit deg2rad rad2deg reciprocal").split()
+_INT_TO_FLOAT_UNARY = ("sqrt rsqrt exp log sin cos tanh sigmoid log1p expm1 log2 log10 exp2 "
+                       "erf erfc erfinv sinh cosh tan asin acos atan asinh acosh atanh sinc "
+                       "logit deg2rad rad2deg reciprocal").split()
 _INT_TO_FLOAT_BINARY = ("atan2", "copysign", "xlogy")
 
 
@@ -205,6 +206,17 @@ def _binary_int_to_float(fn):
     return wrapper
 
 
+def _int_relu(fn):
+    """relu of an int64 tensor stays int64, as in torch (the C kernel is float only)."""
+    def wrapper(input, *args, **kwargs):
+        if getattr(input, "dtype", None) == _dtype.int64:
+            return input.clamp(min=0)
+        return fn(input, *args, **kwargs)
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
 def _promoting(fn):
     """A binary registry op that takes two tensors of different dtypes, as torch: both
     converted (differentiably) to their result_type first (_bool_ops.py)."""
@@ -227,6 +239,7 @@ for _name in _INT_TO_FLOAT_UNARY:
     FUNCTIONS[_name] = _unary_int_to_float(FUNCTIONS[_name])
 for _name in _INT_TO_FLOAT_BINARY:
     FUNCTIONS[_name] = _binary_int_to_float(FUNCTIONS[_name])
+FUNCTIONS["relu"] = _int_relu(FUNCTIONS["relu"])
 for _name in ("remainder", "fmod", "floor_divide"):  # outermost: sees the caller's operands
     FUNCTIONS[_name] = _int_ops.exact_on_integers(_name, FUNCTIONS[_name])
 del _name, _positions
