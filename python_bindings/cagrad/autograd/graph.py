@@ -498,7 +498,14 @@ def _all_mode(tensors, fn):
     for t in tensors:
         if not t.requires_grad:  # torch's check, as it looks up each tensor's node
             raise AssertionError("Expected gradient function to be set")
-    node_addrs = [_tensor_node(t)._addr for t in tensors]
+    # the nodes are looked up in each backward: a leaf's AccumulateGrad node lives only
+    # while something holds it, so one made now may be gone, and its address reused or
+    # not, by the time a backward runs (weak references: the hooks must not keep the
+    # tensors alive)
+    refs = [weakref.ref(t) for t in tensors]
+
+    def node_addrs():
+        return [_tensor_node(t)._addr for t in (r() for r in refs) if t is not None]
 
     def call_once(gathered):
         if not gathered.called:
@@ -511,7 +518,7 @@ def _all_mode(tensors, fn):
         def hook(grad):
             gathered, first = per_backward.get()
             if first:
-                gathered.expected = _expected_count(node_addrs)
+                gathered.expected = _expected_count(node_addrs())
             gathered.grads[index] = grad
             gathered.seen += 1
             if gathered.seen == gathered.expected:
