@@ -12,6 +12,11 @@ int ca_custom_tracing(void) {
     return cai_recording != NULL;
 }
 
+void ca_custom_refuse_tracing(const char *why) {
+    if (cai_recording)
+        cai_record_refuse(why && why[0] ? why : "its backward refused tracing");
+}
+
 /* ---------------------------------------------------------------------------------------
  * Recording
  */

@@ -675,6 +675,12 @@ const ca_custom_function *ca_tensor_sole_custom_fn(const ca_tensor *t);
 /* Nonzero while compiled autograd records a custom backward on this thread (see
  * trace_state): a callback should then report failure through its status alone. */
 int ca_custom_tracing(void);
+/* Inside a custom backward that compiled autograd is recording (ca_custom_tracing()
+ * nonzero): refuse the recording, so that the backward runs as a call-out in every
+ * compiled backward, for a side effect that must happen each time (a callback queued for
+ * the backward's end, a graph break); why (copied, the first reason kept) goes to the
+ * verbose log. No effect otherwise. Thread-safe: per thread. */
+void ca_custom_refuse_tracing(const char *why);
 /* Inside a custom backward: `saved` (a detached copy or alias of the function's own output
  * k, which a ctx must not hold with its history: the output holds the node) as the
  * backward should read it. Under create_graph it comes back with output k of the running

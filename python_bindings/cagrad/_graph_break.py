@@ -95,5 +95,8 @@ def break_graph(reason):
 
 
 def graph_break():
-    """End the current forward graph here, like torch._dynamo.graph_break()."""
+    """End the current forward graph here, like torch._dynamo.graph_break(). Inside a
+    custom backward that compiled autograd records, the backward runs as a call-out."""
+    if _C.custom_tracing():
+        _C.custom_refuse_tracing("it calls graph_break()")
     break_graph("explicit graph_break()")

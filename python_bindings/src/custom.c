@@ -290,6 +290,20 @@ static PyObject *py_saved_output(PyObject *module, PyObject *const *args, Py_ssi
     return glue_wrap(out);
 }
 
+/* custom_tracing() -> whether a custom backward is being recorded on this thread */
+static PyObject *py_custom_tracing(PyObject *module, PyObject *unused) {
+    return PyBool_FromLong(ca_custom_tracing());
+}
+
+/* custom_refuse_tracing(why): the backward being recorded runs as a call-out instead */
+static PyObject *py_custom_refuse_tracing(PyObject *module, PyObject *why) {
+    const char *s = PyUnicode_AsUTF8(why);
+    if (!s)
+        return NULL;
+    ca_custom_refuse_tracing(s);
+    Py_RETURN_NONE;
+}
+
 #define FASTCALL(name, doc)                                                                        \
     { #name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL | METH_KEYWORDS, doc }
 
@@ -300,5 +314,9 @@ PyMethodDef glue_custom_methods[] = {
     FASTCALL(output_nr, "output_nr(t) -> int"),
     FASTCALL(saved_output, "saved_output(t, k) -> t with output k of the running custom "
                            "backward's node as its history under create_graph"),
+    {"custom_tracing", py_custom_tracing, METH_NOARGS,
+     "custom_tracing() -> bool: a custom backward is being recorded on this thread"},
+    {"custom_refuse_tracing", py_custom_refuse_tracing, METH_O,
+     "custom_refuse_tracing(why): the backward being recorded runs as a call-out instead"},
     {NULL, NULL, 0, NULL},
 };

@@ -5,7 +5,8 @@
  * fills itself, a constant of the graph) is recorded once and traced (its
  * callback does not run on cache hits, ca_custom_tracing() is set while it is recorded,
  * gradients equal the eager ones); a backward that reads tensor data, changes a tensor in
- * place, uses a tensor it was not given, or fails on zero gradients, and a trace_state that
+ * place, uses a tensor it was not given, fails on zero gradients or refuses the recording
+ * itself (ca_custom_refuse_tracing), and a trace_state that
  * answers 0, each become a call-out that runs on every backward with the right gradient; a
  * new state number recompiles and the old one hits again; a dynamic size makes a call-out;
  * a failing trace_state fails the backward with its message.
@@ -28,6 +29,7 @@ typedef enum {
     IN_PLACE,
     UNSAVED_TENSOR,
     FAILS_ON_ZEROS,
+    REFUSES, /* calls ca_custom_refuse_tracing (a side effect each backward must have) */
     STATE_ZERO,
     STATE_FAILS
 } cube_mode;
@@ -63,6 +65,8 @@ static ca_status cube_backward(void *ctx, int n_out, ca_tensor *const *g, int n_
         cr_assert_eq(all_zero(g[0]), ca_custom_tracing() != 0);
     if (c->mode == IN_PLACE)
         TU_OK(ca_mul_scalar_(x2, 1.0));
+    if (c->mode == REFUSES)
+        ca_custom_refuse_tracing("cube queues a callback");
     if (c->mode == UNSAVED_TENSOR) {
         ca_tensor *y;
         TU_OK(ca_mul(x2, c->other, &y));
@@ -213,7 +217,9 @@ Test(custom_trace, refused_recordings_become_call_outs) {
     assert_call_out(IN_PLACE, 4);
     assert_call_out(UNSAVED_TENSOR, 4);
     assert_call_out(FAILS_ON_ZEROS, 4);
+    assert_call_out(REFUSES, 4);
     assert_call_out(STATE_ZERO, 3); /* not recorded at all */
+    ca_custom_refuse_tracing("outside a recording: no effect");
 }
 
 Test(custom_trace, state_number_is_part_of_the_key) {

@@ -303,14 +303,12 @@ def test_custom_fn_saved_int_and_float_arguments():
 # --- callbacks, reentrant checkpoint, graph breaks in a backward --------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="C gap: a traced custom backward's queue_callback "
-                   "runs at capture only (cache hits drop the callback), and graph_break() "
-                   "in a backward does not make it a call-out; no _C hook refuses a "
-                   "recording from Python")
-def test_queue_callback_and_graph_break_in_a_backward():
+@pytest.mark.parametrize("with_break", [True, False])
+def test_queue_callback_and_graph_break_in_a_backward(with_break):
     # test_callback_graph_break_throws_error: PyTorch refuses this without fullgraph; cagrad
-    # should call the backward out (its graph_break has no Dynamo to break) and run the
-    # callback once per backward
+    # calls the backward out (its graph_break has no Dynamo to break; a queued callback
+    # must run in every backward, not only at capture) and runs the callback once per
+    # backward
     def fn(d):
         L = d.L
         called = [0]
@@ -325,7 +323,7 @@ def test_queue_callback_and_graph_break_in_a_backward():
             def backward(ctx, grad):
                 L.autograd.Variable._execution_engine.queue_callback(
                     lambda: called.__setitem__(0, called[0] + 1))
-                if L is cagrad:
+                if L is cagrad and with_break:
                     L.graph_break()
                 return grad * 2
 

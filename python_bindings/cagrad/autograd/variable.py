@@ -3,6 +3,8 @@ tensor) and Variable._execution_engine, whose queue_callback(fn) runs fn once th
 running now has finished, before backward() / grad() returns: hooks use it for work that
 needs every gradient (as PyTorch's DistributedDataParallel once did)."""
 
+from .. import _C
+
 __all__ = ["Variable", "VariableMeta"]
 
 # One queue per backward running, innermost last (a backward started inside a hook, such
@@ -31,6 +33,10 @@ class _ExecutionEngine:
         queue more). Outside a backward: RuntimeError, as in PyTorch."""
         if not _running:
             raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        if _C.custom_tracing():  # a recorded backward runs on trial gradients, once: it
+            # must run for real, a call-out, in every compiled backward instead
+            _C.custom_refuse_tracing("it queues a callback (queue_callback)")
+            return
         _running[-1].append(callback)
 
 
