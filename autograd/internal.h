@@ -164,6 +164,9 @@ typedef struct ca_storage {
      * this memory a new history (inplace.c): version errors name it, as PyTorch names the
      * changed tensor's grad_fn at backward time. */
     const char *rebased_by;
+    /* Moves on each time a tensor over this memory with a history is detached in place
+     * (ca_tensor_detach_): a saved non-leaf input read after it raises PyTorch's error. */
+    uint64_t detach_epoch;
     /* Memory owned elsewhere (ca_tensor_from_blob): handed back through the deleter
      * instead of freed. */
     bool external;
@@ -314,6 +317,7 @@ typedef struct {
      * and output number of a saved input that had one, for version errors. */
     ca_node *origin;
     int origin_nr;
+    uint64_t detach_epoch; /* with origin: the storage's detach_epoch when saved */
     /* Packed by saved-tensor hooks (saved_hooks.c): t is NULL but while a backward runs,
      * when it holds what the unpack hook gave back. */
     void *packed;

@@ -184,6 +184,12 @@ ca_status cai_node_check_saved(const ca_node *n, int k) {
             "you need to access saved tensors after calling backward. (%s's saved '%s' was "
             "freed by an earlier backward.)",
             row->node_name, field);
+    if (s->t && !s->hooks && s->origin && s->t->storage->detach_epoch != s->detach_epoch)
+        return err_set(CA_STATUS_AUTOGRAD,
+                       "Trying to use a saved tensor that has been detached in-place, i.e. with "
+                       ".detach_().This is not supported, please use out-of-place `.detach()` "
+                       "instead (%s's saved '%s')",
+                       row->node_name, field);
     if (s->t && !s->hooks && s->t->storage->version != s->version) {
         char shape[128], origin[160];
         saved_origin(n, s, origin, sizeof origin);

@@ -52,6 +52,7 @@ static ca_status save_fields(const ca_op_def *row, ca_node *n, ca_tensor *const 
         if (fd->src == FROM_INPUT && t->grad_fn && input_differentiable(row, in, fd->idx)) {
             s->origin = cai_node_retain(t->grad_fn);
             s->origin_nr = t->output_nr;
+            s->detach_epoch = t->storage->detach_epoch;
         }
         CA_CHECK(cai_saved_pack(s));
     }

@@ -671,6 +671,8 @@ ca_status ca_tensor_detach_(ca_tensor *t) {
                        cai_node_name(n));
     if (n && t->retains_grad && node_retained(n, t->output_nr) == t)
         node_set_retained(n, t->output_nr, NULL); /* the node forgets its weak pointer */
+    if (n) /* nodes that saved it as an input now refuse it (cai_node_check_saved) */
+        t->storage->detach_epoch++;
     t->grad_fn = NULL;
     t->output_nr = 0;
     t->requires_grad = false;

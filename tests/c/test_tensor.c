@@ -468,6 +468,29 @@ Test(tensor, detach_in_place) {
     tu_release_n(ts, 3);
 }
 
+/* A node that saved a non-leaf input refuses it once that input was detached in place
+ * (PyTorch's SavedVariable error), eager and compiled; one that saved a leaf does not. */
+Test(tensor, saved_input_detached_in_place_is_refused) {
+    for (int compiled = 0; compiled < 2; compiled++) {
+        ca_tensor *a = tu_randn(CA_FLOAT32, TU_SHAPE(3), true), *y = NULL, *s = NULL, *l = NULL;
+        ca_tensor *leaf_sin = NULL, *l2 = NULL;
+        TU_OK(ca_mul_scalar(a, 2.0, &y));
+        TU_OK(ca_sin(y, &s)); /* saves y, a non-leaf */
+        TU_OK(ca_sin(a, &leaf_sin));
+        TU_OK(ca_sum(s, 0, NULL, false, &l));
+        TU_OK(ca_sum(leaf_sin, 0, NULL, false, &l2));
+        TU_OK(ca_tensor_detach_(y));
+        if (compiled)
+            TU_OK(ca_compiled_autograd_enable(NULL));
+        TU_FAILS(ca_backward(l), CA_STATUS_AUTOGRAD, "detached in-place");
+        TU_OK(ca_backward(l2));
+        if (compiled)
+            TU_OK(ca_compiled_autograd_disable());
+        ca_tensor *ts[] = {l2, leaf_sin, l, s, y, a};
+        tu_release_n(ts, 6);
+    }
+}
+
 /* A transposed leaf's first .grad is transposed too (PyTorch's AccumulateGrad layout),
  * eager and compiled, with the GEMM writing it; then it accumulates in place. */
 Test(tensor, grad_takes_a_dense_leafs_strides) {

@@ -348,7 +348,6 @@ def test_default_saved_tensors_hooks_double_backward(mode):
 
 
 @MODES
-@_c_gap("a saved input detached in place (detach_()) is used without torch's error")
 def test_saved_input_detached_in_place(mode):
     def make(L):
         a = L.tensor(1.0, requires_grad=True).clone()
