@@ -95,7 +95,49 @@ void cai_tensor_take_history(ca_tensor *t, ca_node *node, int output_nr, bool re
         cai_node_release(old);
 }
 
+/* Whether a node on r's history recorded since mark, other than r's own (whose saved
+ * values cai_node_keep_saved keeps), saved memory s, or values packed by saved-tensor
+ * hooks (which might be s): the op that made r from self then needs self's old values
+ * inside, and must run again on a copy of self. Beyond WALK_MOST nodes it says so too. */
+#define WALK_MOST 256
+static bool inner_saved(const ca_node *r, const ca_storage *s, uint64_t mark) {
+    const ca_node *seen[WALK_MOST], *stack[WALK_MOST];
+    int n_seen = 0, top = 0;
+    for (int i = 0; r && i < r->n_in; i++)
+        if (r->next[i].fn && top < WALK_MOST)
+            stack[top++] = r->next[i].fn;
+    while (top > 0) {
+        const ca_node *n = stack[--top];
+        if (n->seq < mark || n->seq == UINT64_MAX) /* older, or a leaf's accumulator */
+            continue;
+        bool again = false;
+        for (int k = 0; k < n_seen && !again; k++)
+            again = seen[k] == n;
+        if (again)
+            continue;
+        if (n_seen == WALK_MOST)
+            return true;
+        seen[n_seen++] = n;
+        for (int i = 0; i < n->n_saved; i++)
+            if ((n->saved[i].t && n->saved[i].t->storage == s) ||
+                (!n->saved[i].t && n->saved[i].packed))
+                return true;
+        for (int i = 0; i < n->n_in; i++)
+            if (n->next[i].fn) {
+                if (top == WALK_MOST)
+                    return true;
+                stack[top++] = n->next[i].fn;
+            }
+    }
+    return false;
+}
+
 ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn) {
+    return cai_tensor_rebase_since(self, r, UINT64_MAX, done, fn);
+}
+
+ca_status cai_tensor_rebase_since(ca_tensor *self, ca_tensor *r, uint64_t mark, bool *done,
+                                  const char *fn) {
     *done = false;
     if (self->requires_grad && !self->grad_fn)
         return leaf_error(fn);
@@ -104,6 +146,8 @@ ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const cha
     cai_tensor_meta(r, &mr);
     if (ms.dtype != mr.dtype || !cai_meta_same_shape(&ms, &mr))
         return err_set(CA_STATUS_SHAPE, "%s: the result does not fit self in place", fn);
+    if (mark != UINT64_MAX && inner_saved(r->grad_fn, self->storage, mark))
+        return CA_OK; /* *done false: compute r again from a copy of self */
     if (self->view_base)
         return cai_view_rebase(self, r, done, fn);
     bool ok;
@@ -263,12 +307,20 @@ static ca_status inplace_unary(ca_tensor *self, kern_pw_op op, double p0, const 
 }
 
 ca_status ca_tensor_rebase_(ca_tensor *self, ca_tensor *result, bool *done) {
+    return ca_tensor_rebase_since_(self, result, UINT64_MAX, done);
+}
+
+uint64_t ca_graph_mark(void) {
+    return cai_node_peek_seq();
+}
+
+ca_status ca_tensor_rebase_since_(ca_tensor *self, ca_tensor *result, uint64_t mark, bool *done) {
     CA_ARG_NOT_NULL(done, "ca_tensor_rebase_");
     *done = false;
     CA_CHECK(ca_init());
     CA_ARG_NOT_NULL(self, "ca_tensor_rebase_");
     CA_ARG_NOT_NULL(result, "ca_tensor_rebase_");
-    return cai_tensor_rebase(self, result, done, "ca_tensor_rebase_");
+    return cai_tensor_rebase_since(self, result, mark, done, "ca_tensor_rebase_");
 }
 
 ca_status ca_add_(ca_tensor *self, ca_tensor *other, double alpha) {

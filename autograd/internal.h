@@ -256,6 +256,10 @@ void cai_tensor_bump_version(ca_tensor *t);
  * base takes the history (cai_view_rebase). Errors: a leaf that requires grad (or a view of
  * one), r of another shape or dtype. */
 ca_status cai_tensor_rebase(ca_tensor *self, ca_tensor *r, bool *done, const char *fn);
+/* The same for an r made by several ops since mark (ca_graph_mark): *done stays false when
+ * one of them saved self's memory. UINT64_MAX: r's own node only. */
+ca_status cai_tensor_rebase_since(ca_tensor *self, ca_tensor *r, uint64_t mark, bool *done,
+                                  const char *fn);
 /* Copy the values n's backward saved from storage s to memory of their own before s is
  * written; *ok false when a saved-tensor hook packed one (the caller recomputes from a
  * copy of self instead). */
@@ -859,6 +863,7 @@ int cai_fwd_graph_current(void);
 /* Tell this thread's op observer (if any) that op `name` ran. */
 void cai_op_observe(const char *name);
 uint64_t cai_node_next_seq(void);
+uint64_t cai_node_peek_seq(void); /* the seq the next node will get */
 
 /* ---------------------------------------------------------------------------------------
  * Random state (state.c): the global seed and offset the random kernels consume.

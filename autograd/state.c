@@ -96,6 +96,10 @@ uint64_t cai_node_next_seq(void) {
     return atomic_fetch_add(&seq_counter, 1);
 }
 
+uint64_t cai_node_peek_seq(void) {
+    return atomic_load(&seq_counter);
+}
+
 /* ---------------------------------------------------------------------------------------
  * Random generator position: one (seed, offset) pair for the process. Each random call
  * takes draws from the offset on, so a seed fixes every later value.

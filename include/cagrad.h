@@ -807,12 +807,23 @@ void ca_compiled_autograd_counters(ca_compiled_counters *out); /* out may be NUL
  * so work / span bounds the speed-up any number of threads could give the plan, and
  * max(work / p, span) is the best time on p threads. Measure at 1 thread: a step's own
  * kernel threads shorten it, which is intra-op parallelism, not the plan's.
+ * It also keeps the costliest steps: where the backward's time goes, by kernel and by the
+ * autograd node that made each.
  * Errors (last_profile): CA_STATUS_INVALID (out NULL; no profiled run yet). Not
  * thread-safe, as the rest of compiled autograd. */
+#define CA_PROFILE_TOP 8
+typedef struct {
+    const char *op;   /* the step's kernel ("matmul", "conv2d_weight_grad", "pw": fused) */
+    const char *node; /* the autograd node whose rule made it ("ConvolutionBackward0") */
+    int64_t ns;
+} ca_compiled_step;
 typedef struct {
     int64_t work_ns;
     int64_t span_ns;
     int steps; /* steps that did work */
+    /* the costliest steps, longest first (static strings, valid for the process) */
+    int n_top;
+    ca_compiled_step top[CA_PROFILE_TOP];
 } ca_compiled_profile;
 void ca_compiled_autograd_set_profiling(bool on);
 ca_status ca_compiled_autograd_last_profile(ca_compiled_profile *out);
@@ -1201,6 +1212,14 @@ ca_status ca_copy_(ca_tensor *self, ca_tensor *src); /* src broadcasts to self's
  * self's).
  * Thread-safe: no (self is written). */
 ca_status ca_tensor_rebase_(ca_tensor *self, ca_tensor *result, bool *done);
+/* A mark of the recording: the nodes recorded after it are "since" it. Thread-safe: shared. */
+uint64_t ca_graph_mark(void);
+/* ca_tensor_rebase_ for a result that several ops made from self (a composite in-place
+ * op, such as clamp_ with tensor bounds): *done is also false, with nothing changed, when
+ * any node recorded since mark on result's history saved self's memory, not only result's
+ * own. Take the mark right before computing result. Errors and thread safety: as
+ * ca_tensor_rebase_. */
+ca_status ca_tensor_rebase_since_(ca_tensor *self, ca_tensor *result, uint64_t mark, bool *done);
 
 /* ---------------------------------------------------------------------------------------
  * The op registry: the ops with a PyTorch-style schema, callable by index. Bindings build

@@ -55,7 +55,8 @@ def graph_inplace(self, compute):
     self takes the out-of-place result's values and history (Tensor._rebase_); when the
     result's node saved self (its backward needs self's old values), compute runs again on
     a differentiable copy of self."""
-    if not self._rebase_(_fit_in_place(self, compute(self))):
+    mark = _C.graph_mark()  # a composite may save self in any of its ops, not only its last
+    if not self._rebase_(_fit_in_place(self, compute(self)), mark):
         self._rebase_(_fit_in_place(self, compute(self * 1)))
     return self
 

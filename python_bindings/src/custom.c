@@ -290,6 +290,11 @@ static PyObject *py_saved_output(PyObject *module, PyObject *const *args, Py_ssi
     return glue_wrap(out);
 }
 
+/* graph_mark() -> int: ca_graph_mark, for Tensor._rebase_(result, mark) */
+static PyObject *py_graph_mark(PyObject *module, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(ca_graph_mark());
+}
+
 /* custom_tracing() -> whether a custom backward is being recorded on this thread */
 static PyObject *py_custom_tracing(PyObject *module, PyObject *unused) {
     return PyBool_FromLong(ca_custom_tracing());
@@ -314,6 +319,8 @@ PyMethodDef glue_custom_methods[] = {
     FASTCALL(output_nr, "output_nr(t) -> int"),
     FASTCALL(saved_output, "saved_output(t, k) -> t with output k of the running custom "
                            "backward's node as its history under create_graph"),
+    {"graph_mark", py_graph_mark, METH_NOARGS,
+     "graph_mark() -> int: the nodes recorded after it are since it (Tensor._rebase_)"},
     {"custom_tracing", py_custom_tracing, METH_NOARGS,
      "custom_tracing() -> bool: a custom backward is being recorded on this thread"},
     {"custom_refuse_tracing", py_custom_refuse_tracing, METH_O,

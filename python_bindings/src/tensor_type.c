@@ -248,16 +248,27 @@ static PyObject *tensor_item(PyObject *self, PyObject *unused) {
     return PyFloat_FromDouble(value);
 }
 
-/* self._rebase_(result) -> bool: an in-place op on a tensor in the autograd graph, given
- * its out-of-place result (ca_tensor_rebase_); False when it must be computed again from a
- * copy of self. */
-static PyObject *tensor_rebase(PyObject *self, PyObject *result) {
+/* self._rebase_(result, mark=None) -> bool: an in-place op on a tensor in the autograd
+ * graph, given its out-of-place result (ca_tensor_rebase_; with the ca_graph_mark taken
+ * before computing it, ca_tensor_rebase_since_); False when it must be computed again from
+ * a copy of self. */
+static PyObject *tensor_rebase(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "_rebase_() takes 1 or 2 arguments (%zd given)",
+                            nargs);
+    PyObject *result = args[0];
     if (!glue_tensor_check(result))
         return PyErr_Format(PyExc_TypeError, "_rebase_(): expected a Tensor, got %s",
                             Py_TYPE(result)->tp_name);
+    uint64_t mark = UINT64_MAX;
+    if (nargs == 2 && args[1] != Py_None) {
+        mark = PyLong_AsUnsignedLongLong(args[1]);
+        if (PyErr_Occurred())
+            return NULL;
+    }
     bool done = false;
     ca_status st;
-    GLUE_CALL(st = ca_tensor_rebase_(T(self), T(result), &done));
+    GLUE_CALL(st = ca_tensor_rebase_since_(T(self), T(result), mark, &done));
     if (st)
         return glue_raise(st);
     return PyBool_FromLong(done);
@@ -273,8 +284,9 @@ static PyMethodDef tensor_methods[] = {
     {"is_contiguous", tensor_is_contiguous, METH_NOARGS, "is_contiguous() -> bool (row-major)"},
     {"_item", tensor_item, METH_NOARGS, "_item() -> int or float of a one-element tensor"},
     {"_describe", tensor_describe, METH_NOARGS, "_describe() -> 'float32[2, 3]'"},
-    {"_rebase_", tensor_rebase, METH_O,
-     "_rebase_(result) -> bool: take an in-place op's out-of-place result and its history"},
+    {"_rebase_", (PyCFunction)(void (*)(void))tensor_rebase, METH_FASTCALL,
+     "_rebase_(result, mark=None) -> bool: take an in-place op's out-of-place result and its "
+     "history"},
     {"__dlpack__", (PyCFunction)(void (*)(void))glue_tensor_dlpack, METH_FASTCALL | METH_KEYWORDS,
      "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) -> PyCapsule"},
     {"__dlpack_device__", glue_tensor_dlpack_device, METH_NOARGS,

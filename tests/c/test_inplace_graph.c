@@ -6,6 +6,7 @@
  * worked out by hand from the chain rule. */
 #include "testutil.h"
 
+#include <math.h>
 #include <string.h>
 
 static ca_tensor *sum_all(ca_tensor *t) {
@@ -131,4 +132,37 @@ Test(inplace_graph, compiled_equals_eager) {
         tu_release_n(all, 5);
     }
     TU_OK(ca_compiled_autograd_disable());
+}
+
+/* y <- sin(y) + 1 by two ops (a composite in-place op): sin saved y, so rebasing y onto
+ * the result would change what sin's backward reads. ca_tensor_rebase_ looks at the last
+ * node only and takes it; ca_tensor_rebase_since_ with a mark taken before the ops sees
+ * sin's saved y and refuses (*done false), and the op then runs again on a copy. */
+Test(inplace_graph, composite_result_whose_inner_op_saved_self_is_refused) {
+    const double xv[3] = {0.5, -1, 2};
+    ca_tensor *x = vec(xv, true), *y = NULL, *e = NULL, *r = NULL, *c = NULL;
+    TU_OK(ca_mul_scalar(x, 2.0, &y));
+    uint64_t mark = ca_graph_mark();
+    TU_OK(ca_sin(y, &e));
+    TU_OK(ca_add_scalar(e, 1.0, &r));
+    bool done = true;
+    TU_OK(ca_tensor_rebase_since_(y, r, mark, &done));
+    cr_assert_not(done, "sin saved y: refused");
+    cr_assert_eq(ca_tensor_version(y), 0, "nothing changed");
+    ca_tensor_release(e);
+    ca_tensor_release(r);
+    TU_OK(ca_mul_scalar(y, 1.0, &c)); /* again from a differentiable copy */
+    mark = ca_graph_mark();
+    TU_OK(ca_sin(c, &e));
+    TU_OK(ca_add_scalar(e, 1.0, &r));
+    TU_OK(ca_tensor_rebase_since_(y, r, mark, &done));
+    cr_assert(done);
+    ca_tensor *s = sum_all(y);
+    TU_OK(ca_backward(s));
+    double want[3]; /* d/dx (sin(2x) + 1) = 2 cos(2x) */
+    for (int i = 0; i < 3; i++)
+        want[i] = 2 * cos(2 * xv[i]);
+    tu_assert_values(ca_tensor_grad(x), want, 1e-9);
+    ca_tensor *all[] = {x, y, e, r, c, s};
+    tu_release_n(all, 6);
 }

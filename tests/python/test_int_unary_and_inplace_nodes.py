@@ -74,3 +74,22 @@ def test_inplace_op_node_is_the_ops_own(name, compiled):
         out[L.__name__] = (node.name(), nxt.name(), x.grad)
     assert out["cagrad"][:2] == out["torch"][:2]
     assert_close(out["cagrad"][2], out["torch"][2], msg=name)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_composite_inplace_op_whose_inner_op_saved_self(compiled):
+    # clamp_ with tensor bounds is maximum then minimum here: maximum saves self, so self
+    # must not take the result in place before a copy is made (ca_tensor_rebase_since_)
+    out = {}
+    for L in (ca, torch):
+        x = L.tensor([4.0, 1.0, -2.0, 0.5], requires_grad=True)
+        y = x * 3
+        y.clamp_(L.tensor([0.0, 0.0, -7.0, 2.0]), L.tensor(5.0))
+        if L is ca and compiled:
+            with ca.compiled_autograd.enable():
+                (y * y).sum().backward()
+        else:
+            (y * y).sum().backward()
+        out[L.__name__] = (y.detach(), x.grad)
+    assert_close(out["cagrad"][0], out["torch"][0])
+    assert_close(out["cagrad"][1], out["torch"][1])
