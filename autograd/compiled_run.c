@@ -224,15 +224,39 @@ void cai_slot_release(run_slot *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* The run with every step timed, and its work and span kept for
+/* The CA_PROFILE_TOP costliest steps of a timed run, longest first, with their kernels
+ * and the autograd nodes that made them. */
+static void profile_top(const graph *g, const int64_t *ns, int n, ca_compiled_profile *p) {
+    p->n_top = 0;
+    for (graph_val v = 0; v < n; v++) {
+        if (ns[v] <= 0)
+            continue;
+        int at = p->n_top < CA_PROFILE_TOP ? p->n_top++ : CA_PROFILE_TOP;
+        while (at > 0 && p->top[at - 1].ns < ns[v]) { /* insertion, the shortest drops out */
+            if (at < CA_PROFILE_TOP)
+                p->top[at] = p->top[at - 1];
+            at--;
+        }
+        if (at < CA_PROFILE_TOP) {
+            const graph_node *x = cai_graph_node_at(g, v);
+            p->top[at] = (ca_compiled_step){.op = cai_graph_op_name(x->a.op),
+                                            .node = x->origin.name ? x->origin.name : "",
+                                            .ns = ns[v]};
+        }
+    }
+}
+
+/* The run with every step timed, and its work, span and costliest steps kept for
  * ca_compiled_autograd_last_profile. Without memory for the times it runs untimed. */
 static int run_profiled(const compiled_graph *cg, run_slot *s, graph_callbacks cb,
                         ca_compiled_profile *p) {
     int n = cai_graph_count(cg->g);
     int64_t *ns = cai_mem_calloc((size_t)n + 1, sizeof(int64_t));
     int rc = cai_graph_plan_run_timed(s->plan, s->sym_values, s->inputs, s->arena, cb, ns);
-    if (ns && rc == 0)
+    if (ns && rc == 0) {
         cai_graph_plan_work_span(s->plan, ns, &p->work_ns, &p->span_ns, &p->steps);
+        profile_top(cg->g, ns, n, p);
+    }
     cai_mem_free(ns);
     return rc;
 }

@@ -149,10 +149,13 @@ def last_profile():
     longest chain of steps that depend on each other: its time on unlimited threads),
     parallelism (work / span: the most any number of threads could speed the plan up) and
     steps. Profile at 1 thread (cagrad.set_num_threads(1)): a step's own kernel threads
-    would shorten it. RuntimeError when no profiled backward has run. A cagrad addition."""
-    work, span, steps = _C.compiled_autograd_last_profile()
+    would shorten it. top_steps: the costliest steps (at most 8), longest first, as
+    (autograd node, kernel, seconds): where the backward's time goes. RuntimeError when no
+    profiled backward has run. A cagrad addition."""
+    work, span, steps, top = _C.compiled_autograd_last_profile()
     return {"work_seconds": work, "span_seconds": span,
-            "parallelism": work / span if span > 0 else 1.0, "steps": steps}
+            "parallelism": work / span if span > 0 else 1.0, "steps": steps,
+            "top_steps": top}
 
 
 def compile_seconds():

@@ -407,15 +407,27 @@ static PyObject *py_compiled_autograd_set_profiling(PyObject *module, PyObject *
     Py_RETURN_NONE;
 }
 
-/* compiled_autograd_last_profile() -> (work_seconds, span_seconds, steps) */
+/* compiled_autograd_last_profile() -> (work_seconds, span_seconds, steps, top), top a list
+ * of (node, op, seconds), the costliest steps first */
 static PyObject *py_compiled_autograd_last_profile(PyObject *module, PyObject *unused) {
     ca_compiled_profile prof;
     ca_status st;
     GLUE_CALL(st = ca_compiled_autograd_last_profile(&prof));
     if (st)
         return glue_raise(st);
-    return Py_BuildValue("(ddi)", (double)prof.work_ns * 1e-9, (double)prof.span_ns * 1e-9,
-                         prof.steps);
+    PyObject *top = PyList_New(prof.n_top);
+    for (int i = 0; top && i < prof.n_top; i++) {
+        PyObject *item =
+            Py_BuildValue("(ssd)", prof.top[i].node, prof.top[i].op, (double)prof.top[i].ns * 1e-9);
+        if (!item)
+            Py_CLEAR(top);
+        else
+            PyList_SET_ITEM(top, i, item);
+    }
+    if (!top)
+        return NULL;
+    return Py_BuildValue("(ddiN)", (double)prof.work_ns * 1e-9, (double)prof.span_ns * 1e-9,
+                         prof.steps, top);
 }
 
 /* graph_write_dot(path): path is a str, bytes or os.PathLike ("-" for stdout). */
@@ -482,6 +494,6 @@ PyMethodDef glue_autograd_methods[] = {
     FASTCALL(compiled_autograd_set_profiling,
              "compiled_autograd_set_profiling(on): time each step of compiled backwards"),
     NOARGS(compiled_autograd_last_profile,
-           "compiled_autograd_last_profile() -> (work_seconds, span_seconds, steps)"),
+           "compiled_autograd_last_profile() -> (work_seconds, span_seconds, steps, top)"),
     {NULL, NULL, 0, NULL},
 };

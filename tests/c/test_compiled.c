@@ -3492,6 +3492,18 @@ Test(compiled, plan_profile_work_and_span) {
     cr_assert_gt(prof.steps, 1);
     cr_assert_gt(prof.work_ns, 0);
     cr_assert_eq(prof.span_ns, prof.work_ns, "expand, mul, accumulate: one chain");
+    /* the costliest steps, longest first, named by kernel and autograd node */
+    cr_assert(prof.n_top >= 1 && prof.n_top <= CA_PROFILE_TOP && prof.n_top <= prof.steps);
+    int64_t top_sum = 0;
+    bool exp_seen = false;
+    for (int i = 0; i < prof.n_top; i++) {
+        cr_assert(prof.top[i].ns > 0 && prof.top[i].op && prof.top[i].node);
+        cr_assert(i == 0 || prof.top[i - 1].ns >= prof.top[i].ns, "longest first");
+        exp_seen |= strcmp(prof.top[i].node, "ExpBackward0") == 0;
+        top_sum += prof.top[i].ns;
+    }
+    cr_assert(exp_seen, "exp's backward is among the steps");
+    cr_assert_leq(top_sum, prof.work_ns);
     ca_compiled_autograd_reset();
     cr_assert_eq(ca_compiled_autograd_last_profile(&prof), CA_STATUS_INVALID, "reset forgets it");
     tu_release_n(&w, 1);

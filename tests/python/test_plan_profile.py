@@ -43,6 +43,19 @@ def test_a_chain_has_span_equal_to_work(one_thread):
     assert p["work_seconds"] > 0 and p["span_seconds"] == p["work_seconds"]
 
 
+def test_top_steps_name_the_costliest_work(one_thread):
+    x = cagrad.randn(256, 256, requires_grad=True)
+    w = cagrad.randn(256, 256, requires_grad=True)
+    with cagrad.compiled_autograd.enable():
+        (x @ w).tanh().sum().backward()
+    top = cagrad.compiled_autograd.last_profile()["top_steps"]
+    assert 1 <= len(top) <= 8
+    seconds = [t for _, _, t in top]
+    assert seconds == sorted(seconds, reverse=True) and seconds[0] > 0
+    assert {node for node, _, _ in top} >= {"MmBackward0", "TanhBackward0"}
+    assert "matmul" in {op for _, op, _ in top}
+
+
 def test_independent_branches_have_a_shorter_span(one_thread):
     x = cagrad.randn(256, 256)
     w1 = cagrad.randn(256, 256, requires_grad=True)
