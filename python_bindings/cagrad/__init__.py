@@ -229,3 +229,14 @@ Tensor.fill_diagonal_, Tensor.fliplr, Tensor.flipud = _fill_diagonal_, fliplr, f
 # torch._foreach_add_ / _foreach_lerp_ / ...: per-tensor ops over lists (_foreach.py)
 from . import _foreach  # noqa: E402
 globals().update(_foreach.namespace())
+# more Tensor methods and their torch.* functions: ravel, fmax, hsplit, index_reduce, eq_,
+# addmm_, old linear algebra (cholesky, qr, svd, triangular_solve), ... (_tensor_more.py)
+from . import _tensor_more  # noqa: E402
+globals().update(_tensor_more.namespace())
+_tensor_more.install(Tensor)
+# more torch.* names from a dir(torch) census: isin, gradient, pdist, atleast_3d, torch.<op>
+# spellings of nn.functional ops, torch.abs_(x) forms, sym_*, settings (_census_*.py)
+from . import _census_misc, _census_ops, compiler  # noqa: E402
+globals().update({_k: _v for _k, _v in _census_misc.namespace(
+    Tensor, (_census_ops, _census_misc)).items() if _k not in globals()})
+_census_misc.install(Tensor)

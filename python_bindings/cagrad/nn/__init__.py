@@ -84,3 +84,10 @@ _parameter_module.UninitializedParameter = UninitializedParameter
 _parameter_module.UninitializedBuffer = UninitializedBuffer
 __all__ += ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyConv1d", "LazyConv2d", "LazyLinear",
             "UninitializedBuffer", "UninitializedParameter"]
+
+# more pooling / losses / lazy modules, SyncBatchNorm, nn.Buffer, RNNBase (h39 census)
+from . import _layers_census  # noqa: E402
+from ._layers_census import *  # noqa: E402,F403
+from .rnn import RNNBase  # noqa: E402
+
+__all__ += _layers_census.__all__ + ["RNNBase"]

@@ -275,3 +275,9 @@ from ._conv3d import *  # noqa: E402,F403
 from ._ctc import *  # noqa: E402,F403
 
 __all__ += _ctc.__all__ + _conv3d.__all__
+
+# adaptive_avg_pool1d, lp/fractional pooling, in-place activations, pdist, ... (h39 census)
+from . import _pool_extra  # noqa: E402
+from ._pool_extra import *  # noqa: E402,F403
+
+__all__ += _pool_extra.__all__

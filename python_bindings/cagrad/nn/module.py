@@ -226,6 +226,9 @@ class Module:
                 raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' "
                                 f"(cagrad.nn.Module or None expected)")
             modules[name] = None
+        elif buffers is not None and getattr(value, "_is_buffer", False):
+            # nn.Buffer(t, persistent=...) registers a buffer, as torch's rule
+            self.register_buffer(name, value, value.__dict__.get("persistent", True))
         elif buffers is not None and name in buffers:
             if value is not None and not isinstance(value, _C.TensorBase):
                 raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "

@@ -6,7 +6,7 @@ from ..module import Module
 from . import parametrize
 from ._weight_norm_math import norm_except_dim, normalized_dim, weight_norm_value
 
-__all__ = ["weight_norm"]
+__all__ = ["weight_norm", "orthogonal"]
 
 
 class _WeightNorm(Module):
@@ -26,3 +26,7 @@ def weight_norm(module, name="weight", dim=0):
     dim=None: over the whole tensor)."""
     parametrize.register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
     return module
+
+
+# orthogonal matrices (h39): matrix_exp, cayley and householder maps (real only)
+from ._orthogonal import orthogonal  # noqa: E402

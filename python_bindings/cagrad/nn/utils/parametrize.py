@@ -52,7 +52,10 @@ class ParametrizationList(ModuleList):
             new = original
             for module in reversed(list(self)):
                 if hasattr(module, "right_inverse"):
-                    new = module.right_inverse(new)
+                    try:
+                        new = module.right_inverse(new)
+                    except NotImplementedError:
+                        pass  # as torch: a right_inverse that cannot, the identity
         self.is_tensor = not isinstance(new, (tuple, list))
         self.ntensors = 1 if self.is_tensor else len(new)
         if self.is_tensor:
