@@ -56,6 +56,12 @@ bool cai_kern_conv_winograd_fits(kern_dtype dt, const kern_conv_geom *g, int64_t
 }
 
 /* The baseline transforms (the AVX builds are in kern_conv_wino_avx2.c / _avx512.c). */
+/* GCC: vectorise the transforms' short sweeps (the dynamic cost model; -O2's cheap one
+ * leaves them scalar) and keep their short copies and fills as loops rather than a libc
+ * call per image row: 15% of the convolution's time (kern_conv_wino.h). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic", "no-tree-loop-distribute-patterns")
+#endif
 #define WT        float
 #define WFN(name) name##_f32
 #include "kern_conv_wino.inc"
