@@ -170,6 +170,12 @@ Test(conv_wino, flipped_taps_strided_images_and_beta) {
     check_case(&t, 1.0);
 }
 
+/* a padding wider than a chunk of tiles (WINO_CHUNK): the chunk reads padding only */
+Test(conv_wino, padding_wider_than_a_chunk) {
+    wino_case t = {geom(1, 16, 4, 5, 3, 150, 1, 140, 1), 16, false};
+    check_case(&t, 0.0);
+}
+
 /* 64 -> 64 channels on 16x16: several slabs of images, the last one short */
 Test(conv_wino, several_slabs) {
     wino_case t = {geom(11, 64, 16, 16, 1, 1, 1, 1, 1), 64, false};
