@@ -175,9 +175,8 @@ def _taking_numbers(fn, positions):
 # Math ops that PyTorch computes in floating point for int64 and bool tensors (the C kernels
 # are float only): an int64 or bool operand becomes the other operand's float dtype, or the default
 # dtype (float32) when there is none, as PyTorch's type promotion does.
-_INT_TO_FLOAT_UNARY = ("sqrt rsqrt exp log sin cos tanh sigmoid log1p expm1 log2 log10 exp2 "
-                       "erf erfc erfinv sinh cosh tan asin acos atan asinh acosh atanh sinc "
-                       "logit deg2rad rad2deg reciprocal").split()
+_INT_TO_FLOAT_UNARY = ("log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos "
+                       "atan asinh acosh atanh sinc logit deg2rad rad2deg reciprocal").split()
 _INT_TO_FLOAT_BINARY = ("atan2", "copysign", "xlogy")
 
 
@@ -262,13 +261,15 @@ def _refusing_bool(name, fn):
 for _name in _bool_ops.UNARY_REFUSALS:
     FUNCTIONS[_name] = _refusing_bool(_name, FUNCTIONS[_name])
 
-# Float math that PyTorch also computes for bool tensors, in the default float dtype.
-_BOOL_TO_FLOAT_UNARY = "exp log sqrt rsqrt sin cos tanh sigmoid".split()
+# The float math the bool refusals above leave: PyTorch computes it for int64 and bool
+# tensors in the default float dtype. (A dtype code test: these ops are the hot ones.)
+_INT_TO_FLOAT_FAST = "exp log sqrt rsqrt sin cos tanh sigmoid".split()
+_INTEGRAL_CODES = (_dtype.int64._code, _dtype.bool._code)
 
 
-def _bool_to_float(fn):
+def _integral_to_float(fn):
     def wrapper(input, *args, **kwargs):
-        if getattr(input, "_dtype", None) == _dtype.bool._code:
+        if getattr(input, "_dtype", None) in _INTEGRAL_CODES:
             input = _as_float(input)
         return fn(input, *args, **kwargs)
 
@@ -276,8 +277,8 @@ def _bool_to_float(fn):
     return wrapper
 
 
-for _name in _BOOL_TO_FLOAT_UNARY:
-    FUNCTIONS[_name] = _bool_to_float(FUNCTIONS[_name])
+for _name in _INT_TO_FLOAT_FAST:
+    FUNCTIONS[_name] = _integral_to_float(FUNCTIONS[_name])
 del _name
 FLAGS = {name: flags for name, (_, _, flags) in _C.ops.items()}
 
