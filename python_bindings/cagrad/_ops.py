@@ -206,10 +206,13 @@ def _binary_int_to_float(fn):
     return wrapper
 
 
+_INT64_CODE = _dtype.int64._code
+
+
 def _int_relu(fn):
     """relu of an int64 tensor stays int64, as in torch (the C kernel is float only)."""
     def wrapper(input, *args, **kwargs):
-        if getattr(input, "dtype", None) == _dtype.int64:
+        if getattr(input, "_dtype", None) == _INT64_CODE:
             return input.clamp(min=0)
         return fn(input, *args, **kwargs)
 
