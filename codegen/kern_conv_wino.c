@@ -56,24 +56,8 @@ bool cai_kern_conv_winograd_fits(kern_dtype dt, const kern_conv_geom *g, int64_t
 }
 
 /* The baseline transforms (the AVX builds are in kern_conv_wino_avx2.c / _avx512.c). */
-/* GCC: vectorise the transforms' short sweeps (the dynamic cost model; -O2's cheap one
- * leaves them scalar) and keep their short copies and fills as loops rather than a libc
- * call per image row: 15% of the convolution's time (kern_conv_wino.h). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-tree-loop-distribute-patterns")
-#endif
-#define WT        float
-#define WFN(name) name##_f32
-#include "kern_conv_wino.inc"
-#undef WT
-#undef WFN
-#define WT        double
-#define WFN(name) name##_f64
-#include "kern_conv_wino.inc"
-#undef WT
-#undef WFN
-
-const wino_xf cai_wino_xf_scalar[2] = {WINO_XF_ROW(f32), WINO_XF_ROW(f64)};
+#define WINO_XF_NAME cai_wino_xf_scalar
+#include "kern_conv_wino_xf.inc"
 
 static const wino_xf *wino_xf_for(kern_dtype dt) {
     int d = dt == KERN_F32 ? 0 : 1;

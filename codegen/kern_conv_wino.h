@@ -60,8 +60,7 @@ static inline int wino_tap(const kern_conv_geom *g, int a, int b) {
     return g->flip ? (2 - a) * 3 + 2 - b : a * 3 + b;
 }
 
-/* The table of both dtypes' transforms, for an ISA's file: it includes
- * kern_conv_wino.inc twice, suffixing the names with _f32 / _f64 and SFX. */
+/* A row of the table of both dtypes' transforms (kern_conv_wino_xf.inc). */
 #define WINO_XF_ROW(sfx)                                                                           \
     {                                                                                              \
         input_tiles_##sfx, output_tiles_##sfx, grad_tiles_##sfx, weight_transform_##sfx,           \

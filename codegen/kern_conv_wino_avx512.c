@@ -9,21 +9,5 @@
 
 #include "kern_conv_wino.h"
 
-/* GCC: vectorise the transforms' short sweeps (the dynamic cost model; -O2's cheap one
- * leaves them scalar) and keep their short copies and fills as loops rather than a libc
- * call per image row: 15% of the convolution's time (kern_conv_wino.h). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-tree-loop-distribute-patterns")
-#endif
-#define WT        float
-#define WFN(name) name##_f32
-#include "kern_conv_wino.inc"
-#undef WT
-#undef WFN
-#define WT        double
-#define WFN(name) name##_f64
-#include "kern_conv_wino.inc"
-#undef WT
-#undef WFN
-
-const wino_xf cai_wino_xf_avx512[2] = {WINO_XF_ROW(f32), WINO_XF_ROW(f64)};
+#define WINO_XF_NAME cai_wino_xf_avx512
+#include "kern_conv_wino_xf.inc"
