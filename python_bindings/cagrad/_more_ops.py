@@ -573,14 +573,6 @@ def masked_fill_(self, mask, value):
     return _ops.inplace_assign(self, lambda x: F.masked_fill(x, mask, value), (mask, value))
 
 
-def exp_(self):
-    return _ops.inplace_assign(self, lambda x: x.exp())
-
-
-def sqrt_(self):
-    return _ops.inplace_assign(self, lambda x: x.sqrt())
-
-
 def addcmul_(self, tensor1, tensor2, *, value=1):
     return _ops.inplace_assign(self, lambda x: addcmul(x, tensor1, tensor2, value=value),
                                (tensor1, tensor2))

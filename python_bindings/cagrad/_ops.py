@@ -190,9 +190,16 @@ def _as_float(t, like=None):
     return t.to(_creation.get_default_dtype())
 
 
-def _unary_int_to_float(fn):
+_INTEGRAL_CODES = (_dtype.int64._code, _dtype.bool._code)
+
+
+def _integral_to_float(fn):
+    """fn, with an int64 or bool tensor input first made float (_as_float); a dtype-code
+    test, since tanh, exp, sigmoid... are hot."""
     def wrapper(input, *args, **kwargs):
-        return fn(_as_float(input), *args, **kwargs)
+        if getattr(input, "_dtype", None) in _INTEGRAL_CODES:
+            input = _as_float(input)
+        return fn(input, *args, **kwargs)
 
     functools.update_wrapper(wrapper, fn)
     return wrapper
@@ -239,7 +246,7 @@ for _name in _BINARY:  # innermost: after the wrappers below have made numbers t
 for _name, _positions in _NUMBER_OPERANDS.items():
     FUNCTIONS[_name] = _taking_numbers(FUNCTIONS[_name], _positions)
 for _name in _INT_TO_FLOAT_UNARY:
-    FUNCTIONS[_name] = _unary_int_to_float(FUNCTIONS[_name])
+    FUNCTIONS[_name] = _integral_to_float(FUNCTIONS[_name])
 for _name in _INT_TO_FLOAT_BINARY:
     FUNCTIONS[_name] = _binary_int_to_float(FUNCTIONS[_name])
 FUNCTIONS["relu"] = _int_relu(FUNCTIONS["relu"])
@@ -265,21 +272,8 @@ for _name in _bool_ops.UNARY_REFUSALS:
     FUNCTIONS[_name] = _refusing_bool(_name, FUNCTIONS[_name])
 
 # The float math the bool refusals above leave: PyTorch computes it for int64 and bool
-# tensors in the default float dtype. (A dtype code test: these ops are the hot ones.)
+# tensors in the default float dtype.
 _INT_TO_FLOAT_FAST = "exp log sqrt rsqrt sin cos tanh sigmoid".split()
-_INTEGRAL_CODES = (_dtype.int64._code, _dtype.bool._code)
-
-
-def _integral_to_float(fn):
-    def wrapper(input, *args, **kwargs):
-        if getattr(input, "_dtype", None) in _INTEGRAL_CODES:
-            input = _as_float(input)
-        return fn(input, *args, **kwargs)
-
-    functools.update_wrapper(wrapper, fn)
-    return wrapper
-
-
 for _name in _INT_TO_FLOAT_FAST:
     FUNCTIONS[_name] = _integral_to_float(FUNCTIONS[_name])
 del _name
@@ -300,7 +294,7 @@ ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asi
 _INPLACE = (
     "log1p expm1 log2 log10 exp2 erf erfc erfinv sinh cosh tan asin acos atan asinh acosh "
     "atanh sinc deg2rad rad2deg square reciprocal floor ceil trunc round frac sgn neg abs sin "
-    "cos log rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix atan2 "
+    "cos log exp sqrt rsqrt tanh sigmoid relu arcsin arccos arctan arcsinh arccosh arctanh fix atan2 "
     "arctan2 hypot fmod remainder copysign xlogy floor_divide logit"
 ).split()
 

@@ -876,8 +876,8 @@ del _name
 for _name in (  # the composites of _more_ops.py that PyTorch has as methods
         "var std prod norm count_nonzero flip roll repeat tile broadcast_to outer diag "
         "diagonal trace repeat_interleave isnan isinf isfinite nan_to_num isclose allclose "
-        "equal masked_select nonzero sign addcmul addcdiv lerp clamp_ masked_fill_ exp_ "
-        "sqrt_ addcmul_ addcdiv_ lerp_ uniform_ normal_"
+        "equal masked_select nonzero sign addcmul addcdiv lerp clamp_ masked_fill_ "
+        "addcmul_ addcdiv_ lerp_ uniform_ normal_"
 ).split():
     setattr(Tensor, _name, getattr(_more_ops, _name))
 del _name
