@@ -290,22 +290,21 @@ def main(argv=None):
             log(f"   {time.perf_counter() - tt:.0f} s")
             # Peak RSS: one process per library. Quick mode: first thread count only, and
             # torch's compiled autograd is left out (its compile alone takes ~20 s).
-            if a.quick and i > 0:
-                continue
-            tt = time.perf_counter()
-            log(f"== {n} thread(s): peak RSS (one library per process)")
-            jobs = []
-            for lib in ("cagrad", "torch"):  # both at once: RSS does not mind the company
-                args = ["--mode", "rss", "--lib", lib, "--threads", str(n),
-                        "--rss-steps", str(cfg["rss_steps"]), "--workloads", ",".join(keys)]
-                if a.quick and lib == "torch":
-                    args.append("--no-compiled")
-                jobs.append((args, cenv, f"RSS child ({lib}, {n} threads)"))
-            rss[str(n)] = {}
-            for rr in run_children(jobs):
-                rr.pop("_stdout", None)
-                rss[str(n)][rr["lib"]] = rr
-            log(f"   {time.perf_counter() - tt:.0f} s")
+            if not a.quick or i == 0:
+                tt = time.perf_counter()
+                log(f"== {n} thread(s): peak RSS (one library per process)")
+                jobs = []
+                for lib in ("cagrad", "torch"):  # both at once: RSS does not mind the company
+                    args = ["--mode", "rss", "--lib", lib, "--threads", str(n),
+                            "--rss-steps", str(cfg["rss_steps"]), "--workloads", ",".join(keys)]
+                    if a.quick and lib == "torch":
+                        args.append("--no-compiled")
+                    jobs.append((args, cenv, f"RSS child ({lib}, {n} threads)"))
+                rss[str(n)] = {}
+                for rr in run_children(jobs):
+                    rr.pop("_stdout", None)
+                    rss[str(n)][rr["lib"]] = rr
+                log(f"   {time.perf_counter() - tt:.0f} s")
             # Written after each thread count, so a run cut short keeps what it measured
             # (meta.partial lists the thread counts still to come).
             results["meta"]["partial"] = threads[i + 1:] or None

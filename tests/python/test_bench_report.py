@@ -168,3 +168,39 @@ def test_a_configuration_that_cannot_run_a_workload_is_left_out():
     line = next(ln for ln in report.console_summary(results).splitlines()
                 if ln.strip().startswith("w11"))
     assert line.split()[4] == "—"  # the torch compiled column
+
+
+def test_a_quick_run_cut_short_keeps_every_thread_count_it_finished(tmp_path, monkeypatch):
+    """bench.py writes its JSON after each thread count, in quick mode too (where the RSS
+    step runs for the first count only), so a run stopped by a timeout keeps what it
+    measured."""
+    import bench
+
+    build = tmp_path / "build"
+    (build / "python" / "cagrad").mkdir(parents=True)
+    (build / "libmalloc_count.so").write_text("")
+    done = []
+
+    def fake_timing(args, env, what):
+        n = int(args[args.index("--threads") + 1])
+        if n == 4:
+            raise KeyboardInterrupt  # the run is stopped during its third thread count
+        done.append(n)
+        return {"environment": {"fake": True}, "workloads": {}, "_stdout": ""}
+
+    monkeypatch.setattr(bench, "run_child", fake_timing)
+    monkeypatch.setattr(bench, "run_children",
+                        lambda jobs: [{"lib": a[a.index("--lib") + 1]} for a, _, _ in jobs])
+    monkeypatch.setattr(bench, "lookup_per_node", lambda *a: {})
+    monkeypatch.setattr(bench, "host_environment", lambda: {})
+    monkeypatch.setattr(bench, "print_host", lambda h: None)
+    monkeypatch.setattr(bench, "print_environment", lambda env: None)
+    out = tmp_path / "results.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--quick", "--threads", "1,16,4,8", "--workloads", "w1",
+                    "--build-dir", str(build), "--json", str(out)])
+    assert done == [1, 16]
+    saved = json.loads(out.read_text())
+    assert sorted(saved["runs"]) == ["1", "16"]
+    assert saved["meta"]["partial"] == [4, 8]
+    assert sorted(saved["rss"]) == ["1"]  # quick mode: peak RSS at the first count only
