@@ -36,6 +36,8 @@ typedef struct {
     ca_bval (*scale_inv_numel)(ca_builder *b, ca_bval x, const ca_meta *m, uint32_t dim_mask);
     /* x + y for two sizes (numbers, or a trace's handles of symbolic sizes) */
     int64_t (*size_add)(ca_builder *b, int64_t x, int64_t y);
+    /* x * y for two sizes, likewise */
+    int64_t (*size_mul)(ca_builder *b, int64_t x, int64_t y);
 } ca_builder_vtbl;
 
 struct ca_builder {
@@ -82,6 +84,11 @@ static inline bool bx_size_is_number(int64_t size) {
  * cat's offsets): a number in the eager builder, a symbolic size's handle in a trace. */
 static inline int64_t bx_size_add(ca_builder *b, int64_t x, int64_t y) {
     return b->vt->size_add(b, x, y);
+}
+
+/* x * y for two sizes (a flattened dim's size, as max_pool2d's planes' h * w), likewise */
+static inline int64_t bx_size_mul(ca_builder *b, int64_t x, int64_t y) {
+    return b->vt->size_mul(b, x, y);
 }
 
 static inline ca_bval bx_saved(ca_builder *b, const ca_node *n, int k) {

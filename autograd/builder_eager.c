@@ -135,8 +135,13 @@ static int64_t eager_size_add(ca_builder *b, int64_t x, int64_t y) {
     return x + y;
 }
 
-static const ca_builder_vtbl eager_vtbl = {eager_apply, eager_saved, eager_meta,
-                                           eager_scale_inv_numel, eager_size_add};
+static int64_t eager_size_mul(ca_builder *b, int64_t x, int64_t y) {
+    (void)b;
+    return x * y;
+}
+
+static const ca_builder_vtbl eager_vtbl = {eager_apply,           eager_saved,    eager_meta,
+                                           eager_scale_inv_numel, eager_size_add, eager_size_mul};
 
 void cai_eager_builder_init(ca_eager_builder *eb) {
     memset(eb, 0, sizeof *eb);

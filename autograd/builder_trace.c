@@ -374,8 +374,21 @@ static int64_t trace_size_add(ca_builder *b, int64_t x, int64_t y) {
     return sx_size(tb, s);
 }
 
-static const ca_builder_vtbl trace_vtbl = {trace_apply, trace_saved, trace_meta,
-                                           trace_scale_inv_numel, trace_size_add};
+/* x * y as a size expression (a number when both are) */
+static int64_t trace_size_mul(ca_builder *b, int64_t x, int64_t y) {
+    trace_builder *tb = (trace_builder *)b;
+    graph_sx a = size_sx(tb, x), c = size_sx(tb, y), s = -1;
+    if (a >= 0 && c >= 0)
+        s = cai_graph_sx_op(tb->g, GSX_MUL, a, c);
+    if (s < 0) {
+        trace_fail(tb, "%s: a size product could not be formed", tb->origin.name);
+        return 0;
+    }
+    return sx_size(tb, s);
+}
+
+static const ca_builder_vtbl trace_vtbl = {trace_apply,           trace_saved,    trace_meta,
+                                           trace_scale_inv_numel, trace_size_add, trace_size_mul};
 
 /* ---------------------------------------------------------------------------------------
  * Inputs and the shadow node

@@ -6,10 +6,13 @@
  * i[3] = the end paddings ph_end | pw_end << 32 at which conv2d's col2im has this output
  * size.
  *
- * Both derivatives are conv2d's col2im (fold) of gradient columns [planes, 1, kh*kw,
- * oh*ow], one plane per (image, channel): for max the gradient times the saved one-hot
- * mask of each window's winner, for avg the gradient over the saved divisors. So both are
- * graph ops the compiled backward traces, and a rule needs no arithmetic on sizes.
+ * max_pool2d's derivative sends each window's gradient to its winner: a scatter_add of the
+ * gradient into zeros [planes, h*w] at the saved indices, as PyTorch's kernel does. With a
+ * dilation, a window can miss the input altogether (its index is -1), so there the
+ * derivative is the other one, conv2d's col2im (fold) of gradient columns [planes, 1,
+ * kh*kw, oh*ow] times a one-hot mask of each window's winner, saved by the forward. The
+ * fold is also avg_pool2d's, of the gradient over the saved divisors. All are graph ops
+ * the compiled backward traces, and a rule needs no arithmetic on sizes.
  */
 #include "autograd/builder.h"
 #include "autograd/internal.h"
@@ -114,9 +117,16 @@ static kern_pool_geom pool_geom(const ca_attrs *a, const ca_meta *x, const ca_me
                             .dw = p[POOL_DW]};
 }
 
+/* Whether every window of max_pool2d reads the input (pool_check_params's padding bound
+ * sees to that without a dilation): then its derivative scatters by the indices. */
+static bool max_pool_scatters(const ca_attrs *a) {
+    return a->dims.v[POOL_DH] == 1 && a->dims.v[POOL_DW] == 1;
+}
+
 /* ---------------------------------------------------------------------------------------
- * max_pool2d: the result, its int64 indices (aux 0), and when a node will be recorded the
- * one-hot mask [batch..., kh*kw, oh, ow] of each window's winner (aux 1)
+ * max_pool2d: the result, its int64 indices (aux 0), and, with a dilation, when a node
+ * will be recorded, the one-hot mask [batch..., kh*kw, oh, ow] of each window's winner
+ * (aux 1)
  */
 static ca_status max_pool_forward(const ca_op_def *row, ca_tensor *const *in, int n_in,
                                   const ca_attrs *a, const ca_meta *m, ca_tensor **out,
@@ -131,7 +141,7 @@ static ca_status max_pool_forward(const ca_op_def *row, ca_tensor *const *in, in
     mm.shape[m->ndim - 1] = g.oh;
     mm.shape[m->ndim] = g.ow;
     im.dtype = CA_INT64;
-    bool want_mask = cai_grad_mode_enabled() && in[0]->requires_grad;
+    bool want_mask = cai_grad_mode_enabled() && in[0]->requires_grad && !max_pool_scatters(a);
     ca_status st = cai_tensor_contiguous(in[0], &xc);
     if (st == CA_OK)
         st = cai_tensor_new(m, &r);
@@ -221,9 +231,25 @@ static ca_bval pool_grad_cols(ca_builder *b, const ca_node *n, ca_bval g) {
     return bx_unsqueeze(b, g, n->out_meta.ndim - 2);
 }
 
-/* each window's gradient goes to its winner: g times the one-hot mask, folded */
+/* each window's gradient goes to its winner: added into zeros [planes, h*w] at the saved
+ * indices (saved 0), or, with a dilation, g times the one-hot mask (saved 1), folded */
 static void max_pool_backward(ca_builder *b, const ca_node *n, ca_bval g, ca_bval *gin) {
-    gin[0] = pool_fold(b, n, bx_mul(b, pool_grad_cols(b, n, g), bx_saved(b, n, 0)));
+    if (!max_pool_scatters(&n->attrs)) {
+        gin[0] = pool_fold(b, n, bx_mul(b, pool_grad_cols(b, n, g), bx_saved(b, n, 1)));
+        return;
+    }
+    const ca_meta *o = &n->out_meta, *x = &n->in_meta[0];
+    int64_t h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1];
+    ca_ints flat = {.n = 2,
+                    .v = {-1, bx_size_mul(b, o->shape[o->ndim - 2], o->shape[o->ndim - 1])}};
+    ca_bval src = bx_reshape_ints(b, g, &flat);
+    ca_bval index = bx_reshape_ints(b, bx_saved(b, n, 0), &flat);
+    const ca_meta *sm = bx_meta(b, src);
+    if (!sm)
+        return;
+    ca_meta planes = *sm;
+    planes.shape[1] = bx_size_mul(b, h, w);
+    gin[0] = bx_reshape(b, bx_scatter_add(b, &planes, 1, index, src), x);
 }
 
 /* each window's gradient over its divisor, spread over the window, folded */
@@ -380,8 +406,9 @@ static const ca_op_def rows[] = {
      .fusion = CA_FUSE_OPAQUE,
      .n_in_min = 1,
      .n_in_max = 1,
-     .n_fields = 3,
-     .fields = {{"mask", FIELD_TENSOR, FROM_AUX, 1},
+     .n_fields = 4,
+     .fields = {{"indices", FIELD_TENSOR, FROM_AUX, 0},
+                {"mask", FIELD_TENSOR, FROM_AUX, 1},
                 {"params", FIELD_DIMS, FROM_ATTR, 0},
                 F_INT("end_padding", 3)},
      .shape = pool_shape,

@@ -179,8 +179,30 @@ int cai_kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, cons
 #define KERN_PLUS(a, b)  ((a) + (b))
 #define KERN_WPLUS(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
 
+/* inner 1 (a scatter along the last dim, as max_pool2d's derivative): each unit is one
+ * outer row, its m entries added in order. */
+#define KERN_SCATTER_ROW(TY, ADD)                                                                  \
+    do {                                                                                           \
+        const int64_t *ix = j->index + o * j->m;                                                   \
+        const TY *s = (const TY *)j->src + o * j->m;                                               \
+        TY *d = (TY *)j->dst + o * j->n;                                                           \
+        for (int64_t jj = 0; jj < j->m; jj++)                                                      \
+            d[ix[jj]] = ADD(d[ix[jj]], s[jj]);                                                     \
+    } while (0)
+
 static void kern_scatter_add_range(void *ctx, int64_t begin, int64_t end) {
     const kern_index_job *j = ctx;
+    if (j->inner == 1) {
+        for (int64_t o = begin; o < end; o++) {
+            if (j->dt == KERN_F32)
+                KERN_SCATTER_ROW(float, KERN_PLUS);
+            else if (j->dt == KERN_F64)
+                KERN_SCATTER_ROW(double, KERN_PLUS);
+            else
+                KERN_SCATTER_ROW(int64_t, KERN_WPLUS);
+        }
+        return;
+    }
     int64_t nch = kern_index_nchunks(j->inner);
     for (int64_t u = begin; u < end; u++) {
         int64_t o = u / nch, i0 = (u % nch) * KERN_INDEX_CHUNK;

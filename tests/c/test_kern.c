@@ -1291,6 +1291,36 @@ Test(kern, gather_and_scatter_add) {
             }
 }
 
+/* inner 1 (a scatter along the last dim, max_pool2d's derivative) has its own loop: each
+ * row's entries added in order, duplicates included, in every dtype */
+Test(kern, scatter_add_along_the_last_dim) {
+    enum { OUTER = 70, N = 5, M = 9 };
+    int64_t index[OUTER * M];
+    double src[OUTER * M], want[OUTER * N] = {0}, got[OUTER * N] = {0};
+    float srcf[OUTER * M], gotf[OUTER * N] = {0};
+    int64_t srci[OUTER * M], goti[OUTER * N] = {0};
+    for (int o = 0; o < OUTER; o++)
+        for (int j = 0; j < M; j++) {
+            int p = o * M + j;
+            index[p] = (o * 7 + j * 3) % N; /* each row hits some positions twice */
+            src[p] = 0.25 * (p % 13) - 1.0;
+            srcf[p] = (float)src[p];
+            srci[p] = p % 11 - 5;
+            want[o * N + index[p]] += src[p];
+        }
+    cr_assert_eq(cai_kern_scatter_add(KERN_F64, OUTER, N, 1, got, index, M, src, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_scatter_add(KERN_F32, OUTER, N, 1, gotf, index, M, srcf, NULL, NULL), 0);
+    cr_assert_eq(cai_kern_scatter_add(KERN_I64, OUTER, N, 1, goti, index, M, srci, NULL, NULL), 0);
+    for (int k = 0; k < OUTER * N; k++) {
+        cr_assert_eq(got[k], want[k], "f64 entry %d", k);
+        cr_assert_eq(gotf[k], (float)want[k], "f32 entry %d", k); /* quarters: exact */
+        int64_t wi = 0;
+        for (int j = 0; j < M; j++)
+            wi += index[k / N * M + j] == k % N ? srci[k / N * M + j] : 0;
+        cr_assert_eq(goti[k], wi, "i64 entry %d", k);
+    }
+}
+
 Test(kern, index_out_of_range) {
     double x[12] = {0}, out[12] = {0};
     int64_t pos = -7, val = -7;

@@ -195,3 +195,25 @@ def test_dynamic_batch_sizes_stay_compiled(k, rng):
         with ca.compiled_autograd.enable(dynamic=True):
             backward_checked((f(compiled) * 2).sum(), True)
         assert_close(compiled.grad, eager.grad)
+
+
+@pytest.mark.skipif(STANDIN, reason="the compiled plan's steps are cagrad's")
+@pytest.mark.parametrize("dilation,kernel", [(1, "scatter_add"), (2, "col2im")])
+def test_max_pool_gradient_scatters_by_index_unless_dilated(dilation, kernel, rng):
+    """The derivative adds each window's gradient at its winner's index, as PyTorch's
+    kernel does (no one-hot mask of kh*kw times the output, no fold). With a dilation a
+    window may miss the input (index -1), and the mask and fold are kept there."""
+    x = rng.standard_normal((4, 3, 12, 12))
+    ours, theirs = ca.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ca.compiled_autograd.set_profiling(True)
+    try:
+        with ca.compiled_autograd.enable():
+            backward_checked(ca.nn.functional.max_pool2d(ours, 3, 2, 1, dilation).pow(2).sum(),
+                             True)
+        steps = ca.compiled_autograd.last_profile()["top_steps"]
+    finally:
+        ca.compiled_autograd.set_profiling(False)
+    torch.nn.functional.max_pool2d(theirs, 3, 2, 1, dilation).pow(2).sum().backward()
+    assert_close(ours.grad, theirs.grad)
+    pool_steps = {k for node, k, _ in steps if node == "MaxPool2DWithIndicesBackward0"}
+    assert kernel in pool_steps, steps
