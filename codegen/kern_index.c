@@ -183,9 +183,10 @@ int cai_kern_gather(kern_dtype dt, int64_t outer, int64_t n, int64_t inner, cons
  * outer row, its m entries added in order. */
 #define KERN_SCATTER_ROW(TY, ADD)                                                                  \
     do {                                                                                           \
+        typedef TY kern_elem;                                                                      \
         const int64_t *ix = j->index + o * j->m;                                                   \
-        const TY *s = (const TY *)j->src + o * j->m;                                               \
-        TY *d = (TY *)j->dst + o * j->n;                                                           \
+        const kern_elem *s = (const kern_elem *)j->src + o * j->m;                                 \
+        kern_elem *d = (kern_elem *)j->dst + o * j->n;                                             \
         for (int64_t jj = 0; jj < j->m; jj++)                                                      \
             d[ix[jj]] = ADD(d[ix[jj]], s[jj]);                                                     \
     } while (0)
