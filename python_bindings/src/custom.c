@@ -153,6 +153,11 @@ static void release_trampoline(void *ctx) {
     PyObject *res = PyObject_CallMethod((PyObject *)ctx, "_release", NULL);
     if (res)
         Py_DECREF(res);
+    else if (PyErr_ExceptionMatches(PyExc_AttributeError))
+        /* The collector is freeing a cycle that holds ctx's own class (a Function defined
+         * in a function, whose output it keeps), and cleared the class first: ctx has no
+         * _release left, and what _release would drop goes with the cycle. */
+        PyErr_Clear();
     else
         PyErr_WriteUnraisable((PyObject *)ctx);
     PyErr_Restore(type, value, tb);
