@@ -141,6 +141,18 @@ static ca_status trace_state_trampoline(void *ctx, ca_custom_trace_info *info) {
     return st;
 }
 
+/* Whether the pending error is an AttributeError because ctx's class no longer has
+ * _release at all (the collector cleared it), not one raised inside _release. */
+static bool class_torn_down(PyObject *ctx) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+        return false;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    bool gone = !PyObject_HasAttrString((PyObject *)Py_TYPE(ctx), "_release");
+    PyErr_Restore(type, value, tb);
+    return gone;
+}
+
 /* After a backward without retain_graph: ctx._release() frees the saved tensors. The node
  * can also go when a failed call frees its temporaries, with that call's error pending:
  * the error is set aside, so that _release runs clean and the caller still raises it. */
@@ -153,7 +165,7 @@ static void release_trampoline(void *ctx) {
     PyObject *res = PyObject_CallMethod((PyObject *)ctx, "_release", NULL);
     if (res)
         Py_DECREF(res);
-    else if (PyErr_ExceptionMatches(PyExc_AttributeError))
+    else if (class_torn_down((PyObject *)ctx))
         /* The collector is freeing a cycle that holds ctx's own class (a Function defined
          * in a function, whose output it keeps), and cleared the class first: ctx has no
          * _release left, and what _release would drop goes with the cycle. */
