@@ -678,6 +678,7 @@ def bench_workload(spec, reps, miss_reps, torch_miss_reps, cagrad, torch, cc_ctx
         out["gemm"] = {
             "flops": flops,
             "shapes": [list(g) for g in spec.gemms],
+            "floor": spec.gemm_floor,
             "sgemm_us": stats([s * 1e6 for s in sgemm_s]),
             "blas": "cblas_sgemm of cagrad's OpenBLAS (ctypes), beta=0, same shapes and "
                     "transposes, alternated with the backwards; at n > 1 threads the faster "

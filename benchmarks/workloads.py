@@ -48,6 +48,10 @@ class Spec:
     # backward GEMMs (M, N, K, transA, transB[, batch]): the plain-sgemm limit and the
     # GEMM flops of docs/benchmarks.md
     gemms: list = field(default_factory=list)
+    # True when no backward can do fewer flops than these GEMMs (Linears, attention), so
+    # their plain-sgemm time is a floor for any library. False for convolutions: Winograd
+    # and direct kernels need fewer flops than the im2col GEMMs listed.
+    gemm_floor: bool = True
 
 
 # ---------------------------------------------------------------------------------------
@@ -501,13 +505,13 @@ SPECS = [
          "conv 1->6 5x5 pad 2, ReLU, max_pool2d 2, conv 6->16 5x5, ReLU, max_pool2d 2, "
          "Linear 400-120-84-10 with ReLU, cross_entropy; 28x28 images, batch 32",
          gemms=_conv_gemms(1, 6, 5, 28, 32, input_grad=False) + _conv_gemms(6, 16, 5, 10, 32)
-         + _mlp_gemms((400, 120, 84, 10), 32)),
+         + _mlp_gemms((400, 120, 84, 10), 32), gemm_floor=False),
     Spec("w9", "ResNet basic block with BatchNorm, 64 channels 16x16, batch 16",
          lambda L, dtype=np.float32: _resnet_block(L, SEED + 9, dtype),
          "relu(bn2(conv2(relu(bn1(conv1 x)))) + x), 3x3 convs without bias, BatchNorm2d in "
          "training mode, adaptive_avg_pool2d(1), Linear 64-10, cross_entropy",
          gemms=_conv_gemms(64, 64, 3, 16, 16, input_grad=False) + _conv_gemms(64, 64, 3, 16, 16)
-         + _linear_gemms(64, 10, 16)),
+         + _linear_gemms(64, 10, 16), gemm_floor=False),
     Spec("w10", "WGAN-GP critic step, MLP 128-256-256-256-1, batch 64",
          lambda L, dtype=np.float32: _gp_critic(L, SEED + 10, dtype),
          "critic: Linear stack with LeakyReLU(0.2) on real, fake and interpolated batches of "

@@ -64,6 +64,29 @@ def test_issue14_scaling_targets():
     assert not rows2["w6_11"]["reached"] and "w3_sgemm" not in rows2
 
 
+def test_gemm_bound_ceiling_names_the_workloads_the_target_cannot_reach():
+    # torch eager takes 12 and 30; the GEMMs alone take 10 and 10 at plain sgemm speed:
+    # w3 can be at most 1.2x torch, w4 3x; w9's GEMMs (convolutions) are no floor
+    def gemm(floor):
+        return {"gflops": {"cc": 1.0}, "sgemm_gflops": 1.0, "sgemm_us": {"median": 10.0},
+                "floor": floor}
+    run = run_with({"w3": 11.0, "w4": 25.0, "w9": 20.0}, {"w3": 12.0, "w4": 30.0, "w9": 25.0},
+                   gemm={"w3": gemm(True), "w4": gemm(True), "w9": gemm(False)})
+    ws = run["workloads"]
+    assert report.gemm_ceiling(ws["w3"]) == pytest.approx(1.2)
+    assert report.gemm_ceiling(ws["w4"]) == pytest.approx(3.0)
+    assert report.gemm_ceiling(ws["w9"]) is None
+    sp = {k: report.ratio(ws[k]["backward_us"]["te"]["median"],
+                          ws[k]["backward_us"]["cc"]["median"]) for k in ws}
+    row = {r["id"]: r for r in report.scaling_targets({"runs": {"1": run}}, "1", sp)}["each15"]
+    # w4 (1.2x) and w9 (1.25x) miss the target too, but only w3's ceiling is below 1.5x
+    assert row["text"] == ("worst w3: 1.09x; GEMM-bound ceiling (torch eager / sgemm time of "
+                           "the GEMMs): w3 1.20x")
+    assert not row["reached"]
+    assert report._ceiling_cell(ws["w3"]) == "1.20x"
+    assert report._ceiling_cell(ws["w9"]) == "— (convolutions)"
+
+
 def test_gemm_flops_count_batched_items():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     import workloads
