@@ -20,10 +20,8 @@ static void kf_move(int64_t esz, char *dst, int64_t ds, const char *src, int64_t
         memcpy(dst, src, (size_t)(n * esz));
         return;
     }
-    if (ds == 1 && s == 0 && n > 0) { /* a splat: double the filled prefix (vector memcpy) */
-        memcpy(dst, src, (size_t)esz);
-        for (int64_t k = 1; k < n; k *= 2)
-            memcpy(dst + k * esz, dst, (size_t)((n - k < k ? n - k : k) * esz));
+    if (ds == 1 && s == 0) { /* a splat: one vector loop */
+        cai_kern_splat(esz, dst, src, n);
         return;
     }
     kern_move_strided(esz, dst, ds, src, s, n);

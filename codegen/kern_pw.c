@@ -245,28 +245,22 @@ int cai_kern_collapse_dims(int ndim, const int64_t *shape, int nops, int64_t (*s
 }
 
 /* A bool mask (bytes 0/1) into float 1/0: the usual case (masked_fill's, where's
- * condition), in loops the compiler vectorises; false when not that case. */
+ * condition); false when not that case. */
 static bool kern_mask_pack_bool(kern_dtype dt, char *dst, int64_t ds, kern_dtype mdt,
                                 const char *src, int64_t s, int64_t n) {
     if (mdt != KERN_BOOL || (dt != KERN_F32 && dt != KERN_F64))
         return false;
     const uint8_t *m = (const uint8_t *)src;
-    if (dt == KERN_F32) {
+    if (s == 1 && ds == 1) {
+        cai_kern_bool_to_float(dt, dst, m, n);
+    } else if (dt == KERN_F32) {
         float *o = (float *)dst;
-        if (s == 1 && ds == 1)
-            for (int64_t i = 0; i < n; i++)
-                o[i] = m[i] != 0 ? 1.0f : 0.0f;
-        else
-            for (int64_t i = 0; i < n; i++)
-                o[i * ds] = m[i * s] != 0 ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = (float)(m[i * s] != 0);
     } else {
         double *o = (double *)dst;
-        if (s == 1 && ds == 1)
-            for (int64_t i = 0; i < n; i++)
-                o[i] = m[i] != 0 ? 1.0 : 0.0;
-        else
-            for (int64_t i = 0; i < n; i++)
-                o[i * ds] = m[i * s] != 0 ? 1.0 : 0.0;
+        for (int64_t i = 0; i < n; i++)
+            o[i * ds] = (double)(m[i * s] != 0);
     }
     return true;
 }
