@@ -109,6 +109,20 @@ class Sgemm:
         return elapsed
 
 
+PEAK_N = 1024  # the square sgemm whose rate stands for the machine's GEMM peak
+
+
+def sgemm_peak(lib, threads, runs=7):
+    """GFLOP/s of the fastest of `runs` cblas_sgemm calls of PEAK_N^3 at this thread count:
+    a GEMM big enough to run at OpenBLAS's best on these cores (small and odd shapes only
+    run slower), so a backward's GEMM flops take at least flops / peak. Noise only adds
+    time, hence the fastest run."""
+    sg = Sgemm(lib, [(PEAK_N, PEAK_N, PEAK_N, False, False)], threads)
+    sg.run()
+    best = min(sg.run() for _ in range(runs))
+    return 2.0 * PEAK_N ** 3 / best / 1e9
+
+
 # ---------------------------------------------------------------------------------------
 # Environment
 # ---------------------------------------------------------------------------------------

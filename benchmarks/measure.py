@@ -36,8 +36,8 @@ import time
 import numpy as np
 
 import workloads as W
-from bench_env import (Sgemm, child_environment, cpu_info, find_openblas,  # noqa: F401
-                         tool_version)
+from bench_env import (PEAK_N, Sgemm, child_environment, cpu_info,  # noqa: F401
+                       find_openblas, sgemm_peak, tool_version)
 
 CONFIGS = ("ce", "cc", "te", "tc")
 CONFIG_NAMES = {
@@ -446,6 +446,10 @@ def run_timing(threads, reps, big_reps, miss_reps, torch_miss_reps, keys):
         mkl = torch_mkl_lib()
         if mkl is not None:
             mkl.MKL_Verbose(0)
+    if blas is not None:
+        res["sgemm_peak_gflops"] = sgemm_peak(blas, threads)
+        res["sgemm_peak_method"] = (f"fastest of 7 cblas_sgemm calls of {PEAK_N}^3 on "
+                                    f"cagrad's OpenBLAS at {threads} thread(s)")
     e = res["environment"]
     log(f"[{threads} thr] cagrad {e['cagrad']['version']} kernel ISA "
         f"{e['cagrad']['blas_info']['kernel_isa']}, OpenBLAS core "

@@ -392,6 +392,7 @@ def perf_tables(results, n, run):
     out.append(table(head, rows))
     # GEMM
     gk = [k for k in ws if "gemm" in ws[k]]
+    peak = run.get("sgemm_peak_gflops")
     if gk:
         rows = []
         for k in gk:
@@ -402,7 +403,7 @@ def perf_tables(results, n, run):
                          f"{sg:.1f} ({tr(g['sgemm_us'])})"]
                         + [f"{g['gflops'][c]:.1f} ({100 * g['gflops'][c] / sg:.0f}%)"
                            for c in CONFIGS]
-                        + [_ceiling_cell(ws[k])])
+                        + [_ceiling_cell(ws[k], peak)])
         out.append("\n**GEMM throughput.** Each workload's backward GEMMs (`gemms` in "
                    "`benchmarks/workloads.py`: dW = dY^T X and dX = dY W per Linear whose "
                    "input needs a gradient, and w3's per-head attention products) and their "
@@ -416,20 +417,24 @@ def perf_tables(results, n, run):
                    "flops / median backward time: everything else the backward does "
                    "(pointwise work, reductions, softmax, layer_norm) counts as time, not "
                    "flops, so the share of the limit is the share of the backward that "
-                   "runs at GEMM speed. *ceiling* is torch eager's median backward over the "
-                   "limit's time: the most any backward that runs these GEMMs at plain sgemm "
-                   "speed, and does nothing else, could be faster than torch eager. Where it "
-                   "is below a speed target, no backward whose GEMMs run at plain sgemm speed "
-                   "or slower reaches that target on this machine. Convolution workloads have none: Winograd and direct "
-                   "kernels need fewer flops than their im2col GEMMs.\n")
+                   "runs at GEMM speed. *ceiling* bounds what any library could reach: torch "
+                   "eager's median backward over the time the GEMM flops take at the "
+                   "machine's peak sgemm rate"
+                   + (f" ({peak:.1f} GFLOP/s: {run.get('sgemm_peak_method', '')})"
+                      if peak else "")
+                   + ". A backward must do those flops, and no GEMM of these shapes runs "
+                   "faster than that, so where the ceiling is below a speed target, no "
+                   "library on this BLAS reaches the target on this machine. There is none "
+                   "for convolutions, whose Winograd and direct kernels need fewer flops "
+                   "than their im2col GEMMs, nor where a whole backward beat the peak.\n")
         out.append(table(["workload", "GEMM GFLOP", "GEMMs", "sgemm limit GFLOP/s (time)"]
                          + [f"{SHORT[c]} GFLOP/s (% of limit)" for c in CONFIGS]
                          + ["ceiling vs torch eager"], rows))
     return "\n".join(out)
 
 
-def _ceiling_cell(w):
-    c = gemm_ceiling(w)
+def _ceiling_cell(w, peak):
+    c = gemm_ceiling(w, peak)
     if c is not None:
         return f"{c:.2f}x"
     return "— (convolutions)" if w["gemm"].get("floor") is False else "—"

@@ -36,14 +36,18 @@ def geomean(v):
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
 
 
-def gemm_ceiling(w, config="te"):
-    """The most a backward could gain over `config` (torch eager by default) if it ran its
-    GEMMs at plain sgemm speed and did nothing else: config's median over the sgemm limit's.
-    None where the workload's GEMMs are not a floor (convolutions) or were not measured."""
+def gemm_ceiling(w, peak_gflops, config="te"):
+    """The most a backward could gain over `config` (torch eager by default): config's
+    median over the time the workload's GEMM flops take at the machine's peak sgemm rate
+    (bench_env.sgemm_peak), a floor for any library. None where the GEMMs are not a floor
+    (convolutions), where no peak was measured, or where a whole backward beat the peak
+    (flops counted that it need not do)."""
     g = w.get("gemm")
-    if not g or not g.get("floor") or config not in w["backward_us"]:
+    if not g or not g.get("floor") or not peak_gflops or config not in w["backward_us"]:
         return None
-    return ratio(med(w["backward_us"][config]), med(g["sgemm_us"]))
+    if any(v > peak_gflops for v in g["gflops"].values()):
+        return None
+    return ratio(med(w["backward_us"][config]), g["flops"] / peak_gflops / 1e3)
 
 
 MIN_REPS = 5  # fewer reps resolve a cost only when it exceeds a whole steady backward
@@ -198,10 +202,11 @@ def scaling_targets(results, n, sp):
         text = f"worst {worst}: {sp[worst]:.2f}x"
         # below 1.5x, say where the target is out of reach of any library that runs its
         # GEMMs at the machine's plain sgemm speed
-        cap = {k: gemm_ceiling(ws[k]) for k in rest if sp[k] is not None and sp[k] < 1.5}
+        peak = results["runs"][n].get("sgemm_peak_gflops")
+        cap = {k: gemm_ceiling(ws[k], peak) for k in rest if sp[k] is not None and sp[k] < 1.5}
         cap = {k: c for k, c in cap.items() if c is not None and c < 1.5}
         if cap:
-            text += ("; GEMM-bound ceiling (torch eager / sgemm time of the GEMMs): "
+            text += ("; GEMM-bound ceiling (torch eager / its GEMMs' time at peak sgemm): "
                      + ", ".join(f"{k} {c:.2f}x" for k, c in cap.items()))
         rows.append({"id": "each15", "target": "issue 14: every workload but w6 >= 1.5x "
                      "torch eager", "value": sp[worst], "text": text,

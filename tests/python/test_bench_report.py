@@ -65,26 +65,32 @@ def test_issue14_scaling_targets():
 
 
 def test_gemm_bound_ceiling_names_the_workloads_the_target_cannot_reach():
-    # torch eager takes 12 and 30; the GEMMs alone take 10 and 10 at plain sgemm speed:
-    # w3 can be at most 1.2x torch, w4 3x; w9's GEMMs (convolutions) are no floor
+    # peak sgemm 100 GFLOP/s; 1 GFLOP of GEMMs takes 10,000 us at best. torch eager takes
+    # 12,000 and 30,000 us: w3 can be at most 1.2x torch, w4 3x; w9's GEMMs (convolutions)
+    # are no floor
     def gemm(floor):
-        return {"gflops": {"cc": 1.0}, "sgemm_gflops": 1.0, "sgemm_us": {"median": 10.0},
-                "floor": floor}
-    run = run_with({"w3": 11.0, "w4": 25.0, "w9": 20.0}, {"w3": 12.0, "w4": 30.0, "w9": 25.0},
+        return {"gflops": {"cc": 90.0}, "sgemm_gflops": 80.0, "flops": 1e9, "floor": floor}
+    run = run_with({"w3": 11000.0, "w4": 25000.0, "w9": 20000.0},
+                   {"w3": 12000.0, "w4": 30000.0, "w9": 25000.0},
                    gemm={"w3": gemm(True), "w4": gemm(True), "w9": gemm(False)})
+    run["sgemm_peak_gflops"] = 100.0
     ws = run["workloads"]
-    assert report.gemm_ceiling(ws["w3"]) == pytest.approx(1.2)
-    assert report.gemm_ceiling(ws["w4"]) == pytest.approx(3.0)
-    assert report.gemm_ceiling(ws["w9"]) is None
+    assert report.gemm_ceiling(ws["w3"], 100.0) == pytest.approx(1.2)
+    assert report.gemm_ceiling(ws["w4"], 100.0) == pytest.approx(3.0)
+    assert report.gemm_ceiling(ws["w9"], 100.0) is None
+    assert report.gemm_ceiling(ws["w3"], None) is None  # no peak measured (older results)
     sp = {k: report.ratio(ws[k]["backward_us"]["te"]["median"],
                           ws[k]["backward_us"]["cc"]["median"]) for k in ws}
     row = {r["id"]: r for r in report.scaling_targets({"runs": {"1": run}}, "1", sp)}["each15"]
     # w4 (1.2x) and w9 (1.25x) miss the target too, but only w3's ceiling is below 1.5x
-    assert row["text"] == ("worst w3: 1.09x; GEMM-bound ceiling (torch eager / sgemm time of "
-                           "the GEMMs): w3 1.20x")
+    assert row["text"] == ("worst w3: 1.09x; GEMM-bound ceiling (torch eager / its GEMMs' "
+                           "time at peak sgemm): w3 1.20x")
     assert not row["reached"]
-    assert report._ceiling_cell(ws["w3"]) == "1.20x"
-    assert report._ceiling_cell(ws["w9"]) == "— (convolutions)"
+    assert report._ceiling_cell(ws["w3"], 100.0) == "1.20x"
+    assert report._ceiling_cell(ws["w9"], 100.0) == "— (convolutions)"
+    # a whole backward faster than the peak did fewer flops than counted: no bound
+    ws["w3"]["gemm"]["gflops"]["cc"] = 101.0
+    assert report.gemm_ceiling(ws["w3"], 100.0) is None
 
 
 def test_gemm_flops_count_batched_items():
