@@ -251,7 +251,7 @@ MANY_CORES_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 def many_cores_section(path=MANY_CORES_JSON):
     """The figures measured on a 16-core server (scripts/bench-scaling.sh), kept in their
     own file because `make bench` runs on this machine: each cell from the latest run that
-    measured it (a dagger marks the second run)."""
+    measured it, marked with its run's number when that is not the first."""
     if not os.path.exists(path):
         return None
     import json
@@ -275,7 +275,7 @@ def many_cores_section(path=MANY_CORES_JSON):
         row = [k]
         for n in counts:
             d, i = cell(n, k)
-            mark = "†" if i else ""
+            mark = f" [{i + 1}]" if i else ""
             row.append("—" if d is None else
                        f"{t(d['cc'])} / {t(d['te'])} ({x(ratio(d['te'], d['cc']))}){mark}")
         one, _ = cell(counts[0], k)
@@ -289,7 +289,8 @@ def many_cores_section(path=MANY_CORES_JSON):
         head.append(f"- {r['label']}: code {r['code']}, {r['date']}, {r['mode']} mode.")
     head += ["", "Each cell: cagrad compiled backward / torch eager backward, median µs "
              "(torch eager / cagrad compiled)."
-             + (" † marks a figure from the second run." if len(runs) > 1 else "")
+             + (" [n] marks a figure from run n; unmarked figures are from run 1."
+                if len(runs) > 1 else "")
              + " The last "
              f"column is each library's own speed-up from {counts[0]} to {counts[-1]} "
              "threads (cagrad compiled / torch eager).", ""]

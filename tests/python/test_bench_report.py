@@ -116,13 +116,17 @@ def test_many_cores_table_takes_each_cell_from_the_latest_run(tmp_path):
                          "16": {"w6": fig(400.0, 100.0)}}},
             {"label": "second", "code": "b", "date": "d", "mode": "quick",
              "threads": {"16": {"w6": fig(100.0, 120.0)}}},
+            {"label": "third", "code": "c", "date": "d", "mode": "quick",
+             "threads": {"16": {"w1": fig(50.0, 60.0)}}},
         ]}))
     text = report.many_cores_section(str(path))
     row = next(ln for ln in text.splitlines() if ln.startswith("| w6"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "1 ms / 1.2 ms (1.20x)"
-    assert cells[2] == "100 µs / 120 µs (1.20x)†"  # the second run's, marked
+    assert cells[2] == "100 µs / 120 µs (1.20x) [2]"  # the second run's, marked
     assert cells[3] == "10.00x / 10.00x"  # each library's own speed-up from 1 to 16
+    row = next(ln for ln in text.splitlines() if ln.startswith("| w1 "))
+    assert [c.strip() for c in row.strip("|").split("|")][2] == "50 µs / 60 µs (1.20x) [3]"
     assert report.many_cores_section(str(tmp_path / "absent.json")) is None
 
 
