@@ -390,8 +390,48 @@ static void kern_pw_rows_tiled(const kern_pw_plan *pl, int64_t nrows, int64_t n,
         }
 }
 
+#define KERN_PW_BCAST_BLOCK 1024 /* elements of short rows per kernel call */
+
+/* nrows short rows of n (nrows * n <= KERN_PW_BCAST_BLOCK) in one kernel call: every operand is
+ * contiguous across them (rs == n) except inputs broadcast along each row (s == 0), whose
+ * rows' values are spread into a buffer first. Row by row, a softmax's x - rowmax or a
+ * per-channel scale over 8x8 planes paid a call and a fill per 64 elements. */
+static void kern_pw_rows_bcast(const kern_pw_plan *pl, int64_t nrows, int64_t n, char *const *p,
+                               const int64_t *s, const int64_t *rs) {
+    _Alignas(64) char buf[3][KERN_PW_BCAST_BLOCK * 8];
+    const void *in[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < kern_pw_nin(pl); k++) {
+        if (s[k + 1] != 0) {
+            in[k] = p[k + 1];
+            continue;
+        }
+        for (int64_t r = 0; r < nrows; r++)
+            kern_pw_pack(pl, k, buf[k] + r * n * pl->sz[0], 1,
+                         p[k + 1] + r * rs[k + 1] * pl->sz[k + 1], 0, n);
+        in[k] = buf[k];
+    }
+    pl->fn(nrows * n, p[0], in[0], in[1], in[2], pl->p0, pl->p1);
+}
+
+/* Whether short rows can go to kern_pw_rows_bcast: some input broadcast along the rows,
+ * every other operand contiguous across them. */
+static bool kern_pw_bcast_rows(const kern_pw_plan *pl, int nops, const int64_t *s,
+                               const int64_t *rs) {
+    int64_t L = pl->shape[pl->nd - 1];
+    bool any = false;
+    if (pl->nd < 2 || 2 * L > KERN_PW_BCAST_BLOCK)
+        return false;
+    for (int k = 0; k < nops; k++) {
+        bool bcast = k > 0 && s[k] == 0;
+        if (!bcast && !(s[k] == 1 && rs[k] == L && (k == 0 || k - 1 != pl->conv)))
+            return false;
+        any = any || bcast;
+    }
+    return any;
+}
+
 /* Flat range [begin, end) of the collapsed index space: rows, or tiles of rows when an
- * operand is gathered or scattered. */
+ * operand is gathered or scattered, or blocks of short rows with a row-broadcast input. */
 static void kern_pw_range(void *ctx, int64_t begin, int64_t end) {
     const kern_pw_plan *pl = ctx;
     int nd = pl->nd, nops = kern_pw_nin(pl) + 1;
@@ -413,17 +453,21 @@ static void kern_pw_range(void *ctx, int64_t begin, int64_t end) {
         /* tiles pay off when the operand is closer packed down the rows than along them */
         tiled = tiled || (nd > 1 && s[k] != 0 && s[k] != 1 && llabs(rs[k]) < llabs(s[k]));
     }
+    bool bcast = !tiled && kern_pw_bcast_rows(pl, nops, s, rs);
     while (begin < end) {
         int64_t rows = 1, len = L - j < end - begin ? L - j : end - begin;
-        if (tiled && j == 0) { /* full rows left in this plane and in the range */
+        if ((tiled || bcast) && j == 0) { /* full rows left in this plane and in the range */
+            int64_t most = tiled ? KERN_PW_TILE_SPAN : KERN_PW_BCAST_BLOCK / L;
             rows = (end - begin) / L;
             rows = rows < pl->shape[nd - 2] - idx[nd - 2] ? rows : pl->shape[nd - 2] - idx[nd - 2];
-            rows = rows < KERN_PW_TILE_SPAN ? rows : KERN_PW_TILE_SPAN;
+            rows = rows < most ? rows : most;
             if (rows < 1)
                 rows = 1;
         }
-        if (rows > 1)
+        if (rows > 1 && tiled)
             kern_pw_rows_tiled(pl, rows, L, p, s, rs);
+        else if (rows > 1)
+            kern_pw_rows_bcast(pl, rows, L, p, s, rs);
         else
             kern_pw_row(pl, len, p, s);
         begin += rows > 1 ? rows * L : len;

@@ -94,3 +94,32 @@ Test(kern_move, pointwise_row_broadcast_and_bool_mask) {
             cr_assert_eq(z[i], mask[i] ? -3.0f : y[i], "masked_fill (%d, %d)", r, c);
         }
 }
+
+/* Rows of 300 (three to a block) and a bool mask that is itself broadcast along the rows:
+ * x + 2 * s[r], then masked_fill by m[r], in float64, against plain loops. */
+Test(kern_move, pointwise_long_rows_and_a_row_broadcast_mask) {
+    enum { R = 11, C = 300 };
+    static double x[R * C], y[R * C], z[R * C];
+    double s[R];
+    uint8_t m[R];
+    for (int r = 0; r < R; r++) {
+        s[r] = 0.125 * r - 0.5;
+        m[r] = (uint8_t)(r % 3 == 1);
+        for (int c = 0; c < C; c++)
+            x[r * C + c] = 0.5 * ((r * 13 + c) % 29) - 7.0;
+    }
+    int64_t shape[2] = {R, C}, contig[2] = {C, 1};
+    kern_src add[2] = {{.data = x, .strides = {C, 1}}, {.data = s, .strides = {1, 0}}};
+    cr_assert_eq(cai_kern_pointwise(KPW_ADD, KERN_F64, KERN_F64, 2, shape, y, contig, add, 2, 0),
+                 0);
+    kern_src fill[2] = {{.data = y, .strides = {C, 1}}, {.data = m, .strides = {1, 0}}};
+    cr_assert_eq(
+        cai_kern_pointwise(KPW_MASKED_FILL, KERN_F64, KERN_BOOL, 2, shape, z, contig, fill, 9, 0),
+        0);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            int i = r * C + c;
+            cr_assert_eq(y[i], x[i] + 2 * s[r], "add (%d, %d)", r, c);
+            cr_assert_eq(z[i], m[r] ? 9.0 : y[i], "masked_fill (%d, %d)", r, c);
+        }
+}
