@@ -137,15 +137,15 @@ void cai_kern_scratch_free(void *p);
 /* One Philox-4x32-10 block (exposed for known-answer tests). */
 void cai_kern_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
-/* dst[i * ds] = src[i * s] for n elements of esz (4 or 8) bytes. Constant-size memcpy
- * compiles to plain moves (a runtime size would call libc per element); bytes, not values,
- * so NaN payloads survive. */
 /* dst[0..n) = n copies of the esz-byte element at src (kern_move.c: vectorised). */
 void cai_kern_splat(int64_t esz, char *dst, const char *src, int64_t n);
 
 /* Bool bytes (0 or 1) to 1/0 of a float dtype, n contiguous elements (kern_move.c). */
 void cai_kern_bool_to_float(kern_dtype dt, void *dst, const uint8_t *m, int64_t n);
 
+/* dst[i * ds] = src[i * s] for n elements of esz (4 or 8) bytes. Constant-size memcpy
+ * compiles to plain moves (a runtime size would call libc per element); bytes, not values,
+ * so NaN payloads survive. */
 static inline void kern_move_strided(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s,
                                      int64_t n) {
     if (ds == 1 && s == 0 && n >= 16) { /* a splat: one vector loop, not n calls */
