@@ -20,11 +20,7 @@ static void kf_move(int64_t esz, char *dst, int64_t ds, const char *src, int64_t
         memcpy(dst, src, (size_t)(n * esz));
         return;
     }
-    if (ds == 1 && s == 0) { /* a splat: one vector loop */
-        cai_kern_splat(esz, dst, src, n);
-        return;
-    }
-    kern_move_strided(esz, dst, ds, src, s, n);
+    kern_move_strided(esz, dst, ds, src, s, n); /* a splat included */
 }
 
 /* Element offset of flat index f in operand o; *j gets f's position in its row and idx

@@ -148,7 +148,7 @@ void cai_kern_bool_to_float(kern_dtype dt, void *dst, const uint8_t *m, int64_t 
  * so NaN payloads survive. */
 static inline void kern_move_strided(int64_t esz, char *dst, int64_t ds, const char *src, int64_t s,
                                      int64_t n) {
-    if (ds == 1 && s == 0 && n >= 16) { /* a splat: one vector loop, not n calls */
+    if (ds == 1 && s == 0) { /* a splat: one vector loop */
         cai_kern_splat(esz, dst, src, n);
         return;
     }
