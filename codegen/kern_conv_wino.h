@@ -9,8 +9,18 @@
 
 #include "kern_internal.h"
 
-#define WINO_CHUNK 64                   /* tiles of a tile row transformed together */
-#define WINO_COLS  (2 * WINO_CHUNK + 2) /* the image columns a chunk reads */
+#define WINO_CHUNK 64  /* tiles of a tile row transformed together, at most */
+#define WINO_BAND  320 /* tiles of a band of tile rows (with the image's split rows, + 1 row) */
+_Static_assert(WINO_BAND >= 2 * WINO_CHUNK, "a band holds two tile rows of a full chunk");
+
+/* The flat sweeps over a band's tiles read and write separate buffers through many
+ * pointers, more than GCC's dependence analysis follows (restrict or not): it would leave
+ * them scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define WINO_IVDEP _Pragma("GCC ivdep")
+#else
+#define WINO_IVDEP
+#endif
 
 typedef struct wino_xf wino_xf;
 

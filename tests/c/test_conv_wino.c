@@ -176,6 +176,23 @@ Test(conv_wino, padding_wider_than_a_chunk) {
     check_case(&t, 0.0);
 }
 
+/* an image wider than a chunk of tiles and taller than a band of them (WINO_BAND): the
+ * transforms go a band of tile rows at a time, a tile row at a time in the chunks that are
+ * not whole rows; odd sizes leave half tiles at the bottom and right edges */
+Test(conv_wino, bands_and_chunks_of_a_large_image) {
+    wino_case t = {geom(1, 16, 13, 141, 1, 1, 1, 1, 1), 16, false};
+    check_case(&t, 0.0);
+    /* 65 tiles a row: the last chunk is one tile, with one column */
+    wino_case s = {geom(1, 16, 13, 129, 1, 1, 1, 1, 1), 16, true};
+    check_case(&s, 1.0);
+}
+
+/* a tall narrow image: more tile rows than one band holds at 2 tiles a row */
+Test(conv_wino, bands_of_a_tall_image) {
+    wino_case t = {geom(1, 16, 330, 3, 1, 1, 1, 1, 1), 16, false};
+    check_case(&t, 0.0);
+}
+
 /* 64 -> 64 channels on 16x16: several slabs of images, the last one short */
 Test(conv_wino, several_slabs) {
     wino_case t = {geom(11, 64, 16, 16, 1, 1, 1, 1, 1), 64, false};
