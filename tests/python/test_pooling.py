@@ -96,6 +96,23 @@ def test_max_pool_indices_ties_and_nan_like_torch():
         assert ours[1].dtype == ca.int64
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,kwargs", [
+    ((2, 3, 9, 600), {"kernel_size": 2}),  # 300 outputs a row: more than one run of them
+    ((2, 3, 9, 31), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    ((1, 2, 11, 40), {"kernel_size": (2, 3), "stride": (1, 3), "ceil_mode": True}),
+    ((1, 2, 12, 41), {"kernel_size": 3, "stride": 1, "dilation": 2}),
+], ids=["2x2", "3x3_s2_pad", "s3_ceil", "dilated"])
+def test_max_pool_ties_and_nan_in_wide_rows_like_torch(shape, kwargs, dtype, rng):
+    # small integers: many ties within a window; NaNs, some two to a window
+    x = rng.integers(-3, 4, size=shape).astype(dtype)
+    x[rng.random(shape) < 0.05] = np.nan
+    ours = ca.nn.functional.max_pool2d(ca.tensor(x), return_indices=True, **kwargs)
+    theirs = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kwargs)
+    np.testing.assert_array_equal(ours[0].numpy(), theirs[0].numpy())
+    np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+
+
 def test_tied_max_gradient_goes_to_the_first_like_torch():
     x = np.ones((1, 1, 4, 4))
     cx, tx = ca.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
