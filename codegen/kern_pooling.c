@@ -66,31 +66,32 @@ static int64_t kern_pool_skip(int64_t start, int64_t d) {
  * whose sweeps vectorise. */
 #define KERN_MAX_POOL_INTERIOR_DEFINE(T, name, SW, DW)                                             \
     static void name(const kern_pool_geom *g, const T *x, int64_t y0, int64_t ox0, int64_t ox1,    \
-                     T *restrict out, int64_t *restrict idx) {                                     \
-        int64_t sw = (SW), dw = (DW);                                                              \
+                     void *out_, int64_t *restrict idx) {                                          \
+        typedef T elem_t;                                                                          \
+        elem_t *restrict out = out_;                                                               \
+        int64_t sw = (SW), dw = (DW), taps = g->kh * g->kw;                                        \
         int32_t win[KERN_POOL_RUN]; /* 32-bit, as wide as a float: the selects vectorise */        \
         for (int64_t c0 = ox0; c0 < ox1; c0 += KERN_POOL_RUN) {                                    \
             int64_t n = ox1 - c0 < KERN_POOL_RUN ? ox1 - c0 : KERN_POOL_RUN;                       \
-            T *restrict best = out + c0;                                                           \
-            for (int64_t ki = 0; ki < g->kh; ki++)                                                 \
-                for (int64_t kj = 0; kj < g->kw; kj++) {                                           \
-                    int64_t at = (y0 + ki * g->dh) * g->w + kj * dw - g->pw + c0 * sw;             \
-                    const T *restrict r = x + at;                                                  \
-                    int32_t at32 = (int32_t)at, sw32 = (int32_t)sw;                                \
-                    if (ki == 0 && kj == 0) {                                                      \
-                        for (int64_t q = 0; q < n; q++) {                                          \
-                            best[q] = r[q * sw];                                                   \
-                            win[q] = at32 + (int32_t)q * sw32;                                     \
-                        }                                                                          \
-                        continue;                                                                  \
-                    }                                                                              \
-                    for (int64_t q = 0; q < n; q++) {                                              \
-                        T v = r[q * sw];                                                           \
-                        bool take = (v > best[q]) | (v != v); /* no short circuit, no branch */    \
-                        best[q] = take ? v : best[q];                                              \
-                        win[q] = take ? at32 + (int32_t)q * sw32 : win[q];                         \
-                    }                                                                              \
+            int64_t at = y0 * g->w - g->pw + c0 * sw; /* tap (0, 0) sets the run's values */       \
+            elem_t *restrict best = out + c0;                                                      \
+            const elem_t *restrict r = x + at;                                                     \
+            for (int64_t q = 0; q < n; q++) {                                                      \
+                best[q] = r[q * sw];                                                               \
+                win[q] = (int32_t)at + (int32_t)(q * sw);                                          \
+            }                                                                                      \
+            for (int64_t t = 1; t < taps; t++) {                                                   \
+                int64_t ki = t / g->kw, kj = t % g->kw;                                            \
+                at = (y0 + ki * g->dh) * g->w + kj * dw - g->pw + c0 * sw;                         \
+                r = x + at;                                                                        \
+                int32_t at32 = (int32_t)at, sw32 = (int32_t)sw;                                    \
+                for (int64_t q = 0; q < n; q++) {                                                  \
+                    elem_t v = r[q * sw];                                                          \
+                    bool take = (v > best[q]) | (v != v); /* no short circuit, no branch */        \
+                    best[q] = take ? v : best[q];                                                  \
+                    win[q] = take ? at32 + (int32_t)q * sw32 : win[q];                             \
                 }                                                                                  \
+            }                                                                                      \
             for (int64_t q = 0; q < n; q++)                                                        \
                 idx[c0 + q] = win[q];                                                              \
         }                                                                                          \
