@@ -65,6 +65,13 @@ static inline int64_t wino_tile_rows(const wino_job *j, int64_t ty) {
     return j->g->oh - 2 * ty < 2 ? j->g->oh - 2 * ty : 2;
 }
 
+/* Tile rows per flat sweep over a band of bt tile rows of a chunk of nt tiles: all of them
+ * when the chunk is a whole tile row (the band's tiles are then contiguous in each plane),
+ * else one at a time. */
+static inline int64_t wino_rows_per_sweep(const wino_job *j, int64_t nt, int64_t bt) {
+    return nt == j->tw ? bt : 1;
+}
+
 /* Where the weight stores the effective tap (a, b): turned 180 degrees with flip. */
 static inline int wino_tap(const kern_conv_geom *g, int a, int b) {
     return g->flip ? (2 - a) * 3 + 2 - b : a * 3 + b;
