@@ -7,7 +7,7 @@
  * so no two threads touch the same element and the sums are in the same order on every
  * run and thread count.
  */
-#include "kern_internal.h"
+#include "kern_conv_rows.h"
 
 #include <string.h>
 
@@ -26,43 +26,6 @@ bool cai_kern_conv_geom_ok(const kern_conv_geom *g) {
            g->ow == cai_kern_conv_out_size(g->w, g->kw, g->sw, g->pw + g->pw_end, g->dw);
 }
 
-typedef struct {
-    const kern_conv_geom *g;
-    const char *src;
-    const int64_t *ss; /* the source's 4 element strides */
-    char *dst;
-    const int64_t *ds; /* im2col: the columns' 4 element strides */
-    kern_pw_fn add;    /* col2im: the contiguous a + 1 * b kernel of the dtype and ISA */
-} conv_job;
-
-/* The element offset of cols row (n, c, 0, 0) in a strided [n, groups, c/groups*kh*kw, l]:
- * computed once per plane, as its divisions cost more than a short row's copy. */
-static int64_t cols_plane(const kern_conv_geom *g, const int64_t *cs, int64_t n, int64_t c) {
-    int64_t cg = g->c / g->groups;
-    return n * cs[0] + (c / cg) * cs[1] + (c % cg) * g->kh * g->kw * cs[2];
-}
-
-/* Row (ki, kj)'s offset from its plane's row (0, 0): the taps reversed when g->flip. */
-static inline int64_t cols_tap(const kern_conv_geom *g, const int64_t *cs, int64_t ki, int64_t kj) {
-    if (g->flip) {
-        ki = g->kh - 1 - ki;
-        kj = g->kw - 1 - kj;
-    }
-    return (ki * g->kw + kj) * cs[2];
-}
-
-/* The output columns [*lo, *hi) whose input column ox * sw + first lies in [0, w): the
- * others read padding. */
-static void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64_t *lo, int64_t *hi) {
-    int64_t s = g->sw;
-    int64_t l = first >= 0 ? 0 : (-first + s - 1) / s;              /* first ox with ix >= 0 */
-    int64_t h = g->w - first <= 0 ? 0 : (g->w - first + s - 1) / s; /* first ox with ix >= w */
-    *lo = l < g->ow ? l : g->ow;
-    *hi = h < g->ow ? h : g->ow;
-    if (*hi < *lo)
-        *hi = *lo;
-}
-
 /* At unit strides with ow == w, output row oy of kernel row ki reads input row oy - *top,
  * for the output rows [*oy0, *oy1) (*oy1 >= *oy0; the others read padding), and the rows
  * of a plane read one after another are consecutive rows of the input. */
@@ -72,6 +35,8 @@ static bool conv_whole_rows(const kern_conv_geom *g, int64_t ki, int64_t *top, i
         return false;
     *top = g->ph - ki * g->dh; /* iy = oy - top */
     *oy0 = *top > 0 ? *top : 0;
+    if (*oy0 > g->oh) /* a padding above taller than the output (a 1-row image, 5 taps) */
+        *oy0 = g->oh;
     *oy1 = g->h + *top < g->oh ? g->h + *top : g->oh;
     if (*oy1 < *oy0)
         *oy1 = *oy0;
@@ -100,6 +65,14 @@ static int64_t conv_grain(const kern_conv_geom *g) {
     return per >= KERN_GRAIN ? 1 : KERN_GRAIN / (per > 0 ? per : 1);
 }
 
+/* Whether the AVX-512 loops (kern_conv_avx512.c) take a geometry whose rows of `width`
+ * entries (im2col's output rows, col2im's image rows) have unit element stride (`unit`). */
+static bool conv_rows_in_vector(kern_dtype dt, const kern_conv_geom *g, int64_t width, bool unit) {
+    int64_t lanes = dt == KERN_F32 ? 16 : 8;
+    return cai_kern_isa() == KERN_ISA_AVX512 && unit && g->sw == 1 && width <= lanes &&
+           g->kw <= CONV_VEC_KW;
+}
+
 int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
                     void *cols, const int64_t *cs) {
     if ((dt != KERN_F32 && dt != KERN_F64) || !g || !cai_kern_conv_geom_ok(g) || cs[3] != 1)
@@ -107,8 +80,11 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     if (g->n * g->c * g->oh * g->ow == 0)
         return 0;
     conv_job j = {g, x, xs, cols, cs, NULL};
-    cai_kern_parallel_for(g->n * g->c, conv_grain(g),
-                          dt == KERN_F32 ? im2col_range_f32 : im2col_range_f64, &j);
+    bool f32 = dt == KERN_F32;
+    kern_range_fn fn = f32 ? im2col_range_f32 : im2col_range_f64;
+    if (conv_rows_in_vector(dt, g, g->ow, xs[3] == 1))
+        fn = f32 ? cai_im2col_range_avx512_f32 : cai_im2col_range_avx512_f64;
+    cai_kern_parallel_for(g->n * g->c, conv_grain(g), fn, &j);
     return 0;
 }
 
@@ -119,7 +95,10 @@ int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, co
     if (g->n * g->c * g->h * g->w == 0)
         return 0;
     conv_job j = {g, cols, cs, out, NULL, cai_kern_pw_kernel(KPW_ADD, dt)};
-    cai_kern_parallel_for(g->n * g->c, conv_grain(g),
-                          dt == KERN_F32 ? col2im_range_f32 : col2im_range_f64, &j);
+    bool f32 = dt == KERN_F32;
+    kern_range_fn fn = f32 ? col2im_range_f32 : col2im_range_f64;
+    if (conv_rows_in_vector(dt, g, g->w, cs[3] == 1))
+        fn = f32 ? cai_col2im_range_avx512_f32 : cai_col2im_range_avx512_f64;
+    cai_kern_parallel_for(g->n * g->c, conv_grain(g), fn, &j);
     return 0;
 }

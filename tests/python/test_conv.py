@@ -77,6 +77,8 @@ CASES = [
     ((2, 3, 6, 5), (4, 3, 4, 2), True, dict(padding="same")),  # even kernels: odd totals
     ((2, 3, 7, 6), (4, 3, 2, 3), False, dict(padding="same", dilation=(3, 2))),
     ((2, 3, 4, 1), (4, 3, 5, 5), True, dict(padding=2)),  # taps that read only padding
+    ((2, 3, 1, 1), (4, 3, 5, 5), True, dict(padding=2)),  # padding above taller than output
+    ((2, 2, 1, 4), (3, 2, 3, 3), False, dict(padding=2, dilation=2)),  # the same, dilated
     ((2, 4, 5, 6), (6, 2, 3, 3), True, dict(padding=(2, 1), groups=2)),  # output > input
     ((3, 6, 5), (4, 3, 3, 3), True, dict(padding=1)),  # unbatched
     ((4, 6, 5), (4, 2, 2, 3), False, dict(stride=(1, 2), groups=2)),  # unbatched, groups
