@@ -92,6 +92,42 @@ def test_conv2d_values_and_gradients(case, dtype, compiled, rng):
     check_conv(rng, dtype, *case, compiled)
 
 
+def random_geometry(rng):
+    """A conv2d case (input shape, weight shape, bias, kwargs) drawn over images of 1 to 20
+    pixels a side (half of them at most 4), paddings up to past the kernel, strides, dilations and groups, with an output that
+    exists."""
+    while True:
+        groups = int(rng.integers(1, 4))
+        n, c, o = (int(v) for v in rng.integers(1, 4, size=3))
+        h, w = (int(rng.integers(1, 5 if rng.random() < 0.5 else 21)) for _ in range(2))
+        k = tuple(int(v) for v in rng.integers(1, 7, size=2))
+        dilation = tuple(int(v) for v in rng.integers(1, 4, size=2))
+        if rng.random() < 0.2:  # 'same': the output is the input's size
+            kwargs = dict(padding="same", dilation=dilation, groups=groups)
+        else:
+            stride = tuple(int(v) for v in rng.integers(1, 4, size=2))
+            padding = tuple(int(rng.integers(0, kk + 2)) for kk in k)
+            reach = [s + 2 * p - d * (kk - 1) - 1 for s, p, d, kk in
+                     zip((h, w), padding, dilation, k)]
+            if min(reach) < 0:  # the kernel does not fit
+                continue
+            kwargs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+        return (n, c * groups, h, w), (o * groups, c) + k, bool(rng.random() < 0.5), kwargs
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("seed", range(12))
+def test_conv2d_random_geometries_match_torch(seed, compiled):
+    """Values and gradients against torch over drawn geometries: the kernels' edge cases
+    (a padding taller than the output, taps that read only padding, one-pixel images,
+    rows narrower or wider than a vector) in both dtypes."""
+    rng = np.random.default_rng(1000 + seed)
+    for _ in range(10):
+        case = random_geometry(rng)
+        for dtype in DTYPES:
+            check_conv(rng, dtype, *case, compiled)
+
+
 def test_conv2d_node_name_and_grad_fn():
     x = ca.randn(2, 3, 5, 5, requires_grad=True)
     w = ca.randn(4, 3, 3, 3, requires_grad=True)
