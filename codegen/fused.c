@@ -281,6 +281,68 @@ bool cai_kern_fused_inputs_given(const kf_plan *pl, const kern_src *in) {
     return true;
 }
 
+/* The scalar form of instruction ins when its operand i (0: a, 1: b) is one value: a - s,
+ * s - a, a * s, a / s, s / a, a + s (ADD and SUB with alpha 1 only), or -1. The same
+ * operation on the same operands: the same bits, except which NaN goes on where two meet
+ * (the hardware's choice of operand, which a compiler may order differently in the
+ * baseline build). Forms that would swap the operands (s + a, s * a) are left out. */
+static int kf_scalar_form(const kern_fused_instr *ins, int i) {
+    switch (ins->op) {
+    case KPW_ADD: return i == 1 && ins->p0 == 1.0 ? KPW_ADD_S : -1;
+    case KPW_SUB: return ins->p0 != 1.0 ? -1 : i == 1 ? KPW_SUB_S : KPW_RSUB_S;
+    case KPW_MUL: return i == 1 ? KPW_MUL_S : -1;
+    case KPW_DIV: return i == 1 ? KPW_DIV_S : KPW_RDIV_S;
+    default: return -1;
+    }
+}
+
+/* Live inputs constant along rows of at least KF_VALUE_ROW (shorter rows would make
+ * pieces a call too short), not a splat and not converted, of a float program (the scalar
+ * forms take a double: exact for floats, not for every int64). */
+static bool kf_row_constant(const kf_plan *pl, int r) {
+    const kf_opnd *o = &pl->op[r];
+    bool fp = pl->dt == KERN_F32 || pl->dt == KERN_F64;
+    return fp && pl->live[r] && o->kind == KF_GATHER && !o->cvt && pl->nd >= 2 &&
+           o->str[pl->nd - 1] == 0 && pl->shape[pl->nd - 1] >= KF_VALUE_ROW;
+}
+
+/* Which row-constant inputs are read by value (kf_plan.by_value): those whose every live
+ * reader has a scalar form with it as the scalar and reads an array (no other row-constant
+ * input) as its other operand. */
+static void kf_pick_by_value(kf_plan *pl) {
+    const kern_fused_prog *p = pl->p;
+    pl->n_by_value = 0;
+    for (int r = 0; r < pl->n_in; r++)
+        pl->by_value[r] = kf_row_constant(pl, r);
+    for (int k = 0; k < pl->n_instr; k++) {
+        if (!pl->live[pl->n_in + k])
+            continue;
+        const int reg[3] = {p->instr[k].a, p->instr[k].b, p->instr[k].c};
+        for (int i = 0; i < pl->nread[k]; i++) {
+            int r = reg[i], other = reg[1 - (i & 1)];
+            if (r >= pl->n_in || !pl->by_value[r])
+                continue;
+            bool array = other >= pl->n_in || !kf_row_constant(pl, other);
+            if (pl->nread[k] != 2 || i > 1 || !array || kf_scalar_form(&p->instr[k], i) < 0)
+                pl->by_value[r] = false;
+        }
+    }
+    for (int k = 0; k < pl->n_instr; k++) {
+        pl->sfn[k] = NULL;
+        if (!pl->live[pl->n_in + k] || pl->nread[k] != 2)
+            continue;
+        const int reg[2] = {p->instr[k].a, p->instr[k].b};
+        for (int i = 0; i < 2; i++)
+            if (reg[i] < pl->n_in && pl->by_value[reg[i]]) {
+                pl->sfn[k] = cai_kern_pw_kernel(kf_scalar_form(&p->instr[k], i), pl->dt);
+                pl->s_reg[k] = reg[i];
+                pl->s_other[k] = reg[1 - i];
+            }
+    }
+    for (int r = 0; r < pl->n_in; r++)
+        pl->n_by_value += pl->by_value[r];
+}
+
 /* Tile buffers for the outputs now computed in place, and one lane's workspace size. */
 static void kf_plan_slots(kf_plan *pl) {
     kf_assign_slots(pl);
@@ -321,6 +383,7 @@ void cai_kern_fused_plan_layout(kf_plan *pl, int ndim, const int64_t *shape, con
     kf_collapse(pl, ndim, shape, nops, str);
     for (int k = 0; k < nops; k++)
         pl->op[k].kind = k < pl->n_in && !pl->live[k] ? KF_UNUSED : kf_classify(pl, &pl->op[k]);
+    kf_pick_by_value(pl);
     /* size the tiles for the worst case (nothing in place), then settle what is direct */
     for (int r = 0; r < KF_NREG; r++)
         pl->out_of[r] = -1;

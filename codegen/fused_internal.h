@@ -9,9 +9,10 @@
 #include "fused.h"
 #include "kern_internal.h"
 
-#define KF_NREG     (KERN_FUSED_MAX_INPUTS + KERN_FUSED_MAX_INSTR)
-#define KF_NOPS     (KERN_FUSED_MAX_INPUTS + KERN_FUSED_MAX_OUTPUTS)
-#define KF_TILE_MIN 256 /* elements; a multiple of every vector width */
+#define KF_NREG      (KERN_FUSED_MAX_INPUTS + KERN_FUSED_MAX_INSTR)
+#define KF_NOPS      (KERN_FUSED_MAX_INPUTS + KERN_FUSED_MAX_OUTPUTS)
+#define KF_TILE_MIN  256 /* elements; a multiple of every vector width */
+#define KF_VALUE_ROW 64  /* row length from which row-constant inputs are read by value */
 
 /* How an operand's elements are reached for a tile. */
 typedef enum {
@@ -50,6 +51,16 @@ typedef struct {
     int slot[KF_NREG];   /* tile buffer of a register; -1 for none */
     int out_of[KF_NREG]; /* output a register is computed straight into, or -1 */
     int load[KERN_FUSED_MAX_INPUTS], n_load; /* live inputs by first use */
+    /* Inputs constant along rows of at least KF_VALUE_ROW (the last dim's stride 0, e.g.
+     * BatchNorm's per-channel operands over [N, C, H*W]) that every reader takes as its
+     * scalar parameter: a tile is cut at row ends, the input read as one value per piece,
+     * and its readers call their scalar form (sfn: ADD_S for ADD, ...) piece by piece
+     * instead of reading a splat of it, a copy per row. */
+    bool by_value[KERN_FUSED_MAX_INPUTS];
+    int n_by_value;
+    kern_pw_fn sfn[KERN_FUSED_MAX_INSTR]; /* NULL: the instruction reads no by-value input */
+    int s_reg[KERN_FUSED_MAX_INSTR];      /* its by-value input */
+    int s_other[KERN_FUSED_MAX_INSTR];    /* the register it reads as an array */
     int nslots;
     int nd;
     int64_t shape[KERN_MAX_DIMS], total;
@@ -105,7 +116,8 @@ void cai_kern_fused_walk(const kf_plan *pl, const kf_opnd *o, int64_t f, int64_t
                          const char *from);
 
 /* Runs the program over the runs (m elements in all); loc[r] gets where register r's
- * values are. Inputs are loaded just before their first reader. */
+ * values are (NULL for an input read by value). Inputs are loaded just before their first
+ * reader. */
 void cai_kern_fused_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs, int nruns,
                          int64_t m, const char **loc);
 

@@ -3,8 +3,10 @@
  *
  * A tile is a list of runs (flat ranges of the index space); every instruction is one call
  * of the same per-ISA row kernel cai_kern_pointwise uses, so fused results equal op-by-op
- * results bit for bit, on every ISA path and thread count. Both drivers, fused_run.c and
- * fused_reduce.c, run their tiles here.
+ * results bit for bit, on every ISA path and thread count. An instruction that reads an
+ * input constant along rows by value (kf_plan.by_value) calls its scalar form once per row
+ * piece instead: the same bits, but for which NaN goes on where two NaNs meet. Both
+ * drivers, fused_run.c and fused_reduce.c, run their tiles here.
  */
 #include <assert.h>
 #include <stdatomic.h>
@@ -99,13 +101,79 @@ static const char *kf_load(const kf_plan *pl, const kf_ws *ws, int r, const kf_r
     return buf;
 }
 
+/* A tile cut at row ends: in each piece the row-constant inputs are one value
+ * (kf_plan.by_value). At most KF_PIECES pieces, else the tile reads them as arrays. */
+#define KF_PIECES 40
+typedef struct {
+    int n;
+    kf_run at[KF_PIECES];
+} kf_pieces;
+
+/* The tile's runs cut at row ends into p; false when there are too many pieces. */
+static bool kf_cut_rows(const kf_plan *pl, const kf_run *runs, int nruns, kf_pieces *p) {
+    int64_t L = pl->shape[pl->nd - 1];
+    p->n = 0;
+    for (int i = 0; i < nruns; i++)
+        for (int64_t f = runs[i].f, end = runs[i].f + runs[i].n; f < end;) {
+            int64_t stop = (f / L + 1) * L < end ? (f / L + 1) * L : end;
+            if (p->n == KF_PIECES)
+                return false;
+            p->at[p->n++] = (kf_run){f, stop - f};
+            f = stop;
+        }
+    return true;
+}
+
+/* Input r's value at flat index f, as the scalar forms take it. */
+static double kf_value(const kf_plan *pl, int r, int64_t f) {
+    const kf_opnd *o = &pl->op[r];
+    int64_t j, idx[KERN_MAX_DIMS];
+    const char *at = o->src + kf_seek(pl, o, f, &j, idx) * o->isz;
+    if (pl->dt == KERN_F32) {
+        float v;
+        memcpy(&v, at, sizeof v);
+        return v;
+    }
+    double v;
+    memcpy(&v, at, sizeof v);
+    return v;
+}
+
+static atomic_uint_fast64_t kf_value_tiles;
+
+uint64_t cai_kern_fused_value_tiles(void) {
+    return atomic_load_explicit(&kf_value_tiles, memory_order_relaxed);
+}
+
+/* Instruction k, which reads a by-value input, piece by piece through its scalar form. */
+static void kf_by_value(const kf_plan *pl, int k, const kf_pieces *pc, const double *val, char *dst,
+                        const char *src) {
+    for (int i = 0; i < pc->n; i++) {
+        pl->sfn[k](pc->at[i].n, dst, src, NULL, NULL, val[i], 0.0);
+        dst += pc->at[i].n * pl->esz;
+        src += pc->at[i].n * pl->esz;
+    }
+}
+
 void cai_kern_fused_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs, int nruns,
                          int64_t m, const char **loc) {
     const kern_fused_prog *p = pl->p;
+    kf_pieces pc;
+    pc.n = 0; /* (a full initialiser would clear all the pieces, per tile) */
+    bool cut = pl->n_by_value > 0 && kf_cut_rows(pl, runs, nruns, &pc);
+    if (cut)
+        atomic_fetch_add_explicit(&kf_value_tiles, 1, memory_order_relaxed);
+    double val[KERN_FUSED_MAX_INPUTS][KF_PIECES]; /* by-value inputs, per piece */
     int li = 0;
     for (int k = 0; k <= pl->n_instr; k++) {
-        for (; li < pl->n_load && pl->first[pl->load[li]] == k; li++)
-            loc[pl->load[li]] = kf_load(pl, ws, pl->load[li], runs, nruns);
+        for (; li < pl->n_load && pl->first[pl->load[li]] == k; li++) {
+            int r = pl->load[li];
+            loc[r] = NULL;
+            if (!cut || !pl->by_value[r])
+                loc[r] = kf_load(pl, ws, r, runs, nruns);
+            for (int i = 0; cut && pl->by_value[r] && i < pc.n; i++)
+                val[r][i] = kf_value(pl, r, pc.at[i].f);
+        }
         if (k == pl->n_instr || !pl->live[pl->n_in + k])
             continue;
         const kern_fused_instr *ins = &p->instr[k];
@@ -117,6 +185,11 @@ void cai_kern_fused_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs,
             dst = o->dst + kf_seek(pl, o, runs[0].f, &j, idx) * o->isz;
         } else {
             dst = kf_slot(pl, ws, pl->slot[d]);
+        }
+        if (cut && pl->sfn[k]) {
+            kf_by_value(pl, k, &pc, val[pl->s_reg[k]], dst, loc[pl->s_other[k]]);
+            loc[d] = dst;
+            continue;
         }
         const int reg[3] = {ins->a, ins->b, ins->c};
         const void *arg[3] = {NULL, NULL, NULL};
