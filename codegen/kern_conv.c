@@ -68,8 +68,8 @@ static int64_t conv_grain(const kern_conv_geom *g) {
 /* Whether the AVX-512 loops (kern_conv_avx512.c) take a geometry whose rows of `width`
  * entries (im2col's output rows, col2im's image rows) have unit element stride (`unit`). */
 static bool conv_rows_in_vector(kern_dtype dt, const kern_conv_geom *g, int64_t width, bool unit) {
-    int64_t lanes = dt == KERN_F32 ? 16 : 8;
-    return cai_kern_isa() == KERN_ISA_AVX512 && unit && g->sw == 1 && width <= lanes &&
+    int64_t lanes = dt == KERN_F32 ? 16 : 8; /* a row is one or two vectors */
+    return cai_kern_isa() == KERN_ISA_AVX512 && unit && g->sw == 1 && width <= 2 * lanes &&
            g->kw <= CONV_VEC_KW;
 }
 
@@ -82,7 +82,9 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     conv_job j = {g, x, xs, cols, cs, NULL};
     bool f32 = dt == KERN_F32;
     kern_range_fn fn = f32 ? im2col_range_f32 : im2col_range_f64;
-    if (conv_rows_in_vector(dt, g, g->ow, xs[3] == 1))
+    /* where a kernel row's taps are one block copy (im2col_rows_at_once), that is faster */
+    bool blocks = g->sh == 1 && g->ow == g->w && xs[2] == g->w;
+    if (!blocks && conv_rows_in_vector(dt, g, g->ow, xs[3] == 1))
         fn = f32 ? cai_im2col_range_avx512_f32 : cai_im2col_range_avx512_f64;
     cai_kern_parallel_for(g->n * g->c, conv_grain(g), fn, &j);
     return 0;

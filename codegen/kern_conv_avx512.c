@@ -4,12 +4,13 @@
  * A small image's rows (LeNet's second convolution: 14 wide in, 10 out) are shorter than a
  * vector. The baseline loops copy (im2col) or add (col2im) them a few entries at a time,
  * and col2im's adds of one tap's row onto the next tap's, one column over, wait on each
- * other's stores. Here a row is one masked load and one masked store: the mask keeps the
- * lanes that read padding at zero and the lanes past the row untouched, and lets a load
- * start before its row (the lanes there are never read). col2im keeps four image rows in
- * registers and adds every tap's contribution to them in the baseline's (ki, kj) order,
- * with a masked-off lane adding +0, which leaves a sum that starts at +0 unchanged: the
- * same bits as the baseline.
+ * other's stores. Here a row of up to two vectors (a 28- or 32-pixel image's, in floats)
+ * is one masked load and one masked store per vector: the mask keeps the lanes that read
+ * padding at zero and the lanes past the row untouched, and lets a load start before its
+ * row (the lanes there are never read). col2im keeps four vectors of image rows in
+ * registers (four rows of one vector or two of two) and adds every tap's contribution to
+ * them in the baseline's (ki, kj) order, with a masked-off lane adding +0, which leaves a
+ * sum that starts at +0 unchanged: the same bits as the baseline.
  */
 #if !defined(__AVX512F__)
 // cppcheck-suppress preprocessorErrorDirective ; lint runs without the per-file -m flags
@@ -21,9 +22,12 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#define CONV_ROWS 4 /* image rows col2im sums at once: independent chains of adds */
+#define CONV_ROWS     4 /* vectors col2im sums at once: independent chains of adds */
+#define CONV_MAX_VECS 2 /* vectors per row, at most */
+/* Inlined where called with a constant vector count, so each count gets its own loop. */
+#define CONV_INLINE inline __attribute__((always_inline))
 
-/* The lanes [lo, hi) of a mask, 0 <= lo <= hi <= 16. */
+/* The lanes [lo, hi) of a mask, 0 <= lo < hi <= 16. */
 static inline uint32_t lanes(int64_t lo, int64_t hi) {
     return ((1u << hi) - 1u) & ~((1u << lo) - 1u);
 }

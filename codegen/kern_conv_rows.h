@@ -47,11 +47,11 @@ static inline void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64
 }
 
 /* The AVX-512 loops (kern_conv_avx512.c), at unit column stride over rows of unit element
- * stride, for images narrow enough that a row fits one vector (16 floats, 8 doubles): for
- * im2col an output row (ow), for col2im an image row (w). One masked load and store per
- * row, where the baseline loops copy or add a short row entry by entry; col2im sums each
- * image row in registers, in the baseline's order: the same bits. Ranges of (image,
- * channel) planes, as kern_range_fn. */
+ * stride, for images narrow enough that a row fits two vectors (32 floats, 16 doubles): for
+ * im2col an output row (ow), for col2im an image row (w). Masked loads and stores per row,
+ * where the baseline loops copy or add a short row entry by entry; col2im sums image rows
+ * in registers, in the baseline's order: the same bits. Ranges of (image, channel) planes,
+ * as kern_range_fn. */
 #define CONV_VEC_KW 32 /* col2im's kernel columns, at most */
 void cai_im2col_range_avx512_f32(void *job, int64_t begin, int64_t end);
 void cai_im2col_range_avx512_f64(void *job, int64_t begin, int64_t end);

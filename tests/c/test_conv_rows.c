@@ -3,7 +3,7 @@
  * time, give the baseline loops' bits (codegen/kern_conv.inc): over paddings, strides,
  * dilations, groups, flipped taps, the batch-inner column layout, columns with gaps between
  * rows (which must stay untouched), images with NaN, infinities and signed zeros, and
- * widths up to one past a vector's lanes.
+ * widths up to one past two vectors' lanes (rows of one vector, of two, and too wide).
  */
 #include "testutil.h"
 
@@ -30,24 +30,26 @@ static int64_t pick(uint64_t *s, int64_t lo, int64_t hi) {
     return lo + (int64_t)(next(s) % (uint64_t)(hi - lo + 1));
 }
 
-/* A geometry with a narrow image (at most lanes + 1 wide) and an output that exists. */
+/* A geometry with a narrow image (at most two vectors of lanes + 1 wide, half of them at
+ * most one vector + 1) and an output that exists. */
 static rows_case draw_case(uint64_t *s, int64_t lanes) {
     for (;;) {
-        kern_conv_geom g = {.n = pick(s, 1, 3),
-                            .groups = pick(s, 1, 2),
-                            .h = pick(s, 1, 9),
-                            .w = pick(s, 1, lanes + 1),
-                            .kh = pick(s, 1, 4),
-                            .kw = pick(s, 1, 5),
-                            .sh = pick(s, 1, 2),
-                            .sw = 1,
-                            .ph = pick(s, 0, 2),
-                            .pw = pick(s, 0, 3),
-                            .dh = pick(s, 1, 2),
-                            .dw = pick(s, 1, 2),
-                            .ph_end = pick(s, 0, 2),
-                            .pw_end = pick(s, 0, 3),
-                            .flip = next(s) & 1};
+        kern_conv_geom g = {.sw = 1}; /* drawn one by one: the order of the draws is fixed */
+        int64_t widest = (next(s) & 1 ? 2 : 1) * lanes + 1;
+        g.n = pick(s, 1, 3);
+        g.groups = pick(s, 1, 2);
+        g.h = pick(s, 1, 9);
+        g.w = pick(s, 1, widest);
+        g.kh = pick(s, 1, 4);
+        g.kw = pick(s, 1, 5);
+        g.sh = pick(s, 1, 2);
+        g.ph = pick(s, 0, 2);
+        g.pw = pick(s, 0, 3);
+        g.dh = pick(s, 1, 2);
+        g.dw = pick(s, 1, 2);
+        g.ph_end = pick(s, 0, 2);
+        g.pw_end = pick(s, 0, 3);
+        g.flip = next(s) & 1;
         g.c = g.groups * pick(s, 1, 2);
         g.oh = cai_kern_conv_out_size(g.h, g.kh, g.sh, g.ph + g.ph_end, g.dh);
         g.ow = cai_kern_conv_out_size(g.w, g.kw, g.sw, g.pw + g.pw_end, g.dw);
