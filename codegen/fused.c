@@ -308,12 +308,16 @@ static bool kf_row_constant(const kf_plan *pl, int r) {
 
 /* Which row-constant inputs are read by value (kf_plan.by_value): those whose every live
  * reader has a scalar form with it as the scalar and reads an array (no other row-constant
- * input) as its other operand. */
+ * input) as its other operand, and that are not themselves an output (stored from their
+ * loaded values). */
 static void kf_pick_by_value(kf_plan *pl) {
     const kern_fused_prog *p = pl->p;
     pl->n_by_value = 0;
     for (int r = 0; r < pl->n_in; r++)
         pl->by_value[r] = kf_row_constant(pl, r);
+    for (int k = 0; k < pl->n_out; k++)
+        if (p->out_reg[k] < pl->n_in)
+            pl->by_value[p->out_reg[k]] = false;
     for (int k = 0; k < pl->n_instr; k++) {
         if (!pl->live[pl->n_in + k])
             continue;

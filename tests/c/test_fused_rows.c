@@ -160,3 +160,34 @@ Test(fused_rows, row_constant_inputs_by_value_give_the_same_bits) {
     cai_kern_set_num_threads(threads);
     cai_kern_isa_set(isa);
 }
+
+/* A row-constant input that is also an output is stored from its loaded values, so it is
+ * read as an array: the program x - s, s. */
+Test(fused_rows, an_input_that_is_an_output_stays_an_array) {
+    kern_dtype dt = KERN_F32;
+    fr_case c = {{3, 4, 100}};
+    int64_t n = 3 * 4 * 100, cst[3] = {400, 100, 1};
+    void *x = fr_fill(dt, n), *s = fr_fill(dt, 12);
+    float *full = malloc(sizeof(float) * (size_t)n), *got[2], *want[2];
+    cr_assert_not_null(full);
+    for (int64_t i = 0; i < n; i++)
+        full[i] = ((float *)s)[i / 100];
+    kern_fused_prog p = {.n_inputs = 2, .n_outputs = 2, .in_dt = {dt, dt}};
+    p.out_reg[0] = (uint8_t)fr_ins(&p, KPW_SUB, 0, 1, 1.0);
+    p.out_reg[1] = 1;
+    kern_src by[2] = {{x, {400, 100, 1}}, {s, {4, 1, 0}}},
+             mat[2] = {{x, {400, 100, 1}}, {full, {400, 100, 1}}};
+    for (int k = 0; k < 2; k++) {
+        got[k] = malloc(sizeof(float) * (size_t)n);
+        want[k] = malloc(sizeof(float) * (size_t)n);
+        cr_assert(got[k] && want[k]);
+    }
+    const int64_t *ost[2] = {cst, cst};
+    cr_assert_eq(cai_kern_fused_run(&p, dt, 3, c.shape, by, (void *const *)got, ost), 0);
+    cr_assert_eq(cai_kern_fused_run(&p, dt, 3, c.shape, mat, (void *const *)want, ost), 0);
+    fr_same(dt, got[0], want[0], n, "x - s", &c);
+    fr_same(dt, got[1], want[1], n, "s", &c);
+    for (int k = 0; k < 2; k++)
+        free(got[k]), free(want[k]);
+    free(x), free(s), free(full);
+}
