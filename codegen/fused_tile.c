@@ -107,36 +107,55 @@ static const char *kf_load(const kf_plan *pl, const kf_ws *ws, int r, const kf_r
 typedef struct {
     int n;
     kf_run at[KF_PIECES];
+    int64_t row[KF_PIECES]; /* the row each piece lies in */
 } kf_pieces;
 
 /* The tile's runs cut at row ends into p; false when there are too many pieces. */
 static bool kf_cut_rows(const kf_plan *pl, const kf_run *runs, int nruns, kf_pieces *p) {
     int64_t L = pl->shape[pl->nd - 1];
     p->n = 0;
-    for (int i = 0; i < nruns; i++)
-        for (int64_t f = runs[i].f, end = runs[i].f + runs[i].n; f < end;) {
-            int64_t stop = (f / L + 1) * L < end ? (f / L + 1) * L : end;
+    for (int i = 0; i < nruns; i++) {
+        int64_t f = runs[i].f, end = runs[i].f + runs[i].n, row = f / L;
+        for (; f < end; row++) {
+            int64_t stop = (row + 1) * L < end ? (row + 1) * L : end;
             if (p->n == KF_PIECES)
                 return false;
+            p->row[p->n] = row;
             p->at[p->n++] = (kf_run){f, stop - f};
             f = stop;
         }
+    }
     return true;
 }
 
-/* Input r's value at flat index f, as the scalar forms take it. */
-static double kf_value(const kf_plan *pl, int r, int64_t f) {
+/* Input r's value in each piece, as the scalar forms take it: one seek, then row by row
+ * (a division per dim for every piece cost as much as a 64-entry row's work). */
+static void kf_values(const kf_plan *pl, int r, const kf_pieces *pc, double *val) {
     const kf_opnd *o = &pl->op[r];
-    int64_t j, idx[KERN_MAX_DIMS];
-    const char *at = o->src + kf_seek(pl, o, f, &j, idx) * o->isz;
-    if (pl->dt == KERN_F32) {
-        float v;
-        memcpy(&v, at, sizeof v);
-        return v;
+    int nd = pl->nd;
+    int64_t j, idx[KERN_MAX_DIMS], off = 0;
+    for (int i = 0; i < pc->n; i++) {
+        if (i == 0 || pc->row[i] != pc->row[i - 1] + 1) {
+            off = kf_seek(pl, o, pc->at[i].f, &j, idx);
+        } else { /* the next row: step the outer index, as a walk does */
+            for (int d = nd - 2; d >= 0; d--) {
+                if (++idx[d] < pl->shape[d]) {
+                    off += o->str[d];
+                    break;
+                }
+                off -= (pl->shape[d] - 1) * o->str[d];
+                idx[d] = 0;
+            }
+        }
+        const char *p = o->src + off * o->isz;
+        if (pl->dt == KERN_F32) {
+            float v;
+            memcpy(&v, p, sizeof v);
+            val[i] = v;
+        } else {
+            memcpy(&val[i], p, sizeof val[i]);
+        }
     }
-    double v;
-    memcpy(&v, at, sizeof v);
-    return v;
 }
 
 static atomic_uint_fast64_t kf_value_tiles;
@@ -171,8 +190,8 @@ void cai_kern_fused_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs,
             loc[r] = NULL;
             if (!cut || !pl->by_value[r])
                 loc[r] = kf_load(pl, ws, r, runs, nruns);
-            for (int i = 0; cut && pl->by_value[r] && i < pc.n; i++)
-                val[r][i] = kf_value(pl, r, pc.at[i].f);
+            if (cut && pl->by_value[r])
+                kf_values(pl, r, &pc, val[r]);
         }
         if (k == pl->n_instr || !pl->live[pl->n_in + k])
             continue;
