@@ -1,5 +1,5 @@
 /* kern_conv_rows.h - what im2col and col2im's loops share (kern_conv.c, the baseline
- * loops for any geometry, and kern_conv_avx512.c, one vector per row for narrow images):
+ * loops for any geometry, and kern_conv_avx512.c, one or two vectors a row for narrow images):
  * the job, where a plane's rows sit in the columns, and which output columns read the
  * image.
  */
