@@ -92,9 +92,9 @@ int cai_kern_fused_run_memo(const kern_fused_prog *p, kern_dtype dt, int ndim, c
 size_t cai_kern_fused_scratch_bytes(const kern_fused_prog *p, kern_dtype dt, int ndim,
                                     const int64_t *shape, int red, uint32_t rmask);
 
-/* Tiles run so far whose row-constant inputs were read by value (fused_internal.h,
- * kf_plan.by_value): for tests. */
-uint64_t cai_kern_fused_value_tiles(void);
+/* Whether a tile has read a row-constant input by value (fused_internal.h,
+ * kf_plan.by_value) since the last call with clear set: for tests. */
+bool cai_kern_fused_values_read(bool clear);
 
 /* Whether an instruction may use op in dtype dt (the fusion pass asks before fusing). */
 bool cai_kern_fused_supports(kern_pw_op op, kern_dtype dt);

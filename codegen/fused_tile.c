@@ -158,10 +158,13 @@ static void kf_values(const kf_plan *pl, int r, const kf_pieces *pc, double *val
     }
 }
 
-static atomic_uint_fast64_t kf_value_tiles;
+/* Set by the tiles, read by tests: written only while clear, so the tiles of a run, on
+ * every thread, only read it (a count per tile would bounce its cache line between them). */
+static atomic_bool kf_values_read;
 
-uint64_t cai_kern_fused_value_tiles(void) {
-    return atomic_load_explicit(&kf_value_tiles, memory_order_relaxed);
+bool cai_kern_fused_values_read(bool clear) {
+    return clear ? atomic_exchange_explicit(&kf_values_read, false, memory_order_relaxed)
+                 : atomic_load_explicit(&kf_values_read, memory_order_relaxed);
 }
 
 /* Instruction k, which reads a by-value input, piece by piece through its scalar form. */
@@ -180,8 +183,8 @@ void cai_kern_fused_eval(const kf_plan *pl, const kf_ws *ws, const kf_run *runs,
     kf_pieces pc;
     pc.n = 0; /* (a full initialiser would clear all the pieces, per tile) */
     bool cut = pl->n_by_value > 0 && kf_cut_rows(pl, runs, nruns, &pc);
-    if (cut)
-        atomic_fetch_add_explicit(&kf_value_tiles, 1, memory_order_relaxed);
+    if (cut && !atomic_load_explicit(&kf_values_read, memory_order_relaxed))
+        atomic_store_explicit(&kf_values_read, true, memory_order_relaxed);
     double val[KERN_FUSED_MAX_INPUTS][KF_PIECES]; /* by-value inputs, per piece */
     int li = 0;
     for (int k = 0; k <= pl->n_instr; k++) {

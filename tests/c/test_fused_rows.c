@@ -119,10 +119,10 @@ static void fr_check(kern_dtype dt, const fr_case *c, bool expect_by_value) {
     void *r0 = malloc((size_t)(rows * es)), *r1 = malloc((size_t)(rows * es));
     cr_assert(y0 && y1 && r0 && r1);
     const int64_t *ost[1] = {cst};
-    uint64_t before = cai_kern_fused_value_tiles();
+    cai_kern_fused_values_read(true);
     cr_assert_eq(cai_kern_fused_run(&p, dt, 3, c->shape, by, &y0, ost), 0);
     cr_assert_eq(cai_kern_fused_reduce(&p, dt, 3, c->shape, by, KRED_SUM, 1u << 2, r0), 0);
-    bool took = cai_kern_fused_value_tiles() > before;
+    bool took = cai_kern_fused_values_read(false);
     cr_assert_eq(took, expect_by_value, "shape [%lld, %lld, %lld] f%d: read by value %d",
                  (long long)c->shape[0], (long long)c->shape[1], (long long)c->shape[2],
                  dt == KERN_F32 ? 32 : 64, took);
