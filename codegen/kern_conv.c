@@ -65,12 +65,25 @@ static int64_t conv_grain(const kern_conv_geom *g) {
     return per >= KERN_GRAIN ? 1 : KERN_GRAIN / (per > 0 ? per : 1);
 }
 
-/* Whether the AVX-512 loops (kern_conv_avx512.c) take a geometry whose rows of `width`
- * entries (im2col's output rows, col2im's image rows) have unit element stride (`unit`). */
-static bool conv_rows_in_vector(kern_dtype dt, const kern_conv_geom *g, int64_t width, bool unit) {
-    int64_t lanes = dt == KERN_F32 ? 16 : 8; /* a row is one or two vectors */
-    return cai_kern_isa() == KERN_ISA_AVX512 && unit && g->sw == 1 && width <= 2 * lanes &&
-           g->kw <= CONV_VEC_KW;
+/* The vector loops of an ISA and dtype (kern_conv_vec.inc); NULL where the baseline's is
+ * faster. */
+typedef struct {
+    kern_range_fn im2col, col2im;
+} conv_rows_fns;
+
+/* The vector loops that take a geometry whose rows of `width` entries (im2col's output
+ * rows, col2im's image rows) have unit element stride (`unit`), or NULL. */
+static const conv_rows_fns *conv_rows_in_vector(kern_dtype dt, const kern_conv_geom *g,
+                                                int64_t width, bool unit) {
+    static const conv_rows_fns fns[2][2] = {
+        {{NULL, cai_col2im_range_avx2_f32}, {NULL, cai_col2im_range_avx2_f64}},
+        {{cai_im2col_range_avx512_f32, cai_col2im_range_avx512_f32},
+         {cai_im2col_range_avx512_f64, cai_col2im_range_avx512_f64}}};
+    kern_isa_level isa = cai_kern_isa();
+    if (isa < KERN_ISA_AVX2 || !unit || g->sw != 1 || g->kw > CONV_VEC_KW ||
+        width * (int64_t)cai_kern_dtype_size(dt) > CONV_ROW_BYTES)
+        return NULL;
+    return &fns[isa == KERN_ISA_AVX512][dt == KERN_F64];
 }
 
 int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const int64_t *xs,
@@ -84,8 +97,9 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     kern_range_fn fn = f32 ? im2col_range_f32 : im2col_range_f64;
     /* where a kernel row's taps are one block copy (im2col_rows_at_once), that is faster */
     bool blocks = g->sh == 1 && g->ow == g->w && xs[2] == g->w;
-    if (!blocks && conv_rows_in_vector(dt, g, g->ow, xs[3] == 1))
-        fn = f32 ? cai_im2col_range_avx512_f32 : cai_im2col_range_avx512_f64;
+    const conv_rows_fns *vec = blocks ? NULL : conv_rows_in_vector(dt, g, g->ow, xs[3] == 1);
+    if (vec && vec->im2col)
+        fn = vec->im2col;
     cai_kern_parallel_for(g->n * g->c, conv_grain(g), fn, &j);
     return 0;
 }
@@ -99,8 +113,9 @@ int cai_kern_col2im(kern_dtype dt, const kern_conv_geom *g, const void *cols, co
     conv_job j = {g, cols, cs, out, NULL, cai_kern_pw_kernel(KPW_ADD, dt)};
     bool f32 = dt == KERN_F32;
     kern_range_fn fn = f32 ? col2im_range_f32 : col2im_range_f64;
-    if (conv_rows_in_vector(dt, g, g->w, cs[3] == 1))
-        fn = f32 ? cai_col2im_range_avx512_f32 : cai_col2im_range_avx512_f64;
+    const conv_rows_fns *vec = conv_rows_in_vector(dt, g, g->w, cs[3] == 1);
+    if (vec)
+        fn = vec->col2im;
     cai_kern_parallel_for(g->n * g->c, conv_grain(g), fn, &j);
     return 0;
 }

@@ -1,5 +1,6 @@
-/* kern_conv_avx512.c - im2col and col2im for narrow images, built with -mavx512f -mavx512dq
- * -mavx512vl -mavx512bw for CPUs that have it (kern_conv.c picks by cai_kern_isa()).
+/* kern_conv_avx512.c - im2col and col2im for narrow images (kern_conv_vec.inc), built with
+ * -mavx512f -mavx512dq -mavx512vl -mavx512bw for CPUs that have it (kern_conv.c picks by
+ * cai_kern_isa()).
  *
  * A small image's rows (LeNet's second convolution: 14 wide in, 10 out) are shorter than a
  * vector. The baseline loops copy (im2col) or add (col2im) them a few entries at a time,
@@ -22,48 +23,42 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#define CONV_ROWS     4 /* vectors col2im sums at once: independent chains of adds */
 #define CONV_MAX_VECS 2 /* vectors per row, at most */
-/* Inlined where called with a constant vector count, so each count gets its own loop. */
-#define CONV_INLINE inline __attribute__((always_inline))
+#define CONV_IM2COL   1
 
 /* The lanes [lo, hi) of a mask, 0 <= lo < hi <= 16. */
 static inline uint32_t lanes(int64_t lo, int64_t hi) {
     return ((1u << hi) - 1u) & ~((1u << lo) - 1u);
 }
 
-/* p + k for a k that may point before p's row: the lanes there are masked off and never
- * read, but the address must still be formed without C's pointer arithmetic rules. */
-static inline const void *shifted(const void *p, int64_t k, size_t es) {
-    return (const void *)((uintptr_t)p + (uintptr_t)(k * (int64_t)es));
-}
+#define CONV_MAND(a, b) ((a) & (b))
 
-#define CONV_T        float
-#define CONV_FN(name) name##_f32
-#define CONV_VEC      __m512
-#define CONV_MASK     __mmask16
-#define CONV_LANES    16
-#define CONV_LOADZ    _mm512_maskz_loadu_ps
-#define CONV_STORE    _mm512_mask_storeu_ps
-#define CONV_ADD      _mm512_add_ps
-#define CONV_ZERO     _mm512_setzero_ps
-#include "kern_conv_avx512.inc"
-#undef CONV_T
-#undef CONV_FN
-#undef CONV_VEC
+#define CONV_T           float
+#define CONV_FN(name)    name##_avx512_f32
+#define CONV_VEC         __m512
+#define CONV_MASK        __mmask16
+#define CONV_LANES       16
+#define CONV_LOADZ       _mm512_maskz_loadu_ps
+#define CONV_STORE       _mm512_mask_storeu_ps
+#define CONV_ADD         _mm512_add_ps
+#define CONV_ZERO        _mm512_setzero_ps
+#define CONV_RANGE(l, h) ((__mmask16)lanes(l, h))
+#define CONV_MALL        ((__mmask16)0xffffu)
+#define CONV_MNONE       ((__mmask16)0)
+#include "kern_conv_vec.inc"
 #undef CONV_MASK
-#undef CONV_LANES
-#undef CONV_LOADZ
-#undef CONV_STORE
-#undef CONV_ADD
-#undef CONV_ZERO
-#define CONV_T        double
-#define CONV_FN(name) name##_f64
-#define CONV_VEC      __m512d
-#define CONV_MASK     __mmask8
-#define CONV_LANES    8
-#define CONV_LOADZ    _mm512_maskz_loadu_pd
-#define CONV_STORE    _mm512_mask_storeu_pd
-#define CONV_ADD      _mm512_add_pd
-#define CONV_ZERO     _mm512_setzero_pd
-#include "kern_conv_avx512.inc"
+#undef CONV_MALL
+#undef CONV_MNONE
+#define CONV_T           double
+#define CONV_FN(name)    name##_avx512_f64
+#define CONV_VEC         __m512d
+#define CONV_MASK        __mmask8
+#define CONV_LANES       8
+#define CONV_LOADZ       _mm512_maskz_loadu_pd
+#define CONV_STORE       _mm512_mask_storeu_pd
+#define CONV_ADD         _mm512_add_pd
+#define CONV_ZERO        _mm512_setzero_pd
+#define CONV_RANGE(l, h) ((__mmask8)lanes(l, h))
+#define CONV_MALL        ((__mmask8)0xffu)
+#define CONV_MNONE       ((__mmask8)0)
+#include "kern_conv_vec.inc"

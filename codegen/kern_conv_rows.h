@@ -1,5 +1,5 @@
 /* kern_conv_rows.h - what im2col and col2im's loops share (kern_conv.c, the baseline
- * loops for any geometry, and kern_conv_avx512.c, one or two vectors a row for narrow images):
+ * loops for any geometry, and kern_conv_vec.inc, a few vectors a row for narrow images):
  * the job, where a plane's rows sit in the columns, and which output columns read the
  * image.
  */
@@ -46,16 +46,30 @@ static inline void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64
         *hi = *lo;
 }
 
-/* The AVX-512 loops (kern_conv_avx512.c), at unit column stride over rows of unit element
- * stride, for images narrow enough that a row fits two vectors (32 floats, 16 doubles): for
- * im2col an output row (ow), for col2im an image row (w). Masked loads and stores per row,
- * where the baseline loops copy or add a short row entry by entry; col2im sums image rows
- * in registers, in the baseline's order: the same bits. Ranges of (image, channel) planes,
- * as kern_range_fn. */
-#define CONV_VEC_KW 32 /* col2im's kernel columns, at most */
+/* The vector loops (kern_conv_vec.inc, built as kern_conv_avx512.c and kern_conv_avx2.c,
+ * which has col2im alone), at unit column stride over rows of unit element stride, for images
+ * narrow enough that a row fits CONV_ROW_BYTES (32 floats, 16 doubles: two AVX-512 vectors or four
+ * AVX2 ones): for im2col an output row (ow), for col2im an image row (w). Masked loads and stores
+ * per row, where the baseline loops copy or add a short row entry by entry; col2im sums image rows
+ * in registers, in the baseline's order: the same bits. Ranges of (image, channel) planes, as
+ * kern_range_fn. */
+#define CONV_ROW_BYTES 128
+#define CONV_VEC_KW    32 /* col2im's kernel columns, at most */
+#define CONV_ROWS      4  /* vectors col2im sums at once: independent chains of adds */
+/* Inlined where called with a constant vector count, so each count gets its own loop. */
+#define CONV_INLINE inline __attribute__((always_inline))
+
+/* p + k for a k that may point before p's row: the lanes there are masked off and never
+ * read, but the address must still be formed without C's pointer arithmetic rules. */
+static inline const void *shifted(const void *p, int64_t k, size_t es) {
+    return (const void *)((uintptr_t)p + (uintptr_t)(k * (int64_t)es));
+}
+
 void cai_im2col_range_avx512_f32(void *job, int64_t begin, int64_t end);
 void cai_im2col_range_avx512_f64(void *job, int64_t begin, int64_t end);
 void cai_col2im_range_avx512_f32(void *job, int64_t begin, int64_t end);
 void cai_col2im_range_avx512_f64(void *job, int64_t begin, int64_t end);
+void cai_col2im_range_avx2_f32(void *job, int64_t begin, int64_t end);
+void cai_col2im_range_avx2_f64(void *job, int64_t begin, int64_t end);
 
 #endif

@@ -1,9 +1,10 @@
 /* test_conv_rows.c - Criterion suite `conv_rows`: im2col and col2im for narrow images,
- * whose rows the AVX-512 build (codegen/kern_conv_avx512.c) moves one masked vector at a
- * time, give the baseline loops' bits (codegen/kern_conv.inc): over paddings, strides,
- * dilations, groups, flipped taps, the batch-inner column layout, columns with gaps between
- * rows (which must stay untouched), images with NaN, infinities and signed zeros, and
- * widths up to one past two vectors' lanes (rows of one vector, of two, and too wide).
+ * whose rows the vector builds (codegen/kern_conv_vec.inc: AVX-512's im2col and col2im,
+ * AVX2's col2im) move a few masked vectors at a time, give the baseline loops' bits
+ * (codegen/kern_conv.inc): over paddings, strides, dilations, groups, flipped taps, the
+ * batch-inner column layout, columns with gaps between rows (which must stay untouched),
+ * images with NaN, infinities and signed zeros, and widths up to one past two AVX-512
+ * vectors' lanes (rows of one, two and four AVX2 vectors, and too wide).
  */
 #include "testutil.h"
 
