@@ -65,8 +65,7 @@ static int64_t conv_grain(const kern_conv_geom *g) {
     return per >= KERN_GRAIN ? 1 : KERN_GRAIN / (per > 0 ? per : 1);
 }
 
-/* The vector loops of an ISA and dtype (kern_conv_vec.inc); NULL where the baseline's is
- * faster. */
+/* The vector loops of an ISA and dtype (kern_conv_vec.inc). */
 typedef struct {
     kern_range_fn im2col, col2im;
 } conv_rows_fns;
@@ -76,7 +75,8 @@ typedef struct {
 static const conv_rows_fns *conv_rows_in_vector(kern_dtype dt, const kern_conv_geom *g,
                                                 int64_t width, bool unit) {
     static const conv_rows_fns fns[2][2] = {
-        {{NULL, cai_col2im_range_avx2_f32}, {NULL, cai_col2im_range_avx2_f64}},
+        {{cai_im2col_range_avx2_f32, cai_col2im_range_avx2_f32},
+         {cai_im2col_range_avx2_f64, cai_col2im_range_avx2_f64}},
         {{cai_im2col_range_avx512_f32, cai_col2im_range_avx512_f32},
          {cai_im2col_range_avx512_f64, cai_col2im_range_avx512_f64}}};
     kern_isa_level isa = cai_kern_isa();
@@ -98,7 +98,7 @@ int cai_kern_im2col(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     /* where a kernel row's taps are one block copy (im2col_rows_at_once), that is faster */
     bool blocks = g->sh == 1 && g->ow == g->w && xs[2] == g->w;
     const conv_rows_fns *vec = blocks ? NULL : conv_rows_in_vector(dt, g, g->ow, xs[3] == 1);
-    if (vec && vec->im2col)
+    if (vec)
         fn = vec->im2col;
     cai_kern_parallel_for(g->n * g->c, conv_grain(g), fn, &j);
     return 0;

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #define CONV_MAX_VECS 2 /* vectors per row, at most */
-#define CONV_IM2COL   1
+#define CONV_SPILL    0 /* masked stores are as fast as whole ones */
 
 /* The lanes [lo, hi) of a mask, 0 <= lo < hi <= 16. */
 static inline uint32_t lanes(int64_t lo, int64_t hi) {
@@ -40,6 +40,7 @@ static inline uint32_t lanes(int64_t lo, int64_t hi) {
 #define CONV_LANES       16
 #define CONV_LOADZ       _mm512_maskz_loadu_ps
 #define CONV_STORE       _mm512_mask_storeu_ps
+#define CONV_STOREU      _mm512_storeu_ps
 #define CONV_ADD         _mm512_add_ps
 #define CONV_ZERO        _mm512_setzero_ps
 #define CONV_RANGE(l, h) ((__mmask16)lanes(l, h))
@@ -56,6 +57,7 @@ static inline uint32_t lanes(int64_t lo, int64_t hi) {
 #define CONV_LANES       8
 #define CONV_LOADZ       _mm512_maskz_loadu_pd
 #define CONV_STORE       _mm512_mask_storeu_pd
+#define CONV_STOREU      _mm512_storeu_pd
 #define CONV_ADD         _mm512_add_pd
 #define CONV_ZERO        _mm512_setzero_pd
 #define CONV_RANGE(l, h) ((__mmask8)lanes(l, h))

@@ -46,8 +46,8 @@ static inline void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64
         *hi = *lo;
 }
 
-/* The vector loops (kern_conv_vec.inc, built as kern_conv_avx512.c and kern_conv_avx2.c,
- * which has col2im alone), at unit column stride over rows of unit element stride, for images
+/* The vector loops (kern_conv_vec.inc, built as kern_conv_avx512.c and kern_conv_avx2.c),
+ * at unit column stride over rows of unit element stride, for images
  * narrow enough that a row fits CONV_ROW_BYTES (32 floats, 16 doubles: two AVX-512 vectors or four
  * AVX2 ones): for im2col an output row (ow), for col2im an image row (w). Masked loads and stores
  * per row, where the baseline loops copy or add a short row entry by entry; col2im sums image rows
@@ -69,6 +69,8 @@ void cai_im2col_range_avx512_f32(void *job, int64_t begin, int64_t end);
 void cai_im2col_range_avx512_f64(void *job, int64_t begin, int64_t end);
 void cai_col2im_range_avx512_f32(void *job, int64_t begin, int64_t end);
 void cai_col2im_range_avx512_f64(void *job, int64_t begin, int64_t end);
+void cai_im2col_range_avx2_f32(void *job, int64_t begin, int64_t end);
+void cai_im2col_range_avx2_f64(void *job, int64_t begin, int64_t end);
 void cai_col2im_range_avx2_f32(void *job, int64_t begin, int64_t end);
 void cai_col2im_range_avx2_f64(void *job, int64_t begin, int64_t end);
 
