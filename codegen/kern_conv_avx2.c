@@ -11,8 +11,8 @@
  * im2col stores whole vectors (CONV_SPILL), running past a row's end into the next row of
  * the same tap, which is written after it, and masks only where a vector would leave the
  * tap's block. On that Zen 3, 1 thread, baseline -> AVX2: im2col [32, 6, 14, 14] 5x5
- * 240 -> 164 µs, [32, 3, 32, 32] 5x5 460 -> 425 µs; col2im 293 -> 187 µs and 1036 -> 536
- * µs; [32, 1, 28, 28] 5x5 padding 2 col2im 305 -> 149 µs.
+ * 247 -> 181 µs, [32, 3, 32, 32] 5x5 455-470 -> 402 µs; col2im 301 -> 196 µs and 1030 ->
+ * 495 µs; [32, 1, 28, 28] 5x5 padding 2 col2im 308 -> 147 µs.
  */
 #if !defined(__AVX2__)
 // cppcheck-suppress preprocessorErrorDirective ; lint runs without the per-file -m flags

@@ -47,12 +47,12 @@ static inline void conv_valid_cols(const kern_conv_geom *g, int64_t first, int64
 }
 
 /* The vector loops (kern_conv_vec.inc, built as kern_conv_avx512.c and kern_conv_avx2.c),
- * at unit column stride over rows of unit element stride, for images
- * narrow enough that a row fits CONV_ROW_BYTES (32 floats, 16 doubles: two AVX-512 vectors or four
- * AVX2 ones): for im2col an output row (ow), for col2im an image row (w). Masked loads and stores
- * per row, where the baseline loops copy or add a short row entry by entry; col2im sums image rows
- * in registers, in the baseline's order: the same bits. Ranges of (image, channel) planes, as
- * kern_range_fn. */
+ * at unit column stride over rows of unit element stride, for images narrow enough that a
+ * row fits CONV_ROW_BYTES (32 floats, 16 doubles: two AVX-512 vectors or four AVX2 ones):
+ * for im2col an output row (ow), for col2im an image row (w). Masked loads and stores per
+ * row, where the baseline loops copy or add a short row entry by entry; col2im sums image
+ * rows in registers, in the baseline's order: the same bits. Ranges of (image, channel)
+ * planes, as kern_range_fn. */
 #define CONV_ROW_BYTES 128
 #define CONV_VEC_KW    32 /* col2im's kernel columns, at most */
 #define CONV_ROWS      4  /* vectors col2im sums at once: independent chains of adds */
