@@ -186,6 +186,22 @@ int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
         return -1;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || ldc > INT_MAX)
         return -1;
+    if (N == 1 && M > 1 && ldc == 1) {
+        /* A column vector C = op(A) op(B) is also the row vector C^T = op(B)^T op(A)^T,
+         * with the same memory. OpenBLAS hands either to a GEMV whose kernel sums in its
+         * own order (gemv_t blocks of partial sums, gemv_n one sum per entry), so the two
+         * orientations of one product could differ in their last bits: a compiled
+         * backward that folds a transpose into its GEMM would not match the eager one.
+         * Every vector output takes the row form. */
+        kern_mat t = A;
+        A = B;
+        B = t;
+        bool tt = transA;
+        transA = !transB;
+        transB = !tt;
+        N = M;
+        M = 1;
+    }
     if (M == 1 && ldc < N)
         ldc = N; /* one row: its stride is never used */
     if (ldc < N || ldc < 1)

@@ -481,7 +481,10 @@ def test_det_gradient_at_singular_matrices_is_the_adjugate(compiled):
     differences give. torch 2.13 returns zeros there for a rank n - 1 matrix (whose
     adjugate is not zero), so the reference here is the finite difference."""
     rank_one = np.outer([1.0, 2, 3], [2.0, -1, 1])
-    rank_two = rect(3, 2) @ noise(2, 3)
+    # rank n - 1 (row 3 is row 1 - row 2), with pivots and multipliers that are binary
+    # fractions: its elimination is exact, so det computes 0 with any LAPACK's kernels (a
+    # random rank-two product gave -2e-16 with OpenBLAS's Haswell kernels)
+    rank_two = np.array([[8.0, 1, 2], [4, 3, 1], [4, -2, 1]])
     assert np.linalg.det(rank_two) == 0.0
     a = np.stack([rank_one, rank_two, general(3, 3)])
     c = ca.tensor(a, requires_grad=True)
