@@ -1,11 +1,11 @@
 /* test_conv_rows.c - Criterion suite `conv_rows`: im2col and col2im for narrow images,
  * whose rows the vector builds (codegen/kern_conv_vec.inc, AVX-512 and AVX2) move a few
  * masked vectors at a time (AVX2's im2col whole vectors that run into the next row), give
- * the baseline loops' bits
- * (codegen/kern_conv.inc): over paddings, strides, dilations, groups, flipped taps, the
- * batch-inner column layout, columns with gaps between rows (which must stay untouched),
- * images with NaN, infinities and signed zeros, and widths up to one past two AVX-512
- * vectors' lanes (rows of one, two and four AVX2 vectors, and too wide).
+ * the baseline loops' bits (codegen/kern_conv.inc): over paddings, strides, dilations,
+ * groups, flipped taps, the batch-inner column layout, columns with gaps between rows
+ * (which must stay untouched), images with NaN, infinities and signed zeros, and widths up
+ * to one past two AVX-512 vectors' lanes (rows of one, two and four AVX2 vectors, and too
+ * wide).
  */
 #include "testutil.h"
 
