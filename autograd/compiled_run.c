@@ -10,6 +10,15 @@
 
 /* Once a compiled graph has timed its runs both ways: which it keeps, and why. */
 static void log_verdict(run_slot *s) {
+    if (cai_graph_plan_in_order_for_blas(s->plan)) {
+        s->verdict_logged = true;
+        fprintf(stderr,
+                "[compiled_autograd_verbose] graph runs in order on %d threads: a GEMM of it "
+                "goes whole to OpenBLAS's threads across the pool, which steps side by side "
+                "would hold\n",
+                ca_get_num_threads());
+        return;
+    }
     int64_t in_order, side;
     int runs;
     int v = cai_graph_plan_verdict(s->plan, &in_order, &side, &runs);

@@ -1,16 +1,19 @@
 /* kern_blas.c - which OpenBLAS runs the GEMMs, how it threads, and what it reports.
  *
  * One pool. OpenBLAS is told to use one thread at the first GEMM. With an OpenBLAS that
- * has the threads callback (0.3.27 and later), a big GEMM called where cagrad's pool is
- * free raises OpenBLAS's count to the pool's size for that one call, and OpenBLAS's jobs
- * run on the pool's threads through the callback: OpenBLAS splits the GEMM its own way,
- * sharing packed panels between threads. Without the callback, kern_gemm.c cuts big GEMMs
- * into tiles itself. Either way OpenBLAS's own threads never run.
+ * has the threads callback (0.3.27 and later), a big GEMM raises OpenBLAS's count to the
+ * pool's size for that one call, and OpenBLAS's jobs run on the pool's threads through the
+ * callback: OpenBLAS splits the GEMM its own way, sharing packed panels between threads.
+ * Without the callback, kern_gemm.c cuts big GEMMs into tiles itself. Either way
+ * OpenBLAS's own threads never run.
  *
  * OpenBLAS's threaded GEMM has its jobs wait on each other (each packs a panel the others
- * read), so they must all run at once, each on its own thread: cai_kern_gang. When the
- * pool cannot give that (another thread of the process holds it), the jobs run on threads
- * made for the call; that is a fallback for concurrent callers, never the common path.
+ * read), so they must all run at once, each on its own thread: cai_kern_gang, which waits
+ * for a pool that another thread's job holds. Where it cannot (called inside a pool job, or
+ * under a .grad lock, which must not wait), the jobs run on threads made for the call.
+ * That is a fallback, never the common path (the compiled plan runs such GEMMs in order,
+ * graph/plan_parallel.c), and it keeps the bits: tiles would round differently from the
+ * same call on a free pool.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -110,7 +113,7 @@ void cai_kern_blas_init(void) {
 
 bool cai_kern_blas_threads_gemm(double mnk) {
 #ifdef CAGRAD_BLAS_THREADS_CALLBACK
-    return mnk >= KERN_BLAS_THREADED_MNK && cai_kern_num_threads() > 1 && cai_kern_pool_free();
+    return mnk >= KERN_BLAS_THREADED_MNK && cai_kern_num_threads() > 1;
 #else
     (void)mnk;
     return false;

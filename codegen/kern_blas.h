@@ -35,9 +35,10 @@ char *openblas_get_corename(void);
  * to cagrad's pool. Idempotent and thread-safe; every GEMM calls it first. */
 void cai_kern_blas_init(void);
 
-/* Whether a GEMM of this size, called where the pool is free, should let OpenBLAS thread
- * it through the callback (it shares its packed panels across threads, which tiles
- * cannot); false with an OpenBLAS that has no callback. */
+/* Whether a GEMM of this size should let OpenBLAS thread it through the callback (it
+ * shares its packed panels across threads, which tiles cannot); false with an OpenBLAS
+ * that has no callback. The sizes and the thread count decide, never the pool's state, so
+ * the GEMM rounds the same way wherever it is called (cai_kern_gemm_blas_threaded). */
 bool cai_kern_blas_threads_gemm(double mnk);
 
 /* Around one cblas call that may thread: OpenBLAS's thread count is global, so it is raised

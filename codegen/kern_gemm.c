@@ -8,8 +8,15 @@
  * its threads callback hands its jobs to cagrad's pool. Otherwise cagrad's pool runs the
  * GEMMs in parallel itself: batches of small GEMMs side by side, an item each; a big GEMM
  * cut into tiles along its longer side of C (rows or columns, multiples of 16), one
- * single-threaded cblas call each. Neither OpenBLAS nor the tiles cut K, so every element
- * of C is the same sum in the same order as in one single-threaded call.
+ * single-threaded cblas call each. Neither cuts K, but OpenBLAS's kernels round an element
+ * by where it falls in their register blocks, and its threaded driver differently again:
+ * tiles, OpenBLAS's threads and one call can differ in the last bits. So which way a GEMM
+ * goes depends on the sizes and the thread count alone (cai_kern_gemm_blas_threaded), never
+ * on whether the pool is free, and a result is the same bits at a given thread count. (A
+ * GEMM for OpenBLAS's threads waits for a pool that another thread's job holds; inside a
+ * pool job, or under a .grad lock, where it must not wait, kern_blas.c runs OpenBLAS's
+ * jobs on threads made for the call. The compiled plan keeps such GEMMs out of its
+ * side-by-side runs, graph/plan_parallel.c.)
  */
 #include <limits.h>
 
@@ -18,6 +25,8 @@
 
 #define KERN_GEMM_SMALL      (64.0 * 64.0 * 64.0) /* below this M*N*K a tile is not worth it */
 #define KERN_GEMM_TILE_ALIGN 16                   /* tile edges, in rows or columns of C */
+#define KERN_GEMM_TILE_MIN   128 /* thinner tiles: OpenBLAS's threads instead, where it has them */
+#define KERN_GEMM_HUGE       (1024.0 * 1024.0 * 1024.0) /* M*N*K: OpenBLAS's threads always */
 
 typedef struct {
     const char *data; /* batch item 0 */
@@ -179,6 +188,22 @@ static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch) {
         }
 }
 
+/* OpenBLAS threads a lone GEMM itself, sharing its packed panels across the threads, where
+ * tiles would be thin: each tile packs the whole of the other operand again, a cost of
+ * about one part in the tile's length of its work, which tiles of 128 rows or columns or
+ * more keep small. Past KERN_GEMM_HUGE (w6's GEMMs) OpenBLAS threads it at any thread
+ * count, as measured on 16 cores. Tiles otherwise, which the compiled plan can run side by
+ * side with other steps (graph/plan_parallel.c runs a plan with a GEMM for OpenBLAS's
+ * threads in order): on 2 cores, w3's backward took 3.8 ms that way against 4.4 ms in order with
+ * its GEMMs on OpenBLAS's threads, and its eager backward 4.4 ms against 4.6 ms. */
+bool cai_kern_gemm_blas_threaded(int64_t batch, int64_t M, int64_t N, int64_t K) {
+    double mnk = (double)M * (double)N * (double)K;
+    if (batch != 1 || !cai_kern_blas_threads_gemm(mnk))
+        return false;
+    int64_t longer = M > N ? M : N, threads = cai_kern_num_threads();
+    return mnk >= KERN_GEMM_HUGE || (longer + threads - 1) / threads < KERN_GEMM_TILE_MIN;
+}
+
 int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                   kern_mat A, bool transA, kern_mat B, bool transB, double beta, void *C,
                   int64_t ldc, int64_t bsC) {
@@ -227,7 +252,7 @@ int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
     double mnk = (double)M * (double)N * (double)K;
     if (rc == 0)
         cai_kern_blas_init();
-    if (rc == 0 && batch == 1 && cai_kern_blas_threads_gemm(mnk)) {
+    if (rc == 0 && cai_kern_gemm_blas_threaded(batch, M, N, K)) {
         kern_gemm_tiles(&j, batch, 1); /* whole: OpenBLAS splits it on the pool */
         cai_kern_blas_threaded_begin();
         kern_gemm_range(&j, 0, 1);

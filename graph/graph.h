@@ -395,6 +395,10 @@ bool cai_graph_plan_ran_side_by_side(const graph_plan *p);
  * percent of in order's best: then in order, at once (plan_parallel.c) */
 #define PLAN_TUNE_GIVE_UP_RUNS 2
 #define PLAN_TUNE_GIVE_UP_PCT  125
+/* Whether the last run went in order because a GEMM of the plan, at its sizes, goes whole
+ * to OpenBLAS's threads across the pool, which steps side by side would hold (and which
+ * they could not run with the same bits). (plan_parallel.c) */
+bool cai_graph_plan_in_order_for_blas(const graph_plan *p);
 /* The chooser's verdict (plan_parallel.c): 1 side by side, 0 in order, -1 not made yet;
  * with the second-fastest of its timed runs each way, in ns, and how many runs it timed
  * each way (fewer than the usual when it gave side by side up early) (NULL: not wanted). */

@@ -287,6 +287,7 @@ struct graph_plan {
     int64_t tune_ns[2][PLAN_TUNE_RUNS];
     int8_t tune_pick;       /* -1 undecided, 0 one step at a time, 1 side by side */
     bool last_side_by_side; /* how the last run went */
+    bool blas_in_order;     /* the last run's sizes gave it a GEMM for OpenBLAS's threads */
     char err[256];
 };
 

@@ -12,7 +12,8 @@
  * both ways (PLAN_TUNE_RUNS each, alternating), keeps side by side only when it is at
  * least 5% faster, and times again when the thread count changes. It stops early, in
  * order, when side by side's best runs are far behind (PLAN_TUNE_GIVE_UP_*). CAGRAD_INTEROP=0 or 1
- * forces one way.
+ * forces one way, except that a plan with a GEMM that OpenBLAS threads across the whole pool
+ * always runs in order (plan_wants_blas_threads), so both ways give the same bits.
  *
  * Longest path first: each step's cost is guessed from its sizes (a GEMM's multiply-adds,
  * any other step's elements), and a step's priority is its cost plus its costliest chain of
@@ -68,14 +69,18 @@ static int64_t numel_of(const graph_plan *p, const graph_node *x) {
     return n;
 }
 
+/* A matmul's inner dim at this run's sizes (as run_matmul reads it), at least 1. */
+static int64_t matmul_inner(const graph_plan *p, const graph_node *x) {
+    const graph_node *a = cai_graph_node_at(p->g, x->a.in[0]);
+    int64_t k = a->ndim >= 2 ? p->val[a->shape[a->ndim - (x->a.i[0] ? 2 : 1)]] : 1;
+    return k > 0 ? k : 1;
+}
+
 static int64_t step_cost(const graph_plan *p, graph_val v) {
     const graph_node *x = cai_graph_node_at(p->g, v);
     int64_t n = numel_of(p, x);
-    if (x->a.op == GOP_MATMUL && x->a.n_in >= 2) {
-        const graph_node *a = cai_graph_node_at(p->g, x->a.in[0]);
-        int64_t k = a->ndim >= 2 ? p->val[a->shape[a->ndim - (x->a.i[0] ? 2 : 1)]] : 1;
-        return n * (k > 0 ? k : 1) / 8; /* a multiply-add costs less than a pointwise op */
-    }
+    if (x->a.op == GOP_MATMUL && x->a.n_in >= 2)
+        return n * matmul_inner(p, x) / 8; /* a multiply-add costs less than a pointwise op */
     if (x->a.op == GOP_CONV2D || x->a.op == GOP_CONV2D_WEIGHT_GRAD) {
         /* the GEMMs' inner dim: a weight row (the columns' rows, the weight's numel over
          * its dim 0), or g's positions per channel (summed over: over its dim 1) */
@@ -286,6 +291,31 @@ int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callback
 
 /* ------------------------------------------------------------------ choosing */
 
+/* Whether a GEMM of the plan goes whole to OpenBLAS's threads at this run's sizes (the
+ * kernel layer decides by the sizes and the thread count). Such a GEMM wants the whole
+ * pool, which steps side by side hold: it would make threads of its own for the call, and
+ * it must not fall back to tiles, which round differently (the bits would then depend on
+ * which way the plan ran). A plan with one runs in order. */
+static bool plan_wants_blas_threads(const graph_plan *p) {
+    for (graph_val v = 0; v < p->n_nodes; v++) {
+        const graph_node *x = cai_graph_node_at(p->g, v);
+        if (x->a.op != GOP_MATMUL || x->a.n_in < 2)
+            continue;
+        int64_t n = numel_of(p, x), M = 1, N = n;
+        if (x->ndim >= 2) {
+            M = p->val[x->shape[x->ndim - 2]];
+            N = p->val[x->shape[x->ndim - 1]];
+        }
+        if (M * N > 0 && cai_kern_gemm_blas_threaded(n / (M * N), M, N, matmul_inner(p, x)))
+            return true;
+    }
+    return false;
+}
+
+bool cai_graph_plan_in_order_for_blas(const graph_plan *p) {
+    return p && p->blas_in_order;
+}
+
 static int interop_env(void) {
     const char *e = getenv("CAGRAD_INTEROP");
     if (e && strcmp(e, "0") == 0)
@@ -310,10 +340,13 @@ static int64_t fast_end_ns(const int64_t *t, int n) {
 }
 
 bool cai_graph_plan_pick_parallel(graph_plan *p) {
+    int nth = cai_kern_num_threads();
+    p->blas_in_order = nth > 1 && plan_wants_blas_threads(p);
+    if (p->blas_in_order)
+        return false;
     int forced = interop_env();
     if (forced >= 0)
         return forced == 1;
-    int nth = cai_kern_num_threads();
     if (nth < 2)
         return false;
     if (p->tune_threads != nth) {
@@ -335,7 +368,7 @@ static int64_t fastest_ns(const int64_t *t, int n) {
 }
 
 void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns) {
-    if (p->tune_pick >= 0 || interop_env() >= 0)
+    if (p->tune_pick >= 0 || p->blas_in_order || interop_env() >= 0)
         return;
     int k = parallel ? 1 : 0;
     if (p->tune_n[k] < PLAN_TUNE_RUNS)

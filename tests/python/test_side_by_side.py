@@ -1,7 +1,8 @@
 """Compiled backward with the plan's steps side by side (inter-op parallelism) gives the
 same bits as one step at a time, with hooks, fused groups and .grad accumulation in the
 graph. CAGRAD_INTEROP=1 forces side by side, 0 forbids it; each runs in its own process
-at two threads."""
+at two threads. An MLP with a GEMM that OpenBLAS threads across the whole pool runs in order
+even when forced, and gives eager's bits."""
 import os
 import subprocess
 import sys
@@ -13,19 +14,21 @@ CHILD = r"""
 import sys
 import numpy as np
 import cagrad as torch
+import contextlib
 import cagrad.nn.functional as F
 torch.set_num_threads(int(sys.argv[3]))
 rng = np.random.default_rng(7)
 def t(*shape):
     return torch.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
 B, T, D, H = 4, 16, 32, 4
+compiled = sys.argv[5] == "1"
 x = t(B, T, D)
 w_qkv, w_o, w1, w2 = t(D, 3 * D), t(D, D), t(D, 4 * D), t(4 * D, D)
 g1, b1 = t(D), t(D)
 params = [x, w_qkv, w_o, w1, w2, g1, b1]
 mask = torch.tensor(np.triu(np.ones((T, T), dtype=bool), 1))
 calls = []
-def loss_fn():
+def block_loss():
     h = F.layer_norm(x, (D,), g1, b1)
     q, k, v = (h @ w_qkv).split(D, dim=-1)
     q = q.reshape(B, T, H, D // H).transpose(1, 2)
@@ -38,26 +41,40 @@ def loss_fn():
     r = x + y
     out = r + F.gelu(r @ w1) @ w2
     return (out * out).mean()
+# the long MLP's weight gradients (96 x 96, summed over 2048 tokens) reach 256^3
+# multiply-adds with outputs too small to cut into tiles of 128 rows for two threads: such a
+# GEMM goes whole to OpenBLAS's threads across the pool
+xb, w1b, w2b, gb, bb = t(2048, 96), t(96, 96), t(96, 96), t(96), t(96)
+def big_mlp_loss():
+    h = F.gelu(F.layer_norm(xb, (96,), gb, bb) @ w1b)
+    h.register_hook(lambda g: calls.append(1) or g * 0.5)
+    out = xb + h @ w2b
+    return (out * out).mean()
+if sys.argv[4] == "big":
+    params, loss_fn = [xb, w1b, w2b, gb, bb], big_mlp_loss
+else:
+    loss_fn = block_loss
 for step in range(int(sys.argv[1])):
     for p in params:
         p.grad = None
     loss = loss_fn()
-    with torch.compiled_autograd.enable():
+    with torch.compiled_autograd.enable() if compiled else contextlib.nullcontext():
         loss.backward()
 np.save(sys.argv[2], np.concatenate([p.grad.numpy().ravel() for p in params]))
 print(len(calls), torch.compiled_autograd.counters["side_by_side_runs"])
 """
 
 
-def run(tmp_path, interop, steps, threads=2):
-    out = tmp_path / f"g{interop}_{threads}.npy"
+def run(tmp_path, interop, steps, threads=2, size="small", compiled=True):
+    out = tmp_path / f"g{interop}_{threads}_{size}_{int(compiled)}.npy"
     env = dict(os.environ)
     if interop is None:
         env.pop("CAGRAD_INTEROP", None)
     else:
         env["CAGRAD_INTEROP"] = interop
-    r = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(out), str(threads)], env=env,
-                       capture_output=True, text=True, timeout=300)
+    args = [str(steps), str(out), str(threads), size, str(int(compiled))]
+    r = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     calls, side_by_side = map(int, r.stdout.split())
     assert calls == steps  # the hook ran once per backward
@@ -83,8 +100,9 @@ def test_chooser_runs_give_the_same_bits(tmp_path):
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
 def test_two_threads_give_the_bits_of_one(tmp_path):
-    # no kernel cuts a sum by the thread count: pointwise and fused loops split elements,
-    # reductions split by shape, GEMMs (tiles or OpenBLAS's own split) never cut K
+    # no kernel here cuts a sum by the thread count: pointwise and fused loops split
+    # elements, reductions split by shape, and this block's GEMMs are too small to be cut
+    # across threads (a GEMM that is may round differently at another thread count)
     one, _ = run(tmp_path, "0", 2, threads=1)
     two, _ = run(tmp_path, "0", 2, threads=2)
     assert np.array_equal(one, two)
@@ -94,8 +112,8 @@ def test_two_threads_give_the_bits_of_one(tmp_path):
 def test_verbose_log_says_which_way_and_why(tmp_path):
     env = dict(os.environ, CAGRAD_LOGS="compiled_autograd_verbose")
     env.pop("CAGRAD_INTEROP", None)
-    r = subprocess.run([sys.executable, "-c", CHILD, "20", str(tmp_path / "g.npy"), "2"],
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", CHILD, "20", str(tmp_path / "g.npy"), "2", "small",
+                        "1"], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if "graph runs" in ln]
     assert len(lines) == 1, r.stderr  # once, when the chooser has timed both ways
@@ -103,3 +121,38 @@ def test_verbose_log_says_which_way_and_why(tmp_path):
     way = "its steps side by side" if side_by_side > 8 else "in order"
     assert f"graph runs {way} on 2 threads" in lines[0]
     assert "steps side by side took" in lines[0] and "in order" in lines[0]
+
+
+def blas_threads_through_the_pool():
+    import cagrad
+    return "callback" in cagrad.show_config()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_a_gemm_for_openblas_threads_keeps_the_plan_in_order(tmp_path):
+    # With OpenBLAS's threads callback, the long MLP's weight gradients go whole to OpenBLAS,
+    # threaded across the pool. Side by side the pool is busy with steps: such a GEMM would
+    # have to run in tiles, which round differently (its bits would follow the way the plan
+    # ran). So the plan runs in order even where side by side is forced, and the compiled
+    # backward gives the eager one's bits.
+    eager, _ = run(tmp_path, None, 2, size="big", compiled=False)
+    in_order, n0 = run(tmp_path, "0", 2, size="big")
+    forced, n1 = run(tmp_path, "1", 2, size="big")
+    assert np.array_equal(in_order, forced)
+    assert np.array_equal(eager, forced)
+    assert n0 == 0
+    assert n1 == (0 if blas_threads_through_the_pool() else 2)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_verbose_log_says_a_gemm_for_openblas_threads_keeps_it_in_order(tmp_path):
+    if not blas_threads_through_the_pool():
+        pytest.skip("this OpenBLAS has no threads callback")
+    env = dict(os.environ, CAGRAD_LOGS="compiled_autograd_verbose", CAGRAD_INTEROP="1")
+    r = subprocess.run([sys.executable, "-c", CHILD, "3", str(tmp_path / "g.npy"), "2", "big",
+                        "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "graph runs" in ln]
+    assert lines == ["[compiled_autograd_verbose] graph runs in order on 2 threads: a GEMM of "
+                     "it goes whole to OpenBLAS's threads across the pool, which steps side by "
+                     "side would hold"], r.stderr

@@ -3,7 +3,10 @@
  * Criterion's test runner cannot start under TSan (its shared arena collides with TSan's
  * memory layout: Snaipe/Criterion#274), so the threaded paths get this plain program:
  *  - GEMMs big enough that OpenBLAS threads them on cagrad's pool through its callback
- *    (or cagrad cuts them into tiles), against one-thread results, bit for bit;
+ *    (or cagrad cuts them into tiles), again and again, and from two threads at once while
+ *    a third keeps the pool busy with pointwise loops (a GEMM waits for the pool, as it
+ *    must for OpenBLAS's jobs), against the first result at the same thread count, bit
+ *    for bit;
  *  - conv2d's slab kernels, forward and both gradients, eager and compiled, against one
  *    thread, bit for bit;
  *  - a transformer-like block's compiled backward with a hook, run with its steps side by
@@ -109,21 +112,72 @@ static int backward_runs(ca_tensor **p, const char *interop, int runs, const flo
     return 0;
 }
 
-static int gemms(void) {
-    ca_tensor *a, *b, *c1, *c2;
-    CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){384, 300}, &a));
-    CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){300, 320}, &b));
-    ca_set_num_threads(1);
-    CHECK(ca_matmul(a, b, &c1));
-    ca_set_num_threads(2);
-    int bad = 0;
-    for (int i = 0; i < 20 && !bad; i++) {
-        CHECK(ca_matmul(a, b, &c2));
-        bad = memcmp(ca_tensor_data(c1), ca_tensor_data(c2), sizeof(float) * 384 * 320) != 0;
-        ca_tensor_release(c2);
+/* 17.5M multiply-adds into a C too small for two tiles of 128 rows: OpenBLAS threads it */
+enum { GEMM_M = 120, GEMM_N = 112, GEMM_K = 1300 };
+
+typedef struct {
+    ca_tensor *a, *b, *want;
+    int runs, bad;
+} gemm_job;
+
+static void *gemm_runs(void *arg) {
+    gemm_job *g = arg;
+    for (int i = 0; i < g->runs && !g->bad; i++) {
+        ca_tensor *c;
+        CHECK(ca_matmul(g->a, g->b, &c));
+        g->bad = memcmp(ca_tensor_data(g->want), ca_tensor_data(c),
+                        sizeof(float) * GEMM_M * GEMM_N) != 0;
+        ca_tensor_release(c);
     }
+    return NULL;
+}
+
+/* Pointwise loops on the pool, from a thread of their own: the GEMMs above find it busy. */
+typedef struct {
+    ca_tensor *x;
+    int stop;
+} busy_job;
+
+static void *busy_runs(void *arg) {
+    busy_job *b = arg;
+    while (!__atomic_load_n(&b->stop, __ATOMIC_RELAXED)) {
+        ca_tensor *y;
+        CHECK(ca_mul(b->x, b->x, &y));
+        ca_tensor_release(y);
+    }
+    return NULL;
+}
+
+static int gemms(void) {
+    ca_tensor *a, *b, *c1;
+    CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){GEMM_M, GEMM_K}, &a));
+    CHECK(ca_randn(CA_FLOAT32, 2, (int64_t[]){GEMM_K, GEMM_N}, &b));
+    ca_set_num_threads(2);
+    CHECK(ca_matmul(a, b, &c1));
+    gemm_job g[2] = {{a, b, c1, 20, 0}, {a, b, c1, 20, 0}};
+    gemm_runs(&g[0]);
+    int bad = g[0].bad;
     if (bad)
-        fprintf(stderr, "a threaded GEMM differs from the one-thread result\n");
+        fprintf(stderr, "a threaded GEMM differs from its first run\n");
+    pthread_t th[3];
+    busy_job busy = {.stop = 0};
+    CHECK(ca_randn(CA_FLOAT32, 1, (int64_t[]){1 << 20}, &busy.x));
+    for (int i = 0; i < 3; i++)
+        if (pthread_create(&th[i], NULL, i < 2 ? gemm_runs : busy_runs,
+                           i < 2 ? &g[i] : (void *)&busy) != 0) {
+            fprintf(stderr, "pthread_create failed\n");
+            exit(1);
+        }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    __atomic_store_n(&busy.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(th[2], NULL);
+    ca_tensor_release(busy.x);
+    for (int i = 0; i < 2; i++) {
+        if (g[i].bad)
+            fprintf(stderr, "thread %d: a GEMM run alongside another differs\n", i);
+        bad |= g[i].bad;
+    }
     ca_tensor_release(a);
     ca_tensor_release(b);
     ca_tensor_release(c1);
