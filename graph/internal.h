@@ -252,9 +252,14 @@ int cai_graph_plan_run_step(plan_run_ctx *r, graph_val v);
  * 0 or the first failure's code. *ran is false when nothing ran (one thread, the pool
  * busy, no memory, or a plan without a DAG): run it in order then. */
 int cai_graph_plan_run_parallel(graph_plan *p, char *arena, const graph_callbacks *cb, bool *ran);
-/* Whether this run should go side by side: CAGRAD_INTEROP=0/1 forces it; otherwise the
- * plan times both ways on its first runs and keeps the faster (plan_parallel.c). */
+/* Whether this run should go side by side: never where cai_graph_plan_check_blas found a
+ * GEMM for OpenBLAS's threads; else CAGRAD_INTEROP=0/1 forces it, or the plan times both
+ * ways on its first runs and keeps the faster (plan_parallel.c). */
 bool cai_graph_plan_pick_parallel(graph_plan *p);
+/* Whether this run's sizes give the plan a GEMM that OpenBLAS threads across the whole
+ * pool (p->blas_in_order, which keeps the run in order); after cai_graph_plan_eval_sizes.
+ * (plan_parallel.c) */
+void cai_graph_plan_check_blas(graph_plan *p);
 /* Report a run's wall time to the chooser. */
 void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns);
 /* The chooser's pick: -1 not yet, 0 in order, 1 side by side. */
@@ -287,7 +292,8 @@ struct graph_plan {
     int64_t tune_ns[2][PLAN_TUNE_RUNS];
     int8_t tune_pick;       /* -1 undecided, 0 one step at a time, 1 side by side */
     bool last_side_by_side; /* how the last run went */
-    bool blas_in_order;     /* the last run's sizes gave it a GEMM for OpenBLAS's threads */
+    bool blas_in_order;     /* the last run's sizes gave it a GEMM for OpenBLAS's threads
+                               (cai_graph_plan_check_blas) */
     char err[256];
 };
 

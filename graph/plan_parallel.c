@@ -312,6 +312,10 @@ static bool plan_wants_blas_threads(const graph_plan *p) {
     return false;
 }
 
+void cai_graph_plan_check_blas(graph_plan *p) {
+    p->blas_in_order = cai_kern_num_threads() > 1 && plan_wants_blas_threads(p);
+}
+
 bool cai_graph_plan_in_order_for_blas(const graph_plan *p) {
     return p && p->blas_in_order;
 }
@@ -340,13 +344,12 @@ static int64_t fast_end_ns(const int64_t *t, int n) {
 }
 
 bool cai_graph_plan_pick_parallel(graph_plan *p) {
-    int nth = cai_kern_num_threads();
-    p->blas_in_order = nth > 1 && plan_wants_blas_threads(p);
     if (p->blas_in_order)
         return false;
     int forced = interop_env();
     if (forced >= 0)
         return forced == 1;
+    int nth = cai_kern_num_threads();
     if (nth < 2)
         return false;
     if (p->tune_threads != nth) {

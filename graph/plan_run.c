@@ -685,6 +685,7 @@ int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_vi
     p->last_side_by_side = false;
     if (step_ns) /* profiles time each step alone */
         return run_in_order(&r, step_ns);
+    cai_graph_plan_check_blas(p);
     bool side_by_side = cai_graph_plan_pick_parallel(p);
     int64_t t0 = cai_kern_now_ns();
     bool ran = false;
