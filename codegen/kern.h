@@ -178,8 +178,8 @@ int cai_kern_gemm(kern_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
 /* Whether cai_kern_gemm hands a GEMM of `batch` items of M x N x K whole to OpenBLAS,
  * threaded across the pool through its threads callback (its result rounds differently
  * from tiles'). The BLAS, the thread count and the sizes decide. Such a GEMM wants the
- * whole pool: it waits for a pool that another thread's job holds, and inside a pool job
- * (or where it must not wait) its jobs run on threads made for the call. */
+ * whole pool: where the pool is busy (another thread's job, or called inside one) its
+ * jobs run on threads made for the call. */
 bool cai_kern_gemm_blas_threaded(int64_t batch, int64_t M, int64_t N, int64_t K);
 
 /* Whether cai_kern_gemm hands a rows x cols matrix with strides (rs, cs) to cblas as it is;

@@ -8,12 +8,13 @@
  * OpenBLAS's own threads never run.
  *
  * OpenBLAS's threaded GEMM has its jobs wait on each other (each packs a panel the others
- * read), so they must all run at once, each on its own thread: cai_kern_gang, which waits
- * for a pool that another thread's job holds. Where it cannot (called inside a pool job, or
- * under a .grad lock, which must not wait), the jobs run on threads made for the call.
- * That is a fallback, never the common path (the compiled plan runs such GEMMs in order,
+ * read), so they must all run at once, each on its own thread: cai_kern_gang. Where the
+ * pool is busy (another thread's job holds it, or the GEMM is called inside a pool job),
+ * the jobs run on threads made for the call. That is a fallback for concurrent callers,
+ * never the common path (the compiled plan runs such GEMMs in order,
  * graph/plan_parallel.c), and it keeps the bits: tiles would round differently from the
- * same call on a free pool.
+ * same call on a free pool. It does not wait for the pool: the call holds the lock on
+ * OpenBLAS's thread count, which a GEMM inside the busy pool's job may be waiting for.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -91,7 +92,13 @@ static void kern_blas_threads_cb(int sync, openblas_dojob_callback dojob, int nu
         kern_blas_job_range(&j, 0, numjobs);
         return;
     }
-    if (!cai_kern_gang(numjobs, kern_blas_job_range, &j))
+    /* never wait for the pool here: the caller holds kern_blas_threads_mu, which a pool
+     * job of another thread's may be waiting for (a GEMM of its own), and that job holds
+     * the pool */
+    cai_kern_no_wait_begin();
+    bool ganged = cai_kern_gang(numjobs, kern_blas_job_range, &j);
+    cai_kern_no_wait_end();
+    if (!ganged)
         kern_blas_jobs_on_threads(&j, numjobs);
 }
 #endif

@@ -13,10 +13,9 @@
  * tiles, OpenBLAS's threads and one call can differ in the last bits. So which way a GEMM
  * goes depends on the sizes and the thread count alone (cai_kern_gemm_blas_threaded), never
  * on whether the pool is free, and a result is the same bits at a given thread count. (A
- * GEMM for OpenBLAS's threads waits for a pool that another thread's job holds; inside a
- * pool job, or under a .grad lock, where it must not wait, kern_blas.c runs OpenBLAS's
- * jobs on threads made for the call. The compiled plan keeps such GEMMs out of its
- * side-by-side runs, graph/plan_parallel.c.)
+ * GEMM for OpenBLAS's threads that finds the pool busy, held by another thread's job or
+ * called inside one, has kern_blas.c run OpenBLAS's jobs on threads made for the call. The
+ * compiled plan keeps such GEMMs out of its side-by-side runs, graph/plan_parallel.c.)
  */
 #include <limits.h>
 

@@ -206,6 +206,66 @@ Test(blas, gemm_keeps_its_bits_where_the_pool_is_busy) {
     free(g.c[1]);
 }
 
+/* Two threads, each with GEMMs for OpenBLAS's threads: one calls them directly, the other
+ * from inside its pool jobs. The first holds the lock on OpenBLAS's thread count while its
+ * jobs look for the pool, which the second's job holds while it waits for that lock: had
+ * the first waited for the pool, neither would go on. Every result keeps its bits. */
+typedef struct {
+    tb_busy_gemm g;
+    float *want;
+    atomic_int mismatches;
+} tb_race;
+
+static void tb_race_job(void *ctx, int64_t begin, int64_t end) {
+    tb_race *r = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        tb_busy_gemm_job(&r->g, i, i + 1);
+        if (memcmp(r->want, r->g.c[i], sizeof(float) * r->g.M * r->g.N) != 0)
+            atomic_fetch_add(&r->mismatches, 1);
+    }
+}
+
+static void *tb_race_in_pool(void *arg) {
+    for (int rep = 0; rep < 30; rep++)
+        cai_kern_parallel_for(2, 1, tb_race_job, arg);
+    return NULL;
+}
+
+Test(blas, gemms_from_a_pool_job_and_another_thread_do_not_wait_on_each_other, .timeout = 120) {
+    if (ca_set_num_threads(2) < 2)
+        cr_skip_test("needs 2 cores");
+    const int64_t M = 120, N = 112, K = 1300;
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *c = malloc(sizeof(float) * M * N);
+    tb_race r = {.g = {.M = M, .N = N, .K = K}};
+    r.want = malloc(sizeof(float) * M * N);
+    r.g.c[0] = malloc(sizeof(float) * M * N);
+    r.g.c[1] = malloc(sizeof(float) * M * N);
+    tb_fill(a, M * K, 7);
+    tb_fill(b, K * N, 8);
+    r.g.A = (kern_mat){(const char *)a, K, 1, 0};
+    r.g.B = (kern_mat){(const char *)b, N, 1, 0};
+    cr_assert_eq(
+        cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, r.g.A, false, r.g.B, false, 0.0, r.want, N, 0), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, tb_race_in_pool, &r), 0);
+    for (int rep = 0; rep < 60; rep++) {
+        cr_assert_eq(
+            cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, r.g.A, false, r.g.B, false, 0.0, c, N, 0), 0);
+        if (memcmp(r.want, c, sizeof(float) * M * N) != 0)
+            atomic_fetch_add(&r.mismatches, 1);
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(atomic_load(&r.g.failed), 0);
+    cr_assert_eq(atomic_load(&r.mismatches), 0);
+    free(a);
+    free(b);
+    free(c);
+    free(r.want);
+    free(r.g.c[0]);
+    free(r.g.c[1]);
+}
+
 /* A vector output gives the same bits in either orientation: C = A b as a column [M, 1]
  * and C^T = b^T A^T as a row [1, M]. OpenBLAS sends each to a GEMV whose kernel sums in
  * its own order (with the Haswell kernels the two differed in the last bits), so

@@ -4,9 +4,9 @@
  * memory layout: Snaipe/Criterion#274), so the threaded paths get this plain program:
  *  - GEMMs big enough that OpenBLAS threads them on cagrad's pool through its callback
  *    (or cagrad cuts them into tiles), again and again, and from two threads at once while
- *    a third keeps the pool busy with pointwise loops (a GEMM waits for the pool, as it
- *    must for OpenBLAS's jobs), against the first result at the same thread count, bit
- *    for bit;
+ *    a third keeps the pool busy with pointwise loops (a GEMM that finds the pool busy
+ *    runs OpenBLAS's jobs on threads made for the call), against the first result at the
+ *    same thread count, bit for bit;
  *  - conv2d's slab kernels, forward and both gradients, eager and compiled, against one
  *    thread, bit for bit;
  *  - a transformer-like block's compiled backward with a hook, run with its steps side by
