@@ -164,11 +164,37 @@ Test(blas, threaded_gemm_is_one_threads_within_rounding) {
  * Haswell kernels differed in the last bits: the compiled backward's steps side by side
  * then differed from the same plan run in order. */
 typedef struct {
-    kern_mat A, B;
     int64_t M, N, K;
+    float *a, *b, *want; /* want: the caller's result, with the pool free */
+    kern_mat A, B;
     float *c[2];
     atomic_int failed;
 } tb_busy_gemm;
+
+/* 17.5M multiply-adds into a C too small for tiles of 128 rows: OpenBLAS's threads. */
+static void tb_busy_gemm_init(tb_busy_gemm *g, uint32_t seed) {
+    *g = (tb_busy_gemm){.M = 120, .N = 112, .K = 1300};
+    g->a = malloc(sizeof(float) * g->M * g->K);
+    g->b = malloc(sizeof(float) * g->K * g->N);
+    g->want = malloc(sizeof(float) * g->M * g->N);
+    for (int i = 0; i < 2; i++)
+        g->c[i] = malloc(sizeof(float) * g->M * g->N);
+    tb_fill(g->a, g->M * g->K, seed);
+    tb_fill(g->b, g->K * g->N, seed + 1);
+    g->A = (kern_mat){(const char *)g->a, g->K, 1, 0};
+    g->B = (kern_mat){(const char *)g->b, g->N, 1, 0};
+    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, g->M, g->N, g->K, 1.0, g->A, false, g->B, false, 0.0,
+                               g->want, g->N, 0),
+                 0);
+}
+
+static void tb_busy_gemm_free(tb_busy_gemm *g) {
+    free(g->a);
+    free(g->b);
+    free(g->want);
+    free(g->c[0]);
+    free(g->c[1]);
+}
 
 static void tb_busy_gemm_job(void *ctx, int64_t begin, int64_t end) {
     tb_busy_gemm *g = ctx;
@@ -181,29 +207,14 @@ static void tb_busy_gemm_job(void *ctx, int64_t begin, int64_t end) {
 Test(blas, gemm_keeps_its_bits_where_the_pool_is_busy) {
     if (ca_set_num_threads(2) < 2)
         cr_skip_test("needs 2 cores");
-    /* 17.5M multiply-adds into C too small for tiles of 128 rows: OpenBLAS's threads */
-    const int64_t M = 120, N = 112, K = 1300;
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
-    float *c0 = malloc(sizeof(float) * M * N);
-    tb_busy_gemm g = {.M = M, .N = N, .K = K};
-    g.c[0] = malloc(sizeof(float) * M * N);
-    g.c[1] = malloc(sizeof(float) * M * N);
-    tb_fill(a, M * K, 5);
-    tb_fill(b, K * N, 6);
-    g.A = (kern_mat){(const char *)a, K, 1, 0};
-    g.B = (kern_mat){(const char *)b, N, 1, 0};
-    cr_assert_eq(cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, g.A, false, g.B, false, 0.0, c0, N, 0),
-                 0);
+    tb_busy_gemm g;
+    tb_busy_gemm_init(&g, 5);
     cai_kern_parallel_for(2, 1, tb_busy_gemm_job, &g); /* two GEMMs, each in a pool job */
     cr_assert_eq(atomic_load(&g.failed), 0);
     for (int i = 0; i < 2; i++)
-        cr_assert(memcmp(c0, g.c[i], sizeof(float) * M * N) == 0,
+        cr_assert(memcmp(g.want, g.c[i], sizeof(float) * g.M * g.N) == 0,
                   "the GEMM in pool job %d differs from the caller's", i);
-    free(a);
-    free(b);
-    free(c0);
-    free(g.c[0]);
-    free(g.c[1]);
+    tb_busy_gemm_free(&g);
 }
 
 /* Two threads, each with GEMMs for OpenBLAS's threads: one calls them directly, the other
@@ -212,7 +223,6 @@ Test(blas, gemm_keeps_its_bits_where_the_pool_is_busy) {
  * the first waited for the pool, neither would go on. Every result keeps its bits. */
 typedef struct {
     tb_busy_gemm g;
-    float *want;
     atomic_int mismatches;
 } tb_race;
 
@@ -220,7 +230,7 @@ static void tb_race_job(void *ctx, int64_t begin, int64_t end) {
     tb_race *r = ctx;
     for (int64_t i = begin; i < end; i++) {
         tb_busy_gemm_job(&r->g, i, i + 1);
-        if (memcmp(r->want, r->g.c[i], sizeof(float) * r->g.M * r->g.N) != 0)
+        if (memcmp(r->g.want, r->g.c[i], sizeof(float) * r->g.M * r->g.N) != 0)
             atomic_fetch_add(&r->mismatches, 1);
     }
 }
@@ -234,36 +244,25 @@ static void *tb_race_in_pool(void *arg) {
 Test(blas, gemms_from_a_pool_job_and_another_thread_do_not_wait_on_each_other, .timeout = 120) {
     if (ca_set_num_threads(2) < 2)
         cr_skip_test("needs 2 cores");
-    const int64_t M = 120, N = 112, K = 1300;
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
-    float *c = malloc(sizeof(float) * M * N);
-    tb_race r = {.g = {.M = M, .N = N, .K = K}};
-    r.want = malloc(sizeof(float) * M * N);
-    r.g.c[0] = malloc(sizeof(float) * M * N);
-    r.g.c[1] = malloc(sizeof(float) * M * N);
-    tb_fill(a, M * K, 7);
-    tb_fill(b, K * N, 8);
-    r.g.A = (kern_mat){(const char *)a, K, 1, 0};
-    r.g.B = (kern_mat){(const char *)b, N, 1, 0};
-    cr_assert_eq(
-        cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, r.g.A, false, r.g.B, false, 0.0, r.want, N, 0), 0);
+    tb_race r;
+    tb_busy_gemm_init(&r.g, 7);
+    atomic_init(&r.mismatches, 0);
+    tb_busy_gemm *g = &r.g;
+    float *c = malloc(sizeof(float) * g->M * g->N);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, tb_race_in_pool, &r), 0);
     for (int rep = 0; rep < 60; rep++) {
-        cr_assert_eq(
-            cai_kern_gemm(KERN_F32, 1, M, N, K, 1.0, r.g.A, false, r.g.B, false, 0.0, c, N, 0), 0);
-        if (memcmp(r.want, c, sizeof(float) * M * N) != 0)
+        cr_assert_eq(cai_kern_gemm(KERN_F32, 1, g->M, g->N, g->K, 1.0, g->A, false, g->B, false,
+                                   0.0, c, g->N, 0),
+                     0);
+        if (memcmp(g->want, c, sizeof(float) * g->M * g->N) != 0)
             atomic_fetch_add(&r.mismatches, 1);
     }
     pthread_join(th, NULL);
-    cr_assert_eq(atomic_load(&r.g.failed), 0);
+    cr_assert_eq(atomic_load(&g->failed), 0);
     cr_assert_eq(atomic_load(&r.mismatches), 0);
-    free(a);
-    free(b);
     free(c);
-    free(r.want);
-    free(r.g.c[0]);
-    free(r.g.c[1]);
+    tb_busy_gemm_free(g);
 }
 
 /* A vector output gives the same bits in either orientation: C = A b as a column [M, 1]
