@@ -193,8 +193,9 @@ static void kern_gemm_scale(const kern_gemm_job *j, int64_t batch) {
  * more keep small. Past KERN_GEMM_HUGE (w6's GEMMs) OpenBLAS threads it at any thread
  * count, as measured on 16 cores. Tiles otherwise, which the compiled plan can run side by
  * side with other steps (graph/plan_parallel.c runs a plan with a GEMM for OpenBLAS's
- * threads in order): on 2 cores, w3's backward took 3.8 ms that way against 4.4 ms in order with
- * its GEMMs on OpenBLAS's threads, and its eager backward 4.4 ms against 4.6 ms. */
+ * threads in order). On 2 cores w3's GEMMs are tiles by this rule: in an A/B of
+ * alternating processes (not the benchmark harness), its compiled backward took 3.8 ms
+ * against 4.4 ms with them on OpenBLAS's threads and the plan in order. */
 bool cai_kern_gemm_blas_threaded(int64_t batch, int64_t M, int64_t N, int64_t K) {
     double mnk = (double)M * (double)N * (double)K;
     if (batch != 1 || !cai_kern_blas_threads_gemm(mnk))
