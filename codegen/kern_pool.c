@@ -4,11 +4,12 @@
  * short while (KERN_POOL_SPIN_NS) watching for the next one, since a backward's kernels
  * come back to back and waking a sleeping thread costs tens of microseconds; then it
  * sleeps on a condition variable, so an idle process burns no core. The calling thread works
- * too. A job is split into fixed chunks claimed through an atomic counter; kernels make
- * their results independent of which thread ran which chunk. After fork() the child
- * forgets the parent's workers (they do not exist there) and creates its own on demand,
- * which is what Criterion's one-process-per-test needs. Only as many workers as a job has
- * chunks for take part in it (kern_pool.seats); the rest keep watching for the next.
+ * too, and likewise watches for the workers' end of a job a while before it sleeps. A job is split
+ * into fixed chunks claimed through an atomic counter; kernels make their results independent of
+ * which thread ran which chunk. After fork() the child forgets the parent's workers (they do not
+ * exist there) and creates its own on demand, which is what Criterion's one-process-per-test needs.
+ * Only as many workers as a job has chunks for take part in it (kern_pool.seats); the rest keep
+ * watching for the next.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, sched_getcpu, pthread_setaffinity_np */
@@ -32,12 +33,12 @@ static struct {
     pthread_t *tid;
     uint64_t gen;
     bool stop, busy;
-    int active; /* workers inside the current job */
+    atomic_int active; /* workers inside the current job (changed under the lock) */
     kern_range_fn fn;
     void *ctx;
     int64_t n, nchunks;
-    bool one_each;     /* a gang: each thread runs at most one chunk */
-    int64_t gang_done; /* a gang's chunks finished (under the lock) */
+    bool one_each;                 /* a gang: each thread runs at most one chunk */
+    atomic_int_fast64_t gang_done; /* a gang's chunks finished (changed under the lock) */
     atomic_int_fast64_t next;
     atomic_uint_fast64_t spin_gen; /* gen, for workers that spin without the lock */
     atomic_bool spin_stop;         /* stop, likewise */
@@ -179,8 +180,8 @@ static void kern_pool_atfork_child(void) {
     kern_pool.size = 0;
     kern_pool.gen = 0;
     kern_pool.stop = kern_pool.busy = false;
-    kern_pool.active = 0;
-    kern_pool.gang_done = 0;
+    atomic_store(&kern_pool.active, 0);
+    atomic_store(&kern_pool.gang_done, 0);
     atomic_store(&kern_pool.spin_gen, 0);
     atomic_store(&kern_pool.spin_stop, false);
 }
@@ -252,7 +253,7 @@ static void kern_pool_publish(kern_range_fn fn, void *ctx, int64_t n, int64_t nc
     kern_pool.n = n;
     kern_pool.nchunks = nchunks;
     kern_pool.one_each = one_each;
-    kern_pool.gang_done = 0;
+    atomic_store(&kern_pool.gang_done, 0);
     atomic_store(&kern_pool.next, one_each ? 1 : 0); /* a gang's job 0 is the caller's */
     /* the caller takes a chunk too; a gang needs a worker for each of its other jobs */
     int64_t seats = nchunks - 1 < kern_pool.size - 1 ? nchunks - 1 : kern_pool.size - 1;
@@ -261,6 +262,26 @@ static void kern_pool_publish(kern_range_fn fn, void *ctx, int64_t n, int64_t nc
     atomic_store_explicit(&kern_pool.spin_gen, kern_pool.gen, memory_order_release);
     pthread_cond_broadcast(&kern_pool.wake);
     pthread_mutex_unlock(&kern_pool.mu);
+}
+
+static bool kern_job_finished(int64_t nchunks, bool one_each) {
+    return atomic_load_explicit(&kern_pool.active, memory_order_acquire) == 0 &&
+           (!one_each ||
+            atomic_load_explicit(&kern_pool.gang_done, memory_order_acquire) >= nchunks);
+}
+
+/* The caller, its share done, watches the workers finish for KERN_POOL_SPIN_NS at most
+ * before it sleeps on the condition variable: their chunks are about as long as its own,
+ * so they are usually a few microseconds from done, while a sleep and a wake-up cost tens
+ * of microseconds on a VM (each a system call, the wake-up an interrupt to the other
+ * core): on small kernels as much as the kernel. */
+static void kern_wait_for_workers(int64_t nchunks, bool one_each) {
+    int64_t t0 = cai_kern_now_ns();
+    for (unsigned i = 1; !kern_job_finished(nchunks, one_each); i++) {
+        cai_kern_cpu_relax();
+        if (i % 64 == 0 && cai_kern_now_ns() - t0 > KERN_POOL_SPIN_NS)
+            return;
+    }
 }
 
 /* The caller's share of the job just published, then the wait for the rest: every chunk
@@ -277,6 +298,7 @@ static void kern_pool_run_and_release(kern_range_fn fn, void *ctx, int64_t n, in
         kern_run_chunks(fn, ctx, n, nchunks, one_each);
     }
     kern_in_pool = false;
+    kern_wait_for_workers(nchunks, one_each);
     pthread_mutex_lock(&kern_pool.mu);
     while (kern_pool.active > 0 || (one_each && kern_pool.gang_done < nchunks))
         pthread_cond_wait(&kern_pool.idle, &kern_pool.mu);
