@@ -19,20 +19,20 @@ static void log_verdict(run_slot *s) {
                 ca_get_num_threads());
         return;
     }
-    int64_t in_order, side;
-    int runs;
-    int v = cai_graph_plan_verdict(s->plan, &in_order, &side, &runs);
+    plan_verdict pv;
+    int v = cai_graph_plan_verdict(s->plan, &pv);
     if (v < 0)
         return;
     s->verdict_logged = true;
     fprintf(stderr,
             "[compiled_autograd_verbose] graph runs %s on %d threads: steps side by side "
-            "took %.1f us, in order %.1f us (second fastest of %d timed runs each way; %s%d%%)\n",
-            v ? "its steps side by side" : "in order", ca_get_num_threads(), (double)side / 1e3,
-            (double)in_order / 1e3, runs,
-            runs < PLAN_TUNE_RUNS ? "given up early: side by side's best run was behind by over "
-                                  : "side by side must win by ",
-            runs < PLAN_TUNE_RUNS ? PLAN_TUNE_GIVE_UP_PCT - 100 : 5);
+            "took %.1f us, in order %.1f us (%s of %d timed runs each way; %s%d%%)\n",
+            v ? "its steps side by side" : "in order", ca_get_num_threads(),
+            (double)pv.side_ns / 1e3, (double)pv.in_order_ns / 1e3,
+            pv.gave_up ? "fastest" : "second fastest", pv.runs_each,
+            pv.gave_up ? "given up early: side by side's best run was behind by over "
+                       : "side by side must win by ",
+            pv.gave_up ? PLAN_TUNE_GIVE_UP_PCT - 100 : 5);
 }
 
 typedef struct {

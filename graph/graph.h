@@ -399,11 +399,17 @@ bool cai_graph_plan_ran_side_by_side(const graph_plan *p);
  * to OpenBLAS's threads across the pool, which steps side by side would hold (and which
  * they could not run with the same bits). (plan_parallel.c) */
 bool cai_graph_plan_in_order_for_blas(const graph_plan *p);
-/* The chooser's verdict (plan_parallel.c): 1 side by side, 0 in order, -1 not made yet;
- * with the second-fastest of its timed runs each way, in ns, and how many runs it timed
- * each way (fewer than the usual when it gave side by side up early) (NULL: not wanted). */
-int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns,
-                           int *runs_each);
+/* What the chooser's verdict rests on: the run times that decided it, in ns (the second
+ * fastest of its timed runs each way; the fastest where it gave side by side up early, as
+ * its best run fell PLAN_TUNE_GIVE_UP_PCT behind), and how many runs it timed each way. */
+typedef struct {
+    int64_t in_order_ns, side_ns;
+    int runs_each;
+    bool gave_up;
+} plan_verdict;
+/* The chooser's verdict (plan_parallel.c): 1 side by side, 0 in order, -1 not made yet
+ * (*v then untouched). */
+int cai_graph_plan_verdict(const graph_plan *p, plan_verdict *v);
 /* The same run, writing each step's wall time in ns into step_ns (one entry per graph node;
  * NULL: none). (plan_run.c) */
 int cai_graph_plan_run_timed(graph_plan *p, const int64_t *slots, const graph_view *inputs,

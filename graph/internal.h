@@ -291,6 +291,7 @@ struct graph_plan {
     int tune_threads, tune_n[2];
     int64_t tune_ns[2][PLAN_TUNE_RUNS];
     int8_t tune_pick;       /* -1 undecided, 0 one step at a time, 1 side by side */
+    bool tune_gave_up;      /* picked in order early: side by side's best run far behind */
     bool last_side_by_side; /* how the last run went */
     bool blas_in_order;     /* the last run's sizes gave it a GEMM for OpenBLAS's threads
                                (cai_graph_plan_check_blas) */

@@ -356,6 +356,7 @@ bool cai_graph_plan_pick_parallel(graph_plan *p) {
         p->tune_threads = nth;
         p->tune_n[0] = p->tune_n[1] = 0;
         p->tune_pick = -1;
+        p->tune_gave_up = false;
     }
     if (p->tune_pick >= 0)
         return p->tune_pick == 1;
@@ -382,24 +383,26 @@ void cai_graph_plan_note_time(graph_plan *p, bool parallel, int64_t ns) {
      * to a few threads each, and on 16 cores such a run costs 4x (w6), too dear to repeat
      * PLAN_TUNE_RUNS times. Noise only adds time, so two slow best runs are a verdict. */
     if (n0 >= PLAN_TUNE_GIVE_UP_RUNS && n1 >= PLAN_TUNE_GIVE_UP_RUNS &&
-        fastest_ns(p->tune_ns[1], n1) * 100 > fastest_ns(p->tune_ns[0], n0) * PLAN_TUNE_GIVE_UP_PCT)
+        fastest_ns(p->tune_ns[1], n1) * 100 >
+            fastest_ns(p->tune_ns[0], n0) * PLAN_TUNE_GIVE_UP_PCT) {
         p->tune_pick = 0;
-    else if (n0 == PLAN_TUNE_RUNS && n1 == PLAN_TUNE_RUNS)
+        p->tune_gave_up = true;
+    } else if (n0 == PLAN_TUNE_RUNS && n1 == PLAN_TUNE_RUNS)
         p->tune_pick = fast_end_ns(p->tune_ns[1], PLAN_TUNE_RUNS) <
                                fast_end_ns(p->tune_ns[0], PLAN_TUNE_RUNS) * 95 / 100
                            ? 1
                            : 0;
 }
 
-int cai_graph_plan_verdict(const graph_plan *p, int64_t *in_order_ns, int64_t *side_ns,
-                           int *runs_each) {
+/* The figures that decided: the fastest run each way where the chooser gave up early,
+ * else the second fastest. */
+int cai_graph_plan_verdict(const graph_plan *p, plan_verdict *v) {
     if (!p || p->tune_pick < 0)
         return -1;
-    if (in_order_ns)
-        *in_order_ns = fast_end_ns(p->tune_ns[0], p->tune_n[0]);
-    if (side_ns)
-        *side_ns = fast_end_ns(p->tune_ns[1], p->tune_n[1]);
-    if (runs_each)
-        *runs_each = p->tune_n[1] < p->tune_n[0] ? p->tune_n[1] : p->tune_n[0];
+    int64_t (*decided)(const int64_t *, int) = p->tune_gave_up ? fastest_ns : fast_end_ns;
+    v->in_order_ns = decided(p->tune_ns[0], p->tune_n[0]);
+    v->side_ns = decided(p->tune_ns[1], p->tune_n[1]);
+    v->runs_each = p->tune_n[1] < p->tune_n[0] ? p->tune_n[1] : p->tune_n[0];
+    v->gave_up = p->tune_gave_up;
     return p->tune_pick;
 }

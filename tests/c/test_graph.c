@@ -894,17 +894,23 @@ Test(graph, chooser_gives_up_early_only_when_side_by_side_is_far_behind) {
     graph_plan *p = cai_graph_plan_new(g);
     cr_assert_eq(tg_tune(p, in_order, far, PLAN_TUNE_RUNS), 0);
     cr_assert_eq(p->tune_n[0] + p->tune_n[1], 2 * PLAN_TUNE_GIVE_UP_RUNS, "stopped early");
-    int64_t a = 0, b = 0;
-    int runs = 0;
-    cr_assert_eq(cai_graph_plan_verdict(p, &a, &b, &runs), 0);
-    cr_assert_eq(runs, PLAN_TUNE_GIVE_UP_RUNS);
-    cr_assert(a == 101000000 && b == 500000000, "second fastest of the runs taken: %lld %lld",
-              (long long)a, (long long)b);
+    plan_verdict v = {0};
+    cr_assert_eq(cai_graph_plan_verdict(p, &v), 0);
+    cr_assert_eq(v.runs_each, PLAN_TUNE_GIVE_UP_RUNS);
+    /* the figures that decided: each way's fastest, side by side 30% behind */
+    cr_assert(v.gave_up && v.in_order_ns == 100000000 && v.side_ns == 130000000,
+              "fastest of the runs taken: %lld %lld", (long long)v.in_order_ns,
+              (long long)v.side_ns);
     cai_graph_plan_free(p);
 
     p = cai_graph_plan_new(g);
     cr_assert_eq(tg_tune(p, in_order, near, PLAN_TUNE_RUNS), 0);
     cr_assert_eq(p->tune_n[0] + p->tune_n[1], 2 * PLAN_TUNE_RUNS, "timed every run");
+    cr_assert_eq(cai_graph_plan_verdict(p, &v), 0);
+    cr_assert(!v.gave_up && v.runs_each == PLAN_TUNE_RUNS && v.in_order_ns == 101000000 &&
+                  v.side_ns == 121000000,
+              "second fastest of all the runs: %lld %lld", (long long)v.in_order_ns,
+              (long long)v.side_ns);
     cai_graph_plan_free(p);
 
     p = cai_graph_plan_new(g);
