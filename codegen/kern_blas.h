@@ -52,4 +52,11 @@ void cai_kern_blas_threaded_end(void);
 void cai_kern_gemm1(kern_dtype dt, bool tb, int64_t M, int64_t N, int64_t K, const void *a,
                     int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 
+/* C += sum over i < nb of A_i @ B_i^T in float32 (kern_gemm_sum.c), for a small C and a
+ * long inner dim L: A_i (M x L) at a + i * a_bs and B_i (N x L) at b + i * b_bs, rows lda
+ * and ldb apart, their L elements contiguous. The same bits on every ISA. */
+void cai_kern_gemm_nt_sum_f32(int64_t M, int64_t N, int64_t L, int64_t nb, const float *a,
+                              int64_t lda, int64_t a_bs, const float *b, int64_t ldb, int64_t b_bs,
+                              float *c, int64_t ldc);
+
 #endif /* CAGRAD_KERN_BLAS_H */

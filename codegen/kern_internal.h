@@ -121,6 +121,9 @@ bool cai_kern_conv_geom_ok(const kern_conv_geom *g);
 bool cai_kern_conv_winograd_fits(kern_dtype dt, const kern_conv_geom *g, int64_t out_channels);
 /* Turn the Winograd path off (and on again), process-wide: tests compare it with im2col's. */
 void cai_kern_conv_set_winograd(bool on);
+/* Tests: whether im2col's weight gradient may take cai_kern_gemm_nt_sum_f32 where its
+ * shapes call for it (on by default); off, its GEMMs are all OpenBLAS's. */
+void cai_kern_conv_set_gemm_sums(bool on);
 /* cai_kern_conv2d and cai_kern_conv2d_weight_grad by F(2x2, 3x3), for a geometry that
  * fits; same arguments and returns. */
 int cai_kern_conv2d_winograd(kern_dtype dt, const kern_conv_geom *g, const void *x,
