@@ -161,18 +161,18 @@ int cai_kern_conv2d(kern_dtype dt, const kern_conv_geom *g, const void *x, const
     return rc;
 }
 
-/* Whether a weight gradient's per-image GEMMs (M channels by n taps over L positions)
- * go to cai_kern_gemm_nt_sum_f32 rather than BLAS: few channels or taps, which leave
- * OpenBLAS's register blocks mostly empty, over enough positions to fill its vectors.
- * On a Zen 3 core, 1 thread: [6 x 25] over 784 positions, 32 images (LeNet's first layer)
- * 142 us against OpenBLAS's 357; [64 x 27] over 256 1.3x faster; [16 x 150] over 100 and
- * [32 x 288] over 256 2x slower. */
 static bool gemm_sums_enabled = true;
 
 void cai_kern_conv_set_gemm_sums(bool on) {
     gemm_sums_enabled = on;
 }
 
+/* Whether a weight gradient's per-image GEMMs (M channels by n taps over L positions)
+ * go to cai_kern_gemm_nt_sum_f32 rather than BLAS: few channels or taps, which leave
+ * OpenBLAS's register blocks mostly empty, over enough positions to fill its vectors.
+ * On a Zen 3 core, 1 thread: [6 x 25] over 784 positions, 32 images (LeNet's first layer)
+ * 142 us against OpenBLAS's 357; [64 x 27] over 256, 1.3x faster; but 2x slower than
+ * OpenBLAS on [16 x 150] over 100 and [32 x 288] over 256. */
 static bool wgrad_by_sums(const conv_job *j, int64_t n) {
     return gemm_sums_enabled && j->dt == KERN_F32 && (j->M < 32 || n < 32) && j->L >= 256;
 }

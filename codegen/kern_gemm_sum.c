@@ -8,7 +8,9 @@
  *
  * Every build (baseline here, AVX2 in kern_gemm_sum_avx2.c; an AVX-512 CPU takes AVX2's)
  * sums each lane in the same order with one rounding per term, and the lanes are added
- * here in one fixed order: the same bits on every CPU and at every thread count.
+ * here in one fixed order: the same bits on every CPU and at every thread count. The
+ * baseline's fmaf is a libm call, some 40x slower than AVX2's loop: it is there for CPUs
+ * without AVX2 (none since 2015) and for tests that compare the ISAs.
  */
 #include "kern_blas.h"
 #include "kern_gemm_sum.h"
