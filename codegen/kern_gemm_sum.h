@@ -7,9 +7,11 @@
 
 #include <stdint.h>
 
-#define GS_MR         4 /* rows of A per block: 4 x 3 accumulators, 3 + 1 operands in 16 registers */
-#define GS_NR         3 /* rows of B per block */
-#define GS_NC         96 /* columns of C per chunk: its sums, GS_MR x GS_NC x 8 floats, on the stack */
+#define GS_MR 4  /* rows of A per block: 4 x 3 accumulators, 3 + 1 operands in 16 registers */
+#define GS_NR 3  /* rows of B per block */
+#define GS_NC 96 /* columns of C per chunk: its sums, GS_MR x GS_NC x 8 floats, on the stack */
+/* A chunk's last block writes its dropped columns' sums into the chunk's unused slots */
+_Static_assert(GS_NC % GS_NR == 0, "GS_NC must be a multiple of GS_NR");
 #define GS_CAT2(a, b) a##b
 #define GS_CAT(a, b)  GS_CAT2(a, b)
 

@@ -4,12 +4,12 @@
  * short while (KERN_POOL_SPIN_NS) watching for the next one, since a backward's kernels
  * come back to back and waking a sleeping thread costs tens of microseconds; then it
  * sleeps on a condition variable, so an idle process burns no core. The calling thread works
- * too, and likewise watches for the workers' end of a job a while before it sleeps. A job is split
- * into fixed chunks claimed through an atomic counter; kernels make their results independent of
- * which thread ran which chunk. After fork() the child forgets the parent's workers (they do not
- * exist there) and creates its own on demand, which is what Criterion's one-process-per-test needs.
- * Only as many workers as a job has chunks for take part in it (kern_pool.seats); the rest keep
- * watching for the next.
+ * too, and likewise watches the workers finish a job for a while before it sleeps. A job is
+ * split into fixed chunks claimed through an atomic counter; kernels make their results
+ * independent of which thread ran which chunk. After fork() the child forgets the parent's
+ * workers (they do not exist there) and creates its own on demand, which is what
+ * Criterion's one-process-per-test needs. Only as many workers as a job has chunks for take
+ * part in it (kern_pool.seats); the rest keep watching for the next.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, sched_getcpu, pthread_setaffinity_np */
